@@ -1,0 +1,1 @@
+"""A TensorFlow Serving-compatible model server: transport -> data plane -> model manager -> runtimes."""

@@ -1,0 +1,1 @@
+"""Serving signatures: forward-only `tf.Module` export, SignatureDef contract read-back and audits."""

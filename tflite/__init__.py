@@ -1,0 +1,1 @@
+"""TFLite conversion (float32, float16, dynamic-range, int8) and LiteRT execution."""

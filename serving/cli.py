@@ -1,0 +1,105 @@
+"""`serve` and `query` subcommands, registered into the main CLI (`pipeline/cli.py`) or run standalone.
+
+`serve` flags follow TF Serving's model server where one exists (`--port`, `--rest-port`,
+`--model-config-file`, `--file-system-poll-wait-seconds`, `--batching-parameters-file`, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from pipeline.errors import TfshipError
+
+BACKENDS = ("auto", "saved_model", "onnx", "tflite")
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add every `serve` flag to `parser` (names map 1:1 onto `ServerSettings` fields)."""
+    a = parser.add_argument
+    a("--repository", type=Path, help="model repository: <repository>/<model_name>/<version>/")
+    a("--model-name", help="model to serve from --repository")
+    a("--model-config-file", type=Path, help="TF Serving ModelServerConfig (text format)")
+    a("--backend", choices=BACKENDS, default="auto", help="runtime backend (default: auto)")
+    a("--tflite-file", default="model.tflite", help="TFLite artifact for the tflite backend")
+    a("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    a("--port", type=int, default=8500, help="gRPC port; 0 = any free port (default: 8500)")
+    a("--rest-port", type=int, default=8501, help="REST port; 0 = any free, -1 = off (default: 8501)")
+    a("--metrics-port", type=int, default=-1, help="Prometheus port; 0 = any free, -1 = off (default)")
+    a("--port-file", type=Path, help="write the bound ports as JSON here once listening")
+    a("--file-system-poll-wait-seconds", type=float, default=1.0, help="repository poll interval; 0 = off")
+    a("--intra-op-threads", type=int, default=0, help="threads inside one op (0: backend default)")
+    a("--inter-op-threads", type=int, default=0, help="threads across ops (0: backend default)")
+    a("--worker-threads", type=int, default=16, help="threads running backend calls")
+    a("--enable-batching", action="store_true", help="merge concurrent requests into one backend call")
+    a("--batching-parameters-file", type=Path, help="TF Serving BatchingParameters text file (implies batching)")
+    a("--max-message-bytes", type=int, default=64 << 20, help="largest request/response, bytes")
+    a("--max-batch-per-request", type=int, default=0, help="largest batch per request; 0 = unlimited")
+    a("--max-concurrent-requests", type=int, default=0, help="Predicts served at once; 0 = unlimited")
+    a("--default-deadline-s", type=float, default=0.0, help="deadline when the client sets none; 0 = none")
+    a("--grace-period-s", type=float, default=10.0, help="SIGTERM: seconds in-flight requests get to finish")
+    a("--tls-cert", type=Path, help="server certificate (PEM); enables TLS")
+    a("--tls-key", type=Path, help="server private key (PEM)")
+    a("--tls-client-ca", type=Path, help="client CA (PEM); enables mutual TLS")
+    a("--auth-token-file", type=Path, help="accepted bearer tokens, one per line")
+    a("--auth-token-env", help="env var with accepted bearer tokens, comma-separated")
+    a("--json-logs", action="store_true", help="log one JSON object per line")
+
+
+def add_query_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the `query` flags to `parser`."""
+    a = parser.add_argument
+    a("--target", default="127.0.0.1:8500", help="gRPC target host:port")
+    a("--model-name", default="digits")
+    a("--signature-name", default="serving_default")
+    a("--version", type=int)
+    a("--count", type=int, default=20, help="held-out digits to send (default: 20)")
+    a("--config", type=Path, help="pipeline TOML (used only to locate the held-out split)")
+    a("--timeout-s", type=float, default=30.0)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """Run the server until SIGTERM; returns the exit code. Raises `TfshipError` on bad settings."""
+    from serving import logs
+    from serving.server import run_server
+    from serving.settings import ServerSettings
+
+    fields = ServerSettings.model_fields
+    settings = ServerSettings(**{k: v for k, v in vars(args).items() if k in fields})
+    logs.configure(settings.json_logs)
+    return asyncio.run(run_server(settings))
+
+
+def run_query(args: argparse.Namespace) -> int:
+    """Send held-out digits to a running server and print predicted vs true labels (no TensorFlow)."""
+    from serving.query import query_digits
+
+    return query_digits(args.target, args.model_name, args.count, signature_name=args.signature_name,
+                        version=args.version, config=args.config, timeout_s=args.timeout_s)
+
+
+def register(subparsers) -> None:
+    """Add `serve` and `query` to an argparse subparsers object; each sets `func(args) -> exit code`."""
+    serve = subparsers.add_parser("serve", help="serve models over TF Serving's gRPC and REST APIs")
+    add_serve_arguments(serve)
+    serve.set_defaults(func=run_serve)
+    query = subparsers.add_parser("query", help="send held-out digits to a server and report accuracy")
+    add_query_arguments(query)
+    query.set_defaults(func=run_query)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m serving [serve|query] ...`; with no subcommand, `serve` is assumed."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in ("serve", "query", "-h", "--help"):
+        argv.insert(0, "serve")
+    parser = argparse.ArgumentParser(prog="python -m serving")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except TfshipError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2

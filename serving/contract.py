@@ -1,0 +1,107 @@
+"""The signature contract a runtime serves, and request validation against it.
+
+A `Signature` mirrors TF Serving's `SignatureDef` (inputs/outputs keyed by alias, each with dtype
+and shape where `None` is an unknown dimension, conventionally the batch). Validation happens in
+the data plane before any backend sees the request, so every backend refuses bad requests with
+the same INVALID_ARGUMENT message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.errors import InvalidRequestError
+from serving.tensors import dtype_name
+
+PREDICT_METHOD = "tensorflow/serving/predict"
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One input or output of a signature.
+
+    Attributes:
+        dtype: canonical numpy dtype name (`float32`, `int64`, `string`, ...).
+        shape: dimensions, `None` for unknown; `None` instead of a tuple means unknown rank.
+        tensor_name: graph tensor name TF Serving reports (e.g. `serving_default_image:0`).
+    """
+
+    dtype: str
+    shape: tuple[int | None, ...] | None
+    tensor_name: str = ""
+
+    def describe(self) -> str:
+        """Human form, e.g. `float32[?,8,8,1]`."""
+        if self.shape is None:
+            return f"{self.dtype}[<any rank>]"
+        return f"{self.dtype}[{','.join('?' if d is None else str(d) for d in self.shape)}]"
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A named signature: `inputs` and `outputs` map aliases to `TensorSpec`s."""
+
+    name: str
+    inputs: Mapping[str, TensorSpec]
+    outputs: Mapping[str, TensorSpec]
+    method_name: str = PREDICT_METHOD
+
+
+def describe_array(array: np.ndarray) -> str:
+    """Human form of a received array, e.g. `float64[2,8,8]`."""
+    return f"{dtype_name(array.dtype)}[{','.join(str(d) for d in array.shape)}]"
+
+
+def validate_inputs(signature: Signature, inputs: Mapping[str, np.ndarray]) -> None:
+    """Check names, dtypes, ranks and fixed dimensions of `inputs` against `signature`.
+
+    Raises:
+        InvalidRequestError: missing or extra input, wrong dtype, wrong rank or a fixed dimension that
+            differs; the message names the input, the expected spec and what was received.
+    """
+    if signature.method_name != PREDICT_METHOD and not signature.inputs:
+        raise InvalidRequestError(f"signature {signature.name!r} takes no inputs and cannot be called by Predict")
+    missing = sorted(set(signature.inputs) - set(inputs))
+    extra = sorted(set(inputs) - set(signature.inputs))
+    if missing or extra:
+        expected = ", ".join(f"{k}: {s.describe()}" for k, s in sorted(signature.inputs.items()))
+        parts = ([f"missing input(s) {missing}"] if missing else []) + ([f"unexpected input(s) {extra}"] if extra else [])
+        raise InvalidRequestError(f"signature {signature.name!r}: {'; '.join(parts)}; expected inputs: {{{expected}}}")
+    for key, spec in signature.inputs.items():
+        array = inputs[key]
+        received = describe_array(array)
+        if dtype_name(array.dtype) != spec.dtype:
+            raise InvalidRequestError(
+                f"input {key!r} of signature {signature.name!r}: expected dtype {spec.dtype} "
+                f"({spec.describe()}), received {received}")
+        if spec.shape is None:
+            continue
+        if array.ndim != len(spec.shape):
+            raise InvalidRequestError(
+                f"input {key!r} of signature {signature.name!r}: expected rank {len(spec.shape)} "
+                f"({spec.describe()}), received rank {array.ndim} ({received})")
+        for axis, (want, got) in enumerate(zip(spec.shape, array.shape)):
+            if want is not None and want != got:
+                raise InvalidRequestError(
+                    f"input {key!r} of signature {signature.name!r}: dimension {axis} must be {want} "
+                    f"({spec.describe()}), received {received}")
+    _check_batch(signature, inputs)
+
+
+def _check_batch(signature: Signature, inputs: Mapping[str, np.ndarray]) -> None:
+    batched = {k: a.shape[0] for k, a in inputs.items()
+               if a.ndim > 0 and signature.inputs[k].shape and signature.inputs[k].shape[0] is None}
+    if len(set(batched.values())) > 1:
+        raise InvalidRequestError(f"signature {signature.name!r}: inputs disagree on batch size: {batched}")
+
+
+def batch_size(signature: Signature, inputs: Mapping[str, np.ndarray]) -> int | None:
+    """Batch size (dim 0) of a validated request, or None when no input has a batch dimension."""
+    for key, array in inputs.items():
+        spec = signature.inputs.get(key)
+        if spec and spec.shape and spec.shape[0] is None and array.ndim > 0:
+            return int(array.shape[0])
+    return None

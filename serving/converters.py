@@ -1,0 +1,80 @@
+"""TF Serving protobuf messages <-> the data plane's types (`serving.types`)."""
+
+from __future__ import annotations
+
+import time
+
+from pipeline.errors import InvalidRequestError
+from serving import protocol
+from serving.signature_defs import to_signature_def
+from serving.tensors import from_tensor_proto, to_tensor_proto
+from serving.types import InferenceRequest, InferenceResponse, ModelMetadata, ModelRef, VersionStatus
+
+
+def model_ref(spec) -> ModelRef:
+    """`tensorflow.serving.ModelSpec` -> `ModelRef` (version and version_label are a oneof)."""
+    choice = spec.WhichOneof("version_choice")
+    return ModelRef(
+        name=spec.name,
+        version=spec.version.value if choice == "version" else None,
+        label=spec.version_label if choice == "version_label" else None,
+    )
+
+
+def predict_request(proto, time_remaining: float | None = None) -> InferenceRequest:
+    """`PredictRequest` -> `InferenceRequest`; `time_remaining` (seconds) becomes a monotonic deadline."""
+    if not proto.model_spec.name:
+        raise InvalidRequestError("model_spec.name is required")
+    inputs = {key: from_tensor_proto(tensor, key) for key, tensor in proto.inputs.items()}
+    deadline = None if time_remaining is None else time.monotonic() + time_remaining
+    return InferenceRequest(
+        model=model_ref(proto.model_spec),
+        inputs=inputs,
+        signature_name=proto.model_spec.signature_name or "serving_default",
+        output_filter=tuple(proto.output_filter),
+        deadline=deadline,
+    )
+
+
+def predict_response(response: InferenceResponse):
+    """`InferenceResponse` -> `PredictResponse` (model_spec names the version that served it)."""
+    proto = protocol.PredictResponse()
+    proto.model_spec.name = response.model_name
+    proto.model_spec.version.value = response.version
+    proto.model_spec.signature_name = response.signature_name
+    for key, array in response.outputs.items():
+        proto.outputs[key].CopyFrom(to_tensor_proto(array))
+    return proto
+
+
+def metadata_request(proto) -> ModelRef:
+    """`GetModelMetadataRequest` -> `ModelRef`; only `signature_def` metadata exists (as in TF Serving)."""
+    fields = list(proto.metadata_field)
+    if fields != ["signature_def"]:
+        raise InvalidRequestError(f"metadata_field must be ['signature_def'], got {fields}")
+    return model_ref(proto.model_spec)
+
+
+def metadata_response(metadata: ModelMetadata):
+    """`ModelMetadata` -> `GetModelMetadataResponse` with `metadata["signature_def"]` = Any(SignatureDefMap)."""
+    proto = protocol.GetModelMetadataResponse()
+    proto.model_spec.name = metadata.model_name
+    proto.model_spec.version.value = metadata.version
+    defs = protocol.SignatureDefMap()
+    for name, signature in metadata.signatures.items():
+        defs.signature_def[name].CopyFrom(to_signature_def(signature))
+    proto.metadata["signature_def"].Pack(defs)
+    return proto
+
+
+def status_response(statuses: list[VersionStatus]):
+    """`VersionStatus`es -> `GetModelStatusResponse` (error_code numbers follow tensorflow.error.Code)."""
+    proto = protocol.GetModelStatusResponse()
+    for status in statuses:
+        entry = proto.model_version_status.add()
+        entry.version = status.version
+        entry.state = status.state.value
+        code = protocol.ERROR_CODE.values_by_name.get(status.error_code) or protocol.ERROR_CODE.values_by_name["UNKNOWN"]
+        entry.status.error_code = code.number
+        entry.status.error_message = status.error_message
+    return proto

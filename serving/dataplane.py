@@ -1,0 +1,137 @@
+"""The data plane: one method per RPC, shared by the gRPC and REST transports.
+
+Lookup (via the model manager), validation against the signature contract, limits, deadlines and
+metrics live here; transports only convert their wire format to `serving.types` and back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import Executor
+
+from pipeline.errors import (
+    DeadlineExceededError,
+    InvalidRequestError,
+    ResourceExhaustedError,
+    TfshipError,
+    UnimplementedError,
+)
+from serving.contract import batch_size, validate_inputs
+from serving.manager import ModelManager
+from serving.metrics import Metrics
+from serving.model_config import ModelConfig
+from serving.types import (
+    InferenceRequest,
+    InferenceResponse,
+    ModelMetadata,
+    ModelRef,
+    ServerLimits,
+    VersionStatus,
+)
+
+
+class DataPlane:
+    """Serves Predict, GetModelMetadata, GetModelStatus and ReloadConfig on top of a `ModelManager`.
+
+    Args:
+        manager: resolves model references to loaded versions.
+        executor: threads running backend calls (the event loop never blocks on a model).
+        limits: per-request limits (`ServerLimits`).
+        metrics: Prometheus metrics to update.
+    """
+
+    def __init__(self, manager: ModelManager, executor: Executor, limits: ServerLimits, metrics: Metrics) -> None:
+        self.manager = manager
+        self._executor = executor
+        self._limits = limits
+        self._metrics = metrics
+        self._inflight = 0
+
+    async def predict(self, request: InferenceRequest) -> InferenceResponse:
+        """TF Serving Predict: validate, run the signature, apply `output_filter`.
+
+        Raises:
+            ModelNotFoundError: unknown model/version/label.  InvalidRequestError: unknown signature,
+            bad inputs, unknown output_filter alias, batch above the limit.  ResourceExhaustedError:
+            too many concurrent requests.  DeadlineExceededError: the deadline passed.
+        """
+        started = time.perf_counter()
+        status, version = "OK", ""
+        try:
+            async with self.manager.acquire(request.model) as served:
+                version = str(served.version)
+                response = await self._predict(request, served.version, served.runtime)
+            return response
+        except TfshipError as err:
+            status = err.grpc_code
+            raise
+        except Exception:
+            status = "INTERNAL"
+            raise
+        finally:
+            self._metrics.requests.labels(request.model.name, version, "predict", status).inc()
+            self._metrics.latency.labels(request.model.name, "predict").observe(time.perf_counter() - started)
+
+    async def _predict(self, request: InferenceRequest, version: int, runtime) -> InferenceResponse:
+        signatures = runtime.metadata()
+        signature = signatures.get(request.signature_name)
+        if signature is None:
+            raise InvalidRequestError(f"Serving signature name: {request.signature_name!r} not found in signature "
+                                      f"def; available: {sorted(signatures)}")
+        validate_inputs(signature, request.inputs)
+        unknown = sorted(set(request.output_filter) - set(signature.outputs))
+        if unknown:
+            raise InvalidRequestError(f"output_filter {unknown} not in signature {signature.name!r} outputs "
+                                      f"{sorted(signature.outputs)}")
+        rows = batch_size(signature, request.inputs)
+        limit = self._limits.max_batch_per_request
+        if limit and rows is not None and rows > limit:
+            raise InvalidRequestError(f"batch of {rows} rows exceeds the per-request limit of {limit}")
+        deadline = request.deadline
+        if deadline is None and self._limits.default_deadline_s:
+            deadline = time.monotonic() + self._limits.default_deadline_s
+        outputs = await self._run(runtime, request, deadline)
+        if request.output_filter:
+            outputs = {k: outputs[k] for k in request.output_filter}
+        return InferenceResponse(request.model.name, version, request.signature_name, outputs)
+
+    async def _run(self, runtime, request: InferenceRequest, deadline: float | None) -> dict:
+        cap = self._limits.max_concurrent_requests
+        if cap and self._inflight >= cap:
+            raise ResourceExhaustedError(f"{self._inflight} requests in flight; limit is {cap}")
+        if deadline is not None and time.monotonic() >= deadline:
+            raise DeadlineExceededError("deadline exceeded before the request reached the model")
+        self._inflight += 1
+        self._metrics.inflight.set(self._inflight)
+        loop = asyncio.get_running_loop()
+        try:
+            call = loop.run_in_executor(self._executor, lambda: runtime.predict(
+                request.inputs, request.signature_name, deadline=deadline))
+            if deadline is None:
+                return await call
+            try:
+                return await asyncio.wait_for(call, max(deadline - time.monotonic(), 0.0))
+            except TimeoutError:
+                raise DeadlineExceededError("deadline exceeded while the model was running") from None
+        finally:
+            self._inflight -= 1
+            self._metrics.inflight.set(self._inflight)
+
+    async def metadata(self, ref: ModelRef) -> ModelMetadata:
+        """TF Serving GetModelMetadata (`signature_def`): signatures of the targeted version."""
+        served = self.manager.resolve(ref)
+        return ModelMetadata(ref.name, served.version, served.runtime.metadata())
+
+    async def model_status(self, ref: ModelRef) -> list[VersionStatus]:
+        """TF Serving GetModelStatus: state of every version of the model (or of one version/label)."""
+        return self.manager.statuses(ref)
+
+    async def reload_config(self, configs: list[ModelConfig]) -> None:
+        """TF Serving HandleReloadConfigRequest: serve exactly `configs` from now on."""
+        await self.manager.apply_config(configs)
+
+    async def unimplemented(self, method: str) -> None:
+        """Classify/Regress/MultiInference: tfship models export Predict signatures only."""
+        raise UnimplementedError(f"{method} is not implemented by tfship: models export Predict signatures "
+                                 "only; call Predict (tensorflow.serving.PredictionService/Predict)")

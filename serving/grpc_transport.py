@@ -1,0 +1,162 @@
+"""gRPC transport: TF Serving's PredictionService and ModelService, health and reflection.
+
+Servicer methods only convert protobuf <-> `serving.types` and call one data-plane method. The
+`_rpc` decorator is the one place errors become statuses: a `TfshipError` aborts with its
+`grpc_code` and message; anything else aborts INTERNAL with a generic message, detail logged.
+Handlers are registered generically by full method name, so no TensorFlow-generated stubs are needed.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import uuid
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from google.protobuf import descriptor_pb2
+from grpc_reflection.v1alpha import reflection, reflection_pb2
+
+from pipeline.errors import TfshipError, UnauthenticatedError
+from serving import converters, protocol
+from serving.dataplane import DataPlane
+from serving.model_config import from_proto
+
+log = logging.getLogger(__name__)
+
+
+def _rpc(method):
+    """Map exceptions raised by `method` to gRPC statuses (the single error-mapping point)."""
+
+    @functools.wraps(method)
+    async def wrapper(self, request, context: grpc.aio.ServicerContext):
+        try:
+            return await method(self, request, context)
+        except TfshipError as err:
+            await context.abort(grpc.StatusCode[err.grpc_code], str(err))
+        except Exception:
+            incident = uuid.uuid4().hex[:12]
+            log.exception("unexpected error in %s (incident %s)", method.__name__, incident)
+            await context.abort(grpc.StatusCode.INTERNAL, f"internal server error (incident {incident})")
+
+    return wrapper
+
+
+def _time_remaining(context) -> float | None:
+    remaining = context.time_remaining()
+    return None if remaining is None or remaining > 1e9 else remaining
+
+
+class PredictionServicer:
+    """`tensorflow.serving.PredictionService` over a `DataPlane`."""
+
+    def __init__(self, dataplane: DataPlane) -> None:
+        self._dp = dataplane
+
+    @_rpc
+    async def Predict(self, request, context):
+        response = await self._dp.predict(converters.predict_request(request, _time_remaining(context)))
+        return converters.predict_response(response)
+
+    @_rpc
+    async def GetModelMetadata(self, request, context):
+        return converters.metadata_response(await self._dp.metadata(converters.metadata_request(request)))
+
+    @_rpc
+    async def Classify(self, request, context):
+        await self._dp.unimplemented("Classify")
+
+    @_rpc
+    async def Regress(self, request, context):
+        await self._dp.unimplemented("Regress")
+
+    @_rpc
+    async def MultiInference(self, request, context):
+        await self._dp.unimplemented("MultiInference")
+
+
+class ModelServicer:
+    """`tensorflow.serving.ModelService`: GetModelStatus and HandleReloadConfigRequest."""
+
+    def __init__(self, dataplane: DataPlane) -> None:
+        self._dp = dataplane
+
+    @_rpc
+    async def GetModelStatus(self, request, context):
+        statuses = await self._dp.model_status(converters.model_ref(request.model_spec))
+        return converters.status_response(statuses)
+
+    @_rpc
+    async def HandleReloadConfigRequest(self, request, context):
+        await self._dp.reload_config(from_proto(request.config, "ReloadConfigRequest.config"))
+        response = protocol.ReloadConfigResponse()
+        response.status.error_code = 0
+        return response
+
+
+def _handler(service: str, servicer, methods: dict[str, tuple[type, type]]) -> grpc.GenericRpcHandler:
+    handlers = {
+        name: grpc.unary_unary_rpc_method_handler(
+            getattr(servicer, name),
+            request_deserializer=request_cls.FromString,
+            response_serializer=lambda message: message.SerializeToString(),
+        )
+        for name, (request_cls, _response_cls) in methods.items()
+    }
+    return grpc.method_handlers_generic_handler(service, handlers)
+
+
+class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
+    """Refuse calls without `authorization: Bearer <token>` in `tokens` (UNAUTHENTICATED).
+
+    Health checks and reflection stay open, as load balancers and tools probe them without credentials.
+    """
+
+    OPEN = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+
+    def __init__(self, tokens: frozenset[str]) -> None:
+        self._tokens = tokens
+
+    async def intercept_service(self, continuation, handler_call_details):
+        if handler_call_details.method.startswith(self.OPEN):
+            return await continuation(handler_call_details)
+        metadata = dict(handler_call_details.invocation_metadata or ())
+        header = metadata.get("authorization", "")
+        if header.startswith("Bearer ") and header[len("Bearer "):] in self._tokens:
+            return await continuation(handler_call_details)
+        error = UnauthenticatedError("missing or invalid bearer token (send metadata 'authorization: Bearer <token>')")
+
+        async def deny(request, context):
+            await context.abort(grpc.StatusCode[error.grpc_code], str(error))
+
+        return grpc.unary_unary_rpc_method_handler(deny)
+
+
+def add_services(server: grpc.aio.Server, dataplane: DataPlane) -> health.aio.HealthServicer:
+    """Register PredictionService, ModelService, grpc.health.v1 and reflection on `server`.
+
+    Returns the health servicer; the overall service "" and each model name start NOT_SERVING.
+    """
+    server.add_generic_rpc_handlers((
+        _handler(protocol.PREDICTION_SERVICE, PredictionServicer(dataplane), protocol.PREDICTION_METHODS),
+        _handler(protocol.MODEL_SERVICE, ModelServicer(dataplane), protocol.MODEL_METHODS),
+    ))
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    names = (protocol.PREDICTION_SERVICE, protocol.MODEL_SERVICE,
+             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME)
+    _add_to_pool(health_pb2.DESCRIPTOR, reflection_pb2.DESCRIPTOR)
+    reflection.enable_server_reflection(names, server, pool=protocol.POOL)
+    return health_servicer
+
+
+
+def _add_to_pool(*file_descriptors) -> None:
+    """Make health/reflection protos discoverable through reflection on tfship's private pool."""
+    for fd in file_descriptors:
+        try:
+            protocol.POOL.FindFileByName(fd.name)
+        except KeyError:
+            proto = descriptor_pb2.FileDescriptorProto()
+            fd.CopyToProto(proto)
+            protocol.POOL.Add(proto)

@@ -1,0 +1,141 @@
+"""Start `python -m serving` as a subprocess on free loopback ports and wait until it is SERVING.
+
+Used by the tests and by the pipeline's serve-check stage. Ports are chosen by the server (port 0)
+and reported through `--port-file`; readiness is grpc.health.v1 saying SERVING, never a sleep.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from pipeline.errors import TfshipError
+from serving.client import PredictClient
+
+
+class ServerStartError(TfshipError):
+    """The server exited or did not become SERVING in time; the message ends with its stderr tail."""
+
+    grpc_code = "UNAVAILABLE"
+    http_status = 503
+
+
+class ServerProcess:
+    """Context manager running a tfship model server.
+
+    Args:
+        repository: model repository (`<repository>/<model_name>/<version>/`).
+        model_name: model to serve.
+        backend: `auto`, `saved_model`, `onnx` or `tflite`.
+        extra_args: more `serve` flags (later flags win, e.g. `("--rest-port", "-1")`).
+        startup_timeout_s: seconds to wait for SERVING.
+        python: interpreter to run (default: this one), e.g. a TensorFlow-free venv's.
+
+    Attributes (after `__enter__`): `grpc_target` (`127.0.0.1:port`), `rest_url`, `metrics_url`
+    (`http://127.0.0.1:port`, None when that transport is off), `ports` (dict from the port file).
+
+    Raises:
+        ServerStartError: the process died or was not SERVING within `startup_timeout_s`.
+    """
+
+    def __init__(self, repository: Path, model_name: str, backend: str = "auto", extra_args: Sequence[str] = (),
+                 startup_timeout_s: float = 120.0, python: str | None = None,
+                 env: dict[str, str] | None = None, stop_timeout_s: float = 30.0) -> None:
+        self.repository = Path(repository)
+        self.model_name = model_name
+        self.backend = backend
+        self.extra_args = list(extra_args)
+        self.startup_timeout_s = startup_timeout_s
+        self.stop_timeout_s = stop_timeout_s
+        self.python = python or sys.executable
+        self.env = env
+        self.process: subprocess.Popen | None = None
+        self.ports: dict[str, int | None] = {}
+        self.grpc_target = ""
+        self.rest_url: str | None = None
+        self.metrics_url: str | None = None
+        self.returncode: int | None = None
+        self._dir = tempfile.TemporaryDirectory(prefix="tfship-serve-")
+        self._stderr_path = Path(self._dir.name) / "stderr.log"
+
+    def command(self) -> list[str]:
+        """The command line started."""
+        return [self.python, "-m", "serving", "serve", "--repository", str(self.repository),
+                "--model-name", self.model_name, "--backend", self.backend, "--host", "127.0.0.1",
+                "--port", "0", "--rest-port", "0", "--metrics-port", "0",
+                "--port-file", str(Path(self._dir.name) / "ports.json"), *self.extra_args]
+
+    def stderr_tail(self, lines: int = 40) -> str:
+        """Last `lines` lines the server wrote to stderr."""
+        try:
+            return "\n".join(self._stderr_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def __enter__(self) -> ServerProcess:
+        env = dict(os.environ if self.env is None else self.env)
+        root = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        with open(self._stderr_path, "wb") as stderr:
+            self.process = subprocess.Popen(self.command(), stdout=stderr, stderr=subprocess.STDOUT, env=env)
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _fail(self, why: str) -> ServerStartError:
+        return ServerStartError(f"model server {why}; command: {' '.join(self.command())}\n"
+                                f"--- server output (tail) ---\n{self.stderr_tail()}")
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout_s
+        port_file = Path(self._dir.name) / "ports.json"
+        while not port_file.exists():  # the server writes it atomically once its ports are bound
+            if self.process.poll() is not None:
+                raise self._fail(f"exited with code {self.process.returncode} before binding its ports")
+            if time.monotonic() > deadline:
+                raise self._fail(f"did not bind its ports within {self.startup_timeout_s}s")
+            time.sleep(0.05)
+        self.ports = json.loads(port_file.read_text())
+        self.grpc_target = f"127.0.0.1:{self.ports['grpc']}"
+        self.rest_url = f"http://127.0.0.1:{self.ports['rest']}" if self.ports.get("rest") else None
+        self.metrics_url = f"http://127.0.0.1:{self.ports['metrics']}" if self.ports.get("metrics") else None
+        with PredictClient(self.grpc_target, timeout_s=5.0) as client:
+            while True:
+                remaining = deadline - time.monotonic()
+                if self.process.poll() is not None:
+                    raise self._fail(f"exited with code {self.process.returncode} while loading models")
+                if remaining <= 0:
+                    raise self._fail(f"was not SERVING within {self.startup_timeout_s}s")
+                try:
+                    client.wait_until_serving(min(remaining, 2.0))
+                    return
+                except TfshipError:
+                    continue  # re-check that the process is alive, then keep watching health
+
+    def stop(self) -> int | None:
+        """SIGTERM the server and wait (SIGKILL after `stop_timeout_s`); returns its exit code."""
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(self.stop_timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.process:
+            self.returncode = self.process.returncode
+        return self.returncode
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+        self._dir.cleanup()

@@ -1,0 +1,242 @@
+"""Model manager: which versions are loaded, their lifecycle, and routing requests to one of them.
+
+Follows TF Serving's AspiredVersionsManager in spirit: versions found under `<base_path>/<int>/` are
+selected by the model's version policy, loaded (and warmed up) before they receive traffic, and an
+old version is unloaded only after the new one is AVAILABLE and its own in-flight requests finished.
+A version that fails to load is reported (state END with the error) and not retried until it is
+removed from disk; the versions already serving keep serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipeline.errors import ModelNotFoundError, TfshipError, UnavailableError
+from serving.model_config import ModelConfig
+from serving.runtimes import REGISTRY, Runtime, RuntimeOptions
+from serving.types import ModelRef, VersionState, VersionStatus
+from serving.warmup import warmup_predicts
+
+log = logging.getLogger(__name__)
+
+RuntimeWrapper = Callable[[Runtime], Runtime]
+
+
+@dataclass
+class ServedVersion:
+    """One version's state, runtime and in-flight request count."""
+
+    version: int
+    state: VersionState = VersionState.START
+    runtime: Runtime | None = None
+    error: TfshipError | None = None
+    inflight: int = 0
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def status(self) -> VersionStatus:
+        """This version as a GetModelStatus entry."""
+        if self.error is None:
+            return VersionStatus(self.version, self.state)
+        return VersionStatus(self.version, self.state, self.error.grpc_code, str(self.error))
+
+
+@dataclass
+class _Model:
+    config: ModelConfig
+    versions: dict[int, ServedVersion] = field(default_factory=dict)
+
+
+class ModelManager:
+    """Loads, routes and unloads model versions for the data plane.
+
+    Args:
+        backend: runtime name (`auto`, `saved_model`, `onnx`, `tflite`).
+        options: backend options for every runtime created.
+        executor: threads used for blocking load/unload/warmup calls.
+        wrap: applied to each loaded runtime before it serves (e.g. `Batched`); identity by default.
+        on_change: awaited with (model name, has an AVAILABLE version) after each reconcile.
+    """
+
+    def __init__(self, backend: str, options: RuntimeOptions, executor: Executor,
+                 wrap: RuntimeWrapper | None = None,
+                 on_change: Callable[[str, bool], Awaitable[None]] | None = None) -> None:
+        self._backend = backend
+        self._options = options
+        self._executor = executor
+        self._wrap = wrap or (lambda runtime: runtime)
+        self._on_change = on_change or _ignore
+        self._models: dict[str, _Model] = {}
+        self._lock = asyncio.Lock()
+
+    # ---- configuration and lifecycle -------------------------------------------------------
+    async def apply_config(self, configs: list[ModelConfig]) -> None:
+        """Serve exactly `configs`: models no longer listed are unloaded, new ones loaded (TF Serving's reload)."""
+        async with self._lock:
+            wanted = {c.name: c for c in configs}
+            for name in [n for n in self._models if n not in wanted]:
+                model = self._models.pop(name)
+                for served in list(model.versions.values()):
+                    await self._unload(served)
+                await self._on_change(name, False)
+            for name, config in wanted.items():
+                self._models.setdefault(name, _Model(config)).config = config
+            await self._reconcile_locked()
+
+    async def reconcile(self) -> None:
+        """Look at disk again: load newly selected versions, then unload deselected ones."""
+        async with self._lock:
+            await self._reconcile_locked()
+
+    async def poll_forever(self, interval_s: float) -> None:
+        """Call `reconcile()` every `interval_s` seconds (TF Serving's file_system_poll_wait_seconds)."""
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.reconcile()
+            except Exception:  # keep polling; the failure is logged with its traceback
+                log.exception("model repository poll failed")
+
+    async def unload_all(self) -> None:
+        """Unload every version after its in-flight requests finish (shutdown)."""
+        async with self._lock:
+            for model in self._models.values():
+                for served in list(model.versions.values()):
+                    await self._unload(served)
+
+    async def _reconcile_locked(self) -> None:
+        for name, model in self._models.items():
+            on_disk = _versions_on_disk(model.config.base_path)
+            failed = {v for v, s in model.versions.items() if s.error is not None and v in on_disk}
+            desired = set(model.config.policy.select([v for v in on_disk if v not in failed]))
+            for version in [v for v, s in model.versions.items()
+                            if s.state is VersionState.END and s.error is None and v in desired]:
+                del model.versions[version]
+            for version in sorted(desired - set(model.versions), reverse=True):
+                await self._load(model, version)
+            for version, served in list(model.versions.items()):
+                if version in desired or served.state is not VersionState.AVAILABLE:
+                    continue
+                others = [s for v, s in model.versions.items() if v != version and s.state is VersionState.AVAILABLE]
+                if others or version not in on_disk:
+                    await self._unload(served)
+            await self._on_change(name, self._available(model) != [])
+
+    async def _load(self, model: _Model, version: int) -> None:
+        served = model.versions[version] = ServedVersion(version, VersionState.LOADING)
+        path = model.config.base_path / str(version)
+        loop = asyncio.get_running_loop()
+        try:
+            served.runtime = await loop.run_in_executor(self._executor, self._load_blocking, path)
+        except TfshipError as err:
+            served.state, served.error = VersionState.END, err
+            log.error("failed to load %s version %d: %s", model.config.name, version, err)
+            return
+        except Exception as err:  # a backend bug: keep the cause, report a load failure
+            served.state, served.error = VersionState.END, TfshipError(f"loading {path} failed: {err!r}")
+            log.exception("failed to load %s version %d", model.config.name, version)
+            return
+        served.idle.set()
+        served.state = VersionState.AVAILABLE
+        log.info("model %s version %d AVAILABLE (%s)", model.config.name, version, type(served.runtime).__name__)
+
+    def _load_blocking(self, path: Path) -> Runtime:
+        runtime = REGISTRY.create(self._backend, path, self._options)
+        runtime.load()
+        for signature_name, inputs in warmup_predicts(path):
+            try:
+                runtime.predict(inputs, signature_name)
+            except Exception as err:
+                runtime.unload()
+                raise TfshipError(f"warmup request for signature {signature_name!r} failed on {path}: {err}") from err
+        return self._wrap(runtime)
+
+    async def _unload(self, served: ServedVersion) -> None:
+        if served.state is not VersionState.AVAILABLE:
+            return
+        served.state = VersionState.UNLOADING
+        await served.idle.wait()
+        runtime, served.runtime = served.runtime, None
+        await asyncio.get_running_loop().run_in_executor(self._executor, runtime.unload)
+        served.state = VersionState.END
+
+    # ---- routing and status ----------------------------------------------------------------
+    @staticmethod
+    def _available(model: _Model) -> list[ServedVersion]:
+        return sorted((s for s in model.versions.values() if s.state is VersionState.AVAILABLE),
+                      key=lambda s: s.version)
+
+    def _model(self, name: str) -> _Model:
+        try:
+            return self._models[name]
+        except KeyError:
+            raise ModelNotFoundError(f"Servable not found for request: Latest({name}); "
+                                     f"served models: {sorted(self._models)}") from None
+
+    def resolve(self, ref: ModelRef) -> ServedVersion:
+        """The AVAILABLE version a request targets.
+
+        Raises:
+            ModelNotFoundError: unknown model, version or label (TF Serving: NOT_FOUND).
+            UnavailableError: the model is known but no version is AVAILABLE yet.
+        """
+        model = self._model(ref.name)
+        available = {s.version: s for s in self._available(model)}
+        if ref.label is not None:
+            if ref.label not in model.config.labels:
+                raise ModelNotFoundError(f"Servable not found for request: {ref.describe()}: unknown version label "
+                                         f"{ref.label!r}; labels: {sorted(model.config.labels)}")
+            ref = ModelRef(ref.name, model.config.labels[ref.label])
+        if ref.version is not None:
+            if ref.version not in available:
+                raise ModelNotFoundError(f"Servable not found for request: {ref.describe()}; "
+                                         f"available versions: {sorted(available)}")
+            return available[ref.version]
+        if not available:
+            raise UnavailableError(f"model {ref.name!r} has no version available yet")
+        return available[max(available)]
+
+    @contextlib.asynccontextmanager
+    async def acquire(self, ref: ModelRef) -> AsyncIterator[ServedVersion]:
+        """Hold the targeted version for one request: it is not unloaded until released."""
+        served = self.resolve(ref)
+        served.inflight += 1
+        served.idle.clear()
+        try:
+            yield served
+        finally:
+            served.inflight -= 1
+            if served.inflight == 0:
+                served.idle.set()
+
+    def statuses(self, ref: ModelRef) -> list[VersionStatus]:
+        """GetModelStatus entries for the model (or its one version/label), ascending by version."""
+        model = self._model(ref.name)
+        version = model.config.labels.get(ref.label) if ref.label is not None else ref.version
+        if ref.label is not None and version is None:
+            raise ModelNotFoundError(f"unknown version label {ref.label!r} for model {ref.name!r}")
+        if version is not None:
+            if version not in model.versions:
+                raise ModelNotFoundError(f"Could not find version {version} of model {ref.name}")
+            return [model.versions[version].status()]
+        return [model.versions[v].status() for v in sorted(model.versions)]
+
+    def model_names(self) -> list[str]:
+        """Configured model names."""
+        return sorted(self._models)
+
+
+def _versions_on_disk(base_path: Path) -> list[int]:
+    """Positive integer subfolders of `base_path` (TF Serving's version folders)."""
+    if not base_path.is_dir():
+        return []
+    return sorted(int(p.name) for p in base_path.iterdir() if p.is_dir() and p.name.isdigit() and int(p.name) > 0)
+
+
+async def _ignore(name: str, available: bool) -> None:
+    return None

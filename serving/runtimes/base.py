@@ -1,0 +1,119 @@
+"""The runtime interface every backend implements, its options, and the explicit registry.
+
+A runtime serves one model version folder (`<base>/<name>/<version>/`). The data plane validates
+requests against `metadata()` before calling `predict()`, so backends may assume well-formed input.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.errors import ConfigError, TfshipError
+from serving.contract import Signature
+
+
+class RuntimeLoadError(TfshipError):
+    """A model version failed to load (missing artifact, backend error); the previous version keeps serving."""
+
+    grpc_code = "FAILED_PRECONDITION"
+    http_status = 500
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    """Backend knobs.
+
+    Attributes:
+        intra_op_threads: threads inside one op (ONNX Runtime / LiteRT num_threads); 0 = backend default.
+        inter_op_threads: threads across ops (ONNX Runtime); 0 = backend default.
+        tflite_file: which TFLite artifact to serve (`model.tflite`, `model_float16.tflite`, ...).
+        use_gpu: allow CUDA (ONNX Runtime CUDA EP) when available.
+    """
+
+    intra_op_threads: int = 0
+    inter_op_threads: int = 0
+    tflite_file: str = "model.tflite"
+    use_gpu: bool = True
+
+
+class Runtime(abc.ABC):
+    """One backend serving one version folder.
+
+    Lifecycle: `load()` (sets `ready`), any number of concurrent `predict()`s, `unload()`.
+    """
+
+    name: str = ""
+
+    def __init__(self, version_dir: Path, options: RuntimeOptions | None = None) -> None:
+        self.version_dir = Path(version_dir)
+        self.options = options or RuntimeOptions()
+        self.ready = False
+
+    @classmethod
+    @abc.abstractmethod
+    def can_serve(cls, version_dir: Path) -> bool:
+        """True when the artifact exists in `version_dir` and the backend library is importable."""
+
+    @abc.abstractmethod
+    def load(self) -> None:
+        """Load the artifact; raise `RuntimeLoadError` (with the cause) if it cannot be served."""
+
+    @abc.abstractmethod
+    def predict(self, inputs: Mapping[str, np.ndarray], signature_name: str = "serving_default",
+                *, deadline: float | None = None) -> dict[str, np.ndarray]:
+        """Run one signature. `inputs`: alias -> array, batch on dim 0; returns alias -> array (all outputs).
+
+        `deadline` (time.monotonic() seconds) matters only to queueing wrappers such as `Batched`.
+        """
+
+    @abc.abstractmethod
+    def metadata(self) -> dict[str, Signature]:
+        """The signature contract served, by signature name (TF Serving's SignatureDefMap)."""
+
+    def unload(self) -> None:
+        """Release the backend's resources; `ready` becomes False."""
+        self.ready = False
+
+
+class RuntimeRegistry:
+    """Backends by name; registering a name twice is refused."""
+
+    def __init__(self) -> None:
+        self._classes: dict[str, type[Runtime]] = {}
+
+    def register(self, name: str, cls: type[Runtime]) -> None:
+        """Add a backend class under `name`; raises `ConfigError` on a duplicate name."""
+        if name in self._classes:
+            raise ConfigError(f"runtime {name!r} is already registered ({self._classes[name].__qualname__})")
+        self._classes[name] = cls
+
+    def names(self) -> list[str]:
+        """Registered backend names, in registration order."""
+        return list(self._classes)
+
+    def get(self, name: str) -> type[Runtime]:
+        """Backend class for `name`; raises `ConfigError` naming the known backends."""
+        try:
+            return self._classes[name]
+        except KeyError:
+            raise ConfigError(f"unknown backend {name!r}; known: {self.names() + ['auto']}") from None
+
+    def create(self, backend: str, version_dir: Path, options: RuntimeOptions | None = None) -> Runtime:
+        """Instantiate `backend` for `version_dir`; `auto` picks the first registered backend that can serve it.
+
+        Raises:
+            RuntimeLoadError: `auto` found no servable artifact in `version_dir`.
+            ConfigError: unknown backend name.
+        """
+        if backend != "auto":
+            return self.get(backend)(version_dir, options)
+        for cls in self._classes.values():
+            if cls.can_serve(version_dir):
+                return cls(version_dir, options)
+        raise RuntimeLoadError(f"no backend among {self.names()} can serve {version_dir} "
+                               "(need saved_model.pb with TensorFlow installed, model.onnx or model.tflite)")

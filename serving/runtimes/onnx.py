@@ -1,0 +1,86 @@
+"""`onnx` backend: ONNX Runtime `InferenceSession` on `model.onnx` (CUDA EP when available, else CPU)."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from serving.contract import Signature, TensorSpec
+from serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions
+from serving.signature_defs import read_saved_model_signatures
+
+_ORT_TYPES = {
+    "tensor(float)": "float32", "tensor(double)": "float64", "tensor(float16)": "float16",
+    "tensor(int8)": "int8", "tensor(int16)": "int16", "tensor(int32)": "int32", "tensor(int64)": "int64",
+    "tensor(uint8)": "uint8", "tensor(uint16)": "uint16", "tensor(uint32)": "uint32",
+    "tensor(uint64)": "uint64", "tensor(bool)": "bool", "tensor(string)": "string",
+}
+
+
+class OnnxRuntime(Runtime):
+    """Serves `model.onnx` as the `serving_default` signature (tf2onnx keeps the signature's names).
+
+    The contract comes from `saved_model.pb` next to it when present (TF Serving's tensor names),
+    otherwise from the session's inputs/outputs (symbolic dims become unknown).
+    """
+
+    name = "onnx"
+    FILE = "model.onnx"
+
+    def __init__(self, version_dir: Path, options: RuntimeOptions | None = None) -> None:
+        super().__init__(version_dir, options)
+        self._session = None
+        self._signature: Signature | None = None
+
+    @classmethod
+    def can_serve(cls, version_dir: Path) -> bool:
+        return (Path(version_dir) / cls.FILE).is_file() and importlib.util.find_spec("onnxruntime") is not None
+
+    def load(self) -> None:
+        try:
+            import onnxruntime as ort
+
+            so = ort.SessionOptions()
+            so.intra_op_num_threads = self.options.intra_op_threads
+            so.inter_op_num_threads = self.options.inter_op_threads
+            providers = ["CPUExecutionProvider"]
+            if self.options.use_gpu and "CUDAExecutionProvider" in ort.get_available_providers():
+                providers.insert(0, "CUDAExecutionProvider")
+            self._session = ort.InferenceSession(str(self.version_dir / self.FILE), so, providers=providers)
+        except Exception as err:
+            raise RuntimeLoadError(f"cannot load {self.version_dir / self.FILE}: {err}") from err
+        self._signature = self._contract()
+        self.ready = True
+
+    def _contract(self) -> Signature:
+        own = Signature(
+            name="serving_default",
+            inputs={i.name: _spec(i) for i in self._session.get_inputs()},
+            outputs={o.name: _spec(o) for o in self._session.get_outputs()},
+        )
+        if (self.version_dir / "saved_model.pb").is_file():
+            declared = read_saved_model_signatures(self.version_dir).get("serving_default")
+            if declared and set(declared.inputs) == set(own.inputs) and set(declared.outputs) == set(own.outputs):
+                return declared
+        return own
+
+    def predict(self, inputs: Mapping[str, np.ndarray], signature_name: str = "serving_default",
+                *, deadline: float | None = None) -> dict[str, np.ndarray]:
+        names = list(self._signature.outputs)
+        values = self._session.run(names, dict(inputs))
+        return dict(zip(names, values))
+
+    def metadata(self) -> dict[str, Signature]:
+        return {"serving_default": self._signature} if self._signature else {}
+
+    def unload(self) -> None:
+        self._session = None
+        super().unload()
+
+
+def _spec(node) -> TensorSpec:
+    shape = None if node.shape is None else tuple(d if isinstance(d, int) and d >= 0 else None for d in node.shape)
+    return TensorSpec(dtype=_ORT_TYPES.get(node.type, node.type), shape=shape, tensor_name=node.name)

@@ -1,0 +1,59 @@
+"""`saved_model` backend: `tf.saved_model.load` and call the signature's concrete function."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from serving.contract import Signature
+from serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions
+from serving.signature_defs import read_saved_model_signatures
+
+
+class SavedModelRuntime(Runtime):
+    """Serves `saved_model.pb` + `variables/` with TensorFlow (imported only in `load()`).
+
+    Metadata is read from `saved_model.pb` itself, exactly what TF Serving reports.
+    """
+
+    name = "saved_model"
+
+    def __init__(self, version_dir: Path, options: RuntimeOptions | None = None) -> None:
+        super().__init__(version_dir, options)
+        self._loaded = None
+        self._functions: dict = {}
+        self._signatures: dict[str, Signature] = {}
+
+    @classmethod
+    def can_serve(cls, version_dir: Path) -> bool:
+        return (Path(version_dir) / "saved_model.pb").is_file() and importlib.util.find_spec("tensorflow") is not None
+
+    def load(self) -> None:
+        try:
+            import tensorflow as tf
+
+            self._signatures = read_saved_model_signatures(self.version_dir)
+            self._loaded = tf.saved_model.load(str(self.version_dir))
+        except Exception as err:
+            raise RuntimeLoadError(f"cannot load SavedModel {self.version_dir}: {err}") from err
+        self._functions = dict(self._loaded.signatures)
+        self.ready = True
+
+    def predict(self, inputs: Mapping[str, np.ndarray], signature_name: str = "serving_default",
+                *, deadline: float | None = None) -> dict[str, np.ndarray]:
+        import tensorflow as tf
+
+        fn = self._functions[signature_name]
+        outputs = fn(**{k: tf.constant(v) for k, v in inputs.items()})
+        return {k: v.numpy() for k, v in outputs.items()}
+
+    def metadata(self) -> dict[str, Signature]:
+        return dict(self._signatures)
+
+    def unload(self) -> None:
+        self._functions = {}
+        self._loaded = None
+        super().unload()

@@ -1,0 +1,90 @@
+"""`tflite` backend: `ai_edge_litert.interpreter.Interpreter` signature runners (never tf.lite)."""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from serving.contract import Signature, TensorSpec
+from serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions
+from serving.signature_defs import read_saved_model_signatures
+from serving.tensors import dtype_name
+
+
+class TfliteRuntime(Runtime):
+    """Serves `model.tflite` (or `options.tflite_file`) through its signature runners.
+
+    Each call resizes the inputs to the request's batch (the runner reallocates tensors), under a
+    lock because one LiteRT interpreter is not thread-safe. Contract: `saved_model.pb`'s SignatureDefs
+    for the signatures the file holds when present, else the runner's `shape_signature`s.
+    """
+
+    name = "tflite"
+
+    def __init__(self, version_dir: Path, options: RuntimeOptions | None = None) -> None:
+        super().__init__(version_dir, options)
+        self._interpreter = None
+        self._runners: dict = {}
+        self._signatures: dict[str, Signature] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def path(self) -> Path:
+        """The `.tflite` file served."""
+        return self.version_dir / self.options.tflite_file
+
+    @classmethod
+    def can_serve(cls, version_dir: Path) -> bool:
+        return (Path(version_dir) / "model.tflite").is_file() and importlib.util.find_spec("ai_edge_litert") is not None
+
+    def load(self) -> None:
+        try:
+            from ai_edge_litert.interpreter import Interpreter
+
+            threads = self.options.intra_op_threads or None
+            self._interpreter = Interpreter(model_path=str(self.path), num_threads=threads)
+            self._runners = {k: self._interpreter.get_signature_runner(k)
+                             for k in self._interpreter.get_signature_list()}
+        except Exception as err:
+            raise RuntimeLoadError(f"cannot load {self.path}: {err}") from err
+        if not self._runners:
+            raise RuntimeLoadError(f"{self.path} has no signature runners; convert with signature_keys")
+        self._signatures = self._contract()
+        self.ready = True
+
+    def _contract(self) -> dict[str, Signature]:
+        declared = {}
+        if (self.version_dir / "saved_model.pb").is_file():
+            declared = read_saved_model_signatures(self.version_dir)
+        out = {}
+        for key, runner in self._runners.items():
+            own = Signature(name=key, inputs=_specs(runner.get_input_details()),
+                            outputs=_specs(runner.get_output_details()))
+            match = declared.get(key)
+            ok = match and set(match.inputs) == set(own.inputs) and set(match.outputs) == set(own.outputs)
+            out[key] = match if ok else own
+        return out
+
+    def predict(self, inputs: Mapping[str, np.ndarray], signature_name: str = "serving_default",
+                *, deadline: float | None = None) -> dict[str, np.ndarray]:
+        with self._lock:
+            outputs = self._runners[signature_name](**inputs)
+            return {k: np.array(v, copy=True) for k, v in outputs.items()}
+
+    def metadata(self) -> dict[str, Signature]:
+        return dict(self._signatures)
+
+    def unload(self) -> None:
+        self._runners = {}
+        self._interpreter = None
+        super().unload()
+
+
+def _specs(details: dict) -> dict[str, TensorSpec]:
+    return {k: TensorSpec(dtype=dtype_name(d["dtype"]),
+                          shape=tuple(None if s < 0 else int(s) for s in d["shape_signature"]),
+                          tensor_name=d["name"]) for k, d in details.items()}

@@ -1,0 +1,162 @@
+"""Assemble and run the server: model manager, data plane, gRPC, REST and metrics transports.
+
+Lifecycle (TF Serving-like): bind ports and write `--port-file`; load every configured model
+(health stays NOT_SERVING until then); poll the repository; on SIGTERM/SIGINT report NOT_SERVING,
+let in-flight requests finish within the grace period, unload, exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2
+
+from pipeline.errors import ConfigError
+from serving.dataplane import DataPlane
+from serving.grpc_transport import BearerTokenInterceptor, add_services
+from serving.manager import ModelManager
+from serving.metrics import Metrics
+from serving.model_config import ModelConfig, from_repository, parse_model_server_config
+from serving.runtimes import RuntimeOptions
+from serving.settings import ServerSettings
+from serving.types import ServerLimits
+
+log = logging.getLogger(__name__)
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def model_configs(settings: ServerSettings) -> list[ModelConfig]:
+    """Models to serve: `--model-config-file`, else `--repository` + `--model-name`; raises `ConfigError`."""
+    if settings.model_config_file:
+        try:
+            text = settings.model_config_file.read_text()
+        except OSError as err:
+            raise ConfigError(f"cannot read --model-config-file {settings.model_config_file}: {err}") from err
+        return parse_model_server_config(text, str(settings.model_config_file))
+    if settings.repository and settings.model_name:
+        return from_repository(settings.repository, settings.model_name)
+    raise ConfigError("give --model-config-file, or --repository and --model-name")
+
+
+def _runtime_wrapper(settings: ServerSettings, metrics: Metrics):
+    if not (settings.enable_batching or settings.batching_parameters_file):
+        return None
+    from serving.batching import Batched, BatchingParameters
+
+    params = (BatchingParameters.from_file(settings.batching_parameters_file)
+              if settings.batching_parameters_file else BatchingParameters())
+    return lambda runtime: Batched(runtime, params, metrics)
+
+
+def _credentials(settings: ServerSettings) -> grpc.ServerCredentials | None:
+    if not settings.tls_cert:
+        return None
+    if not settings.tls_key:
+        raise ConfigError("--tls-cert needs --tls-key")
+    ca = settings.tls_client_ca.read_bytes() if settings.tls_client_ca else None
+    return grpc.ssl_server_credentials([(settings.tls_key.read_bytes(), settings.tls_cert.read_bytes())],
+                                       root_certificates=ca, require_client_auth=ca is not None)
+
+
+def _write_port_file(path: Path, ports: dict[str, int | None]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(ports))
+    os.replace(tmp, path)  # atomic: readers never see a partial file
+
+
+class _Health:
+    """Per-model and overall ("") health: overall SERVING when every configured model has a version up."""
+
+    def __init__(self, configured: list[str]) -> None:
+        self.servicer = None
+        self.ok: dict[str, bool] = dict.fromkeys(configured, False)
+        self.names = lambda: list(configured)  # replaced by the manager's live list once it exists
+        self.draining = False
+
+    async def update(self, name: str, available: bool) -> None:
+        self.ok[name] = available
+        await self.servicer.set(name, SERVING if available and not self.draining else NOT_SERVING)
+        await self.overall()
+
+    async def overall(self) -> None:
+        names = self.names()
+        up = bool(names) and all(self.ok.get(n) for n in names) and not self.draining
+        await self.servicer.set("", SERVING if up else NOT_SERVING)
+
+
+async def run_server(settings: ServerSettings) -> int:
+    """Serve until SIGTERM/SIGINT; return the exit code (0 after a clean drain)."""
+    configs = model_configs(settings)
+    tokens = settings.tokens()
+    metrics = Metrics()
+    executor = ThreadPoolExecutor(settings.worker_threads, thread_name_prefix="tfship-model")
+    options = RuntimeOptions(intra_op_threads=settings.intra_op_threads, inter_op_threads=settings.inter_op_threads,
+                             tflite_file=settings.tflite_file)
+    health = _Health([c.name for c in configs])
+    manager = ModelManager(settings.backend, options, executor, _runtime_wrapper(settings, metrics), health.update)
+    limits = ServerLimits(settings.max_batch_per_request, settings.max_concurrent_requests, settings.default_deadline_s)
+    dataplane = DataPlane(manager, executor, limits, metrics)
+    health.names = manager.model_names
+
+    server = grpc.aio.server(
+        interceptors=[BearerTokenInterceptor(tokens)] if tokens else None,
+        options=[("grpc.max_receive_message_length", settings.max_message_bytes),
+                 ("grpc.max_send_message_length", settings.max_message_bytes)])
+    health.servicer = add_services(server, dataplane)
+    address = f"{settings.host}:{settings.port}"
+    credentials = _credentials(settings)
+    grpc_port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+    await server.start()
+    await health.overall()
+
+    from serving.rest import start_metrics, start_rest
+
+    rest = await start_rest(dataplane, settings, tokens) if settings.rest_port >= 0 else None
+    metrics_site = await start_metrics(metrics, settings) if settings.metrics_port >= 0 else None
+    ports = {"grpc": grpc_port, "rest": rest[1] if rest else None, "metrics": metrics_site[1] if metrics_site else None}
+    if settings.port_file:
+        _write_port_file(settings.port_file, ports)
+    log.info("listening: %s", ports)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    await manager.apply_config(configs)
+    down = [name for name in manager.model_names() if not health.ok.get(name)]
+    if down:  # TF Serving refuses to start when a configured model cannot be loaded
+        log.error("no version of model(s) %s could be loaded; see the errors above; exiting", down)
+        await server.stop(0)
+        for runner in (rest, metrics_site):
+            if runner:
+                await runner[0].cleanup()
+        executor.shutdown(wait=False, cancel_futures=True)
+        return 1
+    poll = (asyncio.create_task(manager.poll_forever(settings.file_system_poll_wait_seconds))
+            if settings.file_system_poll_wait_seconds > 0 else None)
+    await stop.wait()
+
+    log.info("draining (grace %.1fs)", settings.grace_period_s)
+    health.draining = True
+    for name in list(health.ok):
+        await health.update(name, False)
+    await health.overall()
+    if poll:
+        poll.cancel()
+    await server.stop(settings.grace_period_s)
+    for runner in (rest, metrics_site):
+        if runner:
+            await runner[0].cleanup()
+    await manager.unload_all()
+    executor.shutdown(wait=False, cancel_futures=True)
+    log.info("stopped")
+    return 0

@@ -1,0 +1,60 @@
+"""Server settings: one pydantic model, filled from the `serve` CLI flags."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from pipeline.errors import ConfigError
+
+
+
+class ServerSettings(BaseModel):
+    """Everything `python -m serving` needs. Ports: 0 = any free port; -1 = transport off (REST/metrics)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    repository: Path | None = Field(None, description="Model repository (<repository>/<model_name>/<version>/).")
+    model_name: str | None = Field(None, description="Model served from --repository.")
+    model_config_file: Path | None = Field(None, description="TF Serving ModelServerConfig text file.")
+    backend: Literal["auto", "saved_model", "onnx", "tflite"] = Field("auto", description="Runtime backend.")
+    tflite_file: str = Field("model.tflite", description="TFLite artifact served by the tflite backend.")
+    host: str = Field("127.0.0.1", description="Address every port binds to.")
+    port: int = Field(8500, ge=0, le=65535, description="gRPC port.")
+    rest_port: int = Field(8501, ge=-1, le=65535, description="REST port; -1 = off.")
+    metrics_port: int = Field(-1, ge=-1, le=65535, description="Prometheus port; -1 = off.")
+    port_file: Path | None = Field(None, description="Write bound ports here as JSON once listening.")
+    file_system_poll_wait_seconds: float = Field(1.0, ge=0, description="Repository poll interval; 0 = off.")
+    intra_op_threads: int = Field(0, ge=0, description="Threads inside one op; 0 = backend default.")
+    inter_op_threads: int = Field(0, ge=0, description="Threads across ops (ONNX Runtime); 0 = default.")
+    worker_threads: int = Field(16, ge=1, description="Threads running backend calls.")
+    enable_batching: bool = Field(False, description="Merge concurrent requests (Batched runtime).")
+    batching_parameters_file: Path | None = Field(None, description="TF Serving BatchingParameters text file.")
+    max_message_bytes: int = Field(64 << 20, ge=1024, description="Largest gRPC/REST message, bytes.")
+    max_batch_per_request: int = Field(0, ge=0, description="Largest batch per request; 0 = unlimited.")
+    max_concurrent_requests: int = Field(0, ge=0, description="Predicts at once; 0 = unlimited.")
+    default_deadline_s: float = Field(0.0, ge=0, description="Deadline when the client sets none; 0 = none.")
+    grace_period_s: float = Field(10.0, ge=0, description="SIGTERM: time in-flight requests get to finish.")
+    tls_cert: Path | None = Field(None, description="Server certificate (PEM); enables TLS.")
+    tls_key: Path | None = Field(None, description="Server private key (PEM).")
+    tls_client_ca: Path | None = Field(None, description="Client CA (PEM); enables mutual TLS.")
+    auth_token_file: Path | None = Field(None, description="File with accepted bearer tokens, one per line.")
+    auth_token_env: str | None = Field(None, description="Env var holding accepted bearer tokens, comma-separated.")
+    json_logs: bool = Field(False, description="Log one JSON object per line.")
+
+    def tokens(self) -> frozenset[str]:
+        """Accepted bearer tokens (empty: auth off)."""
+        tokens: set[str] = set()
+        if self.auth_token_file:
+            try:
+                tokens |= {t.strip() for t in self.auth_token_file.read_text().splitlines() if t.strip()}
+            except OSError as err:
+                raise ConfigError(f"cannot read --auth-token-file {self.auth_token_file}: {err}") from err
+        if self.auth_token_env:
+            tokens |= {t.strip() for t in os.environ.get(self.auth_token_env, "").split(",") if t.strip()}
+            if not tokens:
+                raise ConfigError(f"--auth-token-env {self.auth_token_env} is empty or unset")
+        return frozenset(tokens)

@@ -1,0 +1,97 @@
+"""The data plane's request and response types: what every transport converts to and from."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from serving.contract import Signature
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """Which servable a request targets (TF Serving's `ModelSpec`): version and label are exclusive.
+
+    `version` None and `label` None mean the latest (highest) available version.
+    """
+
+    name: str
+    version: int | None = None
+    label: str | None = None
+
+    def describe(self) -> str:
+        """TF Serving's wording: `Specific(name, 3)`, `Label(name, stable)` or `Latest(name)`."""
+        if self.version is not None:
+            return f"Specific({self.name}, {self.version})"
+        if self.label is not None:
+            return f"Label({self.name}, {self.label})"
+        return f"Latest({self.name})"
+
+
+@dataclass(frozen=True)
+class InferenceRequest:
+    """One Predict call. `inputs`: alias -> array (batch on dim 0); `output_filter`: aliases to return, empty = all."""
+
+    model: ModelRef
+    inputs: Mapping[str, np.ndarray]
+    signature_name: str = "serving_default"
+    output_filter: tuple[str, ...] = ()
+    deadline: float | None = None  # time.monotonic() seconds, None = no deadline
+
+
+@dataclass(frozen=True)
+class InferenceResponse:
+    """Predict result: the version that served it and alias -> array outputs."""
+
+    model_name: str
+    version: int
+    signature_name: str
+    outputs: Mapping[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class ModelMetadata:
+    """GetModelMetadata result: the served version and its signatures by name."""
+
+    model_name: str
+    version: int
+    signatures: Mapping[str, Signature]
+
+
+class VersionState(enum.Enum):
+    """TF Serving's `ModelVersionStatus.State` names (values are the proto numbers)."""
+
+    UNKNOWN = 0
+    START = 10
+    LOADING = 20
+    AVAILABLE = 30
+    UNLOADING = 40
+    END = 50
+
+
+@dataclass(frozen=True)
+class VersionStatus:
+    """GetModelStatus entry: state plus the error (gRPC code name and message) if loading failed."""
+
+    version: int
+    state: VersionState
+    error_code: str = "OK"
+    error_message: str = ""
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """Per-request limits enforced by the data plane.
+
+    Attributes:
+        max_batch_per_request: largest batch (dim 0) one Predict may carry; 0 = unlimited.
+        max_concurrent_requests: Predicts served at once before RESOURCE_EXHAUSTED; 0 = unlimited.
+        default_deadline_s: deadline applied when the client sets none, seconds; 0 = none.
+    """
+
+    max_batch_per_request: int = 0
+    max_concurrent_requests: int = 0
+    default_deadline_s: float = 0.0

@@ -73,7 +73,11 @@ class ValidateSection(_Section):
 
     atol: float = Field(1e-5, ge=0.0, description="Absolute tolerance for float32 artifacts.")
     rtol: float = Field(1e-5, ge=0.0, description="Relative tolerance for float32 artifacts.")
-    max_accuracy_drop_points: float = Field(0.5, ge=0.0, description="Allowed accuracy loss, percentage points.")
+    max_accuracy_drop_points: float = Field(0.5, ge=0.0,
+                                            description="Allowed accuracy loss of float artifacts, percentage points.")
+    float16_tolerance: float = Field(1e-2, gt=0.0, description="atol and rtol for float16 TFLite (scaled to range).")
+    quantized_max_accuracy_drop_points: float = Field(
+        1.0, ge=0.0, description="Allowed accuracy loss of dynamic-range and int8 artifacts, percentage points.")
     batch_sizes: tuple[int, ...] = Field((1, 7, 64), min_length=1, description="Batch sizes each artifact is run at.")
 
     @field_validator("batch_sizes")

@@ -1,0 +1,92 @@
+"""The `tfship` command: `run`, the stages alone (`train`, `export`, `convert`, `validate`,
+`publish`), `serve`, `query`, `inspect` and `deploy`.
+
+Process-wide TensorFlow settings (log level) are set here, in the entry point, before any stage
+imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from pipeline.errors import TfshipError
+
+
+def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, help="pipeline TOML (default: the bundled configs/digits.toml)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override a config field, e.g. --set train.epochs=3 (repeatable)")
+    parser.add_argument("--epochs", type=int, help="shortcut for --set train.epochs=N")
+    parser.add_argument("--repository", type=Path, help="model repository (overrides publish.repository)")
+    parser.add_argument("--runs-dir", type=Path, help="runs folder (overrides run.runs_dir)")
+
+
+def _add_run_folder_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--run", type=Path, help="run folder (default: the latest under run.runs_dir)")
+
+
+def config_from_args(args: argparse.Namespace):
+    """The validated config from `--config`, `--set` and the shortcut flags (raises ConfigError)."""
+    from pipeline.config import load_config, parse_override
+
+    overrides = dict(parse_override(text) for text in args.overrides)
+    if args.epochs is not None:
+        overrides["train.epochs"] = args.epochs
+    if args.repository is not None:
+        overrides["publish.repository"] = str(args.repository)
+    if args.runs_dir is not None:
+        overrides["run.runs_dir"] = str(args.runs_dir)
+    return load_config(args.config, overrides)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand registered."""
+    from pipeline import commands, deploy
+    from serving import cli as serving_cli
+
+    parser = argparse.ArgumentParser(prog="tfship", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="train, export, convert, validate, serve-check and publish")
+    _add_config_arguments(run)
+    run.set_defaults(func=commands.cmd_run)
+    for name, text in (("train", "train the model into a new run folder"),
+                       ("export", "export + audit the run's SavedModel"),
+                       ("convert", "convert the run's SavedModel to ONNX and TFLite"),
+                       ("validate", "parity gate: every artifact against the SavedModel"),
+                       ("publish", "serve-check the run's artifacts, then publish them")):
+        stage = sub.add_parser(name, help=text)
+        _add_config_arguments(stage)
+        if name != "train":
+            _add_run_folder_argument(stage)
+        stage.set_defaults(func=getattr(commands, f"cmd_{name}"))
+    inspect = sub.add_parser("inspect", help="print the signatures of a SavedModel, .tflite or .onnx")
+    inspect.add_argument("path", type=Path)
+    inspect.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    inspect.set_defaults(func=commands.cmd_inspect)
+    serving_cli.register(sub)
+    deploy.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `tfship` console script; returns the exit code (2 for tfship errors)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except TfshipError as err:
+        from rich.console import Console
+
+        Console(stderr=True).print(f"[bold red]tfship {args.command}: {type(err).__name__}[/bold red]: {err}",
+                                   highlight=False, markup=True)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

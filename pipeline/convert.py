@@ -1,0 +1,96 @@
+"""Convert stage: ONNX (tf2onnx) and the TFLite variants, each checked, none blocking the others.
+
+ONNX and TFLite float32 are required: if either cannot be produced the stage fails. The other
+TFLite variants (float16, dynamic_range, int8) are produced when they can be; a refused or crashed
+variant is reported with its reason and left out of the version.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.config import ConvertSection
+from pipeline.errors import ConversionError, TfshipError
+from pipeline.onnx_convert import convert_to_onnx
+from pipeline.runners import Artifact
+from signatures.contract import SignatureContract
+
+REQUIRED_TFLITE_MODE = "float32"
+
+
+def tflite_filename(mode: str) -> str:
+    """`model.tflite` for float32 (the file servers pick by default), `model_<mode>.tflite` otherwise."""
+    return "model.tflite" if mode == REQUIRED_TFLITE_MODE else f"model_{mode}.tflite"
+
+
+@dataclass(frozen=True)
+class VariantOutcome:
+    """One conversion's outcome: status `produced`, `refused` or `crashed`, with the reason."""
+
+    name: str
+    status: str
+    reason: str = ""
+    path: str = ""
+    size_bytes: int = 0
+    seconds: float = 0.0
+    reproduce_command: str = ""
+
+
+@dataclass(frozen=True)
+class ConvertResult:
+    """Artifacts produced (ready for the parity gate) and every variant's outcome."""
+
+    artifacts: tuple[Artifact, ...]
+    outcomes: tuple[VariantOutcome, ...] = field(default_factory=tuple)
+
+    def to_json(self) -> list[dict[str, Any]]:
+        """Outcomes as JSON rows."""
+        return [o.__dict__ for o in self.outcomes]
+
+
+def convert_artifacts(version_dir: Path, contract: SignatureContract, settings: ConvertSection,
+                      calibration_inputs: dict[str, np.ndarray], sample: dict[str, np.ndarray]) -> ConvertResult:
+    """Write `model.onnx` and the configured `model*.tflite` files next to the SavedModel.
+
+    Args:
+        version_dir: folder holding the exported SavedModel; artifacts are written beside it.
+        calibration_inputs: {input name: [N, ...]} drawn from the training split (int8's
+            `representative_dataset`).
+        sample: one real input batch used to run each artifact once before it counts.
+
+    Raises:
+        ConversionError: ONNX or TFLite float32 could not be produced (the others are only reported).
+    """
+    from tflite.convert import convert_tflite
+    from tflite.modes import TfliteMode, TfliteOptions
+
+    artifacts: list[Artifact] = []
+    outcomes: list[VariantOutcome] = []
+    onnx_path = version_dir / "model.onnx"
+    try:
+        result = convert_to_onnx(version_dir, onnx_path, contract, settings.onnx_opset, sample,
+                                 settings.timeout_seconds)
+        artifacts.append(Artifact("onnx", "onnx", "float32", onnx_path))
+        outcomes.append(VariantOutcome("onnx", "produced", "", str(onnx_path), result.size_bytes,
+                                       round(result.seconds, 2), result.reproduce_command))
+    except TfshipError as err:
+        outcomes.append(VariantOutcome("onnx", "refused", str(err)))
+    for mode in settings.tflite_modes:
+        options = TfliteOptions(mode=TfliteMode(mode), representative_samples=settings.representative_samples)
+        path = version_dir / tflite_filename(mode)
+        result = convert_tflite(version_dir, path, options, calibration_inputs, settings.timeout_seconds)
+        outcomes.append(VariantOutcome(f"tflite_{mode}", result.status, result.reason,
+                                       str(result.path or ""), result.size_bytes, round(result.seconds, 2),
+                                       result.reproduce_command))
+        if result.status == "produced":
+            artifacts.append(Artifact(f"tflite_{mode}", "tflite", mode, path))
+    produced = {o.name for o in outcomes if o.status == "produced"}
+    missing = [name for name in ("onnx", f"tflite_{REQUIRED_TFLITE_MODE}") if name not in produced]
+    if missing:
+        reasons = "; ".join(f"{o.name}: {o.status}: {o.reason}" for o in outcomes if o.name in missing)
+        raise ConversionError(f"convert: required artifacts not produced: {reasons}")
+    return ConvertResult(tuple(artifacts), tuple(outcomes))

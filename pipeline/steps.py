@@ -1,0 +1,170 @@
+"""The pipeline's stages as functions of (config, run folder, data): each reads what the stage
+before it wrote into the run folder, so every stage also runs alone from the CLI.
+
+Run folder contents: `model.keras` (train), `artifacts/` (a complete TF Serving version folder:
+SavedModel at its root, `model.onnx`, `model*.tflite`, written by export and convert), and one
+JSON file per stage (`train.json`, `audit.json`, `convert.json`, `parity.json`, `serve_check.json`).
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.config import PipelineConfig
+from pipeline.convert import ConvertResult, convert_artifacts, tflite_filename
+from pipeline.data import DatasetSplits
+from pipeline.errors import StageError
+from pipeline.publish import (PublishResult, git_commit, library_versions, publish_version, write_golden_set,
+                              write_warmup_requests)
+from pipeline.runners import Artifact
+from pipeline.serve_check import ServeCheckResult, serve_check
+from pipeline.stages import RunFolder
+from pipeline.train import TrainInputs, TrainResult, train_model
+from pipeline.validate import ParityReport, raise_if_failed, validate_artifacts
+from signatures.audit import AuditReport, audit_saved_model
+from signatures.audit import raise_if_failed as raise_if_audit_failed
+from signatures.contract import SignatureContract, classifier_contract
+from signatures.export import build_classifier_module, export_saved_model, read_signature_contracts
+
+GOLDEN_SAMPLES = 64
+
+
+@dataclass(frozen=True)
+class ExportOutcome:
+    """The exported SavedModel's contract and its audit."""
+
+    contract: SignatureContract
+    audit: AuditReport
+
+
+def _test_inputs(contract: SignatureContract, splits: DatasetSplits) -> dict[str, np.ndarray]:
+    (image,) = contract.inputs
+    return {image.name: splits.test.images}
+
+
+def train_step_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits, progress=None) -> TrainResult:
+    """Train, save `model.keras` and `train.json`; fail below 0 accuracy only on NaN (see train_model)."""
+    result = train_model(TrainInputs(config, splits, run.checkpoints), progress)
+    result.model.save(run.root / "model.keras")
+    run.write_json("train.json", result.summary() | {"history": [h.__dict__ for h in result.history]})
+    return result
+
+
+def export_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits, model=None) -> ExportOutcome:
+    """Export the trained model's `serving_default` SavedModel into `artifacts/`, then audit it.
+
+    Raises:
+        ContractError: the written signature differs from the contract.
+        AuditError: the SavedModel holds gradient, optimizer or training-only ops or variables.
+    """
+    import keras
+
+    if model is None:
+        model_path = run.root / "model.keras"
+        if not model_path.is_file():
+            raise StageError(f"export: {model_path} does not exist; run the train stage first")
+        model = keras.models.load_model(model_path)
+    contract = classifier_contract(model.inputs[0].name, tuple(splits.train.images.shape[1:]),
+                                   len(splits.class_names))
+    export_saved_model(build_classifier_module(model, contract), contract, run.artifacts)
+    audit = audit_saved_model(run.artifacts, expected_variables=[w.path for w in model.weights])
+    run.write_json("audit.json", audit.to_json())
+    raise_if_audit_failed(audit)
+    return ExportOutcome(contract, audit)
+
+
+def read_contract(run: RunFolder) -> SignatureContract:
+    """The `serving_default` contract of the run's exported SavedModel."""
+    if not (run.artifacts / "saved_model.pb").is_file():
+        raise StageError(f"{run.artifacts}/saved_model.pb does not exist; run the export stage first")
+    return read_signature_contracts(run.artifacts)["serving_default"]
+
+
+def convert_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits) -> ConvertResult:
+    """Convert the run's SavedModel to ONNX and the configured TFLite variants (see pipeline.convert)."""
+    contract = read_contract(run)
+    rng = np.random.default_rng(config.run.seed)
+    pick = rng.permutation(len(splits.train))[: config.convert.representative_samples]
+    (image,) = contract.inputs
+    calibration = {image.name: splits.train.images[pick]}
+    sample = {image.name: splits.test.images[:8]}
+    result = convert_artifacts(run.artifacts, contract, config.convert, calibration, sample)
+    run.write_json("convert.json", result.to_json())
+    return result
+
+
+def present_artifacts(run: RunFolder) -> tuple[Artifact, list[Artifact]]:
+    """The SavedModel (reference) and every ONNX / TFLite file present in `artifacts/`."""
+    reference = Artifact("saved_model", "saved_model", "float32", run.artifacts)
+    candidates = []
+    if (run.artifacts / "model.onnx").is_file():
+        candidates.append(Artifact("onnx", "onnx", "float32", run.artifacts / "model.onnx"))
+    for mode in ("float32", "float16", "dynamic_range", "int8"):
+        path = run.artifacts / tflite_filename(mode)
+        if path.is_file():
+            candidates.append(Artifact(f"tflite_{mode}", "tflite", mode, path))
+    return reference, candidates
+
+
+def validate_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits) -> ParityReport:
+    """Run the held-out test split through every artifact; `parity.json`; fail on any miss."""
+    contract = read_contract(run)
+    reference, candidates = present_artifacts(run)
+    report = validate_artifacts(reference, candidates, contract, _test_inputs(contract, splits), splits.test.labels,
+                                config.parity)
+    run.write_json("parity.json", report.to_json())
+    return raise_if_failed(report)
+
+
+def _golden(run: RunFolder, contract: SignatureContract, splits: DatasetSplits):
+    from pipeline.runners import saved_model_runner
+
+    inputs = {k: v[:GOLDEN_SAMPLES] for k, v in _test_inputs(contract, splits).items()}
+    return inputs, saved_model_runner(run.artifacts)(inputs)
+
+
+def serve_check_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits) -> ServeCheckResult:
+    """Stage the version in a private repository, write warm-up and golden files, serve-check it."""
+    contract = read_contract(run)
+    inputs, expected = _golden(run, contract, splits)
+    write_warmup_requests(run.artifacts, config.run.model_name, contract.name, inputs)
+    write_golden_set(run.artifacts, inputs, expected)
+    candidate = run.candidate_repository / config.run.model_name / "1"
+    if candidate.parent.exists():
+        shutil.rmtree(candidate.parent)
+    shutil.copytree(run.artifacts, candidate, ignore=shutil.ignore_patterns("*.reproduce.sh", "*.representative.npz"))
+    result = serve_check(run.candidate_repository, config.run.model_name, 1, inputs, expected,
+                         atol=config.parity.atol)
+    run.write_json("serve_check.json", result.to_json())
+    return result
+
+
+def publish_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits, repository: Path,
+                  metrics: dict) -> PublishResult:
+    """Publish the blessed candidate (parity passed, serve-check passed) with its manifest."""
+    import json
+
+    for required in ("parity.json", "serve_check.json", "audit.json"):
+        path = run.root / required
+        if not path.is_file() or not json.loads(path.read_text())["passed"]:
+            raise StageError(f"publish: {path} is missing or did not pass; nothing was published")
+    contract = read_contract(run)
+    manifest = {
+        "run": str(run.root),
+        "git_commit": git_commit(Path(__file__).parent),
+        "signature_def": {contract.name: contract.to_json()},
+        "class_names": list(splits.class_names),
+        "data": splits.summary(),
+        "metrics": metrics,
+        "parity": json.loads((run.root / "parity.json").read_text()),
+        "audit": json.loads((run.root / "audit.json").read_text()),
+        "serve_check": json.loads((run.root / "serve_check.json").read_text()),
+        "conversions": json.loads((run.root / "convert.json").read_text()),
+        "libraries": library_versions(),
+    }
+    candidate = run.candidate_repository / config.run.model_name / "1"
+    return publish_version(candidate, repository, config.run.model_name, manifest)

@@ -1,0 +1,196 @@
+"""Backward-node audit: prove a SavedModel holds an inference graph and model weights only.
+
+The audit parses `saved_model.pb` (no TensorFlow session is needed to read it) and walks the
+top-level graph and every function in its library, following function-call attributes
+(`PartitionedCall`, `StatefulPartitionedCall`, `If`, `While`, ...) from each serving signature.
+
+It fails on:
+* gradient and backprop ops anywhere (`*Grad`, `*GradV2`, `SymbolicGradient`, `*Backprop*`),
+  registered gradient functions, and calls into gradient functions (`__backward_*`, `gradients`);
+* optimizer ops anywhere (`Apply*`, `ResourceApply*`, `ResourceSparseApply*`, `SparseApply*`);
+* variable writes (`AssignVariableOp`, `AssignAddVariableOp`, `AssignSubVariableOp`, scatter
+  updates) outside the checkpoint restore functions and the top-level variable initializers that
+  every TF2 SavedModel carries for TF1-style loaders such as TensorFlow Serving;
+* random ops and batch normalisation in training mode inside the serving functions;
+* saved variables that are not model weights (optimizer slots, step counters, seed states).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from pipeline.errors import AuditError
+
+GRADIENT_OP = re.compile(r"(Grad|GradV2|GradGrad)$|^SymbolicGradient$|Backprop")
+OPTIMIZER_OP = re.compile(r"^(Resource)?(Sparse)?Apply[A-Z]")
+ASSIGN_OP = re.compile(r"^(AssignVariableOp|AssignAddVariableOp|AssignSubVariableOp|Assign|AssignAdd|AssignSub"
+                       r"|ResourceScatter\w+|ScatterNd\w*Update|ResourceStridedSliceAssign)$")
+RANDOM_OP = re.compile(r"^(RandomUniform|RandomUniformInt|RandomStandardNormal|TruncatedNormal|RandomShuffle"
+                       r"|Multinomial|RandomGamma|RandomPoisson\w*|Stateless\w*Random\w*|StatelessTruncatedNormal\w*"
+                       r"|RngReadAndSkip|RngSkip|StatefulUniform\w*|StatefulStandardNormal\w*"
+                       r"|StatefulTruncatedNormal|StatefulRandomBinomial|Dropout)$")
+GRADIENT_FUNCTION = re.compile(r"(^|_)__backward_|gradients?[_/]|_grad_", re.IGNORECASE)
+NON_WEIGHT_VARIABLE = re.compile(r"(^|/)(iteration|iterations|learning_rate|step|global_step|counter|seed_generator"
+                                 r"\w*|optimizer\w*|momentum|velocity|m|v|loss_scale\w*)(/|$|:)",
+                                 re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    """What the audit saw. `violations` empty means the SavedModel passed.
+
+    op_histogram: op type -> count over the functions the serving signatures reach.
+    variables: one dict per saved variable: name, dtype (enum number), shape, trainable.
+    """
+
+    saved_model_dir: str
+    signatures: tuple[str, ...]
+    serving_functions: tuple[str, ...]
+    op_histogram: dict[str, int]
+    variables: tuple[dict[str, Any], ...]
+    violations: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def passed(self) -> bool:
+        return not self.violations
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form for the manifest."""
+        return {"passed": self.passed, "signatures": list(self.signatures),
+                "serving_functions": list(self.serving_functions), "op_histogram": self.op_histogram,
+                "variables": list(self.variables), "violations": list(self.violations)}
+
+
+def _called_functions(node) -> Iterable[str]:
+    for value in node.attr.values():
+        if value.HasField("func"):
+            yield value.func.name
+        for func in value.list.func:
+            yield func.name
+
+
+def _reachable(start_nodes, library: dict) -> list[str]:
+    seen: list[str] = []
+    stack = [name for node in start_nodes for name in _called_functions(node)]
+    while stack:
+        name = stack.pop()
+        if name in seen or name not in library:
+            continue
+        seen.append(name)
+        stack.extend(called for node in library[name].node_def for called in _called_functions(node))
+    return seen
+
+
+def _tensor_node(tensor_name: str) -> str:
+    return tensor_name.split(":")[0].lstrip("^")
+
+
+def _load_meta_graph(saved_model_dir: Path):
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    path = Path(saved_model_dir) / "saved_model.pb"
+    proto = saved_model_pb2.SavedModel()
+    try:
+        proto.ParseFromString(path.read_bytes())
+    except Exception as err:  # noqa: BLE001 - OSError or protobuf DecodeError
+        raise AuditError(f"{path}: cannot read SavedModel: {err}") from err
+    for graph in proto.meta_graphs:
+        if "serve" in graph.meta_info_def.tags:
+            return graph
+    raise AuditError(f"{path}: no meta-graph tagged 'serve'")
+
+
+def _check_nodes(where: str, nodes, strict_serving: bool, allow_assign: bool) -> list[str]:
+    problems = []
+    for node in nodes:
+        op = node.op
+        if GRADIENT_OP.search(op):
+            problems.append(f"{where}: gradient op {op} ('{node.name}')")
+        elif OPTIMIZER_OP.search(op):
+            problems.append(f"{where}: optimizer op {op} ('{node.name}')")
+        elif ASSIGN_OP.search(op) and not allow_assign:
+            problems.append(f"{where}: variable write {op} ('{node.name}')")
+        elif strict_serving and RANDOM_OP.search(op):
+            problems.append(f"{where}: random op {op} ('{node.name}'): an augmentation, dropout or noise "
+                            "layer is active in the serving graph")
+        elif strict_serving and op.startswith("FusedBatchNorm") and node.attr["is_training"].b:
+            problems.append(f"{where}: {op} with is_training=true ('{node.name}'): batch normalisation uses "
+                            "batch statistics at serving time")
+        for called in _called_functions(node):
+            if GRADIENT_FUNCTION.search(called):
+                problems.append(f"{where}: call into gradient function '{called}' ('{node.name}')")
+    return problems
+
+
+def audit_saved_model(saved_model_dir: Path, expected_variables: Iterable[str] | None = None) -> AuditReport:
+    """Audit a SavedModel for gradient, optimizer and training-only content.
+
+    Args:
+        saved_model_dir: folder holding `saved_model.pb`.
+        expected_variables: model weight names (Keras `variable.path`); when given, every saved
+            variable must be one of them.
+
+    Returns:
+        An `AuditReport`; call `raise_if_failed` to turn violations into an error.
+
+    Raises:
+        AuditError: when `saved_model.pb` cannot be read.
+    """
+    graph = _load_meta_graph(Path(saved_model_dir))
+    library = {f.signature.name: f for f in graph.graph_def.library.function}
+    nodes_by_name = {n.name: n for n in graph.graph_def.node}
+    signatures = sorted(k for k in graph.signature_def if not k.startswith("__"))
+    serving_roots = [nodes_by_name[_tensor_node(info.name)] for key in signatures
+                     for info in graph.signature_def[key].outputs.values()
+                     if _tensor_node(info.name) in nodes_by_name]
+    serving = _reachable(serving_roots, library)
+    saver_nodes = [nodes_by_name[_tensor_node(name)] for name in
+                   (graph.saver_def.restore_op_name, graph.saver_def.save_tensor_name)
+                   if name and _tensor_node(name) in nodes_by_name]
+    saver = set(_reachable(saver_nodes, library)) - set(serving)
+
+    violations = [f"library: gradient function registered for '{g.function_name}' -> '{g.gradient_func}'"
+                  for g in graph.graph_def.library.gradient]
+    top_level = [n for n in graph.graph_def.node
+                 if not (n.op == "AssignVariableOp" and n.name.endswith("/Assign")
+                         and n.input and nodes_by_name.get(_tensor_node(n.input[0]), n).op == "VarHandleOp")]
+    violations += _check_nodes("graph", top_level, strict_serving=False, allow_assign=False)
+    histogram: Counter[str] = Counter()
+    for name, function in library.items():
+        if name in serving:
+            histogram.update(node.op for node in function.node_def)
+        violations += _check_nodes(f"function {name}", function.node_def, strict_serving=name in serving,
+                                   allow_assign=name in saver)
+    variables = tuple(
+        {"name": n.variable.name, "dtype": int(n.variable.dtype),
+         "shape": [d.size for d in n.variable.shape.dim], "trainable": bool(n.variable.trainable)}
+        for n in graph.object_graph_def.nodes if n.WhichOneof("kind") == "variable")
+    expected = set(expected_variables) if expected_variables is not None else None
+    for variable in variables:
+        name = variable["name"]
+        if expected is not None and name not in expected:
+            violations.append(f"variable '{name}' is not a model weight")
+        elif expected is None and NON_WEIGHT_VARIABLE.search(name):
+            violations.append(f"variable '{name}' looks like optimizer or training state")
+    if not serving:
+        violations.append(f"no function is reachable from the serving signatures {signatures}")
+    return AuditReport(str(saved_model_dir), tuple(signatures), tuple(serving), dict(sorted(histogram.items())),
+                       variables, tuple(dict.fromkeys(violations)))
+
+
+def raise_if_failed(report: AuditReport) -> AuditReport:
+    """Return the report unchanged when it passed.
+
+    Raises:
+        AuditError: listing every violation (at most 20 shown, with the total count).
+    """
+    if report.passed:
+        return report
+    shown = "; ".join(report.violations[:20])
+    more = f" (+{len(report.violations) - 20} more)" if len(report.violations) > 20 else ""
+    raise AuditError(f"audit of {report.saved_model_dir} failed: {len(report.violations)} violation(s): "
+                     f"{shown}{more}")

@@ -1,0 +1,120 @@
+"""Export stage: a forward-only `tf.Module` with fixed `input_signature`s, saved as a SavedModel.
+
+The module tracks only the model's weights (no optimizer, no step counter) and its serving
+function calls the model with `training=False`. The function is traced without `jit_compile`, so
+the SavedModel runs on servers with XLA off (TensorFlow Serving's default).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.errors import ContractError
+from signatures.contract import SignatureContract, TensorContract, compare_contracts
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """Where the SavedModel was written and the contract read back from its `signature_def`."""
+
+    saved_model_dir: Path
+    contract: SignatureContract
+
+
+def _tf_dtype_name(dtype) -> str:
+    return "string" if dtype.name == "string" else dtype.name
+
+
+def build_classifier_module(model, contract: SignatureContract):
+    """Wrap a Keras classifier returning logits [B, C] into a `tf.Module` with a serving function.
+
+    The function maps the contract's single input to `{"logits", "probabilities", "class_id"}`:
+    float32 [B, C], float32 [B, C] (softmax) and int64 [B] (argmax).
+    """
+    import tensorflow as tf
+
+    (image,) = contract.inputs
+    spec = tf.TensorSpec([None if d is None else d for d in image.shape], tf.as_dtype(image.dtype), name=image.name)
+
+    def serve(tensor):
+        logits = tf.cast(model(tensor, training=False), tf.float32)
+        return {
+            "logits": tf.identity(logits, name="logits"),
+            "probabilities": tf.nn.softmax(logits, axis=-1, name="probabilities"),
+            "class_id": tf.argmax(logits, axis=-1, output_type=tf.int64, name="class_id"),
+        }
+
+    module = tf.Module(name="serving")
+    # Track the backing tf.Variables, not Keras' wrappers: saving a Keras 3 variable wrapper adds a
+    # top-level initializer that assigns it, and the TFLite converter then refuses to freeze it
+    # (it writes an artifact that reads uninitialised variables and returns NaN).
+    module.model_weights = [getattr(weight, "value", weight) for weight in model.weights]
+    module.serving_default = tf.function(serve, input_signature=[spec], jit_compile=False, autograph=False)
+    return module
+
+
+def read_signature_contracts(saved_model_dir: Path) -> dict[str, SignatureContract]:
+    """Read every `signature_def` of a SavedModel's serving meta-graph into contracts (no TF load).
+
+    TensorFlow's internal `__saved_model_init_op` entry is not a serving signature and is skipped.
+
+    Raises:
+        ContractError: when the directory holds no readable `saved_model.pb` with a `serve` tag.
+    """
+    from tensorflow.core.protobuf import saved_model_pb2
+    import tensorflow as tf
+
+    path = Path(saved_model_dir) / "saved_model.pb"
+    proto = saved_model_pb2.SavedModel()
+    try:
+        proto.ParseFromString(path.read_bytes())
+    except (OSError, Exception) as err:  # noqa: BLE001 - protobuf raises its own DecodeError
+        raise ContractError(f"{path}: cannot read SavedModel: {err}") from err
+    graphs = [g for g in proto.meta_graphs if "serve" in g.meta_info_def.tags]
+    if not graphs:
+        raise ContractError(f"{path}: no meta-graph tagged 'serve'")
+
+    def tensors(mapping) -> tuple[TensorContract, ...]:
+        out = []
+        for key, info in mapping.items():
+            dims = () if info.tensor_shape.unknown_rank else tuple(
+                None if d.size < 0 else d.size for d in info.tensor_shape.dim)
+            out.append(TensorContract(key, _tf_dtype_name(tf.as_dtype(info.dtype)), dims))
+        return tuple(out)
+
+    return {name: SignatureContract(name, tensors(sig.inputs), tensors(sig.outputs))
+            for name, sig in graphs[0].signature_def.items() if not name.startswith("__")}
+
+
+def export_saved_model(module, contract: SignatureContract, export_dir: Path) -> ExportResult:
+    """Save `module` (from `build_classifier_module`) to `export_dir` and prove its signature.
+
+    Written into a temporary sibling folder and renamed into place, so a failed export leaves no
+    partial directory. The written `signature_def` is read back and compared with `contract`.
+
+    Raises:
+        ContractError: the written signature's keys, dtypes or ranks differ from the contract.
+    """
+    import tensorflow as tf
+
+    export_dir = Path(export_dir)
+    export_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = export_dir.with_name(f".{export_dir.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        tf.saved_model.save(module, str(staging), signatures={contract.name: module.serving_default},
+                            options=tf.saved_model.SaveOptions(save_debug_info=False))
+        written = read_signature_contracts(staging)
+        if contract.name not in written:
+            raise ContractError(f"{staging}: signature '{contract.name}' missing; has {sorted(written)}")
+        compare_contracts(contract, written[contract.name], f"{export_dir}/saved_model.pb")
+        if export_dir.exists():
+            shutil.rmtree(export_dir)
+        os.replace(staging, export_dir)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return ExportResult(export_dir, contract)

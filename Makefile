@@ -50,3 +50,64 @@ lint: setup
 
 clean:
 	rm -rf runs models .pytest_cache
+
+# ---------------------------------------------------------------- containers (deploy/README.md)
+# Docker targets drive the engine through `python -m pipeline.deploy` (= `tfship deploy`). Where no
+# engine answers, deploy/docker/ensure-dockerd.sh starts one (root only) and records it;
+# docker-test stops what it started. BASE_IMAGE empty: the official python slim image when present
+# or pullable, else tfship/base:bookworm (made by docker-base from the Debian mirror apt uses).
+DEPLOY := $(PY) -m pipeline.deploy
+BASE_IMAGE ?=
+OFFICIAL_BASE_IMAGE := python:3.11-slim-bookworm
+METRICS_PORT ?= 9090
+DOCKER_BUILD_ARGS = $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE))
+
+.PHONY: docker-engine docker-engine-stop docker-base docker-cloud docker-edge docker-run-edge \
+	docker-stop-edge docker-run-cloud docker-stop-cloud docker-test docker-lint
+
+docker-engine:
+	deploy/docker/ensure-dockerd.sh
+
+docker-engine-stop:
+	deploy/docker/stop-dockerd.sh
+
+docker-base: docker-engine
+	@if [ -n "$(BASE_IMAGE)" ]; then echo "BASE_IMAGE=$(BASE_IMAGE) given"; \
+	elif docker image inspect $(OFFICIAL_BASE_IMAGE) >/dev/null 2>&1 || docker pull -q $(OFFICIAL_BASE_IMAGE) >/dev/null 2>&1; then \
+	  echo "using $(OFFICIAL_BASE_IMAGE)"; \
+	else echo "cannot pull $(OFFICIAL_BASE_IMAGE): building a local stand-in"; deploy/docker/build-base-image.sh; fi
+
+docker-cloud: setup docker-base
+	$(DEPLOY) build --target cloud $(DOCKER_BUILD_ARGS)
+
+docker-edge: setup docker-base
+	$(DEPLOY) build --target edge $(DOCKER_BUILD_ARGS)
+
+docker-run-edge: docker-edge
+	$(DEPLOY) run --target edge --repository $(REPOSITORY) --model-name $(MODEL_NAME) \
+	  --grpc-port $(GRPC_PORT) --rest-port $(REST_PORT) --metrics-port $(METRICS_PORT)
+
+docker-stop-edge: setup
+	$(DEPLOY) stop --target edge
+
+docker-run-cloud: docker-cloud
+	$(DEPLOY) run --target cloud --repository $(REPOSITORY) --model-name $(MODEL_NAME) \
+	  --grpc-port $(GRPC_PORT) --rest-port $(REST_PORT) --metrics-port $(METRICS_PORT)
+
+docker-stop-cloud: setup
+	$(DEPLOY) stop --target cloud
+
+# Builds both images, serves the published model from each (every backend), queries, stops.
+# Not part of `make test` (marker `docker`); needs a published model (`make pipeline`).
+docker-test: setup
+	@test -d $(REPOSITORY)/$(MODEL_NAME) || $(MAKE) pipeline
+	@start=$$(date +%s); status=0; \
+	deploy/docker/ensure-dockerd.sh || exit 1; \
+	{ $(MAKE) --no-print-directory docker-base && \
+	  BASE_IMAGE="$(BASE_IMAGE)" TFSHIP_DOCKER_REPOSITORY="$(abspath $(REPOSITORY))" TFSHIP_DOCKER_MODEL_NAME=$(MODEL_NAME) \
+	  $(PY) -m pytest -q -m docker tests/deploy $(PYTEST_ARGS); } || status=$$?; \
+	deploy/docker/stop-dockerd.sh; \
+	echo "docker-test: exit $$status after $$(( $$(date +%s) - start ))s"; exit $$status
+
+docker-lint: setup
+	$(VENV)/bin/hadolint Dockerfile

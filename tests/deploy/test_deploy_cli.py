@@ -1,0 +1,113 @@
+"""`tfship deploy` argument handling, the container entry point and health check, without Docker."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline import deploy
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "deploy" / "docker" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="tfship")
+    deploy.register(parser.add_subparsers(dest="command", required=True))
+    return parser.parse_args(["deploy", *argv])
+
+
+def test_register_adds_build_run_stop() -> None:
+    assert _parse("build", "--target", "edge").func is deploy.cmd_build
+    assert _parse("run", "--target", "cloud").func is deploy.cmd_run
+    assert _parse("stop", "--target", "edge").func is deploy.cmd_stop
+
+
+def test_target_is_required_and_checked() -> None:
+    with pytest.raises(SystemExit):
+        _parse("build")
+    with pytest.raises(SystemExit):
+        _parse("build", "--target", "gpu")
+
+
+def test_defaults_name_image_and_container_after_the_target() -> None:
+    args = _parse("run", "--target", "edge")
+    assert deploy._image(args) == "tfship:edge" and deploy._container(args) == "tfship-edge"
+    assert (args.grpc_port, args.rest_port, args.metrics_port) == (8500, 8501, 9090)
+
+
+class _FakeEngine:
+    def __init__(self, bridge: bool) -> None:
+        self._bridge = bridge
+
+    def has_bridge(self) -> bool:
+        return self._bridge
+
+
+@pytest.mark.parametrize(("network", "bridge", "host"), [
+    ("auto", True, False), ("auto", False, True), ("host", True, True), ("bridge", False, False)])
+def test_network_choice(network: str, bridge: bool, host: bool) -> None:
+    args = _parse("run", "--target", "edge", "--network", network, "--repository", "/srv/models")
+    spec = deploy.run_spec(args, _FakeEngine(bridge))
+    assert spec.host_network is host
+    assert spec.repository == Path("/srv/models") and spec.model_name == "digits"
+
+
+def test_importing_deploy_loads_neither_docker_nor_tensorflow() -> None:
+    code = ("import sys, pipeline.deploy; "
+            "sys.exit(any(m in sys.modules for m in ('docker', 'tensorflow', 'rich')))")
+    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
+
+
+def test_entrypoint_maps_env_to_server_flags() -> None:
+    entrypoint = _load("entrypoint")
+    argv = entrypoint.server_argv({"MODEL_NAME": "digits", "MODEL_BASE_PATH": "/mnt/models", "GRPC_PORT": "9000",
+                                   "MODEL_BACKEND": "tflite"}, ["--json-logs"])
+    assert argv[1:3] == ["-m", "serving"]
+    flags = dict(zip(argv[3:-1:2], argv[4::2]))
+    assert flags["--repository"] == "/mnt/models" and flags["--model-name"] == "digits"
+    assert flags["--port"] == "9000" and flags["--rest-port"] == "8501" and flags["--metrics-port"] == "9090"
+    assert flags["--host"] == "0.0.0.0" and flags["--backend"] == "tflite"
+    assert argv[-1] == "--json-logs"
+
+
+def test_entrypoint_leaves_backend_to_the_server_when_unset() -> None:
+    assert "--backend" not in _load("entrypoint").server_argv({"MODEL_BACKEND": ""}, [])
+
+
+def test_entrypoint_flags_exist_in_the_server_cli() -> None:
+    from serving.cli import add_serve_arguments
+
+    parser = argparse.ArgumentParser()
+    add_serve_arguments(parser)
+    argv = _load("entrypoint").server_argv({"MODEL_BACKEND": "onnx"}, [])
+    args = parser.parse_args(argv[3:])
+    assert (args.port, args.rest_port, args.metrics_port, args.backend) == (8500, 8501, 9090, "onnx")
+
+
+def test_healthcheck_fails_when_nothing_listens(unused_tcp_port: int) -> None:
+    result = subprocess.run([sys.executable, str(ROOT / "deploy" / "docker" / "healthcheck.py")],
+                            env={"GRPC_PORT": str(unused_tcp_port), "HEALTH_TIMEOUT_S": "1"},
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert "UNAVAILABLE" in result.stdout or "DEADLINE_EXCEEDED" in result.stdout
+
+
+@pytest.fixture
+def unused_tcp_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

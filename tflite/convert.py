@@ -1,0 +1,238 @@
+"""Convert a SavedModel's `serving_default` to one TFLite variant, each step in a child process.
+
+Steps per variant, each a `python -m tflite.worker` child with the remaining time budget:
+1. `convert` (TensorFlow): float16 overflow scan, `TFLiteConverter.from_saved_model`, Flex retry.
+2. `smoke` (LiteRT only): load the artifact, check names and dynamic batch against the SavedModel
+   signature, run it once on a representative sample, require finite float outputs.
+
+Statuses: `produced` (both steps passed), `refused` (a step reported why it declined or failed: float16
+overflow, unsupported or Flex ops, converter error, contract mismatch, LiteRT error), `crashed` (a child
+died — the reason names the signal — or ran past the time limit and was killed).
+
+Files: the artifact is written under a temporary name in the destination folder and moved into place with
+`os.replace` only when produced; on any other status `output_path` does not exist afterwards. Always kept:
+`<output_path>.reproduce.sh` (the commands that reproduce the conversion and its LiteRT check) and, when
+representative inputs were given, `<output_path>.representative.npz` which that script reads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from pipeline.errors import ConversionError
+from tflite.modes import TfliteMode, TfliteOptions
+
+Status = Literal["produced", "refused", "crashed"]
+REPO_ROOT = Path(__file__).resolve().parent.parent
+_STDERR_TAIL = 800
+
+
+@dataclass(frozen=True)
+class TfliteConversionResult:
+    """The outcome of one TFLite variant.
+
+    Attributes:
+        mode: the variant's mode.
+        status: `produced`, `refused` or `crashed` (see the module docstring).
+        reason: why it was refused or crashed; empty when produced.
+        path: the artifact when produced, else None.
+        size_bytes: artifact size in bytes; 0 when not produced.
+        seconds: wall-clock seconds for the whole call (both child processes included).
+        flex_ops: Flex op names the artifact uses or would need (e.g. `("FlexCumprod",)`).
+        reproduce_command: shell command line of the conversion step writing `output_path` and printing its
+            JSON report; `<output_path>.reproduce.sh` runs it plus the LiteRT check.
+    """
+
+    mode: TfliteMode
+    status: Status
+    reason: str
+    path: Path | None
+    size_bytes: int
+    seconds: float
+    flex_ops: tuple[str, ...]
+    reproduce_command: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready values (for the run folder)."""
+        return {
+            "mode": self.mode.value, "status": self.status, "reason": self.reason,
+            "path": None if self.path is None else str(self.path), "size_bytes": self.size_bytes,
+            "seconds": round(self.seconds, 3), "flex_ops": list(self.flex_ops),
+            "reproduce_command": self.reproduce_command,
+        }
+
+
+@dataclass(frozen=True)
+class _Step:
+    report: dict[str, Any] | None
+    failure: str  # non-empty when the child died, failed without a report or timed out
+
+
+def _worker_command(step: str, **flags: str | None) -> list[str]:
+    command = [sys.executable, "-m", "tflite.worker", step]
+    for flag, value in flags.items():
+        if value is not None:
+            command += [f"--{flag.replace('_', '-')}", value]
+    return command
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return env
+
+
+def _run_child(command: list[str], name: str, deadline: float, total_s: float) -> _Step:
+    """Run one worker step until `deadline` (time.monotonic()); kill its process group on timeout."""
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        return _Step(None, f"timed out: the {total_s:g} s limit was spent before the {name} step")
+    report_path = Path(command[command.index("--report") + 1])
+    proc = subprocess.Popen(command, cwd=REPO_ROOT, env=_child_env(), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=remaining)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return _Step(None, f"timed out after {total_s:g} s in the {name} step (worker killed with SIGKILL)")
+    tail = " ".join(output.decode(errors="replace").split())[-_STDERR_TAIL:]
+    if proc.returncode < 0:
+        sig = signal.Signals(-proc.returncode)
+        return _Step(None, f"{name} worker died with {sig.name} (signal {sig.value}); output tail: {tail}")
+    if proc.returncode != 0 or not report_path.is_file():
+        return _Step(None, f"{name} worker exited with status {proc.returncode} and no report; "
+                           f"output tail: {tail}")
+    return _Step(json.loads(report_path.read_text()), "")
+
+
+def _write_representative(path: Path, inputs: dict[str, np.ndarray]) -> None:
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp.npz")
+    try:
+        np.savez(tmp, **{name: np.asarray(value) for name, value in inputs.items()})
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _write_reproduce(path: Path, options: TfliteOptions, convert: list[str], smoke: list[str]) -> None:
+    script = "\n".join([
+        "#!/usr/bin/env bash",
+        f"# Reproduces tfship's TFLite {options.mode.value!r} conversion (tflite.convert.convert_tflite)",
+        "# and its LiteRT check; the reports (status, reason) are printed at the end.",
+        "set -euo pipefail",
+        f"cd {shlex.quote(str(REPO_ROOT))}",
+        f"export PYTHONPATH={shlex.quote(str(REPO_ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}",
+        'reports="$(mktemp -d)"',
+        shlex.join(convert).replace(shlex.quote("$REPORTS/convert.json"), '"$reports/convert.json"'),
+        shlex.join(smoke).replace(shlex.quote("$REPORTS/convert.json"), '"$reports/convert.json"')
+                         .replace(shlex.quote("$REPORTS/smoke.json"), '"$reports/smoke.json"'),
+        'cat "$reports/convert.json" "$reports/smoke.json"',
+        "",
+    ])
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    tmp.write_text(script)
+    tmp.chmod(0o755)
+    os.replace(tmp, path)
+
+
+def convert_tflite(saved_model_dir: Path, output_path: Path, options: TfliteOptions,
+                   representative_inputs: dict[str, np.ndarray] | None,
+                   timeout_s: float) -> TfliteConversionResult:
+    """Convert `saved_model_dir`'s `serving_default` signature to one `.tflite` variant and prove it runs.
+
+    The TFLite signature keeps the SavedModel's input and output names and its dynamic batch dimension
+    (`shape_signature[0] == -1`). int8 uses the first `options.representative_samples` rows of
+    `representative_inputs` for calibration (one row per `representative_dataset` step); float I/O by
+    default, int8 I/O with `options.int8_io == "int8"`; integer outputs such as an int64 argmax stay int64
+    (the converter leaves non-float tensors unquantized). The LiteRT check runs the first 3 rows of
+    `representative_inputs`, or seeded random float / zero integer inputs when None.
+
+    Args:
+        saved_model_dir: a SavedModel folder with a `serving_default` signature.
+        output_path: where the `.tflite` file goes (its folder is created).
+        options: the variant.
+        representative_inputs: signature input name → array `[N, ...]` with the signature's dtype and
+            shape (N >= 1, same N for every input). Required for int8; optional otherwise.
+        timeout_s: wall-clock seconds for both steps together; past it the child is killed and the
+            variant is `crashed`.
+
+    Returns:
+        The variant's result; never raises for a conversion that fails, crashes or times out.
+
+    Raises:
+        ConversionError: the caller's request is unusable (no SavedModel at `saved_model_dir`, int8
+            without representative inputs, a non-positive `timeout_s`).
+    """
+    started = time.monotonic()
+    saved_model_dir, output_path = Path(saved_model_dir).resolve(), Path(output_path).resolve()
+    if not (saved_model_dir / "saved_model.pb").is_file():
+        raise ConversionError(f"no SavedModel at {str(saved_model_dir)!r} (saved_model.pb is missing)")
+    if options.mode is TfliteMode.INT8 and not representative_inputs:
+        raise ConversionError("mode 'int8' needs representative_inputs (signature input name -> array)")
+    if not timeout_s > 0:
+        raise ConversionError(f"timeout_s must be positive seconds, got {timeout_s!r}")
+    output_path.parent.mkdir(parents=True, exist_ok=True)
+    output_path.unlink(missing_ok=True)  # a stale artifact must not look like this run's
+    representative = None
+    if representative_inputs:
+        representative = output_path.with_name(output_path.name + ".representative.npz")
+        _write_representative(representative, representative_inputs)
+    rep_arg = None if representative is None else str(representative)
+    options_json = json.dumps(options.to_mapping(), sort_keys=True)
+    tmp_model = output_path.with_name(f".{output_path.name}.{uuid.uuid4().hex}.tmp")
+
+    def convert_command(output: Path, report: str | None) -> list[str]:
+        return _worker_command("convert", saved_model=str(saved_model_dir), output=str(output),
+                               options=options_json, representative=rep_arg, report=report)
+
+    def smoke_command(model: Path, convert_report: str, report: str) -> list[str]:
+        return _worker_command("smoke", model=str(model), signature=convert_report,
+                               representative=rep_arg, report=report)
+
+    reproduce = convert_command(output_path, None)  # the report goes to stdout
+    _write_reproduce(output_path.with_name(output_path.name + ".reproduce.sh"), options,
+                     convert_command(output_path, "$REPORTS/convert.json"),
+                     smoke_command(output_path, "$REPORTS/convert.json", "$REPORTS/smoke.json"))
+    deadline = started + timeout_s
+
+    def result(status: Status, reason: str, flex: list[str],
+               path: Path | None = None) -> TfliteConversionResult:
+        size = path.stat().st_size if path is not None else 0
+        return TfliteConversionResult(options.mode, status, reason, path, size, time.monotonic() - started,
+                                      tuple(flex), shlex.join(reproduce))
+
+    with tempfile.TemporaryDirectory(prefix="tfship-tflite-") as reports:
+        try:
+            convert_report = str(Path(reports) / "convert.json")
+            step = _run_child(convert_command(tmp_model, convert_report), "convert", deadline, timeout_s)
+            if step.failure:
+                return result("crashed", step.failure, [])
+            flex = list(step.report.get("flex_ops", []))
+            if step.report["status"] != "produced":
+                return result("refused", step.report["reason"], flex)
+            smoke = _run_child(smoke_command(tmp_model, convert_report, str(Path(reports) / "smoke.json")),
+                               "LiteRT check", deadline, timeout_s)
+            if smoke.failure:
+                return result("crashed", smoke.failure, flex)
+            if smoke.report["status"] != "produced":
+                prefix = f"uses Flex ops {flex}; " if flex else ""
+                return result("refused", prefix + smoke.report["reason"], flex)
+            os.replace(tmp_model, output_path)
+            return result("produced", "", flex, output_path)
+        finally:
+            tmp_model.unlink(missing_ok=True)

@@ -1,0 +1,244 @@
+"""Child process for one TFLite conversion or one LiteRT check: `python -m tflite.worker {convert,smoke}`.
+
+`tflite.convert.convert_tflite` runs each step in its own process so that a converter or runtime crash
+(segfault, abort) fails only that variant. Each step writes a JSON report (`--report`, or stdout when
+omitted) holding `status` ("produced" or "refused") and `reason`; a process that dies writes none, and the
+parent reports it as crashed. `convert` imports TensorFlow; `smoke` imports only LiteRT and numpy.
+
+Test hook (for tests of crash and timeout handling only): environment variable
+`TFSHIP_TFLITE_WORKER_TEST_HOOK` set to `abort-convert` / `abort-smoke` makes that step call `os.abort()`
+(SIGABRT) before doing anything; `hang-convert` / `hang-smoke` makes it sleep for an hour.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.errors import TfshipError
+from tflite.inspect import flex_ops, op_histogram
+from tflite.modes import TfliteMode, TfliteOptions
+
+TEST_HOOK_ENV = "TFSHIP_TFLITE_WORKER_TEST_HOOK"
+SIGNATURE_KEY = "serving_default"
+SMOKE_BATCH = 3
+_SELECT_OPS = re.compile(r"TF Select ops: ([\w, ]+)")
+_CUSTOM_OPS = re.compile(r"Custom ops: ([\w, ]+)")
+
+
+def _test_hook(step: str) -> None:
+    hook = os.environ.get(TEST_HOOK_ENV, "")
+    if hook == f"abort-{step}":
+        os.abort()
+    if hook == f"hang-{step}":
+        time.sleep(3600)
+
+
+def _ops_in(pattern: re.Pattern[str], message: str) -> list[str]:
+    names: set[str] = set()
+    for match in pattern.finditer(message):
+        names.update(n.strip() for n in match.group(1).split(",") if n.strip())
+    return sorted(names)
+
+
+def _tail(message: str, limit: int = 600) -> str:
+    message = " ".join(message.split())
+    return message if len(message) <= limit else "..." + message[-limit:]
+
+
+def _representative(path: str | None) -> dict[str, np.ndarray] | None:
+    if not path:
+        return None
+    with np.load(path, allow_pickle=False) as data:
+        return {name: data[name] for name in data.files}
+
+
+def _build_converter(tf, saved_model_dir: str, options: TfliteOptions,
+                     samples: dict[str, np.ndarray] | None, flex: bool):
+    converter = tf.lite.TFLiteConverter.from_saved_model(saved_model_dir, signature_keys=[SIGNATURE_KEY])
+    builtins = tf.lite.OpsSet.TFLITE_BUILTINS
+    if options.mode is TfliteMode.FLOAT16:
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.target_spec.supported_types = [tf.float16]
+    elif options.mode is TfliteMode.DYNAMIC_RANGE:
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    elif options.mode is TfliteMode.INT8:
+        builtins = tf.lite.OpsSet.TFLITE_BUILTINS_INT8
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        count = min(options.representative_samples, len(next(iter(samples.values()))))
+
+        def representative_dataset():
+            for i in range(count):
+                yield {name: np.asarray(rows[i:i + 1]) for name, rows in samples.items()}
+
+        converter.representative_dataset = representative_dataset
+        if options.int8_io == "int8":
+            converter.inference_input_type = tf.int8
+            converter.inference_output_type = tf.int8
+    ops = [builtins, tf.lite.OpsSet.SELECT_TF_OPS] if flex else [builtins]
+    converter.target_spec.supported_ops = ops
+    return converter
+
+
+def _check_representative(signature: dict[str, Any], samples: dict[str, np.ndarray] | None) -> str:
+    """Empty when the samples fit the signature's inputs, else why not."""
+    if samples is None:
+        return "int8 needs representative inputs (none were given)"
+    wanted, given = set(signature["inputs"]), set(samples)
+    if wanted != given:
+        return (f"representative inputs must be exactly the signature inputs {sorted(wanted)}; "
+                f"got {sorted(given)}")
+    rows = {name: len(value) for name, value in samples.items()}
+    if len(set(rows.values())) != 1 or 0 in rows.values():
+        return f"representative inputs need the same non-zero number of rows each; got {rows}"
+    return ""
+
+
+def run_convert(saved_model_dir: str, output: str, options: TfliteOptions,
+                representative: str | None) -> dict[str, Any]:
+    """Convert one variant and write it to `output`; returns the report (see module docstring)."""
+    import tensorflow as tf  # noqa: PLC0415  (only the convert step pays for TensorFlow)
+
+    from tflite.savedmodel_scan import find_float16_overflows, read_signature  # noqa: PLC0415
+
+    try:
+        signature = read_signature(Path(saved_model_dir), SIGNATURE_KEY)
+    except TfshipError as err:
+        return {"status": "refused", "reason": str(err)}
+    report: dict[str, Any] = {"signature": signature, "flex_ops": []}
+    samples = _representative(representative)
+    if options.mode is TfliteMode.FLOAT16:
+        overflows = find_float16_overflows(Path(saved_model_dir))
+        if overflows:
+            listed = "; ".join(o.describe() for o in overflows[:5])
+            return {**report, "status": "refused",
+                    "reason": f"float16 cannot hold {len(overflows)} tensor(s) above 65504: {listed}"}
+    if options.mode is TfliteMode.INT8:
+        problem = _check_representative(signature, samples)
+        if problem:
+            return {**report, "status": "refused", "reason": problem}
+    try:
+        model = _build_converter(tf, saved_model_dir, options, samples, flex=False).convert()
+    except Exception as err:  # the converter raises ConverterError, ValueError or RuntimeError
+        message = str(err)
+        select, custom = _ops_in(_SELECT_OPS, message), _ops_in(_CUSTOM_OPS, message)
+        if custom:
+            return {**report, "status": "refused",
+                    "reason": f"needs custom ops {custom} that neither TFLite builtins nor Flex provide"}
+        if not select:
+            return {**report, "status": "refused",
+                    "reason": f"converter failed: {type(err).__name__}: {_tail(message)}"}
+        if not options.allow_flex:
+            return {**report, "status": "refused", "flex_ops": [f"Flex{op}" for op in select],
+                    "reason": f"needs Flex (select TF) ops {select}; set allow_flex to try SELECT_TF_OPS"}
+        try:
+            model = _build_converter(tf, saved_model_dir, options, samples, flex=True).convert()
+        except Exception as flex_err:  # same converter, Flex allowed
+            return {**report, "status": "refused", "flex_ops": [f"Flex{op}" for op in select],
+                    "reason": f"converter failed with SELECT_TF_OPS: {_tail(str(flex_err))}"}
+    Path(output).write_bytes(model)
+    return {**report, "status": "produced", "reason": "", "flex_ops": list(flex_ops(op_histogram(model)))}
+
+
+def _smoke_inputs(contract, samples: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+    if samples is not None:
+        return {name: value[:SMOKE_BATCH] for name, value in samples.items()}
+    rng = np.random.default_rng(0)
+    feed = {}
+    for spec in contract.inputs:
+        shape = tuple(SMOKE_BATCH if d == -1 else d for d in spec.shape_signature)
+        kind = "f" if spec.quantized else spec.dtype.kind
+        feed[spec.name] = (rng.standard_normal(shape).astype(np.float32) if kind == "f"
+                           else np.zeros(shape, dtype=spec.dtype))
+    return feed
+
+
+def _contract_problems(contract, signature: dict[str, Any]) -> list[str]:
+    problems = []
+    for side, tensors in (("inputs", contract.inputs), ("outputs", contract.outputs)):
+        names = sorted(t.name for t in tensors)
+        if names != sorted(signature[side]):
+            problems.append(f"{side} are {names}; the SavedModel's are {sorted(signature[side])}")
+            continue
+        for tensor in tensors:
+            declared = signature[side][tensor.name]["shape"]
+            if declared and declared[0] == -1 and tensor.shape_signature[:1] != (-1,):
+                problems.append(f"{side[:-1]} {tensor.name!r} lost its dynamic batch dimension: "
+                                f"shape_signature {list(tensor.shape_signature)}")
+    return problems
+
+
+def run_smoke(model: str, signature: dict[str, Any], representative: str | None) -> dict[str, Any]:
+    """Load `model` in LiteRT, check its contract against the SavedModel signature, run it once."""
+    from tflite.runner import LiteRtRunner  # noqa: PLC0415
+
+    histogram = op_histogram(Path(model).read_bytes())
+    if "READ_VARIABLE" in histogram and "CALL_ONCE" not in histogram:
+        return {"status": "refused", "reason": (
+            "the model reads resource variables that nothing initializes (READ_VARIABLE without a CALL_ONCE "
+            "initializer): the converter did not freeze the SavedModel's variables")}
+    try:
+        runner = LiteRtRunner(model)
+        problems = _contract_problems(runner.contract(), signature)
+        if problems:
+            return {"status": "refused", "reason": "contract differs: " + "; ".join(problems)}
+        feed = _smoke_inputs(runner.contract(), _representative(representative))
+        outputs = runner.run(feed)
+    except (TfshipError, ValueError, RuntimeError) as err:
+        return {"status": "refused", "reason": f"LiteRT could not run it: {_tail(str(err))}"}
+    batch = len(next(iter(feed.values())))
+    for name, value in outputs.items():
+        declared = signature["outputs"][name]["shape"]
+        if declared and declared[0] == -1 and (value.ndim == 0 or value.shape[0] != batch):
+            return {"status": "refused",
+                    "reason": f"output {name!r} has shape {list(value.shape)} for a batch of {batch}"}
+        if value.dtype.kind == "f" and not np.all(np.isfinite(value)):
+            return {"status": "refused", "reason": f"output {name!r} is not finite on the sample"}
+    return {"status": "produced", "reason": "", "batch": batch}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m tflite.worker", description=__doc__.splitlines()[0])
+    steps = parser.add_subparsers(dest="step", required=True)
+    convert = steps.add_parser("convert", help="convert a SavedModel's serving_default to .tflite")
+    convert.add_argument("--saved-model", required=True)
+    convert.add_argument("--output", required=True)
+    convert.add_argument("--options", required=True, help="TfliteOptions as JSON")
+    convert.add_argument("--representative", help=".npz with one array per signature input")
+    convert.add_argument("--report", help="JSON report path (stdout when omitted)")
+    smoke = steps.add_parser("smoke", help="load and run a .tflite once in LiteRT")
+    smoke.add_argument("--model", required=True)
+    smoke.add_argument("--signature", required=True, help="a convert report (holds the SavedModel signature)")
+    smoke.add_argument("--representative")
+    smoke.add_argument("--report")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one step; exit status 0 when a report was written (whatever its status)."""
+    args = _parser().parse_args(argv)
+    _test_hook(args.step)
+    if args.step == "convert":
+        options = TfliteOptions.from_mapping(json.loads(args.options))
+        report = run_convert(args.saved_model, args.output, options, args.representative)
+    else:
+        signature = json.loads(Path(args.signature).read_text())["signature"]
+        report = run_smoke(args.model, signature, args.representative)
+    text = json.dumps(report, indent=2, sort_keys=True)
+    if args.report:
+        Path(args.report).write_text(text)
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -12,10 +12,12 @@ from pathlib import Path
 import numpy as np
 
 
-def build_saved_model(version_dir: Path, seed: int = 0, bias: float = 0.0, onnx: bool = True) -> None:
+def build_saved_model(version_dir: Path, seed: int = 0, bias: float = 0.0, onnx: bool = True,
+                      tflite: bool = True) -> None:
     """Save a tiny keras model behind forward-only signatures into `version_dir` (SavedModel layout).
 
-    With `onnx`, also write `model.onnx` for `serving_default` with tf2onnx (names = signature keys).
+    With `onnx`, also write `model.onnx` for `serving_default` with tf2onnx (names = signature keys); with
+    `tflite`, `model.tflite` (float32, dynamic batch, `serving_default` runner).
     """
     import keras
     import tensorflow as tf
@@ -31,12 +33,14 @@ def build_saved_model(version_dir: Path, seed: int = 0, bias: float = 0.0, onnx:
     class Module(tf.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.model = model
+            # Track the backing tf.Variables, not Keras 3's wrappers (whose initializer keeps the
+            # TFLite converter from freezing them: the artifact would read uninitialised variables).
+            self.weights = [getattr(w, "value", w) for w in model.weights]
             self.bias = float(bias)
 
         @tf.function(input_signature=[tf.TensorSpec([None, 8, 8, 1], tf.float32, name="image")])
         def serving_default(self, image):
-            logits = self.model(image, training=False) + self.bias
+            logits = model(image, training=False) + self.bias
             return {
                 "logits": logits,
                 "probabilities": tf.nn.softmax(logits),
@@ -50,21 +54,15 @@ def build_saved_model(version_dir: Path, seed: int = 0, bias: float = 0.0, onnx:
     module = Module()
     tf.saved_model.save(module, str(version_dir),
                         signatures={"serving_default": module.serving_default, "scale": module.scale})
+    if tflite:
+        converter = tf.lite.TFLiteConverter.from_saved_model(str(version_dir), signature_keys=["serving_default"])
+        (version_dir / "model.tflite").write_bytes(converter.convert())
     if onnx:
         import tf2onnx
 
         fn = module.serving_default
         tf2onnx.convert.from_function(fn, input_signature=fn.input_signature, opset=17,
                                       output_path=str(version_dir / "model.onnx"))
-
-
-def convert_tflite(version_dir: Path) -> None:
-    """Write `model.tflite` (float32, dynamic batch, signature runners) next to the SavedModel."""
-    import tensorflow as tf
-
-    converter = tf.lite.TFLiteConverter.from_saved_model(str(version_dir),
-                                                         signature_keys=["serving_default", "scale"])
-    (version_dir / "model.tflite").write_bytes(converter.convert())
 
 
 def write_warmup(version_dir: Path, batch: int = 2) -> None:
@@ -84,6 +82,5 @@ def write_warmup(version_dir: Path, batch: int = 2) -> None:
 def build_version(version_dir: Path, seed: int = 0, bias: float = 0.0) -> Path:
     """Build one complete version folder: SavedModel + model.tflite + model.onnx + warmup."""
     build_saved_model(version_dir, seed=seed, bias=bias)
-    convert_tflite(version_dir)
     write_warmup(version_dir)
     return version_dir

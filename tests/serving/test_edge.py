@@ -1,0 +1,45 @@
+"""TensorFlow-free path: a venv without TensorFlow serves tflite and onnx and answers `query`."""
+
+from __future__ import annotations
+
+import subprocess
+
+import numpy as np
+import pytest
+from conftest import MODEL, saved_model_outputs
+from edge_venv import ensure_edge_venv
+
+from serving.client import PredictClient
+from serving.launcher import ServerProcess
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="session")
+def edge_python() -> str:
+    """`.venv-edge/bin/python` (created once, then reused across sessions)."""
+    return str(ensure_edge_venv())
+
+
+def test_edge_venv_has_no_tensorflow(edge_python):
+    code = ("import importlib.util, sys; import serving.protocol, serving.client, serving.server, serving.query; "
+            "assert importlib.util.find_spec('tensorflow') is None; print('ok')")
+    assert subprocess.run([edge_python, "-c", code], capture_output=True, text=True, check=True).stdout == "ok\n"
+
+
+@pytest.mark.parametrize("backend", ["tflite", "onnx"])
+def test_edge_server_serves_and_answers_query(edge_python, repository, backend, images):
+    with ServerProcess(repository, MODEL, backend=backend, python=edge_python,
+                       extra_args=("--rest-port", "-1", "--metrics-port", "-1")) as server:
+        assert server.rest_url is None
+        with PredictClient(server.grpc_target) as client:
+            got = client.predict(MODEL, {"image": images})
+            assert list(client.metadata(MODEL)) == ["serving_default"]
+        want = saved_model_outputs(repository / MODEL / "2", {"image": images})
+        np.testing.assert_array_equal(got["class_id"], want["class_id"])
+        np.testing.assert_allclose(got["logits"], want["logits"], atol=1e-5)
+        query = subprocess.run([edge_python, "-m", "serving", "query", "--target", server.grpc_target,
+                                "--model-name", MODEL, "--count", "7"], capture_output=True, text=True)
+        assert query.returncode == 0, query.stderr
+        assert "accuracy:" in query.stdout and "/7)" in query.stdout
+    assert server.returncode == 0

@@ -7,7 +7,8 @@ Steps per variant, each a `python -m tflite.worker` child with the remaining tim
 
 Statuses: `produced` (both steps passed), `refused` (a step reported why it declined or failed: float16
 overflow, unsupported or Flex ops, converter error, contract mismatch, LiteRT error), `crashed` (a child
-died — the reason names the signal — or ran past the time limit and was killed).
+died — the reason names the signal —, exited non-zero without a report (an unexpected Python exception; the
+reason carries the output tail), or ran past the time limit and was killed with SIGKILL).
 
 Files: the artifact is written under a temporary name in the destination folder and moved into place with
 `os.replace` only when produced; on any other status `output_path` does not exist afterwards. Always kept:

@@ -91,7 +91,8 @@ def test_int8_outputs_are_dequantized_with_their_own_scale(digits_variant, digit
 
 def test_sizes_shrink_with_quantization(digits_variant):
     sizes = {key: _produced(digits_variant(key)).size_bytes
-             for key in ("float32", "float16", "dynamic_range", "int8")}
+             for key in ("float32", "float16", "dynamic_range", "int8", "int8_io")}
+    print(f"digits CNN .tflite sizes (bytes): {sizes}")
     assert sizes["int8"] < 0.45 * sizes["float32"], sizes
     assert sizes["dynamic_range"] < 0.45 * sizes["float32"], sizes
     assert sizes["float16"] < 0.65 * sizes["float32"], sizes

@@ -7,6 +7,9 @@ variant is reported with its reason and left out of the version.
 
 from __future__ import annotations
 
+import functools
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,26 +71,29 @@ def convert_artifacts(version_dir: Path, contract: SignatureContract, settings: 
     from tflite.convert import convert_tflite
     from tflite.modes import TfliteMode, TfliteOptions
 
-    artifacts: list[Artifact] = []
-    outcomes: list[VariantOutcome] = []
-    onnx_path = version_dir / "model.onnx"
-    try:
-        result = convert_to_onnx(version_dir, onnx_path, contract, settings.onnx_opset, sample,
-                                 settings.timeout_seconds)
-        artifacts.append(Artifact("onnx", "onnx", "float32", onnx_path))
-        outcomes.append(VariantOutcome("onnx", "produced", "", str(onnx_path), result.size_bytes,
-                                       round(result.seconds, 2), result.reproduce_command))
-    except TfshipError as err:
-        outcomes.append(VariantOutcome("onnx", "refused", str(err)))
-    for mode in settings.tflite_modes:
+    def onnx_variant() -> tuple[VariantOutcome, Artifact | None]:
+        path = version_dir / "model.onnx"
+        try:
+            done = convert_to_onnx(version_dir, path, contract, settings.onnx_opset, sample, settings.timeout_seconds)
+        except TfshipError as err:
+            return VariantOutcome("onnx", "refused", str(err)), None
+        return (VariantOutcome("onnx", "produced", "", str(path), done.size_bytes, round(done.seconds, 2),
+                               done.reproduce_command), Artifact("onnx", "onnx", "float32", path))
+
+    def tflite_variant(mode: str) -> tuple[VariantOutcome, Artifact | None]:
         options = TfliteOptions(mode=TfliteMode(mode), representative_samples=settings.representative_samples)
         path = version_dir / tflite_filename(mode)
-        result = convert_tflite(version_dir, path, options, calibration_inputs, settings.timeout_seconds)
-        outcomes.append(VariantOutcome(f"tflite_{mode}", result.status, result.reason,
-                                       str(result.path or ""), result.size_bytes, round(result.seconds, 2),
-                                       result.reproduce_command))
-        if result.status == "produced":
-            artifacts.append(Artifact(f"tflite_{mode}", "tflite", mode, path))
+        done = convert_tflite(version_dir, path, options, calibration_inputs, settings.timeout_seconds)
+        outcome = VariantOutcome(f"tflite_{mode}", done.status, done.reason, str(done.path or ""), done.size_bytes,
+                                 round(done.seconds, 2), done.reproduce_command)
+        return outcome, (Artifact(f"tflite_{mode}", "tflite", mode, path) if done.status == "produced" else None)
+
+    # Each conversion is its own child process: run them side by side, one per core.
+    jobs = [onnx_variant] + [functools.partial(tflite_variant, mode) for mode in settings.tflite_modes]
+    with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
+        finished = list(pool.map(lambda job: job(), jobs))
+    outcomes = [outcome for outcome, _ in finished]
+    artifacts = [artifact for _, artifact in finished if artifact is not None]
     produced = {o.name for o in outcomes if o.status == "produced"}
     missing = [name for name in ("onnx", f"tflite_{REQUIRED_TFLITE_MODE}") if name not in produced]
     if missing:

@@ -35,7 +35,13 @@ def describe(path: Path) -> dict[str, Any]:
     if path.suffix == ".tflite" and path.is_file():
         from tflite.inspect import describe_tflite
 
-        return {"format": "tflite", "path": str(path)} | describe_tflite(path)
+        info = describe_tflite(path)
+        info["signatures"] = {
+            key: {kind: [{"name": name, "dtype": t["dtype"], "shape": t["shape_signature"],
+                          "quantization": t["quantization"]} for name, t in signature[kind].items()]
+                  for kind in ("inputs", "outputs")}
+            for key, signature in info["signatures"].items()}
+        return {"format": "tflite"} | info
     if path.suffix == ".onnx" and path.is_file():
         import onnx
 
@@ -67,6 +73,5 @@ def print_description(info: dict[str, Any]) -> None:
             table.add_column(column)
         for kind in ("inputs", "outputs"):
             for tensor in signature[kind]:
-                shape = tensor.get("shape", tensor.get("shape_signature"))
-                table.add_row(kind[:-1], tensor["name"], str(tensor["dtype"]), str(list(shape)))
+                table.add_row(kind[:-1], tensor["name"], str(tensor["dtype"]), str(list(tensor["shape"])))
         console.print(table)

@@ -1,0 +1,59 @@
+"""Config loading: defaults, overrides and refusals that name the file, key and value."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.config import load_config, parse_override
+from pipeline.errors import ConfigError
+
+
+def test_bundled_config_loads_with_documented_defaults():
+    config = load_config()
+    assert config.run.model_name == "digits"
+    assert config.data.source == "digits"
+    assert set(config.convert.tflite_modes) == {"float32", "float16", "dynamic_range", "int8"}
+    assert config.parity.atol == 1e-5 and config.parity.rtol == 1e-5
+
+
+def test_override_changes_one_field():
+    assert load_config(None, {"train.epochs": 3}).train.epochs == 3
+
+
+def test_unknown_key_is_refused_with_file_and_key(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text("[train]\nepochz = 3\n")
+    with pytest.raises(ConfigError) as error:
+        load_config(path)
+    assert str(path) in str(error.value) and "train.epochz" in str(error.value)
+
+
+def test_bad_value_names_key_value_and_allowed(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text('[convert]\ntflite_modes = ["int4"]\n')
+    with pytest.raises(ConfigError) as error:
+        load_config(path)
+    message = str(error.value)
+    assert "convert.tflite_modes" in message and "'int4'" in message and "'int8'" in message
+
+
+def test_negative_tolerance_is_refused():
+    with pytest.raises(ConfigError, match="validate.atol"):
+        load_config(None, {"validate.atol": -1.0})
+
+
+def test_bad_toml_and_missing_file_are_named(tmp_path):
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[train\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(broken)
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "absent.toml")
+
+
+def test_parse_override_reads_toml_values_and_refuses_missing_equals():
+    assert parse_override("train.epochs=4") == ("train.epochs", 4)
+    assert parse_override('convert.tflite_modes=["float32"]') == ("convert.tflite_modes", ["float32"])
+    assert parse_override("run.model_name=abc") == ("run.model_name", "abc")
+    with pytest.raises(ConfigError, match="section.key=value"):
+        parse_override("train.epochs")

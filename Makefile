@@ -30,11 +30,12 @@ $(STAMP): pyproject.toml requirements.lock
 pipeline: setup
 	$(TFSHIP) run --config $(CONFIG) --repository $(REPOSITORY)
 
+# The container tests (marker `docker`) build images and need a Docker engine: `make docker-test`.
 test: setup
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not docker" $(PYTEST_ARGS)
 
 test-fast: setup
-	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not slow and not docker" $(PYTEST_ARGS)
 
 serve: setup
 	$(TFSHIP) serve --repository $(REPOSITORY) --model-name $(MODEL_NAME) --port $(GRPC_PORT) --rest-port $(REST_PORT)

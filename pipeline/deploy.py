@@ -85,7 +85,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     console = Console(stderr=True, highlight=False)
     engine = Engine.connect()
-    base = engine.resolve_base_image(args.base_image)
+    base = engine.resolve_base_image(args.base_image, args.platform)
     spec = BuildSpec(target=Target(args.target), tag=_image(args), base_image=base, platform=args.platform)
     console.print(f"[bold]building[/] {spec.tag} (target {spec.target}, BASE_IMAGE={base})")
     with console.status(f"building {spec.tag}") as status:

@@ -159,26 +159,36 @@ class Engine:
             return False
         return True
 
-    def resolve_base_image(self, requested: str | None) -> str:
+    def resolve_base_image(self, requested: str | None, platform: str | None = None) -> str:
         """The BASE_IMAGE to build on: the one asked for, else the official one, else the local stand-in.
 
-        `None` means auto: use `python:3.11-slim-bookworm` when present or pullable, otherwise
-        `tfship/base:bookworm` (made by deploy/docker/build-base-image.sh).
+        `None` means auto: use `python:3.11-slim-bookworm` when present (or pullable, for
+        `platform`), otherwise `tfship/base:bookworm` (`-<arch>` for a foreign platform), made by
+        deploy/docker/build-base-image.sh.
         """
         if requested:
             return requested
-        if self.image_exists(OFFICIAL_BASE_IMAGE):
+        if platform is None and self.image_exists(OFFICIAL_BASE_IMAGE):
             return OFFICIAL_BASE_IMAGE
+        local = self._local_base_image(platform)
         try:
-            self._client.images.pull(OFFICIAL_BASE_IMAGE)
+            self._client.images.pull(OFFICIAL_BASE_IMAGE, platform=platform)
             return OFFICIAL_BASE_IMAGE
         except docker.errors.APIError as pull_err:
-            if self.image_exists(LOCAL_BASE_IMAGE):
-                return LOCAL_BASE_IMAGE
+            if self.image_exists(local):
+                return local
+            arch = f"ARCH={local.rsplit('-', 1)[1]} " if local != LOCAL_BASE_IMAGE else ""
             raise DeployError(
-                f"cannot pull {OFFICIAL_BASE_IMAGE} ({pull_err.explanation}) and no {LOCAL_BASE_IMAGE} "
-                "exists; build it with deploy/docker/build-base-image.sh or pass --base-image"
+                f"cannot pull {OFFICIAL_BASE_IMAGE} ({pull_err.explanation}) and no {local} exists; "
+                f"build it with {arch}deploy/docker/build-base-image.sh or pass --base-image"
             ) from pull_err
+
+    def _local_base_image(self, platform: str | None) -> str:
+        if platform is None:
+            return LOCAL_BASE_IMAGE
+        arch = platform.split("/")[1] if "/" in platform else platform
+        engine_arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(self._client.info()["Architecture"])
+        return LOCAL_BASE_IMAGE if arch == engine_arch else f"{LOCAL_BASE_IMAGE}-{arch}"
 
     def build(self, spec: BuildSpec, on_event: BuildEvent | None = None) -> BuildResult:
         """Build `spec.target` and tag it; `on_event` sees every decoded progress message."""

@@ -8,11 +8,20 @@
 # the project's. The host's CA bundle is copied in so that pip inside the build trusts the same
 # certificate authorities the host does (a TLS-inspecting proxy's, for one).
 #
+# ARCH=arm64 makes an arm64 base (tagged tfship/base:bookworm-arm64) for a cross-build of the edge
+# image with the classic builder; it needs qemu-user-static registered with binfmt_misc (flag F).
+#
 # Idempotent: does nothing when the image already exists (FORCE=1 rebuilds it).
 # Needs root, debootstrap and a reachable Docker engine (deploy/docker/ensure-dockerd.sh).
 set -euo pipefail
 
-IMAGE="${TFSHIP_BASE_IMAGE:-tfship/base:bookworm}"
+HOST_ARCH="$(dpkg --print-architecture 2>/dev/null || echo amd64)"
+ARCH="${ARCH:-$HOST_ARCH}"
+if [[ "$ARCH" == "$HOST_ARCH" ]]; then
+  IMAGE="${TFSHIP_BASE_IMAGE:-tfship/base:bookworm}"
+else
+  IMAGE="${TFSHIP_BASE_IMAGE:-tfship/base:bookworm-$ARCH}"
+fi
 SUITE="${SUITE:-bookworm}"
 CA_BUNDLE="${CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}"
 PACKAGES="python3,python3-venv,python3-pip,ca-certificates"
@@ -48,8 +57,8 @@ WORK="$(mktemp -d /tmp/tfship-base.XXXXXX)"
 trap 'rm -rf "$WORK"' EXIT
 ROOT="$WORK/root"
 
-echo "build-base-image: debootstrap $SUITE from $MIRROR (minbase + $PACKAGES)"
-debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$ROOT" "$MIRROR" >"$WORK/debootstrap.log" 2>&1 || {
+echo "build-base-image: debootstrap $SUITE/$ARCH from $MIRROR (minbase + $PACKAGES)"
+debootstrap --arch="$ARCH" --variant=minbase --include="$PACKAGES" "$SUITE" "$ROOT" "$MIRROR" >"$WORK/debootstrap.log" 2>&1 || {
   tail -n 30 "$WORK/debootstrap.log" >&2; exit 1; }
 
 # Trust what the host trusts, then leave no caches behind.
@@ -58,10 +67,10 @@ rm -rf "$ROOT"/var/cache/apt/archives/*.deb "$ROOT"/var/lib/apt/lists/* "$ROOT"/
        "$ROOT"/usr/share/doc/* "$ROOT"/usr/share/man/* "$ROOT"/usr/share/info/*
 
 echo "build-base-image: importing as $IMAGE"
-tar -C "$ROOT" -c . | docker import \
+tar -C "$ROOT" -c . | docker import --platform "linux/$ARCH" \
   --change 'ENV LANG=C.UTF-8' \
   --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
   --change 'CMD ["python3"]' \
   - "$IMAGE" >/dev/null
-docker run --rm --network host "$IMAGE" python3 -c 'import sys, ssl, venv; print("python", sys.version.split()[0])'
+docker run --rm --network host --platform "linux/$ARCH" "$IMAGE" python3 -c 'import sys, ssl, venv; print("python", sys.version.split()[0])'
 docker image ls "$IMAGE"

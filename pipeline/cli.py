@@ -51,6 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="train, export, convert, validate, serve-check and publish")
     _add_config_arguments(run)
+    run.add_argument("--model", help="export-only: a .keras/.h5 file, a SavedModel folder or module:function "
+                     "returning a keras.Model (training is skipped; needs --data)")
+    run.add_argument("--data", type=Path, help="export-only: validation/calibration data (NPZ with x/y or one "
+                     "array per input, CSV with a label column, or an image folder <root>/<class>/<file>)")
     run.set_defaults(func=commands.cmd_run)
     for name, text in (("train", "train the model into a new run folder"),
                        ("export", "export + audit the run's SavedModel"),

@@ -34,10 +34,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     from pipeline.report import summary_tables, write_report
     from pipeline.run import run_pipeline
 
+    from pipeline.errors import ConfigError
+    from pipeline.run import run_export_only
+    from pipeline.user_model import ExportOnlyRequest
+
     config = config_from_args(args)
     started = time.perf_counter()
-    with _progress() as progress:
-        result = run_pipeline(config, config.publish.repository, progress, _print_stage)
+    if bool(getattr(args, "model", None)) != bool(getattr(args, "data", None)):
+        raise ConfigError("tfship run: --model and --data go together (export-only mode needs both)")
+    if getattr(args, "model", None):
+        result = run_export_only(config, config.publish.repository, ExportOnlyRequest(args.model, args.data),
+                                 _print_stage)
+    else:
+        with _progress() as progress:
+            result = run_pipeline(config, config.publish.repository, progress, _print_stage)
     _, report_md = write_report(result.run, result.summary)
     stages, artifacts = summary_tables(result.summary, list(result.records))
     console.print(stages)

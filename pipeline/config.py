@@ -58,10 +58,22 @@ class TrainSection(_Section):
     jit_compile: bool = Field(True, description="Compile the train step with XLA (tf.function(jit_compile=True)).")
 
 
+class ExportSection(_Section):
+    """SavedModel export: extra signatures beside `serving_default` (which always exists)."""
+
+    extra_signatures: dict[str, tuple[str, ...]] = Field(
+        default_factory=dict, description="Signature name -> output names it returns (a subset of the "
+        "contract's outputs), e.g. {predict_proba = [\"probabilities\"]}.")
+    behaviour_checks: bool = Field(True, description="Run the behavioural checks (determinism, batch "
+                                   "independence, no state change) on the reloaded SavedModel.")
+
+
 class ConvertSection(_Section):
     """Artifact conversion."""
 
-    onnx_opset: int = Field(17, ge=13, le=21, description="ONNX opset passed to tf2onnx.")
+    onnx_opset: int = Field(17, ge=13, le=21, description="ONNX opset passed to tf2onnx (pinned default 17).")
+    onnx_simplify: bool = Field(False, description="Run onnxslim on the ONNX file, then re-check it (needs the "
+                                "`onnxslim` package; the parity gate judges the simplified file).")
     tflite_modes: tuple[Literal["float32", "float16", "dynamic_range", "int8"], ...] = Field(
         ("float32",), min_length=1, description="TFLite variants to produce.")
     representative_samples: int = Field(200, ge=1, description="Calibration samples for int8 (representative_dataset).")
@@ -79,6 +91,14 @@ class ValidateSection(_Section):
     quantized_max_accuracy_drop_points: float = Field(
         1.0, ge=0.0, description="Allowed accuracy loss of dynamic-range and int8 artifacts, percentage points.")
     batch_sizes: tuple[int, ...] = Field((1, 7, 64), min_length=1, description="Batch sizes each artifact is run at.")
+    task: Literal["auto", "classification", "regression"] = Field(
+        "auto", description="Task metric for quantized artifacts: auto picks from the labels' dtype "
+        "(integer: classification accuracy; float: regression MAE).")
+    prediction_output: str | None = Field(None, description="Output the task metric scores; none: picked "
+                                          "from the contract (first index output, else first score output).")
+    regression_max_error_increase: float = Field(
+        0.02, ge=0.0, description="Allowed MAE increase of quantized artifacts, as a fraction of the labels' "
+        "standard deviation (regression tasks).")
 
     @field_validator("batch_sizes")
     @classmethod
@@ -101,6 +121,7 @@ class PipelineConfig(_Section):
     data: DataSection = DataSection()
     model: ModelSection = ModelSection()
     train: TrainSection = TrainSection()
+    export: ExportSection = ExportSection()
     convert: ConvertSection = ConvertSection()
     parity: ValidateSection = Field(ValidateSection(), alias="validate",
                                     description="The [validate] table: parity gate settings.")

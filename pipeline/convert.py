@@ -74,7 +74,8 @@ def convert_artifacts(version_dir: Path, contract: SignatureContract, settings: 
     def onnx_variant() -> tuple[VariantOutcome, Artifact | None]:
         path = version_dir / "model.onnx"
         try:
-            done = convert_to_onnx(version_dir, path, contract, settings.onnx_opset, sample, settings.timeout_seconds)
+            done = convert_to_onnx(version_dir, path, contract, settings.onnx_opset, sample, settings.timeout_seconds,
+                                   settings.onnx_simplify)
         except TfshipError as err:
             return VariantOutcome("onnx", "refused", str(err)), None
         return (VariantOutcome("onnx", "produced", "", str(path), done.size_bytes, round(done.seconds, 2),

@@ -2,6 +2,9 @@
 
 `tf2onnx.convert.from_keras` is not used: it is broken on Keras 3. The SavedModel route keeps the
 signature's input and output names (tf2onnx names ONNX tensors after the `signature_def` keys).
+The opset is pinned by config (`convert.onnx_opset`, default 17); the batch axis stays dynamic.
+Optionally (`convert.onnx_simplify`) onnxslim simplifies the checked file in a second child process;
+the simplified file is checked again and is what the parity gate judges.
 """
 
 from __future__ import annotations
@@ -37,6 +40,25 @@ def onnx_command(saved_model_dir: Path, output: Path, signature: str, opset: int
     """The exact tf2onnx command line that converts `saved_model_dir` (used and written to disk)."""
     return [sys.executable, "-m", "tf2onnx.convert", "--saved-model", str(saved_model_dir), "--tag", "serve",
             "--signature_def", signature, "--opset", str(opset), "--output", str(output)]
+
+
+def onnxslim_command(source: Path, output: Path) -> list[str]:
+    """The onnxslim command line that simplifies `source` into `output` (pinned onnxslim)."""
+    return [sys.executable, "-m", "onnxslim", str(source), str(output)]
+
+
+def _run(command: list[str], what: str, timeout_s: float, reproduce: str) -> None:
+    try:
+        completed = subprocess.run(command, capture_output=True, text=True, timeout=max(1.0, timeout_s),
+                                   env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    except subprocess.TimeoutExpired as err:
+        raise ConversionError(f"onnx: {what} did not finish within {timeout_s:.0f} s; reproduce: {reproduce}") from err
+    if completed.returncode < 0:
+        name = signal.Signals(-completed.returncode).name
+        raise ConversionError(f"onnx: {what} crashed with signal {name}; reproduce: {reproduce}")
+    if completed.returncode != 0:
+        tail = "\n".join(completed.stderr.strip().splitlines()[-8:])
+        raise ConversionError(f"onnx: {what} exited {completed.returncode}: {tail}; reproduce: {reproduce}")
 
 
 def _unknown_ops(model) -> list[str]:
@@ -86,7 +108,8 @@ def check_onnx_artifact(path: Path, contract: SignatureContract, sample: dict[st
                                   "expected a dynamic batch axis")
     try:
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        outputs = session.run(None, sample)
+        outputs = session.run(None, {k: np.asarray(v).astype(str).astype(object) if np.asarray(v).dtype.kind in "OSU"
+                                     else v for k, v in sample.items()})
     except Exception as err:  # noqa: BLE001 - onnxruntime raises its own exception types
         raise ConversionError(f"{path}: onnxruntime could not load or run the model: {err}") from err
     for name, value in zip(output_names, outputs):
@@ -95,11 +118,12 @@ def check_onnx_artifact(path: Path, contract: SignatureContract, sample: dict[st
 
 
 def convert_to_onnx(saved_model_dir: Path, output: Path, contract: SignatureContract, opset: int,
-                    sample: dict[str, np.ndarray], timeout_s: float) -> OnnxResult:
+                    sample: dict[str, np.ndarray], timeout_s: float, simplify: bool = False) -> OnnxResult:
     """Convert a SavedModel signature to ONNX in a child process, then check the artifact.
 
     The file is written under a temporary name in the output folder and renamed into place only
-    after every check passed; `<output>.reproduce.sh` holds the command.
+    after every check passed; `<output>.reproduce.sh` holds the command(s). With `simplify`, onnxslim
+    rewrites the checked file (second child process, same time budget) and every check runs again.
 
     Raises:
         ConversionError: the converter failed, crashed (naming the signal) or timed out (seconds),
@@ -107,25 +131,28 @@ def convert_to_onnx(saved_model_dir: Path, output: Path, contract: SignatureCont
     """
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    staging = output.with_name(f".{output.stem}.{secrets.token_hex(4)}.onnx")
+    token = secrets.token_hex(4)
+    staging = output.with_name(f".{output.stem}.{token}.onnx")
+    slim = output.with_name(f".{output.stem}.{token}.slim.onnx")
     command = onnx_command(saved_model_dir, staging, contract.name, opset)
-    reproduce = shlex.join(onnx_command(saved_model_dir, output, contract.name, opset))
-    output.with_name(output.name + ".reproduce.sh").write_text(f"#!/bin/sh\n{reproduce}\n", encoding="utf-8")
+    steps = [shlex.join(onnx_command(saved_model_dir, output, contract.name, opset))]
+    if simplify:
+        steps.append(shlex.join(onnxslim_command(output, output)))
+    reproduce = " && ".join(steps)
+    output.with_name(output.name + ".reproduce.sh").write_text("#!/bin/sh\nset -e\n" + "\n".join(steps) + "\n",
+                                                               encoding="utf-8")
     started = time.perf_counter()
     try:
-        try:
-            completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
-                                       env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
-        except subprocess.TimeoutExpired as err:
-            raise ConversionError(f"onnx: tf2onnx did not finish within {timeout_s:.0f} s") from err
-        if completed.returncode < 0:
-            name = signal.Signals(-completed.returncode).name
-            raise ConversionError(f"onnx: tf2onnx crashed with signal {name}; reproduce: {reproduce}")
-        if completed.returncode != 0 or not staging.exists():
-            tail = "\n".join(completed.stderr.strip().splitlines()[-8:])
-            raise ConversionError(f"onnx: tf2onnx exited {completed.returncode}: {tail}")
+        _run(command, "tf2onnx", timeout_s, reproduce)
+        if not staging.exists():
+            raise ConversionError(f"onnx: tf2onnx wrote no file; reproduce: {reproduce}")
         check_onnx_artifact(staging, contract, sample)
+        if simplify:
+            _run(onnxslim_command(staging, slim), "onnxslim", timeout_s - (time.perf_counter() - started), reproduce)
+            check_onnx_artifact(slim, contract, sample)
+            os.replace(slim, staging)
         os.replace(staging, output)
     finally:
         staging.unlink(missing_ok=True)
+        slim.unlink(missing_ok=True)
     return OnnxResult(output, opset, output.stat().st_size, time.perf_counter() - started, reproduce)

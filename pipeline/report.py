@@ -18,50 +18,93 @@ def _human_bytes(size: int) -> str:
     return str(size)
 
 
-def _plots(run: RunFolder, rows: list[dict[str, Any]]) -> list[str]:
+def _bar(run: RunFolder, names: list[str], values: list[float], label: str, filename: str, plt) -> str:
+    figure, axis = plt.subplots(figsize=(7, 3))
+    axis.barh(names, values, color="#4c72b0")
+    axis.set_xlabel(label)
+    finite = [v for v in values if v == v]
+    if label.startswith("accuracy") and finite:
+        axis.set_xlim(max(0.0, min(finite) - 5), 100.5)
+    figure.tight_layout()
+    figure.savefig(run.root / filename, dpi=100)
+    plt.close(figure)
+    return filename
+
+
+def _error_histograms(run: RunFolder, rows: list[dict[str, Any]], edges: list, plt) -> list[str]:
+    """One PNG per output: absolute-error counts per log10 bin, one line per artifact."""
+    outputs = list(dict.fromkeys(o["output"] for r in rows for o in r["outputs"] if o.get("error_histogram")))
+    labels = ["0"] + [f"<{e:.0e}" if e is not None else "inf" for e in edges[2:]]
+    files = []
+    for output in outputs:
+        figure, axis = plt.subplots(figsize=(7, 3))
+        for row in rows[1:]:  # the SavedModel against itself is all zeros
+            counts = next((o["error_histogram"] for o in row["outputs"] if o["output"] == output), None)
+            if counts:
+                axis.plot(range(len(counts)), counts, marker="o", label=row["artifact"])
+        axis.set_xticks(range(len(labels)), labels, rotation=45, fontsize=7)
+        axis.set_yscale("symlog")
+        axis.set_xlabel(f"|artifact - SavedModel| for output '{output}'")
+        axis.set_ylabel("elements")
+        axis.legend(fontsize=7)
+        figure.tight_layout()
+        name = f"errors_{''.join(c if c.isalnum() else '_' for c in output)}.png"
+        figure.savefig(run.root / name, dpi=100)
+        plt.close(figure)
+        files.append(name)
+    return files
+
+
+def _plots(run: RunFolder, parity: dict[str, Any]) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    rows = parity["artifacts"]
     names = [r["artifact"] for r in rows]
-    figures = []
-    for key, label, filename in (("accuracy", "test accuracy (%)", "accuracy.png"),
-                                 ("size_bytes", "size (KiB)", "size.png"),
-                                 ("latency_ms_batch1", "latency at batch 1 (ms)", "latency.png")):
-        values = [r[key] / 1024 if key == "size_bytes" else r[key] for r in rows]
-        figure, axis = plt.subplots(figsize=(7, 3))
-        axis.barh(names, values, color="#4c72b0")
-        axis.set_xlabel(label)
-        if key == "accuracy":
-            axis.set_xlim(max(0.0, min(values) - 5), 100.5)
-        figure.tight_layout()
-        figure.savefig(run.root / filename, dpi=100)
-        plt.close(figure)
-        figures.append(filename)
-    return figures
+    metric = parity.get("metric", "accuracy_%")
+    figures = [
+        _bar(run, names, [r["metric"] for r in rows],
+             "accuracy (%)" if metric == "accuracy_%" else f"{metric} on '{parity.get('metric_output')}'",
+             "accuracy.png" if metric == "accuracy_%" else "metric.png", plt),
+        _bar(run, names, [r["size_bytes"] / 1024 for r in rows], "size (KiB)", "size.png", plt),
+        _bar(run, names, [r["latency_ms_batch1"] for r in rows], "latency at batch 1 (ms)", "latency.png", plt),
+    ]
+    return figures + _error_histograms(run, rows, parity.get("error_bin_edges", []), plt)
 
 
 def write_report(run: RunFolder, summary: dict[str, Any]) -> tuple[Path, Path]:
-    """Write `report.json` and `report.md` (+ PNG plots) into the run folder; return both paths."""
-    rows = summary["parity"]["artifacts"]
+    """Write `report.json` and `report.md` (+ PNG plots: metric, size, latency, error histogram per output)
+    into the run folder; return both paths."""
+    parity = summary["parity"]
+    rows = parity["artifacts"]
     json_path = run.write_json("report.json", summary)
+    train = summary.get("train")
+    train_line = (f"- train: {train['epochs']} epochs, {train['steps']} steps, {train['train_step_traces']} "
+                  f"trace(s) of the train step, XLA {'on' if train['jit_compile'] else 'off'}, {train['seconds']} s"
+                  if train else f"- export-only: model `{summary.get('export_only', {}).get('model')}`, data "
+                  f"`{summary.get('export_only', {}).get('data')}` (training skipped)")
+    metric = parity.get("metric", "accuracy_%")
     lines = [f"# tfship run report", "", f"- run: `{summary['run']}`", f"- published: `{summary['published']}`",
-             f"- audit: {'passed' if summary['audit_passed'] else 'FAILED'}",
-             f"- train: {summary['train']['epochs']} epochs, {summary['train']['steps']} steps, "
-             f"{summary['train']['train_step_traces']} trace(s) of the train step, "
-             f"XLA {'on' if summary['train']['jit_compile'] else 'off'}, {summary['train']['seconds']} s", "",
-             "| artifact | mode | size | accuracy % | top-1 agreement % | latency b1 ms | worst output (max abs err) | verdict |",
-             "|---|---|---|---|---|---|---|---|"]
+             f"- audit: {'passed' if summary['audit_passed'] else 'FAILED'}", train_line,
+             f"- task metric: {metric} on output `{parity.get('metric_output')}` against "
+             f"{parity.get('label_source', 'labels')}; SavedModel: {parity.get('reference_metric', float('nan')):.4g}",
+             "", f"| artifact | mode | size | size vs SavedModel tflite/onnx | {metric} | agreement % | latency b1 ms "
+             "| worst output (max abs err) | verdict |", "|---|---|---|---|---|---|---|---|---|"]
+    float32_size = next((r["size_bytes"] for r in rows if r["artifact"] == "tflite_float32"), None)
     for row in rows:
         worst = max(row["outputs"], key=lambda o: o["max_abs_error"], default=None)
         worst_text = f"{worst['output']} ({worst['max_abs_error']:.2e})" if worst else "-"
-        lines.append(f"| {row['artifact']} | {row['mode']} | {_human_bytes(row['size_bytes'])} | {row['accuracy']:.2f} "
-                     f"| {row['top1_agreement']:.2f} | {row['latency_ms_batch1']:.3f} | {worst_text} | "
+        ratio = (f"{100 * row['size_bytes'] / float32_size:.1f}% of tflite float32"
+                 if float32_size and row["kind"] == "tflite" else "-")
+        agreement = "-" if row["top1_agreement"] is None else f"{row['top1_agreement']:.2f}"
+        lines.append(f"| {row['artifact']} | {row['mode']} | {_human_bytes(row['size_bytes'])} | {ratio} "
+                     f"| {row['metric']:.4g} | {agreement} | {row['latency_ms_batch1']:.3f} | {worst_text} | "
                      f"{'pass' if row['passed'] else 'FAIL: ' + row['reason']} |")
     lines += ["", "| conversion | status | reason |", "|---|---|---|"]
     lines += [f"| {c['name']} | {c['status']} | {c['reason'] or '-'} |" for c in summary["conversions"]]
-    lines += [""] + [f"![{name}]({name})" for name in _plots(run, rows)]
+    lines += [""] + [f"![{name}]({name})" for name in _plots(run, parity)]
     md_path = run.root / "report.md"
     md_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return json_path, md_path
@@ -77,18 +120,14 @@ def summary_tables(summary: dict[str, Any], records: list[StageRecord]):
     for record in records:
         stages.add_row(record.name, record.status.value, f"{record.seconds:.1f}", record.reason[:120])
     artifacts = Table(title="artifacts (held-out test split, compared by output name with the SavedModel)")
-    for column in ("artifact", "mode", "size", "accuracy %", "agree %", "logits err",
-                   "probs err", "class_id", "verdict"):
+    for column in ("artifact", "mode", "size", summary["parity"].get("metric", "accuracy_%"), "agree %",
+                   "worst output", "max abs err", "verdict"):
         artifacts.add_column(column)
     for row in summary["parity"]["artifacts"]:
-        outputs = {o["output"]: o for o in row["outputs"]}
-        class_row = outputs.get("class_id", {})
-        artifacts.add_row(row["artifact"], row["mode"], _human_bytes(row["size_bytes"]), f"{row['accuracy']:.2f}",
-                          f"{row['top1_agreement']:.2f}",
-                          f"{outputs.get('logits', {}).get('max_abs_error', float('nan')):.2e}",
-                          f"{outputs.get('probabilities', {}).get('max_abs_error', float('nan')):.2e}",
-                          "equal" if class_row.get("passed") and not class_row.get("detail") else
-                          class_row.get("detail", "-") or "-",
+        worst = max(row["outputs"], key=lambda o: (not o["passed"], o["max_abs_error"]), default={})
+        artifacts.add_row(row["artifact"], row["mode"], _human_bytes(row["size_bytes"]), f"{row['metric']:.4g}",
+                          "-" if row["top1_agreement"] is None else f"{row['top1_agreement']:.2f}",
+                          worst.get("output", "-"), f"{worst.get('max_abs_error', float('nan')):.2e}",
                           "pass" if row["passed"] else "FAIL")
     return stages, artifacts
 

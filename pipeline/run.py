@@ -17,6 +17,7 @@ from pipeline.data import load_split_arrays
 from pipeline.errors import StageError, TfshipError
 from pipeline.publish import PublishResult
 from pipeline.stages import RunFolder, StageRecord, StageStatus
+from pipeline.user_model import ExportOnlyRequest
 from pipeline import steps
 
 T = TypeVar("T")
@@ -53,11 +54,58 @@ class StageRunner:
         self._record(StageRecord(name, StageStatus.OK, time.perf_counter() - started, "", summarise(value)))
         return value
 
+    def skip(self, name: str, reason: str) -> None:
+        """Record `name` as skipped on purpose (e.g. training in export-only mode)."""
+        self._record(StageRecord(name, StageStatus.SKIPPED, 0.0, reason))
+
     def _record(self, record: StageRecord) -> None:
         self.records.append(record)
         self.run.record_stages(self.records)
         if self.on_stage is not None:
             self.on_stage(record.name, record)
+
+
+def _summarise_export(e) -> dict:
+    return {"passed": e.audit.passed, "ops": sum(e.audit.op_histogram.values()), "variables": len(e.audit.variables),
+            "behaviour": None if e.behaviour is None else e.behaviour.passed}
+
+
+def _summarise_parity(p) -> dict:
+    return {r.artifact: round(r.metric, 4) for r in p.rows}
+
+
+def run_export_only(config: PipelineConfig, repository: Path, request: ExportOnlyRequest,
+                    on_stage: Callable[[str, StageRecord], None] | None = None) -> PipelineResult:
+    """`tfship run --model ... --data ...`: load, export (+ audit, behaviour), convert, validate,
+    serve-check and publish a user's model; training is skipped (recorded as such).
+
+    Raises:
+        TfshipError: the failing stage's error (its record is already written).
+    """
+    from pipeline.user_model import load_user_model
+
+    run = RunFolder.create(config.run.runs_dir, config.run.model_name)
+    run.write_json("config.json", config.model_dump(mode="json", by_alias=True)
+                   | {"export_only": {"model": request.model, "data": str(request.data)}})
+    stage = StageRunner(run, on_stage)
+    model = stage("data", lambda: load_user_model(request.model),
+                  lambda m: {"model": request.model, "kind": type(m).__name__})
+    stage.skip("train", f"--model {request.model} given: export-only")
+    exported, data = stage("export", lambda: steps.export_user_stage(config, run, model, request.data),
+                           lambda pair: _summarise_export(pair[0]) | {"data": pair[1].summary()})
+    converted = stage("convert", lambda: steps.convert_stage(config, run, data),
+                      lambda c: {o.name: o.status for o in c.outcomes})
+    parity = stage("validate", lambda: steps.validate_stage(config, run, data), _summarise_parity)
+    checked = stage("serve-check", lambda: steps.serve_check_stage(config, run, data), lambda s: s.backends)
+    metrics = {"reference_metric": parity.reference_metric, "metric": parity.metric}
+    published = stage("publish", lambda: steps.publish_stage(config, run, data, repository, metrics),
+                      lambda p: {"version": p.version, "path": str(p.version_dir)})
+    summary = {"run": str(run.root), "published": str(published.version_dir), "version": published.version,
+               "train": None, "export_only": {"model": request.model, "data": str(request.data)},
+               "audit_passed": exported.audit.passed, "contract": exported.contract.to_json(),
+               "conversions": converted.to_json(), "parity": parity.to_json(), "serve_check": checked.backends}
+    run.write_json("summary.json", summary)
+    return PipelineResult(run, tuple(stage.records), published, summary)
 
 
 def run_pipeline(config: PipelineConfig, repository: Path, progress=None,
@@ -72,13 +120,11 @@ def run_pipeline(config: PipelineConfig, repository: Path, progress=None,
     stage = StageRunner(run, on_stage)
     splits = stage("data", lambda: load_split_arrays(config.data, config.run.seed), lambda s: s.summary())
     trained = stage("train", lambda: steps.train_step_stage(config, run, splits, progress), lambda r: r.summary())
-    exported = stage("export", lambda: steps.export_stage(config, run, splits, trained.model),
-                     lambda e: {"passed": e.audit.passed, "ops": sum(e.audit.op_histogram.values()),
-                                "variables": len(e.audit.variables)})
+    exported = stage("export", lambda: steps.export_stage(config, run, splits, trained.model), _summarise_export)
     converted = stage("convert", lambda: steps.convert_stage(config, run, splits),
                       lambda c: {o.name: o.status for o in c.outcomes})
     parity = stage("validate", lambda: steps.validate_stage(config, run, splits),
-                   lambda p: {r.artifact: round(r.accuracy, 2) for r in p.rows})
+                   _summarise_parity)
     checked = stage("serve-check", lambda: steps.serve_check_stage(config, run, splits), lambda s: s.backends)
     metrics = {"test_accuracy": trained.test_accuracy, "train": trained.summary()}
     published = stage("publish", lambda: steps.publish_stage(config, run, splits, repository, metrics),

@@ -3,6 +3,10 @@
 These are the pipeline's differential-test runners (SavedModel through TensorFlow, ONNX through
 onnxruntime, TFLite through LiteRT). Each maps {input name: array with the batch on axis 0} to
 {output name: array}; outputs are always keyed by name, never by position.
+
+String tensors cross every runner as numpy unicode arrays (`dtype.kind == "U"`): TensorFlow's bytes
+and onnxruntime's object arrays of `str` are converted on the way in and out, so outputs compare
+equal across backends.
 """
 
 from __future__ import annotations
@@ -36,6 +40,15 @@ class Artifact:
         return sum(f.stat().st_size for f in files if f.is_file())
 
 
+def as_text(value: np.ndarray) -> np.ndarray:
+    """Bytes / object / unicode arrays as a numpy unicode array (UTF-8 decoded); other arrays unchanged."""
+    value = np.asarray(value)
+    if value.dtype.kind not in "OSU":
+        return value
+    flat = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in value.ravel()]
+    return np.array(flat, dtype=str).reshape(value.shape)
+
+
 def saved_model_runner(path: Path, signature: str = "serving_default") -> Runner:
     """Call a SavedModel signature through TensorFlow (the reference for every comparison)."""
     import tensorflow as tf
@@ -45,7 +58,7 @@ def saved_model_runner(path: Path, signature: str = "serving_default") -> Runner
 
     def run(inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         result = function(**{name: tf.constant(value) for name, value in inputs.items()})
-        return {name: tensor.numpy() for name, tensor in result.items()}
+        return {name: as_text(tensor.numpy()) for name, tensor in result.items()}
 
     run.keepalive = loaded  # the signature function needs its object graph alive
     return run
@@ -59,7 +72,8 @@ def onnx_runner(path: Path) -> Runner:
     names = [output.name for output in session.get_outputs()]
 
     def run(inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return dict(zip(names, session.run(names, dict(inputs))))
+        feed = {k: as_text(v).astype(object) if np.asarray(v).dtype.kind in "OSU" else v for k, v in inputs.items()}
+        return {name: as_text(value) for name, value in zip(names, session.run(names, feed))}
 
     return run
 

@@ -24,6 +24,7 @@ from pipeline.runners import Artifact
 from pipeline.serve_check import ServeCheckResult, serve_check
 from pipeline.stages import RunFolder
 from pipeline.train import TrainInputs, TrainResult, train_model
+from pipeline.user_model import EvalData
 from pipeline.validate import ParityReport, raise_if_failed, validate_artifacts
 from signatures.audit import AuditReport, audit_saved_model
 from signatures.audit import raise_if_failed as raise_if_audit_failed
@@ -35,15 +36,75 @@ GOLDEN_SAMPLES = 64
 
 @dataclass(frozen=True)
 class ExportOutcome:
-    """The exported SavedModel's contract and its audit."""
+    """The exported SavedModel's contract, its graph audit and its behavioural checks (None when off)."""
 
     contract: SignatureContract
     audit: AuditReport
+    behaviour: object | None = None
 
 
-def _test_inputs(contract: SignatureContract, splits: DatasetSplits) -> dict[str, np.ndarray]:
+def as_eval_data(config: PipelineConfig, contract: SignatureContract, data: DatasetSplits | EvalData) -> EvalData:
+    """The built-in splits as `EvalData` (test split validates, a seeded train subset calibrates)."""
+    if isinstance(data, EvalData):
+        return data
+    (image,) = contract.inputs
+    pick = np.random.default_rng(config.run.seed).permutation(len(data.train))[: config.convert.representative_samples]
+    return EvalData({image.name: data.test.images}, data.test.labels, {image.name: data.train.images[pick]},
+                    tuple(data.class_names), "built-in splits (test)")
+
+
+def _test_inputs(contract: SignatureContract, splits: DatasetSplits | EvalData) -> dict[str, np.ndarray]:
+    if isinstance(splits, EvalData):
+        return splits.inputs
     (image,) = contract.inputs
     return {image.name: splits.test.images}
+
+
+def _audit_and_prove(config: PipelineConfig, run: RunFolder, contract: SignatureContract, inputs,
+                     expected_variables, layers) -> ExportOutcome:
+    from pipeline.behaviour import check_behaviour
+    from pipeline.behaviour import raise_if_failed as raise_if_behaviour_failed
+
+    audit = audit_saved_model(run.artifacts, expected_variables=expected_variables, layers=layers)
+    behaviour = check_behaviour(run.artifacts, inputs, contract.name, config.parity.atol, config.parity.rtol) \
+        if config.export.behaviour_checks else None
+    run.write_json("audit.json", audit.to_json() | {"behaviour": behaviour.to_json() if behaviour else None,
+                                                    "passed": audit.passed and (behaviour is None or behaviour.passed)})
+    raise_if_audit_failed(audit)
+    if behaviour is not None:
+        raise_if_behaviour_failed(behaviour)
+    return ExportOutcome(contract, audit, behaviour)
+
+
+def export_user_stage(config: PipelineConfig, run: RunFolder, model, data_path: Path) -> tuple[ExportOutcome, EvalData]:
+    """Export-only mode: export a user's Keras model (or re-export a SavedModel), audit and prove it.
+
+    The contract comes from the model (`signatures.keras_export.contract_from_keras`; a SavedModel keeps
+    its `serving_default`); mixed-precision models are exported as a float32 copy. Extra signatures come
+    from `[export] extra_signatures`. `data_path` is read for this contract (`pipeline.user_model`).
+
+    Raises:
+        ContractError, AuditError, DatasetError: the export, the audit, the behaviour checks or the data.
+    """
+    from pipeline.user_model import load_user_data
+    from signatures.export import build_savedmodel_module
+    from signatures.keras_export import build_keras_module, contract_from_keras, extra_contract, float32_copy
+    from signatures.layers import keras_layers
+
+    if isinstance(model, Path):
+        contract = read_signature_contracts(model)["serving_default"]
+        data = load_user_data(data_path, contract, config.convert.representative_samples, config.run.seed)
+        export_saved_model(build_savedmodel_module(model, contract), contract, run.artifacts)
+        return _audit_and_prove(config, run, contract, data.inputs, None, None), data
+    model = float32_copy(model)
+    contract = contract_from_keras(model)
+    data = load_user_data(data_path, contract, config.convert.representative_samples, config.run.seed)
+    extras = dict(config.export.extra_signatures)
+    export_saved_model(build_keras_module(model, contract, extras), contract, run.artifacts,
+                       tuple(extra_contract(contract, name, outs) for name, outs in extras.items()))
+    run.write_json("data.json", data.summary())
+    return _audit_and_prove(config, run, contract, data.inputs, [w.path for w in model.weights],
+                            keras_layers(model)), data
 
 
 def train_step_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits, progress=None) -> TrainResult:
@@ -68,13 +129,13 @@ def export_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits, 
         if not model_path.is_file():
             raise StageError(f"export: {model_path} does not exist; run the train stage first")
         model = keras.models.load_model(model_path)
+    from signatures.layers import keras_layers
+
     contract = classifier_contract(model.inputs[0].name, tuple(splits.train.images.shape[1:]),
-                                   len(splits.class_names))
+                                   len(splits.class_names), str(model.inputs[0].dtype))
     export_saved_model(build_classifier_module(model, contract), contract, run.artifacts)
-    audit = audit_saved_model(run.artifacts, expected_variables=[w.path for w in model.weights])
-    run.write_json("audit.json", audit.to_json())
-    raise_if_audit_failed(audit)
-    return ExportOutcome(contract, audit)
+    return _audit_and_prove(config, run, contract, _test_inputs(contract, splits), [w.path for w in model.weights],
+                            keras_layers(model))
 
 
 def read_contract(run: RunFolder) -> SignatureContract:
@@ -84,15 +145,12 @@ def read_contract(run: RunFolder) -> SignatureContract:
     return read_signature_contracts(run.artifacts)["serving_default"]
 
 
-def convert_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits) -> ConvertResult:
+def convert_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits | EvalData) -> ConvertResult:
     """Convert the run's SavedModel to ONNX and the configured TFLite variants (see pipeline.convert)."""
     contract = read_contract(run)
-    rng = np.random.default_rng(config.run.seed)
-    pick = rng.permutation(len(splits.train))[: config.convert.representative_samples]
-    (image,) = contract.inputs
-    calibration = {image.name: splits.train.images[pick]}
-    sample = {image.name: splits.test.images[:8]}
-    result = convert_artifacts(run.artifacts, contract, config.convert, calibration, sample)
+    data = as_eval_data(config, contract, splits)
+    sample = {name: value[:8] for name, value in data.inputs.items()}
+    result = convert_artifacts(run.artifacts, contract, config.convert, data.calibration, sample)
     run.write_json("convert.json", result.to_json())
     return result
 
@@ -110,12 +168,12 @@ def present_artifacts(run: RunFolder) -> tuple[Artifact, list[Artifact]]:
     return reference, candidates
 
 
-def validate_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits) -> ParityReport:
-    """Run the held-out test split through every artifact; `parity.json`; fail on any miss."""
+def validate_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits | EvalData) -> ParityReport:
+    """Run the held-out data through every artifact; `parity.json`; fail on any miss."""
     contract = read_contract(run)
     reference, candidates = present_artifacts(run)
-    report = validate_artifacts(reference, candidates, contract, _test_inputs(contract, splits), splits.test.labels,
-                                config.parity)
+    data = as_eval_data(config, contract, splits)
+    report = validate_artifacts(reference, candidates, contract, data.inputs, data.labels, config.parity)
     run.write_json("parity.json", report.to_json())
     return raise_if_failed(report)
 
@@ -127,7 +185,7 @@ def _golden(run: RunFolder, contract: SignatureContract, splits: DatasetSplits):
     return inputs, saved_model_runner(run.artifacts)(inputs)
 
 
-def serve_check_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits) -> ServeCheckResult:
+def serve_check_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits | EvalData) -> ServeCheckResult:
     """Stage the version in a private repository, write warm-up and golden files, serve-check it."""
     contract = read_contract(run)
     inputs, expected = _golden(run, contract, splits)
@@ -143,7 +201,7 @@ def serve_check_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSpl
     return result
 
 
-def publish_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits, repository: Path,
+def publish_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits | EvalData, repository: Path,
                   metrics: dict) -> PublishResult:
     """Publish the blessed candidate (parity passed, serve-check passed) with its manifest."""
     import json

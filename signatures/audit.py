@@ -12,7 +12,11 @@ It fails on:
   updates) outside the checkpoint restore functions and the top-level variable initializers that
   every TF2 SavedModel carries for TF1-style loaders such as TensorFlow Serving;
 * random ops and batch normalisation in training mode inside the serving functions;
-* saved variables that are not model weights (optimizer slots, step counters, seed states).
+* saved variables that are not model weights (optimizer slots, step counters, seed states);
+* batch statistics (`Mean` ops) inside a BatchNormalization layer's scope in the serving functions.
+
+Given the model's layers (`signatures.layers.keras_layers`), every violation inside a serving function
+names the Keras layer whose scope holds the op, and says why that layer kind leaks training behaviour.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from pipeline.errors import AuditError
+from signatures.layers import LayerInfo, explain, layer_for_op
 
 GRADIENT_OP = re.compile(r"(Grad|GradV2|GradGrad)$|^SymbolicGradient$|Backprop")
 OPTIMIZER_OP = re.compile(r"^(Resource)?(Sparse)?Apply[A-Z]")
@@ -104,35 +109,49 @@ def _load_meta_graph(saved_model_dir: Path):
     raise AuditError(f"{path}: no meta-graph tagged 'serve'")
 
 
-def _check_nodes(where: str, nodes, strict_serving: bool, allow_assign: bool) -> list[str]:
+def _blame(node, layers: dict[str, LayerInfo] | None, op_kind: str) -> str:
+    layer = layer_for_op(node.name, layers) if layers else None
+    return f": {explain(op_kind, layer)}" if layer is not None else ""
+
+
+def _check_nodes(where: str, nodes, strict_serving: bool, allow_assign: bool,
+                 layers: dict[str, LayerInfo] | None = None) -> list[str]:
     problems = []
     for node in nodes:
         op = node.op
+        layer = layer_for_op(node.name, layers) if (layers and strict_serving) else None
+        if layer is not None and layer.kind == "batch_normalization" and op in ("Mean", "SquaredDifference"):
+            problems.append(f"{where}: batch statistics {op} ('{node.name}'): {explain('batch statistics', layer)}")
         if GRADIENT_OP.search(op):
             problems.append(f"{where}: gradient op {op} ('{node.name}')")
         elif OPTIMIZER_OP.search(op):
             problems.append(f"{where}: optimizer op {op} ('{node.name}')")
         elif ASSIGN_OP.search(op) and not allow_assign:
-            problems.append(f"{where}: variable write {op} ('{node.name}')")
+            problems.append(f"{where}: variable write {op} ('{node.name}')"
+                            + (_blame(node, layers, "variable write") if strict_serving else ""))
         elif strict_serving and RANDOM_OP.search(op):
-            problems.append(f"{where}: random op {op} ('{node.name}'): an augmentation, dropout or noise "
-                            "layer is active in the serving graph")
+            blame = _blame(node, layers, "random op")
+            problems.append(f"{where}: random op {op} ('{node.name}')" + (blame or ": an augmentation, dropout "
+                            "or noise layer is active in the serving graph"))
         elif strict_serving and op.startswith("FusedBatchNorm") and node.attr["is_training"].b:
             problems.append(f"{where}: {op} with is_training=true ('{node.name}'): batch normalisation uses "
-                            "batch statistics at serving time")
+                            "batch statistics at serving time" + _blame(node, layers, "batch statistics"))
         for called in _called_functions(node):
             if GRADIENT_FUNCTION.search(called):
                 problems.append(f"{where}: call into gradient function '{called}' ('{node.name}')")
     return problems
 
 
-def audit_saved_model(saved_model_dir: Path, expected_variables: Iterable[str] | None = None) -> AuditReport:
+def audit_saved_model(saved_model_dir: Path, expected_variables: Iterable[str] | None = None,
+                      layers: dict[str, LayerInfo] | None = None) -> AuditReport:
     """Audit a SavedModel for gradient, optimizer and training-only content.
 
     Args:
         saved_model_dir: folder holding `saved_model.pb`.
         expected_variables: model weight names (Keras `variable.path`); when given, every saved
             variable must be one of them.
+        layers: the exported model's layers (`signatures.layers.keras_layers(model)`); when given,
+            violations in serving functions name the Keras layer responsible.
 
     Returns:
         An `AuditReport`; call `raise_if_failed` to turn violations into an error.
@@ -164,7 +183,7 @@ def audit_saved_model(saved_model_dir: Path, expected_variables: Iterable[str] |
         if name in serving:
             histogram.update(node.op for node in function.node_def)
         violations += _check_nodes(f"function {name}", function.node_def, strict_serving=name in serving,
-                                   allow_assign=name in saver)
+                                   allow_assign=name in saver, layers=layers)
     variables = tuple(
         {"name": n.variable.name, "dtype": int(n.variable.dtype),
          "shape": [d.size for d in n.variable.shape.dim], "trainable": bool(n.variable.trainable)}

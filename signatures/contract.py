@@ -57,15 +57,17 @@ class SignatureContract:
         return tuple(t.name for t in self.outputs)
 
 
-def classifier_contract(input_name: str, input_shape: tuple[int, ...], num_classes: int) -> SignatureContract:
+def classifier_contract(input_name: str, input_shape: tuple[int, ...], num_classes: int,
+                        input_dtype: str = "float32") -> SignatureContract:
     """The built-in classifier contract.
 
-    Input `<input_name>` float32 [-1, *input_shape]; outputs `logits` float32 [-1, num_classes],
-    `probabilities` float32 [-1, num_classes], `class_id` int64 [-1].
+    Input `<input_name>` `input_dtype` (float32 unless the model declares e.g. int32 token ids)
+    [-1, *input_shape]; outputs `logits` float32 [-1, num_classes], `probabilities` float32
+    [-1, num_classes], `class_id` int64 [-1].
     """
     return SignatureContract(
         name=DEFAULT_SIGNATURE,
-        inputs=(TensorContract(input_name, "float32", (None, *input_shape)),),
+        inputs=(TensorContract(input_name, input_dtype, (None, *input_shape)),),
         outputs=(
             TensorContract("logits", "float32", (None, num_classes)),
             TensorContract("probabilities", "float32", (None, num_classes)),

@@ -90,14 +90,19 @@ def read_signature_contracts(saved_model_dir: Path) -> dict[str, SignatureContra
             for name, sig in graphs[0].signature_def.items() if not name.startswith("__")}
 
 
-def export_saved_model(module, contract: SignatureContract, export_dir: Path) -> ExportResult:
-    """Save `module` (from `build_classifier_module`) to `export_dir` and prove its signature.
+def export_saved_model(module, contract: SignatureContract, export_dir: Path,
+                       extra_contracts: tuple[SignatureContract, ...] = ()) -> ExportResult:
+    """Save `module` to `export_dir` and prove every signature it declares.
 
+    `module` comes from `build_classifier_module` or `signatures.keras_export.build_keras_module`: it holds
+    one tf.function per signature name (`module.signature_names`, else just `contract.name`).
     Written into a temporary sibling folder and renamed into place, so a failed export leaves no
-    partial directory. The written `signature_def` is read back and compared with `contract`.
+    partial directory. Each written `signature_def` is read back and compared with its contract
+    (`contract` for `serving_default`, `extra_contracts` for the others); no other signature may exist.
 
     Raises:
-        ContractError: the written signature's keys, dtypes or ranks differ from the contract.
+        ContractError: a written signature's keys, dtypes or ranks differ from its contract, a declared
+            signature is missing, or an undeclared one was written.
     """
     import tensorflow as tf
 
@@ -105,12 +110,15 @@ def export_saved_model(module, contract: SignatureContract, export_dir: Path) ->
     export_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = export_dir.with_name(f".{export_dir.name}.{secrets.token_hex(4)}.tmp")
     try:
-        tf.saved_model.save(module, str(staging), signatures={contract.name: module.serving_default},
+        names = tuple(getattr(module, "signature_names", (contract.name,)))
+        tf.saved_model.save(module, str(staging), signatures={name: getattr(module, name) for name in names},
                             options=tf.saved_model.SaveOptions(save_debug_info=False))
         written = read_signature_contracts(staging)
-        if contract.name not in written:
-            raise ContractError(f"{staging}: signature '{contract.name}' missing; has {sorted(written)}")
-        compare_contracts(contract, written[contract.name], f"{export_dir}/saved_model.pb")
+        declared = {c.name: c for c in (contract, *extra_contracts)}
+        if set(written) != set(declared):
+            raise ContractError(f"{export_dir}: signatures written {sorted(written)}, declared {sorted(declared)}")
+        for name, expected in declared.items():
+            compare_contracts(expected, written[name], f"{export_dir}/saved_model.pb")
         if export_dir.exists():
             shutil.rmtree(export_dir)
         os.replace(staging, export_dir)
@@ -118,3 +126,29 @@ def export_saved_model(module, contract: SignatureContract, export_dir: Path) ->
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
     return ExportResult(export_dir, contract)
+
+
+def build_savedmodel_module(saved_model_dir: Path, contract: SignatureContract):
+    """Re-export an existing SavedModel's signature through a forward-only module.
+
+    The source is loaded with `tf.saved_model.load`; the new `serving_default` calls its signature
+    function with the contract's inputs and returns the contract's outputs by name (the source's
+    restored variables and resources are tracked, nothing else), so the audit, behaviour checks and
+    conversions run on exactly what the user shipped.
+    """
+    import tensorflow as tf
+
+    loaded = tf.saved_model.load(str(saved_model_dir))
+    function = loaded.signatures[contract.name]
+    specs = {t.name: tf.TensorSpec([None if d is None else d for d in t.shape], tf.as_dtype(t.dtype), name=t.name)
+             for t in contract.inputs}
+
+    def serve(feed):
+        result = function(**feed)
+        return {t.name: tf.identity(result[t.name]) for t in contract.outputs}
+
+    module = tf.Module(name="serving")
+    module.source = loaded
+    setattr(module, contract.name, tf.function(serve, input_signature=[specs], autograph=False))
+    module.signature_names = (contract.name,)
+    return module

@@ -34,7 +34,7 @@ def _bar(run: RunFolder, names: list[str], values: list[float], label: str, file
 def _error_histograms(run: RunFolder, rows: list[dict[str, Any]], edges: list, plt) -> list[str]:
     """One PNG per output: absolute-error counts per log10 bin, one line per artifact."""
     outputs = list(dict.fromkeys(o["output"] for r in rows for o in r["outputs"] if o.get("error_histogram")))
-    labels = ["0"] + [f"<{e:.0e}" if e is not None else "inf" for e in edges[2:]]
+    labels = [f"<{e:.0e}" if e is not None else f">={edges[-2]:.0e}" for e in edges[1:]]
     files = []
     for output in outputs:
         figure, axis = plt.subplots(figsize=(7, 3))
@@ -44,6 +44,7 @@ def _error_histograms(run: RunFolder, rows: list[dict[str, Any]], edges: list, p
                 axis.plot(range(len(counts)), counts, marker="o", label=row["artifact"])
         axis.set_xticks(range(len(labels)), labels, rotation=45, fontsize=7)
         axis.set_yscale("symlog")
+        axis.set_ylim(bottom=0)
         axis.set_xlabel(f"|artifact - SavedModel| for output '{output}'")
         axis.set_ylabel("elements")
         axis.legend(fontsize=7)
@@ -90,7 +91,7 @@ def write_report(run: RunFolder, summary: dict[str, Any]) -> tuple[Path, Path]:
              f"- audit: {'passed' if summary['audit_passed'] else 'FAILED'}", train_line,
              f"- task metric: {metric} on output `{parity.get('metric_output')}` against "
              f"{parity.get('label_source', 'labels')}; SavedModel: {parity.get('reference_metric', float('nan')):.4g}",
-             "", f"| artifact | mode | size | size vs SavedModel tflite/onnx | {metric} | agreement % | latency b1 ms "
+             "", f"| artifact | mode | size | size vs tflite float32 | {metric} | agreement % | latency b1 ms "
              "| worst output (max abs err) | verdict |", "|---|---|---|---|---|---|---|---|---|"]
     float32_size = next((r["size_bytes"] for r in rows if r["artifact"] == "tflite_float32"), None)
     for row in rows:

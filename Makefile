@@ -112,3 +112,19 @@ docker-test: setup
 
 docker-lint: setup
 	$(VENV)/bin/hadolint Dockerfile
+
+# ---------------------------------------------------------------- training (docs/training.md)
+TB_PORT ?= 6006
+TB_LOGDIR ?= runs
+
+.PHONY: bench-train tensorboard
+
+# steps/s of the train step: eager, tf.function, tf.function+XLA, float32 and mixed precision, on the
+# CNN and a larger MLP; JSON + Markdown + plot into bench/results/.
+bench-train: setup
+	$(PY) -m pipeline.bench_train --out bench/results
+
+# TensorBoard over every run's events (<run>/tensorboard); installs the viewer on first use.
+tensorboard: setup
+	@$(PY) -c "import tensorboard" 2>/dev/null || $(PY) -m pip install --quiet --disable-pip-version-check "tensorboard==2.21.0"
+	$(VENV)/bin/tensorboard --logdir $(TB_LOGDIR) --port $(TB_PORT)

@@ -55,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "returning a keras.Model (training is skipped; needs --data)")
     run.add_argument("--data", type=Path, help="export-only: validation/calibration data (NPZ with x/y or one "
                      "array per input, CSV with a label column, or an image folder <root>/<class>/<file>)")
+    run.add_argument("--resume", metavar="RUN", help="resume RUN (run folder or run id): stages whose outputs are "
+                     "complete and valid are skipped, training continues from its latest checkpoint")
     run.set_defaults(func=commands.cmd_run)
     for name, text in (("train", "train the model into a new run folder"),
                        ("export", "export + audit the run's SavedModel"),
@@ -65,6 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
         _add_config_arguments(stage)
         if name != "train":
             _add_run_folder_argument(stage)
+        else:
+            stage.add_argument("--resume", nargs="?", const="latest", metavar="RUN",
+                               help="continue training from the latest checkpoint of RUN (a run folder or run id "
+                                    "under run.runs_dir; default: the latest run), with the run's own config")
         stage.set_defaults(func=getattr(commands, f"cmd_{name}"))
     inspect = sub.add_parser("inspect", help="print the signatures of a SavedModel, .tflite or .onnx")
     inspect.add_argument("path", type=Path)

@@ -42,7 +42,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     if bool(getattr(args, "model", None)) != bool(getattr(args, "data", None)):
         raise ConfigError("tfship run: --model and --data go together (export-only mode needs both)")
-    if getattr(args, "model", None):
+    if getattr(args, "resume", None):
+        from pipeline.resume import resume_pipeline
+
+        with _progress() as progress:
+            result = resume_pipeline(args.resume, config, progress, _print_stage)
+    elif getattr(args, "model", None):
         result = run_export_only(config, config.publish.repository, ExportOnlyRequest(args.model, args.data),
                                  _print_stage)
     else:
@@ -75,6 +80,16 @@ def _stage_command(args: argparse.Namespace, name: str) -> int:
     from pipeline.data import load_split_arrays
 
     config = config_from_args(args)
+    if name == "train" and getattr(args, "resume", None):
+        from pipeline.resume import resolve_run, stored_config
+
+        run = resolve_run(args.resume, config.run.runs_dir)
+        config = stored_config(run)
+        splits = load_split_arrays(config.data, config.run.seed)
+        with _progress() as progress:
+            result = steps.train_step_stage(config, run, splits, progress, resume=True).summary()
+        _print_json_table(name, run, result)
+        return 0
     splits = load_split_arrays(config.data, config.run.seed)
     if name == "train":
         run = RunFolder.create(config.run.runs_dir, config.run.model_name)

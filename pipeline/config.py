@@ -30,32 +30,85 @@ class RunSection(_Section):
     seed: int = Field(42, ge=0, description="Seed for splits, shuffling and weight initialisation.")
 
 
-class DataSection(_Section):
-    """Where the data comes from and how it is split and batched."""
+class FeatureSpecSection(_Section):
+    """One tf.Example feature of a TFRecord source (`tf.io.FixedLenFeature(shape, dtype)`)."""
 
-    source: Literal["digits"] = Field("digits", description="Dataset source; `digits` is scikit-learn's bundled set.")
+    dtype: Literal["float32", "int64", "string"] = Field("float32", description="Feature dtype in the tf.Example.")
+    shape: tuple[int, ...] = Field((), description="Fixed feature shape per example; [] is a scalar.")
+
+
+class DataSection(_Section):
+    """Where the data comes from and how it is split and batched (readers: `pipeline.sources`)."""
+
+    source: Literal["digits", "csv", "npz", "image_folder", "tfrecord"] = Field(
+        "digits", description="Dataset source; `digits` is scikit-learn's bundled set (no download).")
+    path: Path | None = Field(None, description="CSV / NPZ / TFRecord file or image folder (not for digits).")
+    features: tuple[str, ...] = Field((), description="CSV feature columns, NPZ array or TFRecord feature names.")
+    label: str = Field("label", min_length=1, description="CSV label column, NPZ label array or TFRecord feature.")
+    classes: tuple[str, ...] = Field((), description="Declared class names (index = class id); empty: inferred.")
+    categorical: dict[str, tuple[str, ...]] = Field(
+        {}, description="CSV categorical columns -> allowed values (one-hot); an empty list infers the values.")
+    input_name: str | None = Field(None, pattern=r"^[A-Za-z][A-Za-z0-9_]{0,63}$",
+                                   description="Model input name; default per source (image, features, ...).")
+    image_size: tuple[int, int] | None = Field(None, description="Image folder: resize to [height, width] pixels.")
+    rescale: float = Field(1.0 / 255.0, gt=0.0, description="Image folder: pixel multiplier after decoding.")
+    color_mode: Literal["grayscale", "rgb"] = Field("rgb", description="Image folder: channels to decode.")
+    feature_spec: dict[str, FeatureSpecSection] = Field({}, description="TFRecord: tf.Example feature specs.")
     validation_fraction: float = Field(0.15, gt=0.0, lt=0.5, description="Share of samples for validation.")
     test_fraction: float = Field(0.2, gt=0.0, lt=0.5, description="Share of samples held out for test.")
     batch_size: int = Field(64, ge=1, le=65536, description="Training batch size (samples).")
     shuffle_buffer: int = Field(2048, ge=1, description="tf.data shuffle buffer (samples).")
+    cache: bool = Field(True, description="Cache the decoded training split in memory (tf.data cache).")
 
 
 class ModelSection(_Section):
-    """Built-in model architecture."""
+    """Built-in model architecture, or a user factory `module:function` returning a keras.Model."""
 
-    kind: Literal["cnn"] = Field("cnn", description="Built-in model family.")
+    kind: Literal["cnn", "mlp", "text"] = Field("cnn", description="Built-in model family.")
+    factory: str | None = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
+                                description="`module:function` called as f(input_shape=, num_classes=, **args).")
+    factory_args: dict[str, Any] = Field({}, description="Keyword arguments passed to the factory.")
     filters: tuple[int, ...] = Field((16, 32), min_length=1, max_length=4, description="Conv filters per block.")
-    dense_units: int = Field(64, ge=1, description="Width of the hidden dense layer.")
+    hidden_units: tuple[int, ...] = Field((128, 64), min_length=1, description="MLP hidden layer widths.")
+    dense_units: int = Field(64, ge=1, description="Width of the hidden dense layer (cnn, text).")
     dropout: float = Field(0.1, ge=0.0, lt=1.0, description="Dropout rate before the classifier.")
+    vocab_size: int = Field(10000, ge=2, description="Text: token ids in [0, vocab_size); 0 is padding.")
+    embedding_dim: int = Field(32, ge=1, description="Text: embedding width.")
+    pooling: Literal["mean", "max"] = Field("mean", description="Text: pooling over tokens.")
+    normalize: bool = Field(False, description="Bake a Normalization layer, adapted on the train split, into the model.")
+    recompute: tuple[str, ...] = Field((), description="Layer names recomputed in the backward pass (tf.recompute_grad).")
 
 
 class TrainSection(_Section):
-    """The custom training loop."""
+    """The custom training loop (`pipeline.train`)."""
 
     epochs: int = Field(15, ge=1, le=10000, description="Passes over the training split.")
-    learning_rate: float = Field(3e-3, gt=0.0, le=10.0, description="Adam learning rate.")
+    learning_rate: float = Field(3e-3, gt=0.0, le=10.0, description="Peak learning rate.")
+    optimizer: Literal["adam", "adamw", "sgd"] = Field("adam", description="Optimizer (sgd uses momentum).")
+    weight_decay: float = Field(1e-4, ge=0.0, description="AdamW decoupled weight decay.")
+    momentum: float = Field(0.9, ge=0.0, lt=1.0, description="SGD momentum.")
+    schedule: Literal["constant", "cosine"] = Field("constant", description="Learning-rate schedule after warm-up.")
+    warmup_steps: int = Field(0, ge=0, description="Linear warm-up from 0 over this many optimizer steps.")
     clip_global_norm: float | None = Field(5.0, gt=0.0, description="Clip gradients to this global norm; none: off.")
-    jit_compile: bool = Field(True, description="Compile the train step with XLA (tf.function(jit_compile=True)).")
+    accumulation_steps: int = Field(1, ge=1, le=1024, description="Average gradients over N steps per update.")
+    mixed_precision: Literal["float32", "mixed_bfloat16", "mixed_float16"] = Field(
+        "float32", description="Keras dtype policy of the built-in layers; float16 adds a LossScaleOptimizer.")
+    jit_compile: bool | Literal["auto"] = Field(
+        "auto", description="XLA for the train step: auto times a few steps both ways and keeps the faster.")
+    xla_probe_steps: int = Field(5, ge=1, le=1000, description="Timed steps per variant for jit_compile=auto.")
+    early_stopping_patience: int | None = Field(None, ge=1, description="Stop after N epochs without improvement.")
+    early_stopping_metric: Literal["validation_accuracy", "validation_loss"] = Field(
+        "validation_accuracy", description="Metric watched by early stopping.")
+    early_stopping_min_delta: float = Field(0.0, ge=0.0, description="Smallest change that counts as improvement.")
+    deterministic: bool = Field(False, description="Seeds + tf.config.experimental.enable_op_determinism.")
+    run_eagerly: bool = Field(False, description="Debug: tf.config.run_functions_eagerly(True) while training.")
+    checkpoint_every_steps: int = Field(0, ge=0, description="CheckpointManager period in steps; 0: at the end.")
+    keep_checkpoints: int = Field(3, ge=1, description="Checkpoints kept by the CheckpointManager.")
+    tensorboard: bool = Field(True, description="Write TensorBoard events into <run>/tensorboard.")
+    log_every_steps: int = Field(10, ge=1, description="TensorBoard scalar period in steps.")
+    histogram_every_steps: int = Field(100, ge=1, description="TensorBoard weight-histogram period in steps.")
+    strategy: Literal["default", "mirrored", "multi_worker"] = Field(
+        "default", description="tf.distribute strategy; multi_worker reads the cluster from TF_CONFIG.")
 
 
 class ExportSection(_Section):

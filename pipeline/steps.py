@@ -107,9 +107,20 @@ def export_user_stage(config: PipelineConfig, run: RunFolder, model, data_path: 
                             keras_layers(model)), data
 
 
-def train_step_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits, progress=None) -> TrainResult:
-    """Train, save `model.keras` and `train.json`; fail below 0 accuracy only on NaN (see train_model)."""
-    result = train_model(TrainInputs(config, splits, run.checkpoints), progress)
+def train_step_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits, progress=None,
+                     resume: bool = False) -> TrainResult:
+    """Train (or resume from `checkpoints/`), save `model.keras` and `train.json`; events go to
+    `tensorboard/`, event lines to `logs/train.log` (see train_model for the errors raised)."""
+    log_file = run.root / "logs" / "train.log"
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+
+    def log(line: str) -> None:
+        with log_file.open("a", encoding="utf-8") as handle:
+            handle.write(line + "\n")
+        if progress is not None:
+            progress.console.print(line, highlight=False, markup=False)
+
+    result = train_model(TrainInputs(config, splits, run.checkpoints, run.root / "tensorboard", resume, log), progress)
     result.model.save(run.root / "model.keras")
     run.write_json("train.json", result.summary() | {"history": [h.__dict__ for h in result.history]})
     return result

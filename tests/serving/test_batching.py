@@ -1,0 +1,188 @@
+"""`Batched(runtime)`: exact per-request outputs under concurrency, padding, splitting, queue and errors."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from conftest import MODEL
+
+from pipeline.errors import ConfigError, DeadlineExceededError, InvalidRequestError, ResourceExhaustedError
+from serving.batching import Batched, BatchingParameters
+from serving.metrics import Metrics
+from serving.runtimes.base import Runtime
+from serving.runtimes.onnx import OnnxRuntime
+
+
+class Gated(Runtime):
+    """A real runtime composed around another, whose calls wait until `gate` is set (to hold a batch open)."""
+
+    def __init__(self, inner: Runtime) -> None:
+        super().__init__(inner.version_dir, inner.options)
+        self.inner, self.gate, self.entered = inner, threading.Event(), threading.Event()
+        self.ready = inner.ready
+
+    @classmethod
+    def can_serve(cls, version_dir):
+        return False
+
+    def load(self):
+        self.inner.load()
+
+    def metadata(self):
+        return self.inner.metadata()
+
+    def predict(self, inputs, signature_name="serving_default", *, deadline=None):
+        self.entered.set()
+        self.gate.wait()
+        return self.inner.predict(inputs, signature_name)
+
+
+@pytest.fixture(scope="module")
+def onnx_runtime(repository):
+    runtime = OnnxRuntime(repository / MODEL / "1")
+    runtime.load()
+    yield runtime
+    runtime.unload()
+
+
+def _x(rows: int, seed: int) -> dict[str, np.ndarray]:
+    return {"image": np.random.default_rng(seed).random((rows, 8, 8, 1), dtype=np.float32)}
+
+
+def _queue_depth(metrics: Metrics) -> float:
+    return metrics.registry.get_sample_value("tfship_batch_queue_depth", {"model": MODEL}) or 0.0
+
+
+def _wait_queue(metrics: Metrics, depth: int) -> None:
+    deadline = time.monotonic() + 30
+    while _queue_depth(metrics) < depth:
+        assert time.monotonic() < deadline, "requests never queued"
+        time.sleep(0.01)
+
+
+def test_parameters_text_format_and_rules():
+    params = BatchingParameters.from_text("""
+        max_batch_size { value: 8 }   # TF Serving's wrapper syntax
+        batch_timeout_micros { value: 500 }
+        max_enqueued_batches { value: 3 }
+        num_batch_threads { value: 2 }
+        allowed_batch_sizes: 4
+        allowed_batch_sizes: 8
+        pad_variable_length_inputs: true""")
+    assert params == BatchingParameters(8, 500, 3, 2, (4, 8), True)
+    with pytest.raises(ConfigError, match="unknown batching parameter"):
+        BatchingParameters.from_text("max_batch_sise { value: 8 }")
+    with pytest.raises(ConfigError, match="must increase and end with max_batch_size"):
+        BatchingParameters(max_batch_size=8, allowed_batch_sizes=(4, 6))
+
+
+def test_concurrent_requests_merge_and_split_exactly(onnx_runtime):
+    metrics = Metrics()
+    gated = Gated(onnx_runtime)
+    batched = Batched(gated, BatchingParameters(max_batch_size=8, allowed_batch_sizes=(4, 8),
+                                                num_batch_threads=1, batch_timeout_micros=0), metrics)
+    requests = [_x(1 + i % 3, seed=i) for i in range(10)]
+    try:
+        with ThreadPoolExecutor(12) as pool:
+            first = pool.submit(batched.predict, _x(2, seed=99))
+            assert gated.entered.wait(30)
+            futures = [pool.submit(batched.predict, r) for r in requests]
+            _wait_queue(metrics, len(requests))
+            gated.gate.set()
+            results = [f.result(timeout=60) for f in futures]
+            first.result(timeout=60)
+    finally:
+        batched.stop()
+    for request, got in zip(requests, results):
+        want = onnx_runtime.predict(request)
+        assert set(got) == set(want)
+        for key in want:
+            assert got[key].shape == want[key].shape
+            np.testing.assert_allclose(got[key], want[key], rtol=1e-6, atol=1e-6)
+    calls = metrics.registry.get_sample_value("tfship_batch_size_count", {"model": MODEL})
+    rows = metrics.registry.get_sample_value("tfship_batch_size_sum", {"model": MODEL})
+    assert calls < 1 + len(requests)  # merged: fewer backend calls than requests
+    assert rows % 4 == 0  # every call padded to an allowed size
+
+
+def test_lone_request_is_not_delayed(onnx_runtime):
+    batched = Batched(onnx_runtime, BatchingParameters(batch_timeout_micros=5_000_000))
+    try:
+        started = time.monotonic()
+        batched.predict(_x(3, 0))
+        assert time.monotonic() - started < 2.5  # far below the 5 s batch timeout
+    finally:
+        batched.stop()
+
+
+def test_large_request_split_or_refused(onnx_runtime):
+    request = _x(11, 1)
+    batched = Batched(onnx_runtime, BatchingParameters(max_batch_size=4, allowed_batch_sizes=(2, 4)))
+    refusing = Batched(onnx_runtime, BatchingParameters(max_batch_size=4, enable_large_batch_splitting=False))
+    try:
+        got = batched.predict(request)
+        np.testing.assert_allclose(got["logits"], onnx_runtime.predict(request)["logits"], atol=1e-6)
+        assert got["class_id"].shape == (11,)
+        with pytest.raises(InvalidRequestError, match="11 rows exceeds max_batch_size 4"):
+            refusing.predict(request)
+    finally:
+        batched.stop()
+        refusing.stop()
+
+
+def test_full_queue_deadline_and_batch_failure(onnx_runtime):
+    metrics = Metrics()
+    gated = Gated(onnx_runtime)
+    batched = Batched(gated, BatchingParameters(max_batch_size=4, max_enqueued_batches=1, num_batch_threads=1,
+                                                batch_timeout_micros=0), metrics)
+    bad = {"image": np.zeros((1, 8, 8, 1), np.float64)}  # the backend refuses float64 (validation bypassed)
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            blocker = pool.submit(batched.predict, _x(1, 0))
+            assert gated.entered.wait(30)
+            failing = [pool.submit(batched.predict, bad) for _ in range(2)]
+            expired = pool.submit(batched.predict, _x(1, 1), deadline=time.monotonic() + 0.05)
+            _wait_queue(metrics, 3)
+            with pytest.raises(ResourceExhaustedError, match="batch queue full"):
+                batched.predict(_x(2, 2))
+            time.sleep(0.1)  # let the queued request's own deadline pass (this is the behaviour under test)
+            gated.gate.set()
+            blocker.result(timeout=60)
+            errors = [f.exception(timeout=60) for f in failing]
+            assert all(e is not None for e in errors) and errors[0] is errors[1]  # one batch, one error for all
+            with pytest.raises(DeadlineExceededError):
+                expired.result(timeout=60)
+        assert batched.predict(_x(2, 3))["class_id"].shape == (2,)  # still serving
+    finally:
+        batched.stop()
+
+
+def test_server_batching_gives_each_client_its_own_outputs(repository, tmp_path):
+    from serving.client import PredictClient
+    from serving.launcher import ServerProcess
+
+    params = tmp_path / "batching.txt"
+    params.write_text("max_batch_size { value: 16 }\nbatch_timeout_micros { value: 2000 }\n"
+                      "num_batch_threads { value: 1 }\nallowed_batch_sizes: 8\nallowed_batch_sizes: 16\n")
+    requests = [_x(1 + i % 4, seed=100 + i) for i in range(24)]
+    with ServerProcess(repository, MODEL, backend="onnx",
+                       extra_args=("--batching-parameters-file", str(params),
+                                   "--file-system-poll-wait-seconds", "0")) as server:
+        with PredictClient(server.grpc_target) as client, ThreadPoolExecutor(8) as pool:
+            client.metadata(MODEL)
+            results = list(pool.map(lambda r: client.predict(MODEL, r), requests))
+        import urllib.request
+
+        metrics = urllib.request.urlopen(server.metrics_url + "/metrics").read().decode()
+    latest = OnnxRuntime(repository / MODEL / "2")
+    latest.load()
+    for request, got in zip(requests, results):
+        want = latest.predict(request)
+        np.testing.assert_array_equal(got["class_id"], want["class_id"])
+        np.testing.assert_allclose(got["logits"], want["logits"], rtol=1e-6, atol=1e-6)
+    assert 'tfship_batch_size_count{model="digits"}' in metrics
+    assert 'tfship_requests_total{method="predict",model="digits",status="OK",version="2"} 24.0' in metrics

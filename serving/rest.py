@@ -101,7 +101,11 @@ def _inputs(body: dict, signature: Signature) -> tuple[dict[str, np.ndarray], bo
     return {single: _array(single, rows, signature)}, True
 
 
-def _jsonable(array: np.ndarray):
+def _jsonable(array):
+    if isinstance(array, np.generic):
+        return _bytes_json(array.item())
+    if not isinstance(array, np.ndarray):
+        return _bytes_json(array)
     if array.dtype == object:
         return [_jsonable(a) for a in array] if array.ndim else _bytes_json(array.item())
     return array.tolist()

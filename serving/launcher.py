@@ -16,6 +16,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import grpc
+
 from pipeline.errors import TfshipError
 from serving.client import PredictClient
 
@@ -37,6 +39,7 @@ class ServerProcess:
         extra_args: more `serve` flags (later flags win, e.g. `("--rest-port", "-1")`).
         startup_timeout_s: seconds to wait for SERVING.
         python: interpreter to run (default: this one), e.g. a TensorFlow-free venv's.
+        credentials: `grpc.ssl_channel_credentials(...)` for the health check when the server uses TLS.
 
     Attributes (after `__enter__`): `grpc_target` (`127.0.0.1:port`), `rest_url`, `metrics_url`
     (`http://127.0.0.1:port`, None when that transport is off), `ports` (dict from the port file).
@@ -47,7 +50,8 @@ class ServerProcess:
 
     def __init__(self, repository: Path, model_name: str, backend: str = "auto", extra_args: Sequence[str] = (),
                  startup_timeout_s: float = 120.0, python: str | None = None,
-                 env: dict[str, str] | None = None, stop_timeout_s: float = 30.0) -> None:
+                 env: dict[str, str] | None = None, stop_timeout_s: float = 30.0,
+                 credentials: grpc.ChannelCredentials | None = None) -> None:
         self.repository = Path(repository)
         self.model_name = model_name
         self.backend = backend
@@ -56,6 +60,7 @@ class ServerProcess:
         self.stop_timeout_s = stop_timeout_s
         self.python = python or sys.executable
         self.env = env
+        self.credentials = credentials
         self.process: subprocess.Popen | None = None
         self.ports: dict[str, int | None] = {}
         self.grpc_target = ""
@@ -110,7 +115,7 @@ class ServerProcess:
         self.grpc_target = f"127.0.0.1:{self.ports['grpc']}"
         self.rest_url = f"http://127.0.0.1:{self.ports['rest']}" if self.ports.get("rest") else None
         self.metrics_url = f"http://127.0.0.1:{self.ports['metrics']}" if self.ports.get("metrics") else None
-        with PredictClient(self.grpc_target, timeout_s=5.0) as client:
+        with PredictClient(self.grpc_target, timeout_s=5.0, credentials=self.credentials) as client:
             while True:
                 remaining = deadline - time.monotonic()
                 if self.process.poll() is not None:

@@ -20,7 +20,7 @@ def test_registry_refuses_duplicates_and_unknown_names():
         registry.register("onnx", TfliteRuntime)
     with pytest.raises(ConfigError, match="unknown backend 'torch'"):
         registry.create("torch", ".")
-    assert REGISTRY.names() == ["saved_model", "onnx", "tflite"]
+    assert REGISTRY.names()[:3] == ["saved_model", "onnx", "tflite"]  # auto's preference order
 
 
 def test_auto_prefers_saved_model_then_onnx_then_tflite(repository, tmp_path):

@@ -186,3 +186,34 @@ def test_server_batching_gives_each_client_its_own_outputs(repository, tmp_path)
         np.testing.assert_allclose(got["logits"], want["logits"], rtol=1e-6, atol=1e-6)
     assert 'tfship_batch_size_count{model="digits"}' in metrics
     assert 'tfship_requests_total{method="predict",model="digits",status="OK",version="2"} 24.0' in metrics
+
+
+def test_pad_variable_length_inputs(tmp_path):
+    from serving.runtimes.identity import IdentityRuntime
+
+    (tmp_path / "identity.json").write_text('{"inputs": {"tokens": {"dtype": "int32", "shape": [null, null]}}}')
+    echo = IdentityRuntime(tmp_path)
+    echo.load()
+    metrics = Metrics()
+    gated = Gated(echo)
+    batched = Batched(gated, BatchingParameters(max_batch_size=8, num_batch_threads=1, batch_timeout_micros=0,
+                                                pad_variable_length_inputs=True), metrics)
+    short = {"tokens": np.array([[1, 2]], np.int32)}
+    long = {"tokens": np.array([[3, 4, 5], [6, 7, 8]], np.int32)}
+    try:
+        with ThreadPoolExecutor(3) as pool:
+            blocker = pool.submit(batched.predict, {"tokens": np.array([[0]], np.int32)})
+            assert gated.entered.wait(30)
+            futures = [pool.submit(batched.predict, short), pool.submit(batched.predict, long)]
+            deadline = time.monotonic() + 30
+            while (metrics.registry.get_sample_value("tfship_batch_queue_depth", {"model": tmp_path.parent.name})
+                   or 0) < 2:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            gated.gate.set()
+            blocker.result(timeout=30)
+            got_short, got_long = (f.result(timeout=30) for f in futures)
+    finally:
+        batched.stop()
+    np.testing.assert_array_equal(got_short["tokens"], [[1, 2, 0]])  # zero-padded to the batch's longest
+    np.testing.assert_array_equal(got_long["tokens"], long["tokens"])

@@ -61,11 +61,12 @@ class ModelManager:
         executor: threads used for blocking load/unload/warmup calls.
         wrap: applied to each loaded runtime before it serves (e.g. `Batched`); identity by default.
         on_change: awaited with (model name, has an AVAILABLE version) after each reconcile.
+        metrics: optional `serving.metrics.Metrics`; load events are counted as `loaded`, `load_failed`, `unloaded`.
     """
 
     def __init__(self, backend: str, options: RuntimeOptions, executor: Executor,
                  wrap: RuntimeWrapper | None = None,
-                 on_change: Callable[[str, bool], Awaitable[None]] | None = None) -> None:
+                 on_change: Callable[[str, bool], Awaitable[None]] | None = None, metrics=None) -> None:
         self._backend = backend
         self._options = options
         self._executor = executor
@@ -73,6 +74,11 @@ class ModelManager:
         self._on_change = on_change or _ignore
         self._models: dict[str, _Model] = {}
         self._lock = asyncio.Lock()
+        self._metrics = metrics
+
+    def _event(self, name: str, event: str) -> None:
+        if self._metrics is not None:
+            self._metrics.load_events.labels(name, event).inc()
 
     # ---- configuration and lifecycle -------------------------------------------------------
     async def apply_config(self, configs: list[ModelConfig]) -> None:
@@ -82,7 +88,7 @@ class ModelManager:
             for name in [n for n in self._models if n not in wanted]:
                 model = self._models.pop(name)
                 for served in list(model.versions.values()):
-                    await self._unload(served)
+                    await self._unload(served, name)
                 await self._on_change(name, False)
             for name, config in wanted.items():
                 self._models.setdefault(name, _Model(config)).config = config
@@ -105,9 +111,9 @@ class ModelManager:
     async def unload_all(self) -> None:
         """Unload every version after its in-flight requests finish (shutdown)."""
         async with self._lock:
-            for model in self._models.values():
+            for name, model in self._models.items():
                 for served in list(model.versions.values()):
-                    await self._unload(served)
+                    await self._unload(served, name)
 
     async def _reconcile_locked(self) -> None:
         for name, model in self._models.items():
@@ -124,7 +130,7 @@ class ModelManager:
                     continue
                 others = [s for v, s in model.versions.items() if v != version and s.state is VersionState.AVAILABLE]
                 if others or version not in on_disk:
-                    await self._unload(served)
+                    await self._unload(served, name)
             await self._on_change(name, self._available(model) != [])
 
     async def _load(self, model: _Model, version: int) -> None:
@@ -136,13 +142,16 @@ class ModelManager:
         except TfshipError as err:
             served.state, served.error = VersionState.END, err
             log.error("failed to load %s version %d: %s", model.config.name, version, err)
+            self._event(model.config.name, "load_failed")
             return
         except Exception as err:  # a backend bug: keep the cause, report a load failure
             served.state, served.error = VersionState.END, TfshipError(f"loading {path} failed: {err!r}")
             log.exception("failed to load %s version %d", model.config.name, version)
+            self._event(model.config.name, "load_failed")
             return
         served.idle.set()
         served.state = VersionState.AVAILABLE
+        self._event(model.config.name, "loaded")
         log.info("model %s version %d AVAILABLE (%s)", model.config.name, version, type(served.runtime).__name__)
 
     def _load_blocking(self, path: Path) -> Runtime:
@@ -156,7 +165,7 @@ class ModelManager:
                 raise TfshipError(f"warmup request for signature {signature_name!r} failed on {path}: {err}") from err
         return self._wrap(runtime)
 
-    async def _unload(self, served: ServedVersion) -> None:
+    async def _unload(self, served: ServedVersion, name: str) -> None:
         if served.state is not VersionState.AVAILABLE:
             return
         served.state = VersionState.UNLOADING
@@ -164,6 +173,7 @@ class ModelManager:
         runtime, served.runtime = served.runtime, None
         await asyncio.get_running_loop().run_in_executor(self._executor, runtime.unload)
         served.state = VersionState.END
+        self._event(name, "unloaded")
 
     # ---- routing and status ----------------------------------------------------------------
     @staticmethod

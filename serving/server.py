@@ -101,7 +101,8 @@ async def run_server(settings: ServerSettings) -> int:
     options = RuntimeOptions(intra_op_threads=settings.intra_op_threads, inter_op_threads=settings.inter_op_threads,
                              tflite_file=settings.tflite_file)
     health = _Health([c.name for c in configs])
-    manager = ModelManager(settings.backend, options, executor, _runtime_wrapper(settings, metrics), health.update)
+    manager = ModelManager(settings.backend, options, executor, _runtime_wrapper(settings, metrics), health.update,
+                           metrics)
     limits = ServerLimits(settings.max_batch_per_request, settings.max_concurrent_requests, settings.default_deadline_s)
     dataplane = DataPlane(manager, executor, limits, metrics)
     health.names = manager.model_names

@@ -72,6 +72,7 @@ def test_metrics_and_json_logs(limited_server):
     text = urllib.request.urlopen(limited_server.metrics_url + "/metrics", timeout=10).read().decode()
     assert 'tfship_requests_total{method="predict",model="digits",status="INVALID_ARGUMENT",version="2"}' in text
     assert "tfship_request_latency_seconds_bucket" in text
+    assert 'tfship_model_load_events_total{event="loaded",model="digits"} 1.0' in text
     logs = [line for line in limited_server.stderr_tail(200).splitlines() if line.startswith("{")]
     assert logs and all(json.loads(line)["level"] for line in logs)
 

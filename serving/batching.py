@@ -252,7 +252,7 @@ class Batched(Runtime):
                 task.future.set_result({k: (v[offset:offset + task.rows] if v.ndim and v.shape[0] == total else v)
                                         for k, v in outputs.items()})
                 offset += task.rows
-        except BaseException as err:  # every waiting request gets the batch's error
+        except BaseException as err:  # noqa: BLE001 - every waiting request gets the batch's error, whatever it is
             for task in live:
                 if not task.future.done():
                     task.future.set_exception(err)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from typing import Self
 
 import grpc
 import numpy as np
@@ -55,7 +56,7 @@ class PredictClient:
         """Close the channel."""
         self._channel.close()
 
-    def __enter__(self) -> PredictClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:

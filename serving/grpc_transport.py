@@ -13,8 +13,8 @@ import logging
 import uuid
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from google.protobuf import descriptor_pb2
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from pipeline.errors import TfshipError, UnauthenticatedError

@@ -15,6 +15,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Self
 
 import grpc
 
@@ -84,7 +85,7 @@ class ServerProcess:
         except OSError:
             return ""
 
-    def __enter__(self) -> ServerProcess:
+    def __enter__(self) -> Self:
         env = dict(os.environ if self.env is None else self.env)
         root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)

@@ -11,7 +11,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from pipeline.errors import ConfigError
 
 
-
 class ServerSettings(BaseModel):
     """Everything `python -m serving` needs. Ports: 0 = any free port; -1 = transport off (REST/metrics)."""
 

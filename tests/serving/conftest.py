@@ -10,10 +10,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import model_factory  # noqa: E402
+import model_factory
 
-from serving.client import PredictClient  # noqa: E402
-from serving.launcher import ServerProcess  # noqa: E402
+from serving.client import PredictClient
+from serving.launcher import ServerProcess
 
 MODEL = "digits"
 

@@ -116,21 +116,21 @@ def test_reflection_lists_and_describes_services(server):
 
 GOOD = np.zeros((2, 8, 8, 1), np.float32)
 ERROR_CASES = {
-    "unknown model": (dict(model_name="nope", inputs={"image": GOOD}), "NOT_FOUND", "nope"),
-    "unknown version": (dict(model_name=MODEL, inputs={"image": GOOD}, version=7), "NOT_FOUND", "7"),
-    "unknown label": (dict(model_name=MODEL, inputs={"image": GOOD}, version_label="gold"), "NOT_FOUND", "gold"),
-    "unknown signature": (dict(model_name=MODEL, inputs={"image": GOOD}, signature_name="nope"),
+    "unknown model": ({"model_name": "nope", "inputs": {"image": GOOD}}, "NOT_FOUND", "nope"),
+    "unknown version": ({"model_name": MODEL, "inputs": {"image": GOOD}, "version": 7}, "NOT_FOUND", "7"),
+    "unknown label": ({"model_name": MODEL, "inputs": {"image": GOOD}, "version_label": "gold"}, "NOT_FOUND", "gold"),
+    "unknown signature": ({"model_name": MODEL, "inputs": {"image": GOOD}, "signature_name": "nope"},
                           "INVALID_ARGUMENT", "nope"),
-    "missing input": (dict(model_name=MODEL, inputs={}), "INVALID_ARGUMENT", "missing input(s) ['image']"),
-    "extra input": (dict(model_name=MODEL, inputs={"image": GOOD, "mask": GOOD}), "INVALID_ARGUMENT",
+    "missing input": ({"model_name": MODEL, "inputs": {}}, "INVALID_ARGUMENT", "missing input(s) ['image']"),
+    "extra input": ({"model_name": MODEL, "inputs": {"image": GOOD, "mask": GOOD}}, "INVALID_ARGUMENT",
                     "unexpected input(s) ['mask']"),
-    "wrong dtype": (dict(model_name=MODEL, inputs={"image": GOOD.astype(np.float64)}), "INVALID_ARGUMENT",
+    "wrong dtype": ({"model_name": MODEL, "inputs": {"image": GOOD.astype(np.float64)}}, "INVALID_ARGUMENT",
                     "expected dtype float32 (float32[?,8,8,1]), received float64[2,8,8,1]"),
-    "wrong rank": (dict(model_name=MODEL, inputs={"image": np.zeros((2, 8, 8), np.float32)}), "INVALID_ARGUMENT",
+    "wrong rank": ({"model_name": MODEL, "inputs": {"image": np.zeros((2, 8, 8), np.float32)}}, "INVALID_ARGUMENT",
                    "expected rank 4 (float32[?,8,8,1]), received rank 3 (float32[2,8,8])"),
-    "wrong non-batch dim": (dict(model_name=MODEL, inputs={"image": np.zeros((2, 8, 7, 1), np.float32)}),
+    "wrong non-batch dim": ({"model_name": MODEL, "inputs": {"image": np.zeros((2, 8, 7, 1), np.float32)}},
                             "INVALID_ARGUMENT", "dimension 2 must be 8 (float32[?,8,8,1]), received float32[2,8,7,1]"),
-    "unknown output_filter": (dict(model_name=MODEL, inputs={"image": GOOD}, output_filter=["nope"]),
+    "unknown output_filter": ({"model_name": MODEL, "inputs": {"image": GOOD}, "output_filter": ["nope"]},
                               "INVALID_ARGUMENT", "nope"),
 }
 

@@ -77,15 +77,14 @@ def test_versions_appear_fail_and_reload(repository, tmp_path, images):
 
 def test_launcher_reports_startup_failure_with_stderr(tmp_path):
     (tmp_path / MODEL / "1").mkdir(parents=True)
-    with pytest.raises(ServerStartError) as err:
-        with ServerProcess(tmp_path, MODEL, backend="onnx", startup_timeout_s=60):
-            pass
+    with pytest.raises(ServerStartError) as err, ServerProcess(tmp_path, MODEL, backend="onnx", startup_timeout_s=60):
+        pass
     message = str(err.value)
     assert "exited with code 1" in message and "model.onnx" in message
 
 
 def test_invalid_model_name_is_refused(tmp_path):
-    with pytest.raises(ServerStartError) as err:
-        with ServerProcess(tmp_path, "../etc", backend="onnx", startup_timeout_s=60):
-            pass
+    with pytest.raises(ServerStartError) as err, ServerProcess(tmp_path, "../etc", backend="onnx",
+                                                               startup_timeout_s=60):
+        pass
     assert "invalid model name '../etc'" in str(err.value)

@@ -37,9 +37,9 @@ def test_bearer_token_required_on_grpc_and_rest(limited_server):
             anonymous.predict(MODEL, _x(1), convert_dtypes=False)
         assert err.value.grpc_code == "UNAUTHENTICATED"
         assert anonymous.health() == "SERVING"  # probes stay open
-    with PredictClient(limited_server.grpc_target, token="wrong") as wrong:
-        with pytest.raises(RemoteError, match="UNAUTHENTICATED"):
-            wrong.metadata(MODEL)
+    with PredictClient(limited_server.grpc_target, token="wrong") as wrong, \
+            pytest.raises(RemoteError, match="UNAUTHENTICATED"):
+        wrong.metadata(MODEL)
     with PredictClient(limited_server.grpc_target, token="beta") as client:
         assert client.predict(MODEL, _x(2))["class_id"].shape == (2,)
     url = f"{limited_server.rest_url}/v1/models/{MODEL}"
@@ -109,6 +109,5 @@ def test_mutual_tls(repository, certs):
             with pytest.raises(RemoteError) as err:
                 no_cert.predict(MODEL, _x(1), convert_dtypes=False)
             assert err.value.grpc_code == "UNAVAILABLE"  # handshake refused without a client certificate
-        with PredictClient(server.grpc_target, timeout_s=5) as plaintext:
-            with pytest.raises(RemoteError):
-                plaintext.health()
+        with PredictClient(server.grpc_target, timeout_s=5) as plaintext, pytest.raises(RemoteError):
+            plaintext.health()

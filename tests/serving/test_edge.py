@@ -27,7 +27,7 @@ def test_edge_venv_has_no_tensorflow(edge_python):
     assert subprocess.run([edge_python, "-c", code], capture_output=True, text=True, check=True).stdout == "ok\n"
 
 
-@pytest.mark.parametrize("backend", ["tflite", "onnx"])
+@pytest.mark.parametrize("backend", ["tflite", "onnx", "auto"])  # auto without TensorFlow -> onnx
 def test_edge_server_serves_and_answers_query(edge_python, repository, backend, images):
     with ServerProcess(repository, MODEL, backend=backend, python=edge_python,
                        extra_args=("--rest-port", "-1", "--metrics-port", "-1")) as server:

@@ -72,6 +72,12 @@ def test_versions_appear_fail_and_reload(repository, tmp_path, images):
         _wait_for(client, {1: VersionState.AVAILABLE, 2: VersionState.END})
         np.testing.assert_array_equal(client.predict(MODEL, {"image": images}, version_label="stable")["logits"],
                                       first["logits"])
+        bad = text_format.Parse('model_config_list { config { name: "../x" base_path: "/m" } }',
+                                protocol.ModelServerConfig())
+        with pytest.raises(RemoteError) as err:
+            client.reload_config(bad)
+        assert err.value.grpc_code == "INVALID_ARGUMENT" and "invalid model name '../x'" in err.value.details
+        assert client.model_status(MODEL)[0].state is VersionState.AVAILABLE  # old config still served
     assert server.returncode == 0  # SIGTERM drains and exits 0
 
 

@@ -128,3 +128,14 @@ bench-train: setup
 tensorboard: setup
 	@$(PY) -c "import tensorboard" 2>/dev/null || $(PY) -m pip install --quiet --disable-pip-version-check "tensorboard==2.21.0"
 	$(VENV)/bin/tensorboard --logdir $(TB_LOGDIR) --port $(TB_PORT)
+
+# ---------------------------------------------------------------- serving benchmark (bench/serve/)
+.PHONY: bench-serve
+
+# Closed-loop gRPC load (concurrency 1/8/32/64) against every backend, batching off/on, plus the in-process
+# limit, the identity-backend transport ceiling and the SO_REUSEPORT multi-process mode; results in
+# bench/results/serve-latest.{json,md,png}. BENCH_QUICK=1: short windows (~2 min); BENCH_PROFILE_S=N: py-spy.
+BENCH_QUICK ?=
+BENCH_PROFILE_S ?= 0
+bench-serve: setup
+	BENCH_QUICK=$(BENCH_QUICK) BENCH_PROFILE_S=$(BENCH_PROFILE_S) $(PY) -m bench.serve.run_bench --out bench/results

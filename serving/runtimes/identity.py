@@ -36,17 +36,29 @@ class IdentityRuntime(Runtime):
         path = self.version_dir / self.FILE
         try:
             declared = json.loads(path.read_text())["inputs"]
-            specs = {alias: TensorSpec(dtype=str(np.dtype(s["dtype"])), tensor_name=f"{alias}:0",
-                                       shape=None if s.get("shape") is None else tuple(s["shape"]))
-                     for alias, s in declared.items()}
+            specs = {
+                alias: TensorSpec(
+                    dtype=str(np.dtype(s["dtype"])),
+                    tensor_name=f"{alias}:0",
+                    shape=None if s.get("shape") is None else tuple(s["shape"]),
+                )
+                for alias, s in declared.items()
+            }
         except (OSError, ValueError, KeyError, TypeError) as err:
-            raise RuntimeLoadError(f"cannot load {path}: {err}; expected "
-                                   '{"inputs": {"<alias>": {"dtype": "float32", "shape": [null, 784]}}}') from err
+            raise RuntimeLoadError(
+                f"cannot load {path}: {err}; expected "
+                '{"inputs": {"<alias>": {"dtype": "float32", "shape": [null, 784]}}}'
+            ) from err
         self._signature = Signature(name="serving_default", inputs=specs, outputs=specs)
         self.ready = True
 
-    def predict(self, inputs: Mapping[str, np.ndarray], signature_name: str = "serving_default",
-                *, deadline: float | None = None) -> dict[str, np.ndarray]:
+    def predict(
+        self,
+        inputs: Mapping[str, np.ndarray],
+        signature_name: str = "serving_default",
+        *,
+        deadline: float | None = None,
+    ) -> dict[str, np.ndarray]:
         return dict(inputs)
 
     def metadata(self) -> dict[str, Signature]:

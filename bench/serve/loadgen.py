@@ -1,0 +1,260 @@
+"""Closed-loop gRPC load generator for TF Serving's `Predict`, run in its own process.
+
+Each of `concurrency` asyncio workers sends the same pre-serialised `PredictRequest` bytes, waits
+for the answer, and sends again (closed loop: offered load follows the server). Requests and
+responses stay raw bytes (no protobuf work on this side). After `warmup_s` a fixed window of
+`window_s` seconds is measured: only calls that start and end inside it count.
+
+Run as `python -m bench.serve.loadgen --target HOST:PORT --request-file REQ.bin ...`; prints one JSON
+object per concurrency level (see `LevelResult`) as a JSON list on stdout, or writes it to `--out`.
+Only grpcio and numpy are imported, so the process starts fast and stays light.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+import urllib.request
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import grpc
+import numpy as np
+
+PREDICT_METHOD = "/tensorflow.serving.PredictionService/Predict"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class LevelResult:
+    """One measured window at one concurrency level.
+
+    Attributes:
+        concurrency: workers with one request in flight each.
+        window_s: measured window length, seconds.
+        requests: calls that started and finished OK inside the window.
+        errors: calls that failed (any non-OK status) inside the window.
+        error_codes: status name -> count, for the failures.
+        inferences_per_s: rows answered per second (requests x rows per request / window_s).
+        requests_per_s: calls answered per second.
+        latency_ms: p50, p90, p99, mean, max of successful calls, milliseconds.
+        server_cpu: server process CPU time / window_s, in cores (1.0 = one core busy); None without a pid.
+        loadgen_cpu: this process' CPU time / window_s, in cores.
+        mean_batch_rows: rows per backend call during the window (server's `tfship_batch_size`
+            histogram, batching on only); None when not scraped or no batch ran.
+    """
+
+    concurrency: int
+    window_s: float
+    requests: int
+    errors: int
+    error_codes: dict[str, int]
+    inferences_per_s: float
+    requests_per_s: float
+    latency_ms: dict[str, float]
+    server_cpu: float | None
+    loadgen_cpu: float
+    mean_batch_rows: float | None = None
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process `pid`, all its threads (from /proc/<pid>/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime: fields 14 and 15 of stat(5)
+
+
+def processes_cpu_s(pids: list[int]) -> float:
+    """Sum of `process_cpu_s` over `pids` (dead processes count 0), seconds."""
+    total = 0.0
+    for pid in pids:
+        try:
+            total += process_cpu_s(pid)
+        except (OSError, IndexError):
+            pass
+    return total
+
+
+def batch_histogram(metrics_urls: list[str]) -> tuple[float, float]:
+    """(sum of rows, number of backend calls) of `tfship_batch_size` summed over the servers' /metrics."""
+    rows = calls = 0.0
+    for url in metrics_urls:
+        text = urllib.request.urlopen(f"{url}/metrics", timeout=5).read().decode()
+        for line in text.splitlines():
+            if line.startswith("tfship_batch_size_sum"):
+                rows += float(line.rsplit(" ", 1)[1])
+            elif line.startswith("tfship_batch_size_count"):
+                calls += float(line.rsplit(" ", 1)[1])
+    return rows, calls
+
+
+async def _worker(
+    call,
+    payload: bytes,
+    stop: asyncio.Event,
+    window: tuple[float, float],
+    latencies: list[float],
+    errors: dict[str, int],
+    timeout_s: float,
+) -> None:
+    start_w, end_w = window
+    clock = time.perf_counter
+    while not stop.is_set():
+        t0 = clock()
+        try:
+            await call(payload, timeout=timeout_s)
+            ok, code = True, ""
+        except grpc.aio.AioRpcError as err:
+            ok, code = False, err.code().name
+        t1 = clock()
+        if t0 >= start_w and t1 <= end_w:
+            if ok:
+                latencies.append(t1 - t0)
+            else:
+                errors[code] = errors.get(code, 0) + 1
+
+
+async def run_level(
+    channels: list[grpc.aio.Channel],
+    payload: bytes,
+    rows: int,
+    concurrency: int,
+    warmup_s: float,
+    window_s: float,
+    server_pids: list[int],
+    metrics_urls: list[str] = (),
+    timeout_s: float = 30.0,
+) -> LevelResult:
+    """Measure one concurrency level: warm up `warmup_s`, then a `window_s` window (seconds)."""
+    calls = [ch.unary_unary(PREDICT_METHOD) for ch in channels]  # no (de)serialiser: raw bytes both ways
+    latencies: list[float] = []
+    errors: dict[str, int] = {}
+    stop = asyncio.Event()
+    start_w = time.perf_counter() + warmup_s
+    end_w = start_w + window_s
+    tasks = [
+        asyncio.create_task(
+            _worker(calls[i % len(calls)], payload, stop, (start_w, end_w), latencies, errors, timeout_s)
+        )
+        for i in range(concurrency)
+    ]
+    await asyncio.sleep(max(start_w - time.perf_counter(), 0.0))
+    cpu0 = (processes_cpu_s(server_pids), time.process_time())
+    hist0 = await asyncio.to_thread(batch_histogram, metrics_urls)
+    await asyncio.sleep(max(end_w - time.perf_counter(), 0.0))
+    cpu1 = (processes_cpu_s(server_pids), time.process_time())
+    hist1 = await asyncio.to_thread(batch_histogram, metrics_urls)
+    calls = hist1[1] - hist0[1]
+    stop.set()
+    await asyncio.gather(*tasks)
+    lat_ms = np.asarray(latencies) * 1e3
+    stats = (
+        {
+            "p50": float(np.percentile(lat_ms, 50)),
+            "p90": float(np.percentile(lat_ms, 90)),
+            "p99": float(np.percentile(lat_ms, 99)),
+            "mean": float(lat_ms.mean()),
+            "max": float(lat_ms.max()),
+        }
+        if lat_ms.size
+        else {}
+    )
+    return LevelResult(
+        concurrency=concurrency,
+        window_s=window_s,
+        requests=len(latencies),
+        errors=sum(errors.values()),
+        error_codes=errors,
+        inferences_per_s=len(latencies) * rows / window_s,
+        requests_per_s=len(latencies) / window_s,
+        latency_ms=stats,
+        server_cpu=(cpu1[0] - cpu0[0]) / window_s if server_pids else None,
+        loadgen_cpu=(cpu1[1] - cpu0[1]) / window_s,
+        mean_batch_rows=(hist1[0] - hist0[0]) / calls if calls else None,
+    )
+
+
+async def run_levels(
+    target: str,
+    payload: bytes,
+    rows: int,
+    levels: list[int],
+    warmup_s: float,
+    window_s: float,
+    server_pids: list[int],
+    channels: int,
+    metrics_urls: list[str] = (),
+) -> list[LevelResult]:
+    """Run every concurrency level in `levels` against `target`; `channels` TCP connections (min 1).
+
+    Each channel gets its own subchannel pool, hence its own connection, so SO_REUSEPORT servers
+    sharing the port each receive a share of the connections.
+    """
+    options = [
+        ("grpc.use_local_subchannel_pool", 1),
+        ("grpc.max_receive_message_length", 64 << 20),
+        ("grpc.max_send_message_length", 64 << 20),
+    ]
+    chans = [grpc.aio.insecure_channel(target, options=options) for _ in range(max(channels, 1))]
+    try:
+        for ch in chans:
+            await asyncio.wait_for(ch.channel_ready(), 30.0)
+        return [
+            await run_level(chans, payload, rows, c, warmup_s, window_s, server_pids, metrics_urls)
+            for c in levels
+        ]
+    finally:
+        for ch in chans:
+            await ch.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point; exit code 0 when every level ran (errors are counted, not fatal)."""
+    p = argparse.ArgumentParser(prog="python -m bench.serve.loadgen", description=__doc__.splitlines()[0])
+    p.add_argument("--target", required=True, help="host:port of the server")
+    p.add_argument("--request-file", type=Path, required=True, help="serialised PredictRequest bytes")
+    p.add_argument("--rows", type=int, default=1, help="rows (inferences) per request")
+    p.add_argument("--concurrency", default="1,8,32,64", help="comma-separated levels")
+    p.add_argument("--warmup-s", type=float, default=1.0, help="seconds before each window")
+    p.add_argument("--window-s", type=float, default=5.0, help="measured window, seconds")
+    p.add_argument(
+        "--server-pid", type=int, action="append", default=[], help="server pid(s) for CPU accounting"
+    )
+    p.add_argument(
+        "--metrics-url", action="append", default=[], help="server http://host:port for batch sizes"
+    )
+    p.add_argument(
+        "--channels", type=int, default=1, help="gRPC connections to open (SO_REUSEPORT: > servers)"
+    )
+    p.add_argument("--cpu", type=int, action="append", default=[], help="pin this process to these cores")
+    p.add_argument("--out", type=Path, help="write the JSON list here instead of stdout")
+    args = p.parse_args(argv)
+    if args.cpu:
+        os.sched_setaffinity(0, set(args.cpu))
+    levels = [int(c) for c in args.concurrency.split(",") if c.strip()]
+    results = asyncio.run(
+        run_levels(
+            args.target,
+            args.request_file.read_bytes(),
+            args.rows,
+            levels,
+            args.warmup_s,
+            args.window_s,
+            args.server_pid,
+            args.channels,
+            args.metrics_url,
+        )
+    )
+    text = json.dumps([asdict(r) for r in results], indent=1)
+    if args.out:
+        args.out.write_text(text)
+    else:
+        sys.stdout.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -8,17 +8,47 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from pathlib import Path
 
-from pipeline.errors import TfshipError
+from pipeline.errors import ConfigError, TfshipError
 
 BACKENDS = ("auto", "saved_model", "onnx", "tflite")
+ENV_PREFIX = "TFSHIP_SERVING_"
+
+
+def _env_defaults(parser: argparse.ArgumentParser, actions: list[argparse.Action]) -> None:
+    """Let `TFSHIP_SERVING_<FLAG>` (e.g. TFSHIP_SERVING_REST_PORT=-1) replace a flag's default; flags still win.
+
+    Raises `ConfigError` naming the variable when its value does not parse.
+    """
+    for action in actions:
+        value = os.environ.get(ENV_PREFIX + action.dest.upper())
+        if value is None:
+            continue
+        try:
+            if action.nargs == 0:  # store_true flag
+                parsed = value.strip().lower() in ("1", "true", "yes", "on")
+            else:
+                parsed = action.type(value) if action.type else value
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"{ENV_PREFIX}{action.dest.upper()}={value!r}: {err}") from err
+        if action.choices and parsed not in action.choices:
+            raise ConfigError(f"{ENV_PREFIX}{action.dest.upper()}={value!r}: choose from {list(action.choices)}")
+        parser.set_defaults(**{action.dest: parsed})
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add every `serve` flag to `parser` (names map 1:1 onto `ServerSettings` fields)."""
-    a = parser.add_argument
+    """Add every `serve` flag to `parser` (names map 1:1 onto `ServerSettings` fields).
+
+    Each default can be overridden by the environment variable `TFSHIP_SERVING_<FLAG_NAME>`.
+    """
+    actions: list[argparse.Action] = []
+
+    def a(*flags, **options) -> None:
+        actions.append(parser.add_argument(*flags, **options))
+
     a("--repository", type=Path, help="model repository: <repository>/<model_name>/<version>/")
     a("--model-name", help="model to serve from --repository")
     a("--model-config-file", type=Path, help="TF Serving ModelServerConfig (text format)")
@@ -46,6 +76,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     a("--auth-token-file", type=Path, help="accepted bearer tokens, one per line")
     a("--auth-token-env", help="env var with accepted bearer tokens, comma-separated")
     a("--json-logs", action="store_true", help="log one JSON object per line")
+    _env_defaults(parser, actions)
 
 
 def add_query_arguments(parser: argparse.ArgumentParser) -> None:

@@ -102,3 +102,16 @@ def test_query_prints_table_and_accuracy(server):
     assert query_digits(server.grpc_target, MODEL, count=5, console=Console(file=buffer, width=100)) == 0
     text = buffer.getvalue()
     assert "predicted" in text and "accuracy:" in text and "/5)" in text
+
+
+def test_environment_overrides_defaults_but_not_flags(monkeypatch):
+    monkeypatch.setenv("TFSHIP_SERVING_REST_PORT", "-1")
+    monkeypatch.setenv("TFSHIP_SERVING_ENABLE_BATCHING", "true")
+    monkeypatch.setenv("TFSHIP_SERVING_BACKEND", "tflite")
+    parser = argparse.ArgumentParser()
+    cli.add_serve_arguments(parser)
+    args = parser.parse_args(["--backend", "onnx"])
+    assert args.rest_port == -1 and args.enable_batching and args.backend == "onnx"
+    monkeypatch.setenv("TFSHIP_SERVING_PORT", "eighty")
+    with pytest.raises(ConfigError, match="TFSHIP_SERVING_PORT='eighty'"):
+        cli.add_serve_arguments(argparse.ArgumentParser())

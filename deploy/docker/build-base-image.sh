@@ -66,11 +66,19 @@ cp "$CA_BUNDLE" "$ROOT/etc/ssl/certs/ca-certificates.crt"
 rm -rf "$ROOT"/var/cache/apt/archives/*.deb "$ROOT"/var/lib/apt/lists/* "$ROOT"/var/log/* \
        "$ROOT"/usr/share/doc/* "$ROOT"/usr/share/man/* "$ROOT"/usr/share/info/*
 
-echo "build-base-image: importing as $IMAGE"
-tar -C "$ROOT" -c . | docker import --platform "linux/$ARCH" \
-  --change 'ENV LANG=C.UTF-8' \
-  --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-  --change 'CMD ["python3"]' \
-  - "$IMAGE" >/dev/null
+CHANGES=(ENV "LANG=C.UTF-8" ENV "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" CMD '["python3"]')
+if [[ "$ARCH" == "$HOST_ARCH" ]]; then
+  echo "build-base-image: importing as $IMAGE"
+  tar -C "$ROOT" -c . | docker import \
+    --change "${CHANGES[0]} ${CHANGES[1]}" --change "${CHANGES[2]} ${CHANGES[3]}" --change "${CHANGES[4]} ${CHANGES[5]}" \
+    - "$IMAGE" >/dev/null
+else
+  # `docker import --platform` is ignored by older engines (the image would claim the host's
+  # architecture), so a foreign root file system goes in through FROM scratch, which records it.
+  echo "build-base-image: building $IMAGE for linux/$ARCH from the root file system"
+  tar -C "$ROOT" -cf "$WORK/rootfs.tar" .
+  printf 'FROM scratch\nADD rootfs.tar /\n%s %s\n%s %s\n%s %s\n' "${CHANGES[@]}" >"$WORK/Dockerfile"
+  DOCKER_BUILDKIT=0 docker build --quiet --platform "linux/$ARCH" -t "$IMAGE" "$WORK" >/dev/null
+fi
 docker run --rm --network host --platform "linux/$ARCH" "$IMAGE" python3 -c 'import sys, ssl, venv; print("python", sys.version.split()[0])'
 docker image ls "$IMAGE"

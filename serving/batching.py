@@ -3,15 +3,23 @@
 Knobs carry TF Serving's names and meaning (BatchingParameters). Requests for the same signature and
 the same non-batch shapes are concatenated along dim 0, optionally padded up to the next
 `allowed_batch_sizes` entry, run once, and the outputs split back exactly per request. A batch that
-fails fails every request in it. A worker that finds nothing else queued dispatches at once (no added
-latency for a lone request); it waits up to `batch_timeout_micros` for more only while other batches
-are running, i.e. under load.
+fails fails every request in it.
+
+When to dispatch: a worker waits up to `batch_timeout_micros` for its batch to fill while another batch
+is running, or while fewer requests are queued or running than were in flight at once lately (the
+peak over `PEAK_WINDOW_S`: under a steady concurrency, the peers of this request are about to
+arrive). A lone request (nothing else in flight lately) is dispatched at once, so it gets no added
+latency.
+
+Two entry points: `predict()` blocks the calling thread; `predict_async()` awaits the result on the
+event loop (no executor thread parked per queued request, so the queue is bounded by
+`max_enqueued_batches`, not by a thread pool).
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
-import re
 import threading
 import time
 from collections.abc import Mapping
@@ -21,87 +29,35 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import ConfigError, DeadlineExceededError, InvalidRequestError, ResourceExhaustedError
+from pipeline.errors import DeadlineExceededError, InvalidRequestError, ResourceExhaustedError
+from serving.batching_parameters import BatchingParameters
 from serving.contract import Signature
 from serving.runtimes.base import Runtime
 
+__all__ = ["PEAK_WINDOW_S", "Batched", "BatchingParameters"]
 
-@dataclass(frozen=True)
-class BatchingParameters:
-    """TF Serving's batching knobs.
-
-    Attributes:
-        max_batch_size: most rows in one backend call.
-        batch_timeout_micros: longest a batch waits to fill while other batches run, microseconds.
-        max_enqueued_batches: queue capacity, in batches of `max_batch_size` rows; beyond it RESOURCE_EXHAUSTED.
-        num_batch_threads: batches run concurrently.
-        allowed_batch_sizes: if set, batches are padded to the next size (last must equal max_batch_size).
-        pad_variable_length_inputs: zero-pad non-batch dims so requests of different lengths merge.
-        enable_large_batch_splitting: split a request above max_batch_size (else INVALID_ARGUMENT).
-    """
-
-    max_batch_size: int = 32
-    batch_timeout_micros: int = 1000
-    max_enqueued_batches: int = 100
-    num_batch_threads: int = 2
-    allowed_batch_sizes: tuple[int, ...] = ()
-    pad_variable_length_inputs: bool = False
-    enable_large_batch_splitting: bool = True
-
-    def __post_init__(self) -> None:
-        if min(self.max_batch_size, self.max_enqueued_batches, self.num_batch_threads) < 1 \
-                or self.batch_timeout_micros < 0:
-            raise ConfigError(f"batching parameters must be positive: {self}")
-        sizes = self.allowed_batch_sizes
-        if sizes and (list(sizes) != sorted(set(sizes)) or sizes[-1] != self.max_batch_size or sizes[0] < 1):
-            raise ConfigError(f"allowed_batch_sizes {list(sizes)} must increase and end with max_batch_size "
-                              f"{self.max_batch_size} (TF Serving's rule)")
-
-    @classmethod
-    def from_text(cls, text: str, source: str = "<text>") -> BatchingParameters:
-        """Parse TF Serving's BatchingParameters text format (`max_batch_size { value: 128 }`, ...)."""
-        values: dict = {}
-        body = re.sub(r"#.*", "", text)
-        for name, value in re.findall(r"(\w+)\s*\{\s*value\s*:\s*([^\s}]+)\s*\}", body):
-            values[name] = value
-        body = re.sub(r"\w+\s*\{[^}]*\}", "", body)
-        for name, value in re.findall(r"(\w+)\s*:\s*(\S+)", body):
-            if name == "allowed_batch_sizes":
-                values.setdefault(name, []).append(value)
-            else:
-                values[name] = value
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ConfigError(f"{source}: unknown batching parameter(s) {unknown}; known: {sorted(known)}")
-        try:
-            kwargs = {k: (tuple(int(x) for x in v) if k == "allowed_batch_sizes"
-                          else v.lower() == "true" if k in ("pad_variable_length_inputs", "enable_large_batch_splitting")
-                          else int(v)) for k, v in values.items()}
-        except ValueError as err:
-            raise ConfigError(f"{source}: bad batching parameter value: {err}") from err
-        return cls(**kwargs)
-
-    @classmethod
-    def from_file(cls, path: Path) -> BatchingParameters:
-        """Read `--batching_parameters_file`; raises `ConfigError` naming the file."""
-        try:
-            return cls.from_text(Path(path).read_text(), str(path))
-        except OSError as err:
-            raise ConfigError(f"cannot read batching parameters file {path}: {err}") from err
+PEAK_WINDOW_S = 0.05  # how long a burst of concurrent requests keeps batches waiting for their peers
 
 
 @dataclass(eq=False)  # identity semantics: tasks hold arrays
 class _Task:
     inputs: Mapping[str, np.ndarray]
-    rows: int
+    rows: int | None  # None: no batch dimension, runs alone
     key: tuple
     deadline: float | None
-    future: Future = field(default_factory=Future)
+    future: Future | None = field(default_factory=Future)  # for threads (`predict`, `submit`)
+    waiter: asyncio.Future | None = None  # for the event loop (`predict_async`): settled in one hop per batch
+
+    def start(self) -> bool:
+        """At dispatch: False if the caller gave up (cancelled) while queued; else the request can no longer be."""
+        if self.waiter is not None:
+            return not self.waiter.cancelled()  # a late cancel is harmless: delivery skips done waiters
+        return self.future.set_running_or_notify_cancel()
 
 
 class Batched(Runtime):
-    """Wraps a loaded runtime; `predict()` blocks until its rows come back from a merged call.
+    """Wraps a loaded runtime; `predict()` blocks (and `predict_async()` awaits) until its rows come back
+    from a merged call.
 
     Args:
         runtime: the loaded backend (its `load()` has been called).
@@ -117,9 +73,19 @@ class Batched(Runtime):
         self.params = params
         self._metrics = metrics
         self._label = runtime.version_dir.parent.name
+        self._depth = metrics.queue_depth.labels(self._label) if metrics is not None else None
+        self._sizes = metrics.batch_size.labels(self._label) if metrics is not None else None
         self._queue: collections.deque[_Task] = collections.deque()
         self._queued_rows = 0
-        self._busy = 0
+        self._busy = 0  # batches running
+        self._running = 0  # requests in running batches
+        self._inflight = 0  # requests queued, running, or whose caller has not taken the result yet
+        self._peak = 0  # most requests in flight at once lately (PEAK_WINDOW_S): the expected concurrency
+        self._peak_since = 0.0
+        self._idle = 0  # workers waiting for work
+        self._filling = 0  # workers waiting for their batch to fill
+        self._gathered = 0  # requests (rows) those workers hold
+        self._gathered_rows = 0
         self._closed = False
         self._cond = threading.Condition()
         self._threads = [threading.Thread(target=self._worker, name=f"tfship-batch-{i}", daemon=True)
@@ -163,25 +129,63 @@ class Batched(Runtime):
             DeadlineExceededError: the deadline passed while queued.
             Any error of the wrapped runtime's batch call.
         """
-        rows = _rows(inputs)
-        if rows is None:  # nothing to batch along
-            return self.inner.predict(inputs, signature_name, deadline=deadline)
-        limit = self.params.max_batch_size
-        if rows > limit:
-            if not self.params.enable_large_batch_splitting:
-                raise InvalidRequestError(f"batch of {rows} rows exceeds max_batch_size {limit}")
-            parts = [self._submit({k: v[i:i + limit] for k, v in inputs.items()}, signature_name, deadline)
-                     for i in range(0, rows, limit)]
-            results = [p.result() for p in parts]
-            return {k: np.concatenate([r[k] for r in results]) if results[0][k].ndim else results[0][k]
-                    for k in results[0]}
-        return self._submit(inputs, signature_name, deadline).result()
+        future, parts = self.submit(inputs, signature_name, deadline)
+        try:
+            return future.result()
+        finally:
+            self._release(parts)
 
-    def _submit(self, inputs, signature_name: str, deadline: float | None) -> Future:
+    async def predict_async(self, inputs: Mapping[str, np.ndarray], signature_name: str = "serving_default",
+                            *, deadline: float | None = None) -> dict[str, np.ndarray]:
+        """`predict()` for the event loop: queue the request and await its slice (no thread waits on it).
+
+        Cancelling the awaiting task drops the request if its batch has not started yet. Raises as `predict()`.
+        """
         rows = _rows(inputs)
-        shapes = () if self.params.pad_variable_length_inputs else \
-            tuple(sorted((k, v.shape[1:], v.dtype.str) for k, v in inputs.items()))
-        task = _Task(inputs, rows, (signature_name, shapes), deadline)
+        if rows is not None and rows > self.params.max_batch_size:  # split: rare, joined through a thread future
+            future, parts = self.submit(inputs, signature_name, deadline)
+            try:
+                return await asyncio.wrap_future(future)
+            finally:
+                self._release(parts)
+        waiter = asyncio.get_running_loop().create_future()
+        self._enqueue(_Task(inputs, rows, self._key(inputs, signature_name, rows), deadline, None, waiter))
+        try:
+            return await waiter
+        finally:
+            self._release(1)
+
+    def submit(self, inputs: Mapping[str, np.ndarray], signature_name: str = "serving_default",
+               deadline: float | None = None) -> tuple[Future, int]:
+        """Queue a request; returns its result future and the number of queued parts (for `_release`).
+
+        A request above max_batch_size is split into parts (when allowed) whose results are concatenated.
+        """
+        rows = _rows(inputs)
+        limit = self.params.max_batch_size
+        if rows is None or rows <= limit:
+            return self._enqueue(_Task(inputs, rows, self._key(inputs, signature_name, rows), deadline)), 1
+        if not self.params.enable_large_batch_splitting:
+            raise InvalidRequestError(f"batch of {rows} rows exceeds max_batch_size {limit}")
+        parts = [{k: v[i:i + limit] for k, v in inputs.items()} for i in range(0, rows, limit)]
+        futures: list[Future] = []
+        try:
+            for part in parts:
+                futures.append(self._enqueue(_Task(part, _rows(part), self._key(part, signature_name, 1), deadline)))
+        except ResourceExhaustedError:
+            self._release(len(futures))  # the parts already queued run, unawaited
+            raise
+        return _joined(futures), len(futures)
+
+    def _key(self, inputs: Mapping[str, np.ndarray], signature_name: str, rows: int | None) -> tuple:
+        if rows is None:
+            return (signature_name, object())  # unique: never merged with another request
+        if self.params.pad_variable_length_inputs:
+            return (signature_name, ())
+        return (signature_name, tuple(sorted((k, v.shape[1:], v.dtype.str) for k, v in inputs.items())))
+
+    def _enqueue(self, task: _Task) -> Future | None:
+        rows = task.rows or 0
         with self._cond:
             capacity = self.params.max_enqueued_batches * self.params.max_batch_size
             if self._queued_rows + rows > capacity:
@@ -189,77 +193,144 @@ class Batched(Runtime):
                                              f"{capacity} (max_enqueued_batches={self.params.max_enqueued_batches})")
             self._queue.append(task)
             self._queued_rows += rows
+            self._inflight += 1
+            if self._inflight > self._peak:
+                self._peak = self._inflight
             self._gauge()
-            self._cond.notify()
+            if self._filling:  # wake the filling worker only once waiting is pointless (saves a GIL hand-off)
+                if self._filled():
+                    self._cond.notify_all()
+            elif self._idle:  # a busy worker looks at the queue when its batch is done
+                self._cond.notify()
         return task.future
 
+    def _release(self, parts: int) -> None:
+        """The caller has taken its result: its requests no longer count as in flight."""
+        with self._cond:
+            self._inflight -= parts
+
+    def _filled(self) -> bool:
+        """Called with the lock held: no reason left to wait (every in-flight request is queued or running)."""
+        return (len(self._queue) + self._running + self._gathered >= self._peak
+                or self._queued_rows + self._gathered_rows >= self.params.max_batch_size)
+
     def _gauge(self) -> None:
-        if self._metrics is not None:
-            self._metrics.queue_depth.labels(self._label).set(len(self._queue))
+        if self._depth is not None:
+            self._depth.set(len(self._queue))
 
     def _take(self, batch: list[_Task], key) -> int:
-        """Move queued tasks with `key` into `batch` while they fit; returns the rows taken."""
-        taken, total = 0, sum(t.rows for t in batch)
-        for task in list(self._queue):
-            if task.key == key and total + task.rows <= self.params.max_batch_size:
-                self._queue.remove(task)
-                self._queued_rows -= task.rows
+        """Move queued tasks with `key` into `batch` while they fit; returns the rows now in `batch`."""
+        total = sum(t.rows or 0 for t in batch)
+        if batch and batch[0].rows is None:
+            return total
+        kept: collections.deque[_Task] = collections.deque()
+        while self._queue:
+            task = self._queue.popleft()
+            if task.key == key and total + (task.rows or 0) <= self.params.max_batch_size:
+                self._queued_rows -= task.rows or 0
                 batch.append(task)
-                total += task.rows
-                taken += task.rows
-        return taken
+                total += task.rows or 0
+            else:
+                kept.append(task)
+        self._queue = kept
+        return total
 
     def _worker(self) -> None:
         while True:
             with self._cond:
                 while not self._queue and not self._closed:
-                    self._cond.wait()
+                    self._idle += 1
+                    try:
+                        self._cond.wait()
+                    finally:
+                        self._idle -= 1
                 if self._closed and not self._queue:
                     return
-                key = self._queue[0].key
-                batch: list[_Task] = []
-                self._take(batch, key)
-                deadline = time.monotonic() + self.params.batch_timeout_micros / 1e6
-                while (self._busy and sum(t.rows for t in batch) < self.params.max_batch_size
-                       and time.monotonic() < deadline and not self._closed):
-                    self._cond.wait(deadline - time.monotonic())
-                    self._take(batch, key)
+                batch = self._collect()
+                if self._queue and self._idle:  # other keys left behind: another worker may take them
+                    self._cond.notify()
                 self._busy += 1
+                self._running += len(batch)
                 self._gauge()
             try:
-                self._run(batch, key[0])
+                self._run(batch, batch[0].key[0])
             finally:
                 with self._cond:
                     self._busy -= 1
+                    self._running -= len(batch)
+
+    def _collect(self) -> list[_Task]:
+        """With the lock held and a task queued: take the next batch, waiting up to the timeout for it to fill."""
+        key = self._queue[0].key
+        batch: list[_Task] = []
+        rows = self._take(batch, key)
+        if batch[0].rows is None:
+            return batch
+        now = time.monotonic()
+        if now - self._peak_since > PEAK_WINDOW_S:  # forget old bursts: a lone request is not held back
+            self._peak, self._peak_since = self._inflight, now
+        deadline = now + self.params.batch_timeout_micros / 1e6
+        self._filling += 1
+        try:
+            while rows < self.params.max_batch_size and not self._closed:
+                expected = self._peak - self._running - self._gathered - len(batch) - len(self._queue)
+                if not self._busy and expected <= 0:
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._gathered += len(batch)
+                self._gathered_rows += rows
+                try:
+                    self._cond.wait(left)
+                finally:
+                    self._gathered -= len(batch)
+                    self._gathered_rows -= rows
+                rows = self._take(batch, key)
+        finally:
+            self._filling -= 1
+        return batch
 
     def _run(self, batch: list[_Task], signature_name: str) -> None:
         now = time.monotonic()
-        live = []
+        live, settled = [], []
         for task in batch:
+            if not task.start():
+                continue
             if task.deadline is not None and now >= task.deadline:
-                task.future.set_exception(DeadlineExceededError("deadline exceeded while waiting in the batch queue"))
+                expired = DeadlineExceededError("deadline exceeded while waiting in the batch queue")
+                settled.append((task, None, expired))
             else:
                 live.append(task)
-        if not live:
-            return
         try:
-            merged, total = self._merge(live)
-            if self._metrics is not None:
-                self._metrics.batch_size.labels(self._label).observe(total)
-            outputs = self.inner.predict(merged, signature_name)
-            offset = 0
-            for task in live:
-                task.future.set_result({k: (v[offset:offset + task.rows] if v.ndim and v.shape[0] == total else v)
-                                        for k, v in outputs.items()})
-                offset += task.rows
-        except BaseException as err:  # noqa: BLE001 - every waiting request gets the batch's error, whatever it is
-            for task in live:
-                if not task.future.done():
-                    task.future.set_exception(err)
+            if not live:
+                return
+            if live[0].rows is None:  # no batch dimension: run alone, unchanged
+                try:
+                    settled.append((live[0], self.inner.predict(live[0].inputs, signature_name), None))
+                except BaseException as err:  # noqa: BLE001 - the caller gets the error, whatever it is
+                    settled.append((live[0], None, err))
+                return
+            try:
+                merged, total = self._merge(live)
+                if self._sizes is not None:
+                    self._sizes.observe(total)
+                outputs = self.inner.predict(merged, signature_name)
+                offset = 0
+                for task in live:
+                    settled.append((task, {k: (v[offset:offset + task.rows] if v.ndim and v.shape[0] == total else v)
+                                           for k, v in outputs.items()}, None))
+                    offset += task.rows
+            except BaseException as err:  # noqa: BLE001 - every waiting request gets the batch's error, whatever it is
+                settled += [(task, None, err) for task in live]
+        finally:
+            _settle(settled)
 
     def _merge(self, tasks: list[_Task]) -> tuple[dict[str, np.ndarray], int]:
         rows = sum(t.rows for t in tasks)
         target = next((s for s in self.params.allowed_batch_sizes if s >= rows), rows)
+        if len(tasks) == 1 and target == rows:
+            return dict(tasks[0].inputs), rows
         merged = {}
         for key in tasks[0].inputs:
             parts = [t.inputs[key] for t in tasks]
@@ -270,6 +341,62 @@ class Batched(Runtime):
                 array = np.concatenate([array, np.repeat(array[-1:], target - rows, axis=0)])
             merged[key] = array
         return merged, target
+
+
+def _settle(settled: list[tuple[_Task, dict | None, BaseException | None]]) -> None:
+    """Hand out results: thread futures directly, event-loop waiters in one call_soon_threadsafe per loop."""
+    by_loop: dict[asyncio.AbstractEventLoop, list] = {}
+    for task, result, error in settled:
+        if task.waiter is not None:
+            by_loop.setdefault(task.waiter.get_loop(), []).append((task.waiter, result, error))
+        elif error is not None:
+            task.future.set_exception(error)
+        else:
+            task.future.set_result(result)
+    for loop, items in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_deliver, items)
+        except RuntimeError:  # the loop is closed: nobody is waiting any more
+            pass
+
+
+def _deliver(items: list) -> None:
+    """On the event loop: settle the waiters of one batch (cancelled ones are skipped)."""
+    for waiter, result, error in items:
+        if waiter.done():
+            continue
+        if error is not None:
+            waiter.set_exception(error)
+        else:
+            waiter.set_result(result)
+
+
+def _joined(parts: list[Future]) -> Future:
+    """One future for the parts of a split request: outputs concatenated along dim 0, or the first error."""
+    joined: Future = Future()
+    joined.set_running_or_notify_cancel()
+    left = [len(parts)]
+    lock = threading.Lock()
+
+    def done(_part: Future) -> None:
+        with lock:
+            left[0] -= 1
+            if left[0]:
+                return
+        if any(p.cancelled() for p in parts):
+            joined.set_exception(DeadlineExceededError("a part of the split request was cancelled"))
+            return
+        errors = [p.exception() for p in parts if p.exception() is not None]
+        if errors:
+            joined.set_exception(errors[0])
+        else:
+            results = [p.result() for p in parts]
+            joined.set_result({k: np.concatenate([r[k] for r in results]) if results[0][k].ndim else results[0][k]
+                               for k in results[0]})
+
+    for part in parts:
+        part.add_done_callback(done)
+    return joined
 
 
 def _rows(inputs: Mapping[str, np.ndarray]) -> int | None:

@@ -13,8 +13,7 @@ import sys
 from pathlib import Path
 
 from pipeline.errors import ConfigError, TfshipError
-
-BACKENDS = ("auto", "saved_model", "onnx", "tflite")
+from serving.runtimes import BACKENDS  # derived from the runtime registry (light: backends import lazily)
 ENV_PREFIX = "TFSHIP_SERVING_"
 
 
@@ -76,6 +75,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     a("--auth-token-file", type=Path, help="accepted bearer tokens, one per line")
     a("--auth-token-env", help="env var with accepted bearer tokens, comma-separated")
     a("--json-logs", action="store_true", help="log one JSON object per line")
+    a("--num-processes", type=int, default=1,
+      help="server processes sharing the gRPC/REST ports via SO_REUSEPORT (use the host's cores); default 1")
+    a("--reuse-port", action="store_true", help="bind the REST port with SO_REUSEPORT (set for each worker)")
     _env_defaults(parser, actions)
 
 
@@ -100,6 +102,10 @@ def run_serve(args: argparse.Namespace) -> int:
     fields = ServerSettings.model_fields
     settings = ServerSettings(**{k: v for k, v in vars(args).items() if k in fields})
     logs.configure(settings.json_logs)
+    if settings.num_processes > 1:
+        from serving.workers import run_workers
+
+        return run_workers(settings)
     return asyncio.run(run_server(settings))
 
 

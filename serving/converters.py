@@ -7,7 +7,7 @@ import time
 from pipeline.errors import InvalidRequestError
 from serving import protocol
 from serving.signature_defs import to_signature_def
-from serving.tensors import from_tensor_proto, to_tensor_proto
+from serving.tensors import fill_tensor_proto, from_tensor_proto
 from serving.types import InferenceRequest, InferenceResponse, ModelMetadata, ModelRef, VersionStatus
 
 
@@ -42,8 +42,9 @@ def predict_response(response: InferenceResponse):
     proto.model_spec.name = response.model_name
     proto.model_spec.version.value = response.version
     proto.model_spec.signature_name = response.signature_name
+    outputs = proto.outputs
     for key, array in response.outputs.items():
-        proto.outputs[key].CopyFrom(to_tensor_proto(array))
+        fill_tensor_proto(outputs[key], array)  # in place: no intermediate message, no CopyFrom
     return proto
 
 

@@ -17,6 +17,7 @@ from pipeline.errors import (
     TfshipError,
     UnimplementedError,
 )
+from serving.batching import Batched
 from serving.contract import batch_size, validate_inputs
 from serving.manager import ModelManager
 from serving.metrics import Metrics
@@ -36,7 +37,8 @@ class DataPlane:
 
     Args:
         manager: resolves model references to loaded versions.
-        executor: threads running backend calls (the event loop never blocks on a model).
+        executor: threads running unbatched backend calls (the event loop never blocks on a model); a
+            `Batched` runtime is awaited directly, its own batch threads run the model.
         limits: per-request limits (`ServerLimits`).
         metrics: Prometheus metrics to update.
     """
@@ -47,6 +49,9 @@ class DataPlane:
         self._limits = limits
         self._metrics = metrics
         self._inflight = 0
+        metrics.inflight.set_function(lambda: self._inflight)  # read at scrape time, not per request
+        self._counters: dict[tuple[str, str, str], object] = {}  # labelled children, looked up once
+        self._latencies: dict[str, object] = {}
 
     async def predict(self, request: InferenceRequest) -> InferenceResponse:
         """TF Serving Predict: validate, run the signature, apply `output_filter`.
@@ -70,8 +75,18 @@ class DataPlane:
             status = "INTERNAL"
             raise
         finally:
-            self._metrics.requests.labels(request.model.name, version, "predict", status).inc()
-            self._metrics.latency.labels(request.model.name, "predict").observe(time.perf_counter() - started)
+            self._observe(request.model.name, version, status, time.perf_counter() - started)
+
+    def _observe(self, model: str, version: str, status: str, seconds: float) -> None:
+        counter = self._counters.get((model, version, status))
+        if counter is None:
+            counter = self._counters[(model, version, status)] = self._metrics.requests.labels(
+                model, version, "predict", status)
+        latency = self._latencies.get(model)
+        if latency is None:
+            latency = self._latencies[model] = self._metrics.latency.labels(model, "predict")
+        counter.inc()
+        latency.observe(seconds)
 
     async def _predict(self, request: InferenceRequest, version: int, runtime) -> InferenceResponse:
         signatures = runtime.metadata()
@@ -103,20 +118,21 @@ class DataPlane:
         if deadline is not None and time.monotonic() >= deadline:
             raise DeadlineExceededError("deadline exceeded before the request reached the model")
         self._inflight += 1
-        self._metrics.inflight.set(self._inflight)
-        loop = asyncio.get_running_loop()
         try:
-            call = loop.run_in_executor(self._executor, lambda: runtime.predict(
-                request.inputs, request.signature_name, deadline=deadline))
+            if isinstance(runtime, Batched):  # queue on the event loop; no executor thread parked per request
+                call = runtime.predict_async(request.inputs, request.signature_name, deadline=deadline)
+            else:
+                call = asyncio.get_running_loop().run_in_executor(self._executor, lambda: runtime.predict(
+                    request.inputs, request.signature_name, deadline=deadline))
             if deadline is None:
                 return await call
             try:
-                return await asyncio.wait_for(call, max(deadline - time.monotonic(), 0.0))
+                async with asyncio.timeout(max(deadline - time.monotonic(), 0.0)):  # a timer, not a task
+                    return await call
             except TimeoutError:
                 raise DeadlineExceededError("deadline exceeded while the model was running") from None
         finally:
             self._inflight -= 1
-            self._metrics.inflight.set(self._inflight)
 
     async def metadata(self, ref: ModelRef) -> ModelMetadata:
         """TF Serving GetModelMetadata (`signature_def`): signatures of the targeted version."""

@@ -10,9 +10,8 @@ removed from disk; the versions already serving keep serving.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -211,18 +210,10 @@ class ModelManager:
             raise UnavailableError(f"model {ref.name!r} has no version available yet")
         return available[max(available)]
 
-    @contextlib.asynccontextmanager
-    async def acquire(self, ref: ModelRef) -> AsyncIterator[ServedVersion]:
-        """Hold the targeted version for one request: it is not unloaded until released."""
-        served = self.resolve(ref)
-        served.inflight += 1
-        served.idle.clear()
-        try:
-            yield served
-        finally:
-            served.inflight -= 1
-            if served.inflight == 0:
-                served.idle.set()
+    def acquire(self, ref: ModelRef) -> _Lease:
+        """`async with manager.acquire(ref) as served`: hold the targeted version for one request; it is not
+        unloaded until released. Resolves (and raises as `resolve()`) on entry."""
+        return _Lease(self, ref)
 
     def statuses(self, ref: ModelRef) -> list[VersionStatus]:
         """GetModelStatus entries for the model (or its one version/label), ascending by version."""
@@ -239,6 +230,27 @@ class ModelManager:
     def model_names(self) -> list[str]:
         """Configured model names."""
         return sorted(self._models)
+
+
+class _Lease:
+    """One request's hold on a version (a plain class: no generator per request, unlike asynccontextmanager)."""
+
+    __slots__ = ("_manager", "_ref", "_served")
+
+    def __init__(self, manager: ModelManager, ref: ModelRef) -> None:
+        self._manager, self._ref = manager, ref
+
+    async def __aenter__(self) -> ServedVersion:
+        served = self._served = self._manager.resolve(self._ref)
+        served.inflight += 1
+        served.idle.clear()
+        return served
+
+    async def __aexit__(self, *exc) -> None:
+        served = self._served
+        served.inflight -= 1
+        if served.inflight == 0:
+            served.idle.set()
 
 
 def _versions_on_disk(base_path: Path) -> list[int]:

@@ -180,17 +180,18 @@ def build_app(dataplane: DataPlane, tokens: frozenset[str] = frozenset(), max_by
     return app
 
 
-async def _start(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
+async def _start(app: web.Application, host: str, port: int, reuse_port: bool = False) -> tuple[web.AppRunner, int]:
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None)
     await site.start()
     return runner, runner.addresses[0][1]
 
 
 async def start_rest(dataplane: DataPlane, settings, tokens: frozenset[str]) -> tuple[web.AppRunner, int]:
     """Start the REST API on `settings.host:settings.rest_port` (0 = any free); returns (runner, bound port)."""
-    return await _start(build_app(dataplane, tokens, settings.max_message_bytes), settings.host, settings.rest_port)
+    return await _start(build_app(dataplane, tokens, settings.max_message_bytes), settings.host, settings.rest_port,
+                        settings.reuse_port)
 
 
 async def start_metrics(metrics: Metrics, settings) -> tuple[web.AppRunner, int]:

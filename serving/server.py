@@ -1,7 +1,7 @@
 """Assemble and run the server: model manager, data plane, gRPC, REST and metrics transports.
 
 Lifecycle (TF Serving-like): bind ports and write `--port-file`; load every configured model
-(health stays NOT_SERVING until then); poll the repository; on SIGTERM/SIGINT report NOT_SERVING,
+(health stays NOT_SERVING until then), then add `"ready": true` to the port file; poll the repository; on SIGTERM/SIGINT report NOT_SERVING,
 let in-flight requests finish within the grace period, unload, exit 0.
 """
 
@@ -142,6 +142,8 @@ async def run_server(settings: ServerSettings) -> int:
                 await runner[0].cleanup()
         executor.shutdown(wait=False, cancel_futures=True)
         return 1
+    if settings.port_file:  # written again once the models are up (a `--num-processes` parent waits for it)
+        _write_port_file(settings.port_file, {**ports, "ready": True})
     poll = (asyncio.create_task(manager.poll_forever(settings.file_system_poll_wait_seconds))
             if settings.file_system_poll_wait_seconds > 0 else None)
     await stop.wait()

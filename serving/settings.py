@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pipeline.errors import ConfigError
+from serving.runtimes import BACKENDS
 
 
 class ServerSettings(BaseModel):
@@ -19,7 +18,7 @@ class ServerSettings(BaseModel):
     repository: Path | None = Field(None, description="Model repository (<repository>/<model_name>/<version>/).")
     model_name: str | None = Field(None, description="Model served from --repository.")
     model_config_file: Path | None = Field(None, description="TF Serving ModelServerConfig text file.")
-    backend: Literal["auto", "saved_model", "onnx", "tflite"] = Field("auto", description="Runtime backend.")
+    backend: str = Field("auto", description="Runtime backend: `auto` or a name in the runtime registry.")
     tflite_file: str = Field("model.tflite", description="TFLite artifact served by the tflite backend.")
     host: str = Field("127.0.0.1", description="Address every port binds to.")
     port: int = Field(8500, ge=0, le=65535, description="gRPC port.")
@@ -43,6 +42,16 @@ class ServerSettings(BaseModel):
     auth_token_file: Path | None = Field(None, description="File with accepted bearer tokens, one per line.")
     auth_token_env: str | None = Field(None, description="Env var holding accepted bearer tokens, comma-separated.")
     json_logs: bool = Field(False, description="Log one JSON object per line.")
+    num_processes: int = Field(1, ge=1, description="Server processes sharing the ports (SO_REUSEPORT).")
+    reuse_port: bool = Field(False, description="Bind the REST port with SO_REUSEPORT (set for --num-processes "
+                                                "workers; gRPC always does on Linux).")
+
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, value: str) -> str:
+        if value not in BACKENDS:
+            raise ValueError(f"unknown backend {value!r}; choose from {list(BACKENDS)}")
+        return value
 
     def tokens(self) -> frozenset[str]:
         """Accepted bearer tokens (empty: auth off)."""

@@ -7,6 +7,8 @@ TensorFlow does.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from pipeline.errors import InvalidRequestError
@@ -32,44 +34,74 @@ _VAL_FIELD = {
 }
 
 
+# Per-dtype answers, computed once (np.dtype construction and enum lookups cost more than the request).
+_NAMES: dict = {}
+_DATA_TYPES: dict = {}
+_FROM_ENUM: dict[int, tuple[np.dtype, np.dtype, str]] = {}  # enum -> (dtype, little-endian dtype, DT name)
+
+
 def dtype_name(dtype: np.dtype | str) -> str:
     """Canonical short name of a numpy dtype (`float32`, `int64`, `string` for bytes/str/object)."""
-    dtype = np.dtype(dtype)
-    if dtype.kind in "OSU":
-        return "string"
-    return dtype.name
+    name = _NAMES.get(dtype)
+    if name is None:
+        resolved = np.dtype(dtype)
+        name = "string" if resolved.kind in "OSU" else resolved.name
+        _NAMES[dtype] = name
+    return name
 
 
 def numpy_dtype(dt_enum: int) -> np.dtype:
     """numpy dtype for a `tensorflow.DataType` value; raises `InvalidRequestError` if unsupported."""
-    name = protocol.DATA_TYPE.values_by_number[dt_enum].name if dt_enum in protocol.DATA_TYPE.values_by_number \
-        else str(dt_enum)
-    if name not in _DT_TO_NUMPY:
-        raise InvalidRequestError(f"tensor dtype {name} is not supported; supported: {sorted(_DT_TO_NUMPY)}")
-    return _DT_TO_NUMPY[name]
+    return _from_enum(dt_enum)[0]
+
+
+def _from_enum(dt_enum: int) -> tuple[np.dtype, np.dtype, str]:
+    found = _FROM_ENUM.get(dt_enum)
+    if found is None:
+        name = protocol.DATA_TYPE.values_by_number[dt_enum].name if dt_enum in protocol.DATA_TYPE.values_by_number \
+            else str(dt_enum)
+        if name not in _DT_TO_NUMPY:
+            raise InvalidRequestError(f"tensor dtype {name} is not supported; supported: {sorted(_DT_TO_NUMPY)}")
+        dtype = _DT_TO_NUMPY[name]
+        found = _FROM_ENUM[dt_enum] = (dtype, dtype.newbyteorder("<"), name)
+    return found
 
 
 def data_type(dtype: np.dtype | str) -> int:
     """`tensorflow.DataType` value for a numpy dtype (bytes/str/object -> DT_STRING)."""
-    dtype = np.dtype(dtype)
-    if dtype.kind in "OSU":
-        return protocol.DATA_TYPE.values_by_name["DT_STRING"].number
-    if dtype.newbyteorder("=") not in _NUMPY_TO_DT:
-        raise InvalidRequestError(f"numpy dtype {dtype} has no TensorFlow DataType")
-    return protocol.DATA_TYPE.values_by_name[_NUMPY_TO_DT[dtype.newbyteorder("=")]].number
+    number = _DATA_TYPES.get(dtype)
+    if number is None:
+        resolved = np.dtype(dtype)
+        if resolved.kind in "OSU":
+            number = protocol.DATA_TYPE.values_by_name["DT_STRING"].number
+        elif resolved.newbyteorder("=") not in _NUMPY_TO_DT:
+            raise InvalidRequestError(f"numpy dtype {resolved} has no TensorFlow DataType")
+        else:
+            number = protocol.DATA_TYPE.values_by_name[_NUMPY_TO_DT[resolved.newbyteorder("=")]].number
+        _DATA_TYPES[dtype] = number
+    return number
 
 
 def to_tensor_proto(array: np.ndarray):
     """Encode an array as a `tensorflow.TensorProto` (shape kept; string arrays as `string_val`)."""
+    proto = protocol.TensorProto()
+    fill_tensor_proto(proto, array)
+    return proto
+
+
+def fill_tensor_proto(proto, array: np.ndarray) -> None:
+    """Encode `array` into an empty `TensorProto` in place (e.g. `response.outputs[key]`, no copy)."""
     array = np.asarray(array)
-    proto = protocol.TensorProto(dtype=data_type(array.dtype))
+    proto.dtype = data_type(array.dtype)
+    dims = proto.tensor_shape.dim
     for size in array.shape:
-        proto.tensor_shape.dim.add(size=int(size))
+        dims.add().size = size
     if array.dtype.kind in "OSU":
         proto.string_val.extend(v if isinstance(v, bytes) else str(v).encode() for v in array.reshape(-1))
+    elif array.dtype.byteorder == ">":
+        proto.tensor_content = array.astype(array.dtype.newbyteorder("<")).tobytes()
     else:
-        proto.tensor_content = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
-    return proto
+        proto.tensor_content = array.tobytes()  # C order, little-endian (native on every supported host)
 
 
 def from_tensor_proto(proto, name: str = "tensor") -> np.ndarray:
@@ -79,14 +111,16 @@ def from_tensor_proto(proto, name: str = "tensor") -> np.ndarray:
         InvalidRequestError: unsupported dtype, or content whose size disagrees with the shape
             (the message names `name`).
     """
-    dtype = numpy_dtype(proto.dtype)
+    dtype, little, dt_name = _from_enum(proto.dtype)
     if proto.tensor_shape.unknown_rank:
         raise InvalidRequestError(f"input {name!r}: tensor_shape has unknown rank; send a concrete shape")
-    shape = tuple(int(d.size) for d in proto.tensor_shape.dim)
-    count = int(np.prod(shape, dtype=np.int64))
-    dt_name = protocol.DATA_TYPE.values_by_number[proto.dtype].name
-    if proto.tensor_content and dtype != np.dtype(object):
-        flat = np.frombuffer(proto.tensor_content, dtype=dtype.newbyteorder("<"))
+    shape = tuple([d.size for d in proto.tensor_shape.dim])
+    count = math.prod(shape)
+    content = proto.tensor_content
+    if content and dtype.kind != "O":
+        if len(content) == count * dtype.itemsize and little.isnative:  # the common case: one view, no copy
+            return np.frombuffer(content, dtype=dtype).reshape(shape)
+        flat = np.frombuffer(content, dtype=little)
     else:
         flat = _typed_values(proto, dt_name, dtype)
     if flat.size == 1 and count != 1:

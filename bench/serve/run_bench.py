@@ -19,7 +19,6 @@ import argparse
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -213,38 +212,33 @@ def inprocess_case(plan: Plan, info: ModelInfo, backend: str) -> list[dict]:
     ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def multiprocess_case(plan: Plan, model: str, backend: str, request_file: Path) -> list[dict]:
-    """One server per core on the same port (gRPC sets SO_REUSEPORT on Linux by default), load from many
-    connections; no pinning of the load generator (it shares the cores). A refused bind is recorded."""
+    """`serve --num-processes <cores>`: worker processes sharing one port (SO_REUSEPORT), load from many
+    connections; nothing pinned (the load generator shares the cores). A failure is recorded, not raised."""
     from serving.launcher import ServerProcess
 
-    port, servers = _free_port(), []
-    tag = {"mode": "multiprocess", "model": model, "backend": backend, "batching": True}
+    cores = len(os.sched_getaffinity(0))
+    tag = {"mode": "multiprocess", "model": model, "backend": backend, "batching": True, "servers": cores}
+    args = [*_server_args(plan.work / "batching.txt"), "--num-processes", str(cores)]
     try:
-        for cpu in sorted(os.sched_getaffinity(0)):
-            with _pinned({cpu}):
-                server = ServerProcess(
-                    plan.work / "repo",
-                    model,
-                    backend,
-                    _server_args(plan.work / "batching.txt", port),
-                    env=_env(),
-                )
-                servers.append(server)
-                server.__enter__()
-        rows = run_loadgen(plan, f"127.0.0.1:{port}", request_file, servers, levels=(32, 64), channels=8)
-        return [{**tag, "servers": len(servers), **r} for r in rows]
-    except (TfshipError, RuntimeError, OSError, subprocess.TimeoutExpired) as err:  # e.g. second bind refused
-        return [{**tag, "servers": len(servers), "error": f"{type(err).__name__}: {str(err)[-600:]}"}]
-    finally:
-        for server in servers:
-            server.__exit__(None, None, None)
+        with ServerProcess(plan.work / "repo", model, backend, args, env=_env()) as server:
+            workers = [_Worker(w["pid"], f"http://127.0.0.1:{w['metrics']}") for w in server.ports["workers"]]
+            rows = run_loadgen(plan, server.grpc_target, request_file, workers, levels=(32, 64), channels=8)
+        return [{**tag, **r} for r in rows]
+    except (TfshipError, RuntimeError, OSError, subprocess.TimeoutExpired) as err:
+        return [{**tag, "error": f"{type(err).__name__}: {str(err)[-600:]}"}]
+
+
+@dataclass(frozen=True)
+class _Worker:
+    """What `run_loadgen` reads of a server: its pid (CPU time) and metrics URL (batch sizes)."""
+
+    pid: int
+    metrics_url: str
+
+    @property
+    def process(self) -> _Worker:
+        return self
 
 
 def prepare(plan: Plan) -> list[ModelInfo]:
@@ -284,7 +278,7 @@ def run(plan: Plan) -> dict:
                 for r in serve_case(
                     plan,
                     f"identity_{info.name}",
-                    "auto",
+                    "identity",
                     batching,
                     plan.work / f"request_identity_{info.name}.bin",
                 )
@@ -315,7 +309,7 @@ def profile_cases(plan: Plan) -> dict:
 
     cases = {}
     for name, model, backend, batching in (
-        ("identity_mlp", "identity_mlp", "auto", False),
+        ("identity_mlp", "identity_mlp", "identity", False),
         ("mlp_onnx_batched", "mlp", "onnx", True),
     ):
         raw = plan.work / f"profile_{name}.txt"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -11,7 +12,7 @@ import pytest
 from conftest import MODEL
 
 from pipeline.errors import ConfigError, DeadlineExceededError, InvalidRequestError, ResourceExhaustedError
-from serving.batching import Batched, BatchingParameters
+from serving.batching import PEAK_WINDOW_S, Batched, BatchingParameters
 from serving.metrics import Metrics
 from serving.runtimes.base import Runtime
 from serving.runtimes.onnx import OnnxRuntime
@@ -217,3 +218,108 @@ def test_pad_variable_length_inputs(tmp_path):
         batched.stop()
     np.testing.assert_array_equal(got_short["tokens"], [[1, 2, 0]])  # zero-padded to the batch's longest
     np.testing.assert_array_equal(got_long["tokens"], long["tokens"])
+
+
+def _rows_per_call(metrics: Metrics) -> tuple[float, float]:
+    calls = metrics.registry.get_sample_value("tfship_batch_size_count", {"model": MODEL}) or 0.0
+    rows = metrics.registry.get_sample_value("tfship_batch_size_sum", {"model": MODEL}) or 0.0
+    return calls, rows
+
+
+def test_async_requests_merge_while_peers_are_in_flight(onnx_runtime):
+    metrics = Metrics()
+    batched = Batched(onnx_runtime, BatchingParameters(max_batch_size=32, batch_timeout_micros=500_000,
+                                                       num_batch_threads=1), metrics)
+    requests = [_x(1 + i % 2, seed=200 + i) for i in range(16)]
+
+    async def burst():
+        return await asyncio.gather(*(batched.predict_async(r) for r in requests))
+
+    try:
+        results = asyncio.run(burst())
+    finally:
+        batched.stop()
+    for request, got in zip(requests, results):
+        np.testing.assert_allclose(got["logits"], onnx_runtime.predict(request)["logits"], rtol=1e-6, atol=1e-6)
+    calls, rows = _rows_per_call(metrics)
+    assert rows == sum(r["image"].shape[0] for r in requests)
+    assert rows / calls > 2  # merged: the worker waited for the peers in flight instead of running one by one
+
+
+def test_lone_request_after_a_burst_is_not_delayed(onnx_runtime):
+    batched = Batched(onnx_runtime, BatchingParameters(batch_timeout_micros=5_000_000, num_batch_threads=1))
+
+    async def burst_then_lone() -> float:
+        await asyncio.gather(*(batched.predict_async(_x(1, i)) for i in range(8)))
+        await asyncio.sleep(3 * PEAK_WINDOW_S)  # the burst is forgotten
+        started = time.monotonic()
+        await batched.predict_async(_x(3, 0))
+        return time.monotonic() - started
+
+    try:
+        assert asyncio.run(burst_then_lone()) < 2.5  # far below the 5 s batch timeout
+    finally:
+        batched.stop()
+
+
+def test_cancelled_async_request_is_dropped_from_the_queue(onnx_runtime):
+    gated = Gated(onnx_runtime)
+    batched = Batched(gated, BatchingParameters(num_batch_threads=1, batch_timeout_micros=0))
+
+    async def scenario():
+        blocker = asyncio.ensure_future(batched.predict_async(_x(1, 0)))
+        while not gated.entered.is_set():
+            await asyncio.sleep(0.01)
+        queued = asyncio.ensure_future(batched.predict_async(_x(1, 1)))
+        await asyncio.sleep(0.05)
+        queued.cancel()
+        gated.gate.set()
+        assert (await blocker)["class_id"].shape == (1,)
+        with pytest.raises(asyncio.CancelledError):
+            await queued
+        return (await batched.predict_async(_x(2, 2)))["class_id"].shape
+
+    try:
+        assert asyncio.run(scenario()) == (2,)  # still serving, nothing stuck
+    finally:
+        batched.stop()
+
+
+def test_server_batches_merge_under_concurrent_load(repository, tmp_path):
+    import grpc
+
+    from serving import protocol
+    from serving.launcher import ServerProcess
+    from serving.tensors import to_tensor_proto
+
+    params = tmp_path / "batching.txt"
+    params.write_text("max_batch_size { value: 32 }\nbatch_timeout_micros { value: 20000 }\n"
+                      "num_batch_threads { value: 1 }\n")
+    request = protocol.PredictRequest()
+    request.model_spec.name = MODEL
+    request.inputs["image"].CopyFrom(to_tensor_proto(_x(1, 0)["image"]))
+    payload = request.SerializeToString()
+
+    async def load(target: str) -> None:
+        async with grpc.aio.insecure_channel(target) as channel:
+            call = channel.unary_unary("/tensorflow.serving.PredictionService/Predict")
+
+            async def client() -> None:
+                for _ in range(20):
+                    await call(payload, timeout=30)
+
+            await asyncio.gather(*(client() for _ in range(16)))
+
+    with ServerProcess(repository, MODEL, backend="onnx",
+                       extra_args=("--batching-parameters-file", str(params),
+                                   "--file-system-poll-wait-seconds", "0")) as server:
+        asyncio.run(load(server.grpc_target))
+        import urllib.request
+
+        text = urllib.request.urlopen(server.metrics_url + "/metrics").read().decode()
+    sample = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
+              if line.startswith("tfship_batch_size_")}
+    calls = sample[f'tfship_batch_size_count{{model="{MODEL}"}}']
+    rows = sample[f'tfship_batch_size_sum{{model="{MODEL}"}}']
+    assert rows == 16 * 20
+    assert rows / calls > 1.5  # rows per backend call: requests actually merged

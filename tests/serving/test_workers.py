@@ -1,0 +1,48 @@
+"""`--num-processes`: N workers share the ports, the parent forwards SIGTERM and exits 0 after they drained."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from conftest import MODEL
+
+from serving.client import PredictClient
+from serving.launcher import ServerProcess
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_num_processes_serves_and_drains_on_sigterm(repository):
+    inputs = {"image": np.random.default_rng(0).random((2, 8, 8, 1), dtype=np.float32)}
+    with ServerProcess(repository, MODEL, backend="onnx",
+                       extra_args=("--num-processes", "2", "--file-system-poll-wait-seconds", "0")) as server:
+        workers = server.ports["workers"]
+        assert len(workers) == 2 and all(w["metrics"] for w in workers)
+        with PredictClient(server.grpc_target) as client:
+            for _ in range(4):
+                assert client.predict(MODEL, inputs)["class_id"].shape == (2,)
+        with PredictClient(f"127.0.0.1:{server.ports['grpc']}") as other:  # another connection, same port
+            assert other.predict(MODEL, inputs)["class_id"].shape == (2,)
+        code = server.stop()
+    assert code == 0
+    assert not any(_alive(w["pid"]) for w in workers)
+
+
+def test_settings_accept_every_registered_backend():
+    import pytest
+    from pydantic import ValidationError
+
+    from serving.runtimes import BACKENDS
+    from serving.settings import ServerSettings
+
+    assert "identity" in BACKENDS
+    assert ServerSettings(backend="identity").backend == "identity"
+    with pytest.raises(ValidationError, match="unknown backend 'nope'"):
+        ServerSettings(backend="nope")

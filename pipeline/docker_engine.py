@@ -11,6 +11,7 @@ import enum
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import docker
@@ -366,7 +367,5 @@ class Engine:
 
 def _parse_ts(created: str) -> int:
     """Docker's RFC 3339 `Created` (nanoseconds, Z) as whole Unix seconds, one second early."""
-    from datetime import datetime
-
     stamp = created.rstrip("Z").split(".")[0]
     return int(datetime.fromisoformat(stamp + "+00:00").timestamp()) - 1

@@ -111,3 +111,18 @@ def unused_tcp_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def test_no_engine_is_a_deploy_error_that_says_how_to_start_one(monkeypatch, tmp_path: Path) -> None:
+    from pipeline.docker_engine import DeployError, Engine
+
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path / 'no-such.sock'}")
+    with pytest.raises(DeployError, match="ensure-dockerd.sh") as caught:
+        Engine.connect(timeout_s=5)
+    assert caught.value.__cause__ is not None
+
+
+def test_created_timestamp_parses_to_unix_seconds() -> None:
+    from pipeline.docker_engine import _parse_ts
+
+    assert _parse_ts("1970-01-01T00:01:40.123456789Z") == 99

@@ -78,7 +78,17 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.set_defaults(func=commands.cmd_inspect)
     serving_cli.register(sub)
     deploy.register(sub)
+    _no_abbreviations(parser)
     return parser
+
+
+def _no_abbreviations(parser: argparse.ArgumentParser) -> None:
+    """Refuse abbreviated flags everywhere (`--run` must not silently mean `--runs-dir`)."""
+    parser.allow_abbrev = False
+    for action in parser._actions:  # noqa: SLF001 - argparse keeps subparsers only here
+        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+            for child in action.choices.values():
+                _no_abbreviations(child)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,10 +99,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except TfshipError as err:
+        import rich.markup
         from rich.console import Console
 
-        Console(stderr=True).print(f"[bold red]tfship {args.command}: {type(err).__name__}[/bold red]: {err}",
-                                   highlight=False, markup=True)
+        Console(stderr=True).print(f"[bold red]tfship {args.command}: {type(err).__name__}[/bold red]: "
+                                   f"{rich.markup.escape(str(err))}", highlight=False, markup=True, soft_wrap=True)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -58,13 +58,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     console.print(stages)
     console.print(artifacts)
     published = Table(title="published")
-    for column in ("model", "version", "path", "audit", "serve-check backends", "report", "total seconds"):
+    for column in ("model", "version", "path", "audit", "serve-check backends", "total seconds"):
         published.add_column(column)
     published.add_row(config.run.model_name, str(result.published.version), str(result.published.version_dir),
                       "passed" if result.summary["audit_passed"] else "FAILED",
-                      ", ".join(result.summary["serve_check"]), str(report_md), f"{time.perf_counter() - started:.1f}")
+                      ", ".join(result.summary["serve_check"]), f"{time.perf_counter() - started:.1f}")
     console.print(published)
-    console.print(f"run folder: {result.run.root}")
+    console.print(f"run folder: {result.run.root}", soft_wrap=True)
+    console.print(f"report: {report_md}", soft_wrap=True)
     return 0
 
 

@@ -18,7 +18,7 @@ DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "digits.to
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False)
 
 
 class RunSection(_Section):
@@ -232,6 +232,8 @@ def load_config(path: Path | str | None = None, overrides: dict[str, Any] | None
         tree = tomllib.loads(source.read_text(encoding="utf-8"))
     except FileNotFoundError as err:
         raise ConfigError(f"{source}: config file not found") from err
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{source}: cannot read the config file ({type(err).__name__}: {err})") from err
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{source}: not valid TOML: {err}") from err
     for dotted, value in (overrides or {}).items():
@@ -239,5 +241,14 @@ def load_config(path: Path | str | None = None, overrides: dict[str, Any] | None
     try:
         return PipelineConfig.model_validate(tree)
     except ValidationError as err:
-        problems = "; ".join(_describe(item) for item in err.errors())
+        problems = "; ".join(f"{_origin(item, overrides or {})}{_describe(item)}" for item in err.errors())
         raise ConfigError(f"{source}: {problems}") from err
+
+
+def _origin(error: dict[str, Any], overrides: dict[str, Any]) -> str:
+    """'--set KEY=VALUE: ' when the failing key came from a CLI override, else ''."""
+    key = ".".join(str(part) for part in error["loc"])
+    for dotted, value in overrides.items():
+        if key == dotted or key.startswith(dotted + "."):
+            return f"--set {dotted}={value!r}: "
+    return ""

@@ -92,16 +92,18 @@ def write_report(run: RunFolder, summary: dict[str, Any]) -> tuple[Path, Path]:
              f"- task metric: {metric} on output `{parity.get('metric_output')}` against "
              f"{parity.get('label_source', 'labels')}; SavedModel: {parity.get('reference_metric', float('nan')):.4g}",
              "", f"| artifact | mode | size | size vs tflite float32 | {metric} | agreement % | latency b1 ms "
-             "| worst output (max abs err) | verdict |", "|---|---|---|---|---|---|---|---|---|"]
+             "| worst float output (max abs err) | integer/string outputs | verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     float32_size = next((r["size_bytes"] for r in rows if r["artifact"] == "tflite_float32"), None)
     for row in rows:
-        worst = max(row["outputs"], key=lambda o: o["max_abs_error"], default=None)
+        worst = max((o for o in row["outputs"] if not o.get("exact")), key=lambda o: o["max_abs_error"], default=None)
         worst_text = f"{worst['output']} ({worst['max_abs_error']:.2e})" if worst else "-"
+        exact_text = "; ".join(f"{o['output']}: {o['detail'] or 'equal'}" for o in row["outputs"] if o.get("exact"))
         ratio = (f"{100 * row['size_bytes'] / float32_size:.1f}% of tflite float32"
                  if float32_size and row["kind"] == "tflite" else "-")
         agreement = "-" if row["top1_agreement"] is None else f"{row['top1_agreement']:.2f}"
         lines.append(f"| {row['artifact']} | {row['mode']} | {_human_bytes(row['size_bytes'])} | {ratio} "
-                     f"| {row['metric']:.4g} | {agreement} | {row['latency_ms_batch1']:.3f} | {worst_text} | "
+                     f"| {row['metric']:.4g} | {agreement} | {row['latency_ms_batch1']:.3f} | {worst_text} | {exact_text or '-'} | "
                      f"{'pass' if row['passed'] else 'FAIL: ' + row['reason']} |")
     lines += ["", "| conversion | status | reason |", "|---|---|---|"]
     lines += [f"| {c['name']} | {c['status']} | {c['reason'] or '-'} |" for c in summary["conversions"]]
@@ -122,14 +124,16 @@ def summary_tables(summary: dict[str, Any], records: list[StageRecord]):
         stages.add_row(record.name, record.status.value, f"{record.seconds:.1f}", record.reason[:120])
     artifacts = Table(title="artifacts (held-out test split, compared by output name with the SavedModel)")
     for column in ("artifact", "mode", "size", summary["parity"].get("metric", "accuracy_%"), "agree %",
-                   "worst output", "max abs err", "verdict"):
+                   "worst float output", "max abs err", "other outputs", "verdict"):
         artifacts.add_column(column)
     for row in summary["parity"]["artifacts"]:
-        worst = max(row["outputs"], key=lambda o: (not o["passed"], o["max_abs_error"]), default={})
+        floats = [o for o in row["outputs"] if not o.get("exact")]
+        worst = max(floats, key=lambda o: (not o["passed"], o["max_abs_error"]), default={})
+        exact = [f"{o['output']}: {o['detail'] or 'equal'}" for o in row["outputs"] if o.get("exact")]
         artifacts.add_row(row["artifact"], row["mode"], _human_bytes(row["size_bytes"]), f"{row['metric']:.4g}",
                           "-" if row["top1_agreement"] is None else f"{row['top1_agreement']:.2f}",
                           worst.get("output", "-"), f"{worst.get('max_abs_error', float('nan')):.2e}",
-                          "pass" if row["passed"] else "FAIL")
+                          "; ".join(exact) or "-", "pass" if row["passed"] else "FAIL: " + row["reason"])
     return stages, artifacts
 
 

@@ -93,12 +93,14 @@ def export_user_stage(config: PipelineConfig, run: RunFolder, model, data_path: 
 
     if isinstance(model, Path):
         contract = read_signature_contracts(model)["serving_default"]
-        data = load_user_data(data_path, contract, config.convert.representative_samples, config.run.seed)
+        data = load_user_data(data_path, contract, config.convert.representative_samples, config.run.seed,
+                          config.data.classes)
         export_saved_model(build_savedmodel_module(model, contract), contract, run.artifacts)
         return _audit_and_prove(config, run, contract, data.inputs, None, None), data
     model = float32_copy(model)
     contract = contract_from_keras(model)
-    data = load_user_data(data_path, contract, config.convert.representative_samples, config.run.seed)
+    data = load_user_data(data_path, contract, config.convert.representative_samples, config.run.seed,
+                          config.data.classes)
     extras = dict(config.export.extra_signatures)
     export_saved_model(build_keras_module(model, contract, extras), contract, run.artifacts,
                        tuple(extra_contract(contract, name, outs) for name, outs in extras.items()))
@@ -161,6 +163,9 @@ def convert_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits 
     contract = read_contract(run)
     data = as_eval_data(config, contract, splits)
     sample = {name: value[:8] for name, value in data.inputs.items()}
+    for leftover in run.artifacts.glob(".*"):  # temp files of a conversion that was killed
+        if leftover.is_file():
+            leftover.unlink()
     result = convert_artifacts(run.artifacts, contract, config.convert, data.calibration, sample)
     run.write_json("convert.json", result.to_json())
     return result
@@ -205,7 +210,7 @@ def serve_check_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSpl
     candidate = run.candidate_repository / config.run.model_name / "1"
     if candidate.parent.exists():
         shutil.rmtree(candidate.parent)
-    shutil.copytree(run.artifacts, candidate, ignore=shutil.ignore_patterns("*.reproduce.sh", "*.representative.npz"))
+    shutil.copytree(run.artifacts, candidate, ignore=shutil.ignore_patterns(".*", "*.reproduce.sh", "*.representative.npz"))
     result = serve_check(run.candidate_repository, config.run.model_name, 1, inputs, expected,
                          atol=config.parity.atol)
     run.write_json("serve_check.json", result.to_json())

@@ -179,5 +179,5 @@ def choose_step(build, batch, setting, probe_steps: int, state_variables) -> tup
     faster = timings["xla"] >= timings["no_xla"]
     ratio = max(timings.values()) / max(1e-9, min(timings.values()))
     reason = (f"jit_compile=auto kept {'XLA' if faster else 'no XLA'}: {ratio:.2f}x faster "
-              f"({timings['xla']:.0f} vs {timings['no_xla']:.0f} steps/s over {probe_steps} steps)")
+              f"(XLA {timings['xla']:.0f} vs no-XLA {timings['no_xla']:.0f} steps/s over {probe_steps} steps)")
     return candidates[faster], XlaChoice(faster, reason, timings)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,7 +116,7 @@ def _read_arrays(path: Path, contract: SignatureContract) -> tuple[dict[str, np.
     try:
         with np.load(path, allow_pickle=False) as archive:
             arrays = {k: np.asarray(archive[k]) for k in archive.files}
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
         raise DatasetError(f"{path}: cannot read NPZ (x/y or one array per input): {err}") from err
     keys = {n: ("x" if len(names) == 1 and n not in arrays and "x" in arrays else n) for n in names}
     missing = [n for n, key in keys.items() if key not in arrays]
@@ -129,8 +130,30 @@ def _read_arrays(path: Path, contract: SignatureContract) -> tuple[dict[str, np.
     return {n: arrays[key] for n, key in keys.items()}, (arrays[label] if label else None), ()
 
 
-def load_user_data(path: Path | str, contract: SignatureContract, calibration_rows: int, seed: int) -> EvalData:
+def _check_values(path: Path, inputs: dict[str, np.ndarray], labels: np.ndarray | None,
+                  classes: tuple[str, ...]) -> None:
+    """Refuse non-finite features and integer labels outside [0, number of declared classes)."""
+    for name, value in inputs.items():
+        if value.dtype.kind == "f" and not np.all(np.isfinite(value)):
+            row = int(np.nonzero(~np.isfinite(value.reshape(len(value), -1)).all(axis=1))[0][0])
+            raise DatasetError(f"{path}: input '{name}' holds NaN or Inf (first at row {row}); clean the data")
+    if labels is None or labels.dtype.kind not in "iu":
+        return
+    upper = len(classes) if classes else None
+    bad = np.nonzero((labels < 0) | ((labels >= upper) if upper else False))[0]
+    if bad.size:
+        allowed = f"0..{upper - 1} (data.classes declares {upper})" if upper else ">= 0"
+        raise DatasetError(f"{path}: label {int(labels[bad[0]])} at row {int(bad[0])} is outside the declared "
+                           f"classes; allowed {allowed} ({bad.size} bad row(s))")
+
+
+def load_user_data(path: Path | str, contract: SignatureContract, calibration_rows: int, seed: int,
+                   classes: tuple[str, ...] = ()) -> EvalData:
     """Read `--data` for the model's contract: validation inputs, labels and int8 calibration rows.
+
+    Args:
+        classes: declared class names (`data.classes`); integer labels must index them. Empty: the
+            names the file itself gives (CSV / image folder / string labels), if any.
 
     Raises:
         DatasetError: unreadable file, missing arrays or columns, shape or row-count mismatch (named).
@@ -138,7 +161,8 @@ def load_user_data(path: Path | str, contract: SignatureContract, calibration_ro
     path = Path(path)
     if not path.exists():
         raise DatasetError(f"--data {path}: not found")
-    features, labels, classes = _read_arrays(path, contract)
+    features, labels, file_classes = _read_arrays(path, contract)
+    classes = tuple(classes) or tuple(file_classes)
     inputs = {t.name: _coerce(t.name, features[t.name], t.dtype, t.shape, str(path)) for t in contract.inputs}
     rows = {name: len(value) for name, value in inputs.items()}
     if labels is not None:
@@ -147,8 +171,9 @@ def load_user_data(path: Path | str, contract: SignatureContract, calibration_ro
         raise DatasetError(f"{path}: arrays need the same non-zero number of rows; got {rows}")
     if labels is not None:
         labels = labels.astype(np.float64) if labels.dtype.kind == "f" else labels.astype(np.int64)
+    _check_values(path, inputs, labels, classes)
     pick = np.sort(np.random.default_rng(seed).permutation(len(next(iter(inputs.values()))))[:calibration_rows])
-    return EvalData(inputs, labels, {k: v[pick] for k, v in inputs.items()}, tuple(classes), str(path))
+    return EvalData(inputs, labels, {k: v[pick] for k, v in inputs.items()}, classes, str(path))
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ class OutputParity:
     passed: bool
     detail: str = ""
     error_histogram: tuple[int, ...] = ()
+    exact: bool = False  # an integer or string output: compared for equality, errors are counts
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,8 @@ def compare_output(name: str, got: np.ndarray, want: np.ndarray, reference: dict
         differ = np.asarray(got).astype(str) != np.asarray(want).astype(str)
         ok = tolerance is None or not differ.any()
         return OutputParity(name, float(differ.sum()), 0.0, "exact (strings)", ok,
-                            f"{int(differ.sum())} of {differ.size} strings differ" if differ.any() else "")
+                            f"{int(differ.sum())} of {differ.size} strings differ" if differ.any() else "",
+                            exact=True)
     if np.issubdtype(want.dtype, np.floating):
         if not np.all(np.isfinite(got)):
             return OutputParity(name, float("nan"), float("nan"), "finite", False, "NaN or Inf in output")
@@ -168,7 +170,7 @@ def compare_output(name: str, got: np.ndarray, want: np.ndarray, reference: dict
     if tolerance is None:
         return OutputParity(name, max_abs, 0.0, "reported (metric-gated)", True,
                             f"{int(differ.sum())} of {differ.size} differ" if differ.any() else "",
-                            error_histogram(int_error))
+                            error_histogram(int_error), exact=True)
     unexplained = int(differ.sum())
     score_name = (index_scores(reference) if scores is None else scores).get(name)
     if differ.any() and score_name in reference and want.ndim == 1:
@@ -181,7 +183,7 @@ def compare_output(name: str, got: np.ndarray, want: np.ndarray, reference: dict
         unexplained = int((~ties).sum())
     detail = f"{unexplained} of {differ.size} indices differ (ties excluded)" if unexplained else ""
     return OutputParity(name, max_abs, 0.0, "exact (tie-aware)" if score_name else "exact", unexplained == 0, detail,
-                        error_histogram(int_error))
+                        error_histogram(int_error), exact=True)
 
 
 def _worse(kept: OutputParity | None, new: OutputParity) -> OutputParity:

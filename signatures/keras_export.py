@@ -24,9 +24,23 @@ def _dtype_name(dtype) -> str:
     return "float32" if name in LOW_PRECISION else name
 
 
+def _dict_head(model) -> Mapping | None:
+    """The model's dict of outputs, or None for a list/single head.
+
+    Keras 3 raises from `Sequential.output` even when `Sequential.outputs` is defined, so the
+    error only means "not a dict head" here; `model.outputs` decides whether the model is symbolic.
+    """
+    try:
+        output = model.output
+    except (AttributeError, ValueError):
+        return None
+    return output if isinstance(output, Mapping) else None
+
+
 def _output_names(model) -> list[str]:
-    if isinstance(model.output, Mapping):
-        return [str(key) for key in model.output]
+    head = _dict_head(model)
+    if head is not None:
+        return [str(key) for key in head]
     names: list[str] = []
     for tensor in model.outputs:
         history = getattr(tensor, "_keras_history", None)
@@ -39,9 +53,8 @@ def _output_names(model) -> list[str]:
 
 
 def _flat_outputs(model) -> list:
-    if isinstance(model.output, Mapping):
-        return list(model.output.values())
-    return list(model.outputs)
+    head = _dict_head(model)
+    return list(head.values()) if head is not None else list(model.outputs)
 
 
 def contract_from_keras(model, name: str = DEFAULT_SIGNATURE) -> SignatureContract:

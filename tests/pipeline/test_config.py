@@ -57,3 +57,21 @@ def test_parse_override_reads_toml_values_and_refuses_missing_equals():
     assert parse_override("run.model_name=abc") == ("run.model_name", "abc")
     with pytest.raises(ConfigError, match="section.key=value"):
         parse_override("train.epochs")
+
+
+def test_a_folder_as_config_is_named(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read the config file"):
+        load_config(tmp_path)
+
+
+def test_infinite_tolerance_is_refused():
+    with pytest.raises(ConfigError, match="validate.atol"):
+        load_config(None, {"validate.atol": float("inf")})
+
+
+def test_abbreviated_flags_are_refused(capsys):
+    from pipeline.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["train", "--run", "x"])  # must not mean --runs-dir
+    assert "unrecognized arguments: --run" in capsys.readouterr().err

@@ -76,3 +76,14 @@ def test_bad_config_stops_with_file_key_and_value(tmp_path):
     assert completed.returncode == 2
     assert str(config) in completed.stderr and "train.epochs" in completed.stderr and "got 0" in completed.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_leftover_temp_files_are_never_published(pipeline_run):
+    run = pipeline_run["run"]
+    (run / "artifacts" / ".model.deadbeef.onnx").write_bytes(b"half a file from a killed conversion")
+    completed = run_tfship("publish", "--run", str(run), "--repository", str(pipeline_run["repository"]))
+    assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-2000:]
+    version_dir = pipeline_run["repository"] / "digits" / "2"
+    assert (version_dir / "saved_model.pb").is_file()
+    hidden = [p.name for p in version_dir.rglob(".*")]
+    assert hidden == [], hidden

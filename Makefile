@@ -50,7 +50,7 @@ lint: setup
 	$(PY) -m ruff check pipeline signatures serving tflite tests
 
 clean:
-	rm -rf runs models .pytest_cache
+	rm -rf runs models .pytest_cache .hypothesis .venv-edge bench/work
 
 # ---------------------------------------------------------------- containers (deploy/README.md)
 # Docker targets drive the engine through `python -m pipeline.deploy` (= `tfship deploy`). Where no

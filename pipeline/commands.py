@@ -105,7 +105,13 @@ def _stage_command(args: argparse.Namespace, name: str) -> int:
             "validate": lambda: steps.validate_stage(config, run, splits).to_json(),
             "publish": lambda: _publish(config, run, splits),
         }[name]()
-    _print_json_table(name, run, result)
+    if name == "validate":
+        from pipeline.report import summary_tables
+
+        console.print(summary_tables({"parity": result}, [])[1])
+        console.print(f"run folder: {run.root} (full figures in parity.json)", soft_wrap=True)
+    else:
+        _print_json_table(name, run, result)
     return 0
 
 
@@ -127,6 +133,8 @@ def _print_json_table(name: str, run: RunFolder, result) -> None:
     table.add_column("value", overflow="fold")
     rows = result.items() if isinstance(result, dict) else enumerate(result)
     for key, value in rows:
+        if isinstance(value, dict) and "error_histogram" in json.dumps(value, default=str):
+            continue  # plots' raw data: in the run folder's JSON files, not for the terminal
         text = json.dumps(value, default=str) if not isinstance(value, str) else value
         table.add_row(str(key), text if len(text) < 400 else text[:400] + "…")
     table.add_row("run folder", str(run.root))

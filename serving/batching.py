@@ -167,6 +167,11 @@ class Batched(Runtime):
             return self._enqueue(_Task(inputs, rows, self._key(inputs, signature_name, rows), deadline)), 1
         if not self.params.enable_large_batch_splitting:
             raise InvalidRequestError(f"batch of {rows} rows exceeds max_batch_size {limit}")
+        capacity = self.params.max_enqueued_batches * limit
+        if rows > capacity:  # could never fit, even in an empty queue: the client's error, not a busy server
+            raise InvalidRequestError(f"batch of {rows} rows exceeds the per-request limit of {capacity} rows "
+                                      f"(max_enqueued_batches={self.params.max_enqueued_batches} x "
+                                      f"max_batch_size={limit}); send smaller requests")
         parts = [{k: v[i:i + limit] for k, v in inputs.items()} for i in range(0, rows, limit)]
         futures: list[Future] = []
         try:

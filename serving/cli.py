@@ -65,7 +65,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     a("--enable-batching", action="store_true", help="merge concurrent requests into one backend call")
     a("--batching-parameters-file", type=Path, help="TF Serving BatchingParameters text file (implies batching)")
     a("--max-message-bytes", type=int, default=64 << 20, help="largest request/response, bytes")
-    a("--max-batch-per-request", type=int, default=0, help="largest batch per request; 0 = unlimited")
+    a("--max-batch-per-request", type=int, default=65536,
+      help="largest batch (dim 0) per request; 0 = unlimited (default: 65536)")
     a("--max-concurrent-requests", type=int, default=0, help="Predicts served at once; 0 = unlimited")
     a("--default-deadline-s", type=float, default=0.0, help="deadline when the client sets none; 0 = none")
     a("--grace-period-s", type=float, default=10.0, help="SIGTERM: seconds in-flight requests get to finish")
@@ -97,16 +98,31 @@ def run_serve(args: argparse.Namespace) -> int:
     """Run the server until SIGTERM; returns the exit code. Raises `TfshipError` on bad settings."""
     from serving import logs
     from serving.server import run_server
-    from serving.settings import ServerSettings
 
-    fields = ServerSettings.model_fields
-    settings = ServerSettings(**{k: v for k, v in vars(args).items() if k in fields})
+    settings = settings_from_args(args)
     logs.configure(settings.json_logs)
     if settings.num_processes > 1:
         from serving.workers import run_workers
 
         return run_workers(settings)
     return asyncio.run(run_server(settings))
+
+
+def settings_from_args(args: argparse.Namespace):
+    """`ServerSettings` from parsed `serve` flags; raises `ConfigError` naming each bad flag and its value."""
+    from pydantic import ValidationError
+
+    from serving.settings import ServerSettings
+
+    values = {k: v for k, v in vars(args).items() if k in ServerSettings.model_fields}
+    try:
+        return ServerSettings(**values)
+    except ValidationError as err:
+        problems = []
+        for item in err.errors():
+            field = str(item["loc"][0]) if item["loc"] else "?"
+            problems.append(f"--{field.replace('_', '-')} {values.get(field)!r}: {item['msg']}")
+        raise ConfigError("invalid serve flag(s): " + "; ".join(problems)) from err
 
 
 def run_query(args: argparse.Namespace) -> int:

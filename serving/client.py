@@ -49,6 +49,7 @@ class PredictClient:
         self._channel = (grpc.secure_channel(target, credentials, options) if credentials
                          else grpc.insecure_channel(target, options))
         self._timeout_s = timeout_s
+        self._max_bytes = max(max_message_bytes, 64 << 20)  # decoded outputs are bounded like requests
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self._signatures: dict[tuple[str, int | None], dict[str, Signature]] = {}
 
@@ -107,7 +108,7 @@ class PredictClient:
         for key, array in inputs.items():
             request.inputs[key].CopyFrom(to_tensor_proto(np.asarray(array)))
         response = self.call(protocol.PREDICTION_SERVICE, "Predict", request)
-        return {key: from_tensor_proto(tensor, key) for key, tensor in response.outputs.items()}
+        return {key: from_tensor_proto(tensor, key, self._max_bytes) for key, tensor in response.outputs.items()}
 
     def _convert(self, model_name, version, signature_name, inputs):
         signatures = self._signatures.get((model_name, version)) or self.metadata(model_name, version)

@@ -7,12 +7,18 @@ import time
 from pipeline.errors import InvalidRequestError
 from serving import protocol
 from serving.signature_defs import to_signature_def
-from serving.tensors import fill_tensor_proto, from_tensor_proto
+from serving.tensors import DEFAULT_MAX_TENSOR_BYTES, fill_tensor_proto, from_tensor_proto
 from serving.types import InferenceRequest, InferenceResponse, ModelMetadata, ModelRef, VersionStatus
 
 
 def model_ref(spec) -> ModelRef:
-    """`tensorflow.serving.ModelSpec` -> `ModelRef` (version and version_label are a oneof)."""
+    """`tensorflow.serving.ModelSpec` -> `ModelRef` (version and version_label are a oneof).
+
+    Raises:
+        InvalidRequestError: empty `model_spec.name` (the same answer from every RPC).
+    """
+    if not spec.name:
+        raise InvalidRequestError("model_spec.name is required")
     choice = spec.WhichOneof("version_choice")
     return ModelRef(
         name=spec.name,
@@ -21,14 +27,17 @@ def model_ref(spec) -> ModelRef:
     )
 
 
-def predict_request(proto, time_remaining: float | None = None) -> InferenceRequest:
-    """`PredictRequest` -> `InferenceRequest`; `time_remaining` (seconds) becomes a monotonic deadline."""
-    if not proto.model_spec.name:
-        raise InvalidRequestError("model_spec.name is required")
-    inputs = {key: from_tensor_proto(tensor, key) for key, tensor in proto.inputs.items()}
+def predict_request(proto, time_remaining: float | None = None,
+                    max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -> InferenceRequest:
+    """`PredictRequest` -> `InferenceRequest`; `time_remaining` (seconds) becomes a monotonic deadline.
+
+    Each input decodes to at most `max_tensor_bytes` (see `serving.tensors.from_tensor_proto`).
+    """
+    model = model_ref(proto.model_spec)
+    inputs = {key: from_tensor_proto(tensor, key, max_tensor_bytes) for key, tensor in proto.inputs.items()}
     deadline = None if time_remaining is None else time.monotonic() + time_remaining
     return InferenceRequest(
-        model=model_ref(proto.model_spec),
+        model=model,
         inputs=inputs,
         signature_name=proto.model_spec.signature_name or "serving_default",
         output_filter=tuple(proto.output_filter),

@@ -53,6 +53,11 @@ class DataPlane:
         self._counters: dict[tuple[str, str, str], object] = {}  # labelled children, looked up once
         self._latencies: dict[str, object] = {}
 
+    @property
+    def limits(self) -> ServerLimits:
+        """The per-request limits (transports read `max_tensor_bytes` to bound decoding)."""
+        return self._limits
+
     async def predict(self, request: InferenceRequest) -> InferenceResponse:
         """TF Serving Predict: validate, run the signature, apply `output_filter`.
 
@@ -99,7 +104,11 @@ class DataPlane:
         if unknown:
             raise InvalidRequestError(f"output_filter {unknown} not in signature {signature.name!r} outputs "
                                       f"{sorted(signature.outputs)}")
+        if len(set(request.output_filter)) != len(request.output_filter):
+            raise InvalidRequestError(f"output_filter {list(request.output_filter)} names an output twice")
         rows = batch_size(signature, request.inputs)
+        if rows == 0:  # refused alike by every backend, batched or not (runtimes disagree on empty batches)
+            raise InvalidRequestError("batch of 0 rows: send at least one row")
         limit = self._limits.max_batch_per_request
         if limit and rows is not None and rows > limit:
             raise InvalidRequestError(f"batch of {rows} rows exceeds the per-request limit of {limit}")

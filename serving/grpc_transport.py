@@ -14,10 +14,11 @@ import uuid
 
 import grpc
 from google.protobuf import descriptor_pb2
+from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
-from pipeline.errors import TfshipError, UnauthenticatedError
+from pipeline.errors import InvalidRequestError, TfshipError, UnauthenticatedError
 from serving import converters, protocol
 from serving.dataplane import DataPlane
 from serving.model_config import from_proto
@@ -31,6 +32,8 @@ def _rpc(method):
     @functools.wraps(method)
     async def wrapper(self, request, context: grpc.aio.ServicerContext):
         try:
+            if isinstance(request, _Undecodable):
+                raise InvalidRequestError(f"request is not a valid {request.type_name} message: {request.error}")
             return await method(self, request, context)
         except TfshipError as err:
             await context.abort(grpc.StatusCode[err.grpc_code], str(err))
@@ -55,7 +58,8 @@ class PredictionServicer:
 
     @_rpc
     async def Predict(self, request, context):
-        response = await self._dp.predict(converters.predict_request(request, _time_remaining(context)))
+        response = await self._dp.predict(converters.predict_request(request, _time_remaining(context),
+                                                                     self._dp.limits.max_tensor_bytes))
         return converters.predict_response(response)
 
     @_rpc
@@ -94,11 +98,31 @@ class ModelServicer:
         return response
 
 
+class _Undecodable:
+    """A request body that did not parse; `_rpc` answers it INVALID_ARGUMENT (grpc's own answer is UNKNOWN)."""
+
+    def __init__(self, type_name: str, error: DecodeError) -> None:
+        self.type_name, self.error = type_name, error
+
+
+def _deserializer(request_cls):
+    parse = request_cls.FromString
+    type_name = request_cls.DESCRIPTOR.full_name
+
+    def deserialize(data: bytes):
+        try:
+            return parse(data)
+        except DecodeError as err:
+            return _Undecodable(type_name, err)
+
+    return deserialize
+
+
 def _handler(service: str, servicer, methods: dict[str, tuple[type, type]]) -> grpc.GenericRpcHandler:
     handlers = {
         name: grpc.unary_unary_rpc_method_handler(
             getattr(servicer, name),
-            request_deserializer=request_cls.FromString,
+            request_deserializer=_deserializer(request_cls),
             response_serializer=lambda message: message.SerializeToString(),
         )
         for name, (request_cls, _response_cls) in methods.items()
@@ -132,6 +156,24 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
         return grpc.unary_unary_rpc_method_handler(deny)
 
 
+class HealthServicer(health.aio.HealthServicer):
+    """grpc.health.v1 whose NOT_FOUND for an unknown service names it and the known ones."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._known: set[str] = set()
+
+    async def set(self, service: str, status) -> None:
+        self._known.add(service)
+        await super().set(service, status)
+
+    async def Check(self, request, context):
+        if request.service not in self._known:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown health service {request.service!r}; known: "
+                                f"{sorted(self._known)} ('' is the whole server, a model name one model)")
+        return await super().Check(request, context)
+
+
 def add_services(server: grpc.aio.Server, dataplane: DataPlane) -> health.aio.HealthServicer:
     """Register PredictionService, ModelService, grpc.health.v1 and reflection on `server`.
 
@@ -141,7 +183,7 @@ def add_services(server: grpc.aio.Server, dataplane: DataPlane) -> health.aio.He
         _handler(protocol.PREDICTION_SERVICE, PredictionServicer(dataplane), protocol.PREDICTION_METHODS),
         _handler(protocol.MODEL_SERVICE, ModelServicer(dataplane), protocol.MODEL_METHODS),
     ))
-    health_servicer = health.aio.HealthServicer()
+    health_servicer = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = (protocol.PREDICTION_SERVICE, protocol.MODEL_SERVICE,
              health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME)

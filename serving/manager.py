@@ -3,20 +3,26 @@
 Follows TF Serving's AspiredVersionsManager in spirit: versions found under `<base_path>/<int>/` are
 selected by the model's version policy, loaded (and warmed up) before they receive traffic, and an
 old version is unloaded only after the new one is AVAILABLE and its own in-flight requests finished.
-A version that fails to load is reported (state END with the error) and not retried until it is
-removed from disk; the versions already serving keep serving.
+A version that fails to load is reported (state END with the error) and retried on a later poll only
+once its folder changed (a file's size or mtime, a file added or removed) or disappeared; the versions
+already serving keep serving.
+
+A new config (startup or HandleReloadConfigRequest) is checked against the disk as a whole before
+anything changes (`check_config`): a bad entry refuses the whole config and the old one keeps serving.
+An explicitly empty config is valid, as in TF Serving, and unloads every model.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.errors import ModelNotFoundError, TfshipError, UnavailableError
+from pipeline.errors import ConfigError, ModelNotFoundError, TfshipError, UnavailableError
 from serving.model_config import ModelConfig
 from serving.runtimes import REGISTRY, Runtime, RuntimeOptions
 from serving.types import ModelRef, VersionState, VersionStatus
@@ -35,6 +41,7 @@ class ServedVersion:
     state: VersionState = VersionState.START
     runtime: Runtime | None = None
     error: TfshipError | None = None
+    fingerprint: tuple = ()  # the folder's files when the load was tried (a failed load is retried on change)
     inflight: int = 0
     idle: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -81,7 +88,12 @@ class ModelManager:
 
     # ---- configuration and lifecycle -------------------------------------------------------
     async def apply_config(self, configs: list[ModelConfig]) -> None:
-        """Serve exactly `configs`: models no longer listed are unloaded, new ones loaded (TF Serving's reload)."""
+        """Serve exactly `configs`: models no longer listed are unloaded, new ones loaded (TF Serving's reload).
+
+        Raises:
+            ConfigError: `check_config` refused `configs`; nothing changed (the old config keeps serving).
+        """
+        check_config(configs)
         async with self._lock:
             wanted = {c.name: c for c in configs}
             for name in [n for n in self._models if n not in wanted]:
@@ -117,7 +129,10 @@ class ModelManager:
     async def _reconcile_locked(self) -> None:
         for name, model in self._models.items():
             on_disk = _versions_on_disk(model.config.base_path)
-            failed = {v for v, s in model.versions.items() if s.error is not None and v in on_disk}
+            for version in [v for v, s in model.versions.items() if s.error is not None and (
+                    v not in on_disk or s.fingerprint != _fingerprint(model.config.base_path / str(v)))]:
+                del model.versions[version]  # gone or changed since it failed: forget the failure, try again
+            failed = {v for v, s in model.versions.items() if s.error is not None}
             desired = set(model.config.policy.select([v for v in on_disk if v not in failed]))
             for version in [v for v, s in model.versions.items()
                             if s.state is VersionState.END and s.error is None and v in desired]:
@@ -133,8 +148,8 @@ class ModelManager:
             await self._on_change(name, self._available(model) != [])
 
     async def _load(self, model: _Model, version: int) -> None:
-        served = model.versions[version] = ServedVersion(version, VersionState.LOADING)
         path = model.config.base_path / str(version)
+        served = model.versions[version] = ServedVersion(version, VersionState.LOADING, fingerprint=_fingerprint(path))
         loop = asyncio.get_running_loop()
         try:
             served.runtime = await loop.run_in_executor(self._executor, self._load_blocking, path)
@@ -251,6 +266,49 @@ class _Lease:
         served.inflight -= 1
         if served.inflight == 0:
             served.idle.set()
+
+
+def check_config(configs: list[ModelConfig]) -> None:
+    """Check every model of a new config against the disk before any of it is applied.
+
+    Each `base_path` must be a folder with at least one version the policy selects; `specific` versions
+    and `version_labels` must name versions present on disk (and, for labels, selected by the policy).
+
+    Raises:
+        ConfigError: naming the model, the field and the value.
+    """
+    for config in configs:
+        where = f"model {config.name!r}"
+        if not config.base_path.is_dir():
+            what = "is not a folder" if config.base_path.exists() else "does not exist"
+            raise ConfigError(f"{where}: base_path {str(config.base_path)!r} {what}")
+        on_disk = _versions_on_disk(config.base_path)
+        if not on_disk:
+            raise ConfigError(f"{where}: base_path {str(config.base_path)!r} holds no version folder "
+                              "(<base_path>/<positive integer>/)")
+        missing = sorted(set(config.policy.versions) - set(on_disk))
+        if config.policy.kind == "specific" and missing:
+            raise ConfigError(f"{where}: model_version_policy.specific.versions {missing} not found under "
+                              f"{str(config.base_path)!r}; versions on disk: {on_disk}")
+        selected = config.policy.select(on_disk)
+        for label, version in sorted(config.labels.items()):
+            if version not in selected:
+                raise ConfigError(f"{where}: version_labels {{{label!r}: {version}}} points at a version that "
+                                  f"is not served; served versions: {selected}")
+
+
+def _fingerprint(path: Path) -> tuple:
+    """(relative path, size, mtime_ns) of every file under `path`: changes when a copy progresses or is replaced."""
+    entries = []
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            full = os.path.join(root, name)
+            try:
+                stat = os.stat(full)
+            except OSError:  # removed while walking: the next poll sees the new state
+                continue
+            entries.append((os.path.relpath(full, path), stat.st_size, stat.st_mtime_ns))
+    return tuple(sorted(entries))
 
 
 def _versions_on_disk(base_path: Path) -> list[int]:

@@ -13,6 +13,9 @@ from pipeline.errors import ConfigError
 from serving import protocol
 
 MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+# `model_platform` values tfship accepts: TF Serving's own name plus the artifact kinds the runtimes serve
+# (the runtime itself is chosen by `--backend`); "" means "tensorflow", as in TF Serving.
+PLATFORMS = ("tensorflow", "tflite", "onnx")
 
 
 def check_model_name(name: str) -> str:
@@ -82,18 +85,29 @@ def from_proto(proto, source: str = "<request>") -> list[ModelConfig]:
         seen.add(name)
         if not entry.base_path:
             raise ConfigError(f"{source}: model {name!r} has no base_path")
-        configs.append(ModelConfig(name=name, base_path=Path(entry.base_path),
-                                   platform=entry.model_platform or "tensorflow",
-                                   policy=_policy(entry.model_version_policy), labels=dict(entry.version_labels)))
+        if not Path(entry.base_path).is_absolute():
+            raise ConfigError(f"{source}: model {name!r}: base_path {entry.base_path!r} must be an absolute path")
+        platform = entry.model_platform or "tensorflow"
+        if platform not in PLATFORMS:
+            raise ConfigError(f"{source}: model {name!r}: model_platform {platform!r} is not supported; "
+                              f"choose from {list(PLATFORMS)}")
+        configs.append(ModelConfig(name=name, base_path=Path(entry.base_path), platform=platform,
+                                   policy=_policy(entry.model_version_policy, f"{source}: model {name!r}"),
+                                   labels=dict(entry.version_labels)))
     return configs
 
 
-def _policy(proto) -> VersionPolicy:
+def _policy(proto, where: str) -> VersionPolicy:
+    """`latest { num_versions: 0 }` means 1, as in TF Serving (proto3 cannot tell 0 from unset)."""
     kind = proto.WhichOneof("policy_choice")
     if kind == "all":
         return VersionPolicy("all")
     if kind == "specific":
-        return VersionPolicy("specific", versions=tuple(proto.specific.versions))
+        versions = tuple(proto.specific.versions)
+        if not versions or any(v <= 0 for v in versions):
+            raise ConfigError(f"{where}: model_version_policy.specific.versions must list positive versions, "
+                              f"got {list(versions)}")
+        return VersionPolicy("specific", versions=versions)
     if kind == "latest":
         return VersionPolicy("latest", num_versions=proto.latest.num_versions or 1)
     return VersionPolicy()

@@ -41,7 +41,8 @@ def _error_middleware(tokens: frozenset[str]):
     @web.middleware
     async def middleware(request: web.Request, handler):
         try:
-            if tokens and request.headers.get("Authorization", "").removeprefix("Bearer ") not in tokens:
+            header = request.headers.get("Authorization", "")
+            if tokens and not (header.startswith("Bearer ") and header[len("Bearer "):] in tokens):
                 raise UnauthenticatedError("missing or invalid bearer token (header 'Authorization: Bearer <token>')")
             return await handler(request)
         except web.HTTPException as err:
@@ -84,8 +85,11 @@ def _inputs(body: dict, signature: Signature) -> tuple[dict[str, np.ndarray], bo
     single = next(iter(signature.inputs)) if len(signature.inputs) == 1 else None
     if "inputs" in body:
         data = body["inputs"]
-        if not isinstance(data, dict) or (single and set(data) != set(signature.inputs)):
-            data = {single: data} if single else data
+        if not isinstance(data, dict) or set(data) == {"b64"}:  # one input's value, not a map of named inputs
+            if single is None:
+                raise InvalidRequestError(f"signature {signature.name!r} has inputs {sorted(signature.inputs)}: "
+                                          "'inputs' must be an object naming them")
+            data = {single: data}
         return {k: _array(k, v, signature) for k, v in data.items()}, False
     rows = body["instances"]
     if not isinstance(rows, list) or not rows:
@@ -99,6 +103,25 @@ def _inputs(body: dict, signature: Signature) -> tuple[dict[str, np.ndarray], bo
         raise InvalidRequestError(f"signature {signature.name!r} has inputs {sorted(signature.inputs)}: "
                                   "each instance must be an object naming them")
     return {single: _array(single, rows, signature)}, True
+
+
+def _signature_name(body: dict) -> str:
+    name = body.get("signature_name") or "serving_default"
+    if not isinstance(name, str):
+        raise InvalidRequestError(f"'signature_name' must be a string, got {json.dumps(name)[:100]}")
+    return name
+
+
+def _output_filter(body: dict) -> tuple[str, ...]:
+    """`output_filter` as a tuple of names; a single string is a one-name list."""
+    names = body.get("output_filter")
+    if names is None:
+        return ()
+    if isinstance(names, str):
+        names = [names]
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise InvalidRequestError(f"'output_filter' must be a list of output names, got {json.dumps(names)[:100]}")
+    return tuple(names)
 
 
 def _jsonable(array):
@@ -154,18 +177,23 @@ def build_app(dataplane: DataPlane, tokens: frozenset[str] = frozenset(), max_by
             body = json.loads(await request.read())
         except ValueError as err:
             raise InvalidRequestError(f"request body is not JSON: {err}") from err
+        except RecursionError as err:
+            raise InvalidRequestError("request body JSON is nested too deeply") from err
         if not isinstance(body, dict):
             raise InvalidRequestError("request body must be a JSON object")
         ref = _ref(request)
-        signature_name = body.get("signature_name") or "serving_default"
+        signature_name, output_filter = _signature_name(body), _output_filter(body)
         meta = await dataplane.metadata(ref)
         if signature_name not in meta.signatures:
             raise InvalidRequestError(f"Serving signature name: {signature_name!r} not found in signature def; "
                                       f"available: {sorted(meta.signatures)}")
-        inputs, rows = _inputs(body, meta.signatures[signature_name])
+        try:
+            inputs, rows = _inputs(body, meta.signatures[signature_name])
+        except RecursionError as err:
+            raise InvalidRequestError("input values are nested too deeply") from err
         response = await dataplane.predict(InferenceRequest(
             model=ModelRef(ref.name, version=meta.version), inputs=inputs, signature_name=signature_name,
-            output_filter=tuple(body.get("output_filter") or ())))
+            output_filter=output_filter))
         return web.json_response(_outputs(dict(response.outputs), rows))
 
     async def unimplemented(request: web.Request) -> web.Response:

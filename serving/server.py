@@ -21,7 +21,7 @@ from grpc_health.v1 import health_pb2
 from pipeline.errors import ConfigError
 from serving.dataplane import DataPlane
 from serving.grpc_transport import BearerTokenInterceptor, add_services
-from serving.manager import ModelManager
+from serving.manager import ModelManager, check_config
 from serving.metrics import Metrics
 from serving.model_config import ModelConfig, from_repository, parse_model_server_config
 from serving.runtimes import RuntimeOptions
@@ -61,9 +61,21 @@ def _credentials(settings: ServerSettings) -> grpc.ServerCredentials | None:
         return None
     if not settings.tls_key:
         raise ConfigError("--tls-cert needs --tls-key")
-    ca = settings.tls_client_ca.read_bytes() if settings.tls_client_ca else None
-    return grpc.ssl_server_credentials([(settings.tls_key.read_bytes(), settings.tls_cert.read_bytes())],
-                                       root_certificates=ca, require_client_auth=ca is not None)
+    cert = _pem(settings.tls_cert, "--tls-cert", b"CERTIFICATE")
+    key = _pem(settings.tls_key, "--tls-key", b"PRIVATE KEY")
+    ca = _pem(settings.tls_client_ca, "--tls-client-ca", b"CERTIFICATE") if settings.tls_client_ca else None
+    return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=ca is not None)
+
+
+def _pem(path: Path, flag: str, kind: bytes) -> bytes:
+    """The bytes of a PEM file holding a `kind` block; `ConfigError` naming `flag` and the file otherwise."""
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise ConfigError(f"cannot read {flag} {path}: {err}") from err
+    if b"-----BEGIN " not in data or kind + b"-----" not in data:
+        raise ConfigError(f"{flag} {path} is not a PEM file holding a {kind.decode()} block")
+    return data
 
 
 def _write_port_file(path: Path, ports: dict[str, int | None]) -> None:
@@ -95,6 +107,7 @@ class _Health:
 async def run_server(settings: ServerSettings) -> int:
     """Serve until SIGTERM/SIGINT; return the exit code (0 after a clean drain)."""
     configs = model_configs(settings)
+    check_config(configs)  # a missing base_path or version refuses to start, naming it (as TF Serving does)
     tokens = settings.tokens()
     metrics = Metrics()
     executor = ThreadPoolExecutor(settings.worker_threads, thread_name_prefix="tfship-model")
@@ -103,7 +116,8 @@ async def run_server(settings: ServerSettings) -> int:
     health = _Health([c.name for c in configs])
     manager = ModelManager(settings.backend, options, executor, _runtime_wrapper(settings, metrics), health.update,
                            metrics)
-    limits = ServerLimits(settings.max_batch_per_request, settings.max_concurrent_requests, settings.default_deadline_s)
+    limits = ServerLimits(settings.max_batch_per_request, settings.max_concurrent_requests, settings.default_deadline_s,
+                          settings.max_message_bytes)
     dataplane = DataPlane(manager, executor, limits, metrics)
     health.names = manager.model_names
 
@@ -114,7 +128,11 @@ async def run_server(settings: ServerSettings) -> int:
     health.servicer = add_services(server, dataplane)
     address = f"{settings.host}:{settings.port}"
     credentials = _credentials(settings)
-    grpc_port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+    try:
+        grpc_port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+    except RuntimeError as err:  # grpc gives no detail: a bad key/cert pair or an address in use
+        raise ConfigError(f"cannot listen on {address}{' with --tls-cert/--tls-key' if credentials else ''}: "
+                          f"{err}") from err
     await server.start()
     await health.overall()
 

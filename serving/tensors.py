@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from pipeline.errors import InvalidRequestError
+from pipeline.errors import InvalidRequestError, ResourceExhaustedError
 from serving import protocol
 
 # DataType enum name -> numpy dtype; DT_STRING maps to object arrays of bytes.
@@ -33,6 +33,11 @@ _VAL_FIELD = {
     "DT_COMPLEX64": "scomplex_val", "DT_COMPLEX128": "dcomplex_val", "DT_STRING": "string_val",
 }
 
+
+# Decoded size limit when the caller gives none (the server passes --max-message-bytes): a few bytes of
+# `float_val` with a large shape expand ("fill with the last value") to shape x itemsize bytes.
+DEFAULT_MAX_TENSOR_BYTES = 64 << 20
+MAX_DIM = (1 << 31) - 1
 
 # Per-dtype answers, computed once (np.dtype construction and enum lookups cost more than the request).
 _NAMES: dict = {}
@@ -104,22 +109,31 @@ def fill_tensor_proto(proto, array: np.ndarray) -> None:
         proto.tensor_content = array.tobytes()  # C order, little-endian (native on every supported host)
 
 
-def from_tensor_proto(proto, name: str = "tensor") -> np.ndarray:
+def from_tensor_proto(proto, name: str = "tensor", max_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -> np.ndarray:
     """Decode a `tensorflow.TensorProto` into a numpy array.
 
+    The shape is checked before anything is allocated: every dim in [0, 2^31), and the decoded array
+    (elements x itemsize) at most `max_bytes`.
+
     Raises:
-        InvalidRequestError: unsupported dtype, or content whose size disagrees with the shape
-            (the message names `name`).
+        InvalidRequestError: unsupported dtype, a negative or absurd dim, or content whose size disagrees
+            with the shape (the message names `name`).
+        ResourceExhaustedError: the decoded array would exceed `max_bytes`.
     """
     dtype, little, dt_name = _from_enum(proto.dtype)
     if proto.tensor_shape.unknown_rank:
         raise InvalidRequestError(f"input {name!r}: tensor_shape has unknown rank; send a concrete shape")
     shape = tuple([d.size for d in proto.tensor_shape.dim])
     count = math.prod(shape)
+    if count * dtype.itemsize > max_bytes or (shape and (min(shape) < 0 or max(shape) > MAX_DIM)):
+        _refuse_shape(name, shape, dtype, max_bytes)
     content = proto.tensor_content
     if content and dtype.kind != "O":
         if len(content) == count * dtype.itemsize and little.isnative:  # the common case: one view, no copy
             return np.frombuffer(content, dtype=dtype).reshape(shape)
+        if len(content) % dtype.itemsize:
+            raise InvalidRequestError(f"input {name!r}: tensor_content has {len(content)} bytes, not a multiple of "
+                                      f"the {dtype_name(dtype)} item size {dtype.itemsize}")
         flat = np.frombuffer(content, dtype=little)
     else:
         flat = _typed_values(proto, dt_name, dtype)
@@ -130,6 +144,15 @@ def from_tensor_proto(proto, name: str = "tensor") -> np.ndarray:
     if flat.size != count:
         raise InvalidRequestError(f"input {name!r}: shape {list(shape)} needs {count} values, got {flat.size}")
     return flat.astype(dtype.newbyteorder("="), copy=False).reshape(shape)
+
+
+def _refuse_shape(name: str, shape: tuple[int, ...], dtype: np.dtype, max_bytes: int) -> None:
+    bad = [d for d in shape if d < 0 or d > MAX_DIM]
+    if bad:
+        raise InvalidRequestError(f"input {name!r}: tensor_shape {list(shape)} has invalid dim {bad[0]}; "
+                                  f"every dim must be in [0, {MAX_DIM}]")
+    raise ResourceExhaustedError(f"input {name!r}: tensor_shape {list(shape)} of {dtype_name(dtype)} decodes to "
+                                 f"{math.prod(shape) * dtype.itemsize} bytes, above the limit of {max_bytes} bytes")
 
 
 def _typed_values(proto, dt_name: str, dtype: np.dtype) -> np.ndarray:

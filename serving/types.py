@@ -90,8 +90,11 @@ class ServerLimits:
         max_batch_per_request: largest batch (dim 0) one Predict may carry; 0 = unlimited.
         max_concurrent_requests: Predicts served at once before RESOURCE_EXHAUSTED; 0 = unlimited.
         default_deadline_s: deadline applied when the client sets none, seconds; 0 = none.
+        max_tensor_bytes: largest decoded input tensor, bytes (the server passes --max-message-bytes): bounds
+            TensorProtos whose few values "fill" a large shape.
     """
 
     max_batch_per_request: int = 0
     max_concurrent_requests: int = 0
     default_deadline_s: float = 0.0
+    max_tensor_bytes: int = 64 << 20

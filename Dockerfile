@@ -64,15 +64,19 @@ STOPSIGNAL SIGTERM
 # exec form: the server is PID 1 and receives SIGTERM itself (entrypoint.py exec()s it).
 ENTRYPOINT ["python3", "/opt/tfship/bin/entrypoint.py"]
 
-# ---------------------------------------------------------------- edge
-FROM runtime AS edge
-ENV TFSHIP_IMAGE_TARGET=edge
-COPY --from=edge-deps /opt/venv /opt/venv
+# ---------------------------------------------------------------- tfship's own code (both targets)
+FROM scratch AS app
 COPY deploy/docker/entrypoint.py deploy/docker/healthcheck.py /opt/tfship/bin/
 COPY pipeline /opt/tfship/src/pipeline
 COPY serving /opt/tfship/src/serving
 COPY signatures /opt/tfship/src/signatures
 COPY tflite /opt/tfship/src/tflite
+
+# ---------------------------------------------------------------- edge
+FROM runtime AS edge
+ENV TFSHIP_IMAGE_TARGET=edge
+COPY --from=edge-deps /opt/venv /opt/venv
+COPY --from=app /opt/tfship /opt/tfship
 USER 10001:10001
 
 FROM builder AS cloud-deps
@@ -93,9 +97,5 @@ ENV TFSHIP_IMAGE_TARGET=cloud \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility \
     LD_LIBRARY_PATH=${SITE}/cublas/lib:${SITE}/cuda_runtime/lib:${SITE}/cudnn/lib:${SITE}/cufft/lib:${SITE}/curand/lib:${SITE}/cusolver/lib:${SITE}/cusparse/lib:${SITE}/nvjitlink/lib:${SITE}/cuda_nvrtc/lib:${SITE}/nccl/lib
 COPY --from=cloud-deps /opt/venv /opt/venv
-COPY deploy/docker/entrypoint.py deploy/docker/healthcheck.py /opt/tfship/bin/
-COPY pipeline /opt/tfship/src/pipeline
-COPY serving /opt/tfship/src/serving
-COPY signatures /opt/tfship/src/signatures
-COPY tflite /opt/tfship/src/tflite
+COPY --from=app /opt/tfship /opt/tfship
 USER 10001:10001

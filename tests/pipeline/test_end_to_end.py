@@ -78,12 +78,16 @@ def test_bad_config_stops_with_file_key_and_value(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
-def test_leftover_temp_files_are_never_published(pipeline_run):
+def test_leftover_temp_files_are_never_published(pipeline_run, tmp_path):
     run = pipeline_run["run"]
-    (run / "artifacts" / ".model.deadbeef.onnx").write_bytes(b"half a file from a killed conversion")
-    completed = run_tfship("publish", "--run", str(run), "--repository", str(pipeline_run["repository"]))
+    leftover = run / "artifacts" / ".model.deadbeef.onnx"
+    leftover.write_bytes(b"half a file from a killed conversion")
+    try:
+        completed = run_tfship("publish", "--run", str(run), "--repository", str(tmp_path / "models"))
+    finally:
+        leftover.unlink()
     assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-2000:]
-    version_dir = pipeline_run["repository"] / "digits" / "2"
+    version_dir = tmp_path / "models" / "digits" / "1"
     assert (version_dir / "saved_model.pb").is_file()
     hidden = [p.name for p in version_dir.rglob(".*")]
     assert hidden == [], hidden

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.errors import DeadlineExceededError, InvalidRequestError, ResourceExhaustedError
+from serving.batch_results import join_parts, settle
 from serving.batching_parameters import BatchingParameters
 from serving.contract import Signature
 from serving.runtimes.base import Runtime
@@ -180,7 +181,7 @@ class Batched(Runtime):
         except ResourceExhaustedError:
             self._release(len(futures))  # the parts already queued run, unawaited
             raise
-        return _joined(futures), len(futures)
+        return join_parts(futures), len(futures)
 
     def _key(self, inputs: Mapping[str, np.ndarray], signature_name: str, rows: int | None) -> tuple:
         if rows is None:
@@ -329,7 +330,7 @@ class Batched(Runtime):
             except BaseException as err:  # noqa: BLE001 - every waiting request gets the batch's error, whatever it is
                 settled += [(task, None, err) for task in live]
         finally:
-            _settle(settled)
+            settle(settled)
 
     def _merge(self, tasks: list[_Task]) -> tuple[dict[str, np.ndarray], int]:
         rows = sum(t.rows for t in tasks)
@@ -346,62 +347,6 @@ class Batched(Runtime):
                 array = np.concatenate([array, np.repeat(array[-1:], target - rows, axis=0)])
             merged[key] = array
         return merged, target
-
-
-def _settle(settled: list[tuple[_Task, dict | None, BaseException | None]]) -> None:
-    """Hand out results: thread futures directly, event-loop waiters in one call_soon_threadsafe per loop."""
-    by_loop: dict[asyncio.AbstractEventLoop, list] = {}
-    for task, result, error in settled:
-        if task.waiter is not None:
-            by_loop.setdefault(task.waiter.get_loop(), []).append((task.waiter, result, error))
-        elif error is not None:
-            task.future.set_exception(error)
-        else:
-            task.future.set_result(result)
-    for loop, items in by_loop.items():
-        try:
-            loop.call_soon_threadsafe(_deliver, items)
-        except RuntimeError:  # the loop is closed: nobody is waiting any more
-            pass
-
-
-def _deliver(items: list) -> None:
-    """On the event loop: settle the waiters of one batch (cancelled ones are skipped)."""
-    for waiter, result, error in items:
-        if waiter.done():
-            continue
-        if error is not None:
-            waiter.set_exception(error)
-        else:
-            waiter.set_result(result)
-
-
-def _joined(parts: list[Future]) -> Future:
-    """One future for the parts of a split request: outputs concatenated along dim 0, or the first error."""
-    joined: Future = Future()
-    joined.set_running_or_notify_cancel()
-    left = [len(parts)]
-    lock = threading.Lock()
-
-    def done(_part: Future) -> None:
-        with lock:
-            left[0] -= 1
-            if left[0]:
-                return
-        if any(p.cancelled() for p in parts):
-            joined.set_exception(DeadlineExceededError("a part of the split request was cancelled"))
-            return
-        errors = [p.exception() for p in parts if p.exception() is not None]
-        if errors:
-            joined.set_exception(errors[0])
-        else:
-            results = [p.result() for p in parts]
-            joined.set_result({k: np.concatenate([r[k] for r in results]) if results[0][k].ndim else results[0][k]
-                               for k in results[0]})
-
-    for part in parts:
-        part.add_done_callback(done)
-    return joined
 
 
 def _rows(inputs: Mapping[str, np.ndarray]) -> int | None:

@@ -6,7 +6,8 @@ Three checks on the `serving_default` signature of the SavedModel as TensorFlow 
 * determinism: the same batch of 8 twice gives bit-identical outputs (active dropout, noise or
   augmentation gives different answers);
 * batch independence: row i run alone equals row i inside the batch of 8 within the float32 tolerance
-  (atol scaled to the output's range, plus rtol; integer and string outputs exactly) — batch
+  (`pipeline.compare.compare_outputs`: atol scaled to the output's range, plus rtol; integer and string
+  outputs exactly) — batch
   normalisation in training mode normalises with the batch's own statistics and fails this;
 * no state: no variable changes value across serving calls (moving-average updates, seed states).
 
@@ -22,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.compare import Tolerance, compare_outputs
 from pipeline.errors import AuditError
 
 BATCH = 8
@@ -73,16 +75,6 @@ def _outputs_differ(first: dict[str, np.ndarray], second: dict[str, np.ndarray])
     return differ
 
 
-def _row_mismatch(name: str, alone: np.ndarray, batched: np.ndarray, scale: float, atol: float,
-                  rtol: float) -> str:
-    if alone.dtype.kind in "f":
-        error = np.abs(alone.astype(np.float64) - batched.astype(np.float64))
-        if np.all(error <= atol * scale + rtol * np.abs(batched)):
-            return ""
-        return f"max difference {float(np.nanmax(error)):.3g} > atol {atol:g}*{scale:.3g} + rtol {rtol:g}"
-    return "" if np.array_equal(alone, batched) else "values differ"
-
-
 def _variable_values(function) -> dict[str, np.ndarray]:
     return {f"{variable.name}#{index}": variable.numpy().copy() for index, variable in enumerate(function.variables)}
 
@@ -113,13 +105,11 @@ def check_behaviour(saved_model_dir: Path, inputs: Mapping[str, np.ndarray], sig
     differ = _outputs_differ(first, second)
     checks = [BehaviourCheck("deterministic", not differ, "; ".join(differ))]
     problems = []
-    for row in range(BATCH):
-        alone = call({name: value[row:row + 1] for name, value in batch.items()})
-        for name, value in alone.items():
-            scale = max(1.0, float(np.max(np.abs(first[name])))) if first[name].dtype.kind == "f" else 1.0
-            mismatch = _row_mismatch(name, value[0], first[name][row], scale, atol, rtol)
-            if mismatch:
-                problems.append(f"output '{name}' row {row} alone vs in a batch of {BATCH}: {mismatch}")
+    alone = [call({name: value[row:row + 1] for name, value in batch.items()}) for row in range(BATCH)]
+    stacked = {name: np.concatenate([rows[name] for rows in alone]) for name in first}
+    for row in compare_outputs(stacked, first, Tolerance(atol, rtol)):
+        if not row.passed:
+            problems.append(f"output '{row.output}' rows alone vs in a batch of {BATCH}: {row.describe()}")
     checks.append(BehaviourCheck("batch_independent", not problems, "; ".join(problems[:4])
                                  + (f" (+{len(problems) - 4} more)" if len(problems) > 4 else "")))
     after = _variable_values(function)

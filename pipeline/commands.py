@@ -27,7 +27,10 @@ def _print_stage(name: str, record: StageRecord) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """`tfship run`: the whole pipeline; prints the stage, artifact and publish tables."""
+    """`tfship run`: the whole pipeline; prints the stage, artifact and publish tables and a status line.
+
+    Returns the exit code: 0 every artifact published, 3 published with optional artifacts left out
+    (`status: partial`); a failure raises (exit 2, nothing published)."""
     from rich.table import Table
 
     from pipeline.cli import config_from_args
@@ -35,6 +38,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from pipeline.run import run_pipeline
 
     from pipeline.errors import ConfigError
+    from pipeline.outcomes import RunStatus
     from pipeline.run import run_export_only
     from pipeline.user_model import ExportOnlyRequest
 
@@ -58,15 +62,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     console.print(stages)
     console.print(artifacts)
     published = Table(title="published")
-    for column in ("model", "version", "path", "audit", "serve-check backends", "total seconds"):
+    for column in ("model", "version", "path", "audit", "served by our server", "left out", "total seconds"):
         published.add_column(column)
+    left_out = [o["artifact"] for o in result.summary["artifacts"] if o["status"] != "published"]
     published.add_row(config.run.model_name, str(result.published.version), str(result.published.version_dir),
                       "passed" if result.summary["audit_passed"] else "FAILED",
-                      ", ".join(result.summary["serve_check"]), f"{time.perf_counter() - started:.1f}")
+                      ", ".join(result.summary["serve_check"]), ", ".join(left_out) or "-",
+                      f"{time.perf_counter() - started:.1f}")
     console.print(published)
     console.print(f"run folder: {result.run.root}", soft_wrap=True)
     console.print(f"report: {report_md}", soft_wrap=True)
-    return 0
+    console.print(result.summary["status_line"], soft_wrap=True, highlight=False)
+    return RunStatus(result.summary["status"]).exit_code
 
 
 def _run_folder(args: argparse.Namespace, config) -> RunFolder:
@@ -75,10 +82,32 @@ def _run_folder(args: argparse.Namespace, config) -> RunFolder:
     return RunFolder(args.run.resolve()) if args.run else latest_run(config.run.runs_dir)
 
 
+def run_data(config, run: RunFolder):
+    """The data a run folder was made with: an export-only run's own `--data` file (read for its
+    contract), else the config's splits.
+
+    Raises:
+        DatasetError, StageError: the data cannot be read, or the run has no SavedModel yet.
+    """
+    from pathlib import Path
+
+    from pipeline.data import load_split_arrays
+
+    stored = json.loads((run.root / "config.json").read_text()) if (run.root / "config.json").is_file() else {}
+    if "export_only" in stored:
+        from pipeline.steps import read_contract
+        from pipeline.user_model import load_user_data
+
+        return load_user_data(Path(stored["export_only"]["data"]), read_contract(run),
+                              config.convert.representative_samples, config.run.seed, config.data.classes)
+    return load_split_arrays(config.data, config.run.seed)
+
+
 def _stage_command(args: argparse.Namespace, name: str) -> int:
     from pipeline import steps
     from pipeline.cli import config_from_args
     from pipeline.data import load_split_arrays
+    from pipeline.run import run_single_stage
 
     config = config_from_args(args)
     if name == "train" and getattr(args, "resume", None):
@@ -88,23 +117,26 @@ def _stage_command(args: argparse.Namespace, name: str) -> int:
         config = stored_config(run)
         splits = load_split_arrays(config.data, config.run.seed)
         with _progress() as progress:
-            result = steps.train_step_stage(config, run, splits, progress, resume=True).summary()
+            result = run_single_stage(run, "train", lambda: steps.train_step_stage(
+                config, run, splits, progress, resume=True)).summary()
         _print_json_table(name, run, result)
         return 0
-    splits = load_split_arrays(config.data, config.run.seed)
     if name == "train":
+        splits = load_split_arrays(config.data, config.run.seed)
         run = RunFolder.create(config.run.runs_dir, config.run.model_name)
         run.write_json("config.json", config.model_dump(mode="json", by_alias=True))
         with _progress() as progress:
-            result = steps.train_step_stage(config, run, splits, progress).summary()
-    else:
-        run = _run_folder(args, config)
-        result = {
-            "export": lambda: steps.export_stage(config, run, splits).audit.to_json(),
-            "convert": lambda: steps.convert_stage(config, run, splits).to_json(),
-            "validate": lambda: steps.validate_stage(config, run, splits).to_json(),
-            "publish": lambda: _publish(config, run, splits),
-        }[name]()
+            result = run_single_stage(run, "train", lambda: steps.train_step_stage(config, run, splits, progress))
+        _print_json_table(name, run, result.summary())
+        return 0
+    run = _run_folder(args, config)
+    data = run_data(config, run) if name != "export" else load_split_arrays(config.data, config.run.seed)
+    result = {
+        "export": lambda: run_single_stage(run, "export", lambda: steps.export_stage(config, run, data)).audit.to_json(),
+        "convert": lambda: run_single_stage(run, "convert", lambda: steps.convert_stage(config, run, data)).to_json(),
+        "validate": lambda: run_single_stage(run, "validate", lambda: steps.validate_stage(config, run, data)).to_json(),
+        "publish": lambda: _publish(config, run, data),
+    }[name]()
     if name == "validate":
         from pipeline.report import summary_tables
 
@@ -115,14 +147,16 @@ def _stage_command(args: argparse.Namespace, name: str) -> int:
     return 0
 
 
-def _publish(config, run, splits) -> dict:
+def _publish(config, run, data) -> dict:
     from pipeline import steps
+    from pipeline.run import run_single_stage
 
-    checked = steps.serve_check_stage(config, run, splits)
+    checked = run_single_stage(run, "serve-check", lambda: steps.serve_check_stage(config, run, data))
     train = json.loads((run.root / "train.json").read_text()) if (run.root / "train.json").is_file() else {}
-    published = steps.publish_stage(config, run, splits, config.publish.repository,
-                                    {"test_accuracy": train.get("test_accuracy"), "train": train})
-    return {"serve_check": checked.backends, "version": published.version, "path": str(published.version_dir)}
+    published = run_single_stage(run, "publish", lambda: steps.publish_stage(
+        config, run, data, config.publish.repository, {"test_accuracy": train.get("test_accuracy"), "train": train}))
+    return {"serve_check": checked.served, "left_out": checked.left_out, "version": published.version,
+            "path": str(published.version_dir), "status": published.manifest["status"]}
 
 
 def _print_json_table(name: str, run: RunFolder, result) -> None:

@@ -10,7 +10,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, ValidationInfo
 
 from pipeline.errors import ConfigError
 
@@ -131,6 +131,25 @@ class ConvertSection(_Section):
         ("float32",), min_length=1, description="TFLite variants to produce.")
     representative_samples: int = Field(200, ge=1, description="Calibration samples for int8 (representative_dataset).")
     timeout_seconds: float = Field(300.0, gt=0.0, description="Per-conversion time limit, seconds.")
+    required: tuple[str, ...] = Field(
+        (), description="Artifacts that must be published or the run fails (nothing published), e.g. "
+        "[\"onnx\", \"tflite_float32\"]; the SavedModel always is. Any other artifact that fails is left out "
+        "with its reason and the rest is published.")
+
+    @field_validator("required")
+    @classmethod
+    def _required_are_enabled(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        from types import SimpleNamespace
+
+        from pipeline.artifacts import SAVED_MODEL, artifact_kinds
+
+        kinds, settings = artifact_kinds(), SimpleNamespace(**info.data)
+        for name in value:
+            if name != SAVED_MODEL and name not in kinds:
+                raise ValueError(f"unknown artifact {name!r}; known: {[SAVED_MODEL, *kinds]}")
+            if name != SAVED_MODEL and "tflite_modes" in info.data and not kinds[name].enabled(settings):
+                raise ValueError(f"artifact {name!r} is required but not enabled (see convert.tflite_modes)")
+        return value
 
 
 class ValidateSection(_Section):
@@ -141,6 +160,12 @@ class ValidateSection(_Section):
     max_accuracy_drop_points: float = Field(0.5, ge=0.0,
                                             description="Allowed accuracy loss of float artifacts, percentage points.")
     float16_tolerance: float = Field(1e-2, gt=0.0, description="atol and rtol for float16 TFLite (scaled to range).")
+    dynamic_range_tolerance: float = Field(
+        2e-2, gt=0.0, description="Dynamic-range TFLite: largest |artifact - SavedModel| of every float output, as "
+        "a fraction of max(1, max |SavedModel output|).")
+    int8_tolerance: float = Field(
+        1e-1, gt=0.0, description="Full-int8 TFLite: largest |artifact - SavedModel| of every float output, as a "
+        "fraction of max(1, max |SavedModel output|).")
     quantized_max_accuracy_drop_points: float = Field(
         1.0, ge=0.0, description="Allowed accuracy loss of dynamic-range and int8 artifacts, percentage points.")
     batch_sizes: tuple[int, ...] = Field((1, 7, 64), min_length=1, description="Batch sizes each artifact is run at.")

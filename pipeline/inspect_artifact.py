@@ -1,5 +1,6 @@
 """`tfship inspect PATH`: the signatures of a SavedModel, a `.tflite` or an `.onnx`, like
-`saved_model_cli show` (names, dtypes, shapes with -1 for dynamic dimensions)."""
+`saved_model_cli show` (names, dtypes, shapes with -1 for dynamic dimensions); for a published version,
+also its status and every artifact's outcome (published, or left out and why) from `manifest.json`."""
 
 from __future__ import annotations
 
@@ -18,6 +19,20 @@ def _resolve(path: Path) -> Path:
     return path
 
 
+def _outcomes(version_dir: Path) -> dict[str, Any]:
+    """A published version's status and per-artifact outcomes from its `manifest.json` ({} without one)."""
+    import json
+
+    manifest = version_dir / "manifest.json"
+    if not manifest.is_file():
+        return {}
+    try:
+        data = json.loads(manifest.read_text(encoding="utf-8"))
+    except ValueError as err:
+        raise ConfigError(f"inspect: {manifest} is not valid JSON: {err}") from err
+    return {"status": data.get("status"), "artifacts": data.get("artifacts", [])}
+
+
 def describe(path: Path) -> dict[str, Any]:
     """Describe an artifact's signatures: {"format", "path", "signatures": {name: {"inputs", "outputs"}}}.
 
@@ -31,7 +46,7 @@ def describe(path: Path) -> dict[str, Any]:
         contracts = read_signature_contracts(path)
         return {"format": "saved_model", "path": str(path),
                 "signatures": {k: {"inputs": [t.to_json() for t in c.inputs], "outputs": [t.to_json() for t in c.outputs]}
-                               for k, c in contracts.items()}}
+                               for k, c in contracts.items()}} | _outcomes(path)
     if path.suffix == ".tflite" and path.is_file():
         from tflite.inspect import describe_tflite
 
@@ -67,6 +82,14 @@ def print_description(info: dict[str, Any]) -> None:
 
     console = Console()
     console.print(f"[bold]{info['format']}[/bold] {info['path']}")
+    if info.get("artifacts"):
+        table = Table(title=f"artifacts (status: {info.get('status')})")
+        for column in ("artifact", "outcome", "stage", "reason", "file", "required"):
+            table.add_column(column, overflow="fold")
+        for row in info["artifacts"]:
+            table.add_row(row["artifact"], row["status"], row["stage"] or "-", row["reason"] or "-",
+                          row["file"] or "-", "yes" if row["required"] else "no")
+        console.print(table)
     for name, signature in info.get("signatures", {}).items():
         table = Table(title=f"signature_def['{name}']")
         for column in ("kind", "name", "dtype", "shape"):

@@ -75,25 +75,26 @@ def _plots(run: RunFolder, parity: dict[str, Any]) -> list[str]:
     return figures + _error_histograms(run, rows, parity.get("error_bin_edges", []), plt)
 
 
-def write_report(run: RunFolder, summary: dict[str, Any]) -> tuple[Path, Path]:
-    """Write `report.json` and `report.md` (+ PNG plots: metric, size, latency, error histogram per output)
-    into the run folder; return both paths."""
-    parity = summary["parity"]
-    rows = parity["artifacts"]
-    json_path = run.write_json("report.json", summary)
-    train = summary.get("train")
-    train_line = (f"- train: {train['epochs']} epochs, {train['steps']} steps, {train['train_step_traces']} "
-                  f"trace(s) of the train step, XLA {'on' if train['jit_compile'] else 'off'}, {train['seconds']} s"
-                  if train else f"- export-only: model `{summary.get('export_only', {}).get('model')}`, data "
-                  f"`{summary.get('export_only', {}).get('data')}` (training skipped)")
-    metric = parity.get("metric", "accuracy_%")
-    lines = [f"# tfship run report", "", f"- run: `{summary['run']}`", f"- published: `{summary['published']}`",
-             f"- audit: {'passed' if summary['audit_passed'] else 'FAILED'}", train_line,
-             f"- task metric: {metric} on output `{parity.get('metric_output')}` against "
-             f"{parity.get('label_source', 'labels')}; SavedModel: {parity.get('reference_metric', float('nan')):.4g}",
-             "", f"| artifact | mode | size | size vs tflite float32 | {metric} | agreement % | latency b1 ms "
-             "| worst float output (max abs err) | integer/string outputs | verdict |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+def _outcome_text(outcome: dict[str, Any] | None) -> str:
+    if outcome is None:
+        return "-"
+    if outcome["status"] == "published":
+        return "published"
+    return f"left out at {outcome['stage']}: {outcome['reason']}"
+
+
+def _flips_text(row: dict[str, Any]) -> str:
+    if row.get("flips") is None:
+        return "-"
+    return f"{row['flips']} ({row.get('tie_flips') or 0} ties)"
+
+
+def _artifact_lines(summary: dict[str, Any], parity: dict[str, Any]) -> list[str]:
+    rows, metric = parity["artifacts"], parity.get("metric", "accuracy_%")
+    outcomes = {o["artifact"]: o for o in summary.get("artifacts", [])}
+    lines = ["", f"| artifact | mode | size | size vs tflite float32 | {metric} | agreement % | flips (ties) "
+             "| latency b1 ms | worst float output (max abs err) | integer/string outputs | verdict | outcome |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     float32_size = next((r["size_bytes"] for r in rows if r["artifact"] == "tflite_float32"), None)
     for row in rows:
         worst = max((o for o in row["outputs"] if not o.get("exact")), key=lambda o: o["max_abs_error"], default=None)
@@ -103,18 +104,54 @@ def write_report(run: RunFolder, summary: dict[str, Any]) -> tuple[Path, Path]:
                  if float32_size and row["kind"] == "tflite" else "-")
         agreement = "-" if row["top1_agreement"] is None else f"{row['top1_agreement']:.2f}"
         lines.append(f"| {row['artifact']} | {row['mode']} | {_human_bytes(row['size_bytes'])} | {ratio} "
-                     f"| {row['metric']:.4g} | {agreement} | {row['latency_ms_batch1']:.3f} | {worst_text} | {exact_text or '-'} | "
-                     f"{'pass' if row['passed'] else 'FAIL: ' + row['reason']} |")
+                     f"| {row['metric']:.4g} | {agreement} | {_flips_text(row)} | {row['latency_ms_batch1']:.3f} "
+                     f"| {worst_text} | {exact_text or '-'} | {'pass' if row['passed'] else 'FAIL: ' + row['reason']} "
+                     f"| {_outcome_text(outcomes.get(row['artifact']))} |")
+    return lines
+
+
+def write_report(run: RunFolder, summary: dict[str, Any]) -> tuple[Path, Path]:
+    """Write `report.json` and `report.md` (+ PNG plots: metric, size, latency, error histogram per output)
+    into the run folder; return both paths. A failed run's summary (status `failed`, `error`, no parity
+    yet) gives a report of what ran and why it stopped."""
+    parity = summary.get("parity")
+    json_path = run.write_json("report.json", summary)
+    train = summary.get("train")
+    train_line = (f"- train: {train['epochs']} epochs, {train['steps']} steps, {train['train_step_traces']} "
+                  f"trace(s) of the train step, XLA {'on' if train['jit_compile'] else 'off'}, {train['seconds']} s"
+                  if train else f"- export-only: model `{summary.get('export_only', {}).get('model')}`, data "
+                  f"`{summary.get('export_only', {}).get('data')}` (training skipped)"
+                  if summary.get("export_only") else "- train: -")
+    lines = ["# tfship run report", "", f"- {summary.get('status_line', '')}", f"- run: `{summary['run']}`",
+             f"- published: `{summary['published']}`",
+             f"- audit: {'passed' if summary['audit_passed'] else 'FAILED or not run'}", train_line]
+    if summary.get("error"):
+        lines.append(f"- error: {summary['error']}")
+    if summary.get("stages"):
+        lines += ["", "| stage | status | seconds | note |", "|---|---|---|---|"]
+        lines += [f"| {s['name']} | {s['status']} | {s['seconds']:.1f} | {s['reason'] or '-'} |"
+                  for s in summary["stages"]]
+    if summary.get("artifacts"):
+        lines += ["", "| artifact | outcome | file | required |", "|---|---|---|---|"]
+        lines += [f"| {o['artifact']} | {_outcome_text(o)} | {o['file'] or '-'} | {'yes' if o['required'] else 'no'} |"
+                  for o in summary["artifacts"]]
+    if parity:
+        metric = parity.get("metric", "accuracy_%")
+        lines += ["", f"- task metric: {metric} on output `{parity.get('metric_output')}` against "
+                  f"{parity.get('label_source', 'labels')}; SavedModel: {parity.get('reference_metric', float('nan')):.4g}"
+                  f"; {parity.get('samples')} rows"]
+        lines += _artifact_lines(summary, parity)
     lines += ["", "| conversion | status | reason |", "|---|---|---|"]
-    lines += [f"| {c['name']} | {c['status']} | {c['reason'] or '-'} |" for c in summary["conversions"]]
-    lines += [""] + [f"![{name}]({name})" for name in _plots(run, parity)]
+    lines += [f"| {c['name']} | {c['status']} | {c['reason'] or '-'} |" for c in summary.get("conversions") or []]
+    if parity:
+        lines += [""] + [f"![{name}]({name})" for name in _plots(run, parity)]
     md_path = run.root / "report.md"
     md_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return json_path, md_path
 
 
 def summary_tables(summary: dict[str, Any], records: list[StageRecord]):
-    """Rich tables for the terminal: stages, artifacts (accuracy, parity, size), publish."""
+    """Rich tables for the terminal: stages, and artifacts (metric, parity, size, outcome)."""
     from rich.table import Table
 
     stages = Table(title="stages")
@@ -124,16 +161,24 @@ def summary_tables(summary: dict[str, Any], records: list[StageRecord]):
         stages.add_row(record.name, record.status.value, f"{record.seconds:.1f}", record.reason[:120])
     artifacts = Table(title="artifacts (held-out test split, compared by output name with the SavedModel)")
     for column in ("artifact", "mode", "size", summary["parity"].get("metric", "accuracy_%"), "agree %",
-                   "worst float output", "max abs err", "other outputs", "verdict"):
+                   "flips (ties)", "worst float output", "max abs err", "other outputs", "verdict", "outcome"):
         artifacts.add_column(column)
+    outcomes = {o["artifact"]: o for o in summary.get("artifacts", [])}
     for row in summary["parity"]["artifacts"]:
         floats = [o for o in row["outputs"] if not o.get("exact")]
         worst = max(floats, key=lambda o: (not o["passed"], o["max_abs_error"]), default={})
         exact = [f"{o['output']}: {o['detail'] or 'equal'}" for o in row["outputs"] if o.get("exact")]
+        outcome = outcomes.get(row["artifact"])
         artifacts.add_row(row["artifact"], row["mode"], _human_bytes(row["size_bytes"]), f"{row['metric']:.4g}",
-                          "-" if row["top1_agreement"] is None else f"{row['top1_agreement']:.2f}",
+                          "-" if row["top1_agreement"] is None else f"{row['top1_agreement']:.2f}", _flips_text(row),
                           worst.get("output", "-"), f"{worst.get('max_abs_error', float('nan')):.2e}",
-                          "; ".join(exact) or "-", "pass" if row["passed"] else "FAIL: " + row["reason"])
+                          "; ".join(exact) or "-", "pass" if row["passed"] else "FAIL: " + row["reason"],
+                          "-" if outcome is None else ("published" if outcome["status"] == "published"
+                                                       else f"left out ({outcome['stage']})"))
+    for name, outcome in outcomes.items():  # left out before the parity gate: no parity row
+        if name not in {row["artifact"] for row in summary["parity"]["artifacts"]}:
+            artifacts.add_row(name, "-", "-", "-", "-", "-", "-", "-", "-", "-",
+                              f"left out ({outcome['stage']}): {outcome['reason'][:100]}")
     return stages, artifacts
 
 

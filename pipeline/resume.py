@@ -74,7 +74,7 @@ def stage_complete(run: RunFolder, name: str) -> bool:
         "validate": lambda: _passed(run, "parity.json"),
         "serve-check": lambda: _passed(run, "serve_check.json"),
         "publish": lambda: _readable(run.root / "summary.json")
-        and Path(json.loads((run.root / "summary.json").read_text()).get("published", "/nonexistent")).is_dir(),
+        and Path(json.loads((run.root / "summary.json").read_text()).get("published") or "/nonexistent").is_dir(),
     }
     return checks[name]()
 
@@ -91,18 +91,24 @@ def resume_pipeline(reference: str | Path, config: PipelineConfig, progress=None
         `pipeline.run.PipelineResult`.
 
     Raises:
-        TfshipError: the failing stage's error (its record is already written).
+        TfshipError: the failing stage's error (its record, report.json and report.md are already written).
     """
+    from pipeline.run import StageRunner, reported_failure
+
+    run = resolve_run(reference, config.run.runs_dir)
+    config = stored_config(run)
+    with reported_failure(config, run, {"train": None, "resumed": True}):
+        return _resume(run, config, StageRunner(run, on_stage), progress)
+
+
+def _resume(run: RunFolder, config: PipelineConfig, stage, progress):
     import keras
 
     from pipeline import steps
     from pipeline.data import load_split_arrays
     from pipeline.publish import PublishResult
-    from pipeline.run import PipelineResult, StageRunner
+    from pipeline.run import finish_run
 
-    run = resolve_run(reference, config.run.runs_dir)
-    config = stored_config(run)
-    stage = StageRunner(run, on_stage)
     splits = stage("data", lambda: load_split_arrays(config.data, config.run.seed), lambda s: s.summary())
     rerun = False
 
@@ -124,14 +130,7 @@ def resume_pipeline(reference: str | Path, config: PipelineConfig, progress=None
     metrics = {"test_accuracy": train.get("test_accuracy"), "train": train}
     published = step("publish", lambda: steps.publish_stage(config, run, splits, config.publish.repository, metrics),
                      lambda: _stored_publish(run, PublishResult))
-    summary = {"run": str(run.root), "published": str(published.version_dir), "version": published.version,
-               "train": train, "audit_passed": _passed(run, "audit.json"),
-               "conversions": json.loads((run.root / "convert.json").read_text()),
-               "parity": json.loads((run.root / "parity.json").read_text()),
-               "serve_check": json.loads((run.root / "serve_check.json").read_text()).get("backends", []),
-               "resumed": True}
-    run.write_json("summary.json", summary)
-    return PipelineResult(run, tuple(stage.records), published, summary)
+    return finish_run(config, run, stage.records, published, {"train": train, "resumed": True})
 
 
 def _stored_publish(run: RunFolder, result_type):

@@ -1,13 +1,17 @@
 """`tfship run`: the whole pipeline, stage after stage, stopping at the first failure.
 
 data -> train -> export (+ audit) -> convert -> validate -> serve-check -> publish. Every stage's
-record goes to `runs/<run_id>/stages.json`; a failed stage publishes nothing.
+record goes to `runs/<run_id>/stages.json`; a failed stage publishes nothing (report.json and report.md
+still say what happened). An optional artifact that fails a stage is left out and the run goes on
+(`pipeline.outcomes`: status `published`, `partial` or `failed`).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -15,6 +19,7 @@ from typing import Any, TypeVar
 from pipeline.config import PipelineConfig
 from pipeline.data import load_split_arrays
 from pipeline.errors import StageError, TfshipError
+from pipeline.outcomes import RunStatus, artifact_outcomes, run_status, status_line
 from pipeline.publish import PublishResult
 from pipeline.stages import RunFolder, StageRecord, StageStatus
 from pipeline.user_model import ExportOnlyRequest
@@ -65,13 +70,89 @@ class StageRunner:
             self.on_stage(record.name, record)
 
 
+STAGE_RECORDS = {"train": ("train.json",), "export": ("audit.json",), "convert": ("convert.json",),
+                 "validate": ("parity.json",), "serve-check": ("serve_check.json",), "publish": ()}
+
+
+def run_single_stage(run: RunFolder, name: str, function: Callable[[], T],
+                     summarise: Callable[[T], dict] = lambda _: {}) -> T:
+    """Run one stage alone in an existing run folder (`tfship convert`, `validate`, ...).
+
+    The stage's own record file and those of every later stage are removed first (they describe artifacts
+    this stage replaces); `stages.json` keeps the earlier stages' records, gets this stage's new record
+    (`ok`, or `failed` with the reason) and marks every later stage `skipped` as outdated.
+
+    Raises:
+        TfshipError: the stage's error (its `failed` record is already written).
+    """
+    later = STAGE_NAMES[STAGE_NAMES.index(name) + 1:]
+    for stage_name in (name, *later):
+        for file_name in STAGE_RECORDS.get(stage_name, ()):
+            (run.root / file_name).unlink(missing_ok=True)
+    stored = json.loads((run.root / "stages.json").read_text()) if (run.root / "stages.json").is_file() else []
+    runner = StageRunner(run)
+    runner.records = [StageRecord(r["name"], StageStatus(r["status"]), r["seconds"], r["reason"], r["summary"])
+                      for r in stored if r["name"] not in (name, *later)]
+    value = runner(name, function, summarise)
+    for stage_name in later:
+        runner.skip(stage_name, f"outdated: '{name}' ran again alone; run `tfship {stage_name}` or "
+                                "`tfship run --resume`")
+    return value
+
+
 def _summarise_export(e) -> dict:
     return {"passed": e.audit.passed, "ops": sum(e.audit.op_histogram.values()), "variables": len(e.audit.variables),
             "behaviour": None if e.behaviour is None else e.behaviour.passed}
 
 
 def _summarise_parity(p) -> dict:
-    return {r.artifact: round(r.metric, 4) for r in p.rows}
+    return {r.artifact: round(r.metric, 4) for r in p.rows} | {"left_out": sorted(p.left_out)}
+
+
+def _read(run: RunFolder, name: str):
+    path = run.root / name
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def run_summary(config: PipelineConfig, run: RunFolder, published: PublishResult | None,
+                extra: dict[str, Any]) -> dict[str, Any]:
+    """The run's summary from its stage records: status, every artifact's outcome, parity, conversions.
+
+    `status` is `published`, `partial` (optional artifacts left out) or `failed` (nothing published).
+    """
+    conversions, parity, served = _read(run, "convert.json") or [], _read(run, "parity.json"), \
+        _read(run, "serve_check.json")
+    outcomes = artifact_outcomes(conversions, parity, served, config.convert.required) if published else []
+    audit = _read(run, "audit.json") or {}
+    return {"status": (run_status(outcomes) if published else RunStatus.FAILED).value,
+            "status_line": status_line(outcomes) if published else "status: failed (nothing published)",
+            "run": str(run.root), "published": str(published.version_dir) if published else None,
+            "version": published.version if published else None, "audit_passed": bool(audit.get("passed")),
+            "artifacts": [o.to_json() for o in outcomes], "conversions": conversions, "parity": parity,
+            "serve_check": [n for n, r in (served or {}).get("artifacts", {}).items() if r["passed"]]} | extra
+
+
+def finish_run(config: PipelineConfig, run: RunFolder, records: list[StageRecord], published: PublishResult,
+               extra: dict[str, Any]) -> PipelineResult:
+    """Write `summary.json` for a run that published, and return its result."""
+    summary = run_summary(config, run, published, extra)
+    run.write_json("summary.json", summary)
+    return PipelineResult(run, tuple(records), published, summary)
+
+
+@contextmanager
+def reported_failure(config: PipelineConfig, run: RunFolder, extra: dict[str, Any]):
+    """On a `TfshipError`, write `report.json` and `report.md` (status `failed`, the stage records so far and
+    the error), then re-raise it."""
+    try:
+        yield
+    except TfshipError as err:
+        from pipeline.report import write_report
+
+        stages = _read(run, "stages.json") or []
+        write_report(run, run_summary(config, run, None, extra | {"error": f"{type(err).__name__}: {err}",
+                                                                 "stages": stages}))
+        raise
 
 
 def run_export_only(config: PipelineConfig, repository: Path, request: ExportOnlyRequest,
@@ -80,32 +161,29 @@ def run_export_only(config: PipelineConfig, repository: Path, request: ExportOnl
     serve-check and publish a user's model; training is skipped (recorded as such).
 
     Raises:
-        TfshipError: the failing stage's error (its record is already written).
+        TfshipError: the failing stage's error (its record, report.json and report.md are already written).
     """
     from pipeline.user_model import load_user_model
 
     run = RunFolder.create(config.run.runs_dir, config.run.model_name)
     run.write_json("config.json", config.model_dump(mode="json", by_alias=True)
-                   | {"export_only": {"model": request.model, "data": str(request.data)}})
+                   | {"export_only": {"model": request.model, "data": str(Path(request.data).resolve())}})
     stage = StageRunner(run, on_stage)
-    model = stage("data", lambda: load_user_model(request.model),
-                  lambda m: {"model": request.model, "kind": type(m).__name__})
-    stage.skip("train", f"--model {request.model} given: export-only")
-    exported, data = stage("export", lambda: steps.export_user_stage(config, run, model, request.data),
-                           lambda pair: _summarise_export(pair[0]) | {"data": pair[1].summary()})
-    converted = stage("convert", lambda: steps.convert_stage(config, run, data),
-                      lambda c: {o.name: o.status for o in c.outcomes})
-    parity = stage("validate", lambda: steps.validate_stage(config, run, data), _summarise_parity)
-    checked = stage("serve-check", lambda: steps.serve_check_stage(config, run, data), lambda s: s.backends)
-    metrics = {"reference_metric": parity.reference_metric, "metric": parity.metric}
-    published = stage("publish", lambda: steps.publish_stage(config, run, data, repository, metrics),
-                      lambda p: {"version": p.version, "path": str(p.version_dir)})
-    summary = {"run": str(run.root), "published": str(published.version_dir), "version": published.version,
-               "train": None, "export_only": {"model": request.model, "data": str(request.data)},
-               "audit_passed": exported.audit.passed, "contract": exported.contract.to_json(),
-               "conversions": converted.to_json(), "parity": parity.to_json(), "serve_check": checked.backends}
-    run.write_json("summary.json", summary)
-    return PipelineResult(run, tuple(stage.records), published, summary)
+    extra = {"train": None, "export_only": {"model": request.model, "data": str(request.data)}}
+    with reported_failure(config, run, extra):
+        model = stage("data", lambda: load_user_model(request.model),
+                      lambda m: {"model": request.model, "kind": type(m).__name__})
+        stage.skip("train", f"--model {request.model} given: export-only")
+        exported, data = stage("export", lambda: steps.export_user_stage(config, run, model, request.data),
+                               lambda pair: _summarise_export(pair[0]) | {"data": pair[1].summary()})
+        stage("convert", lambda: steps.convert_stage(config, run, data),
+              lambda c: {o.name: o.status for o in c.outcomes})
+        parity = stage("validate", lambda: steps.validate_stage(config, run, data), _summarise_parity)
+        stage("serve-check", lambda: steps.serve_check_stage(config, run, data), lambda s: s.served)
+        metrics = {"reference_metric": parity.reference_metric, "metric": parity.metric}
+        published = stage("publish", lambda: steps.publish_stage(config, run, data, repository, metrics),
+                          lambda p: {"version": p.version, "path": str(p.version_dir)})
+    return finish_run(config, run, stage.records, published, extra | {"contract": exported.contract.to_json()})
 
 
 def run_pipeline(config: PipelineConfig, repository: Path, progress=None,
@@ -113,27 +191,23 @@ def run_pipeline(config: PipelineConfig, repository: Path, progress=None,
     """Run every stage on a new run folder and publish into `repository`.
 
     Raises:
-        TfshipError: the failing stage's error (its record is already written).
+        TfshipError: the failing stage's error (its record, report.json and report.md are already written).
     """
     run = RunFolder.create(config.run.runs_dir, config.run.model_name)
     run.write_json("config.json", config.model_dump(mode="json", by_alias=True))
     stage = StageRunner(run, on_stage)
-    splits = stage("data", lambda: load_split_arrays(config.data, config.run.seed), lambda s: s.summary())
-    trained = stage("train", lambda: steps.train_step_stage(config, run, splits, progress), lambda r: r.summary())
-    exported = stage("export", lambda: steps.export_stage(config, run, splits, trained.model), _summarise_export)
-    converted = stage("convert", lambda: steps.convert_stage(config, run, splits),
-                      lambda c: {o.name: o.status for o in c.outcomes})
-    parity = stage("validate", lambda: steps.validate_stage(config, run, splits),
-                   _summarise_parity)
-    checked = stage("serve-check", lambda: steps.serve_check_stage(config, run, splits), lambda s: s.backends)
-    metrics = {"test_accuracy": trained.test_accuracy, "train": trained.summary()}
-    published = stage("publish", lambda: steps.publish_stage(config, run, splits, repository, metrics),
-                      lambda p: {"version": p.version, "path": str(p.version_dir)})
-    summary = {"run": str(run.root), "published": str(published.version_dir), "version": published.version,
-               "train": trained.summary(), "audit_passed": exported.audit.passed,
-               "conversions": converted.to_json(), "parity": parity.to_json(), "serve_check": checked.backends}
-    run.write_json("summary.json", summary)
-    return PipelineResult(run, tuple(stage.records), published, summary)
+    with reported_failure(config, run, {"train": None}):
+        splits = stage("data", lambda: load_split_arrays(config.data, config.run.seed), lambda s: s.summary())
+        trained = stage("train", lambda: steps.train_step_stage(config, run, splits, progress), lambda r: r.summary())
+        stage("export", lambda: steps.export_stage(config, run, splits, trained.model), _summarise_export)
+        stage("convert", lambda: steps.convert_stage(config, run, splits),
+              lambda c: {o.name: o.status for o in c.outcomes})
+        stage("validate", lambda: steps.validate_stage(config, run, splits), _summarise_parity)
+        stage("serve-check", lambda: steps.serve_check_stage(config, run, splits), lambda s: s.served)
+        metrics = {"test_accuracy": trained.test_accuracy, "train": trained.summary()}
+        published = stage("publish", lambda: steps.publish_stage(config, run, splits, repository, metrics),
+                          lambda p: {"version": p.version, "path": str(p.version_dir)})
+    return finish_run(config, run, stage.records, published, {"train": trained.summary()})
 
 
 def latest_run(runs_dir: Path) -> RunFolder:

@@ -8,24 +8,28 @@ JSON file per stage (`train.json`, `audit.json`, `convert.json`, `parity.json`, 
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from pipeline.artifacts import SAVED_MODEL, Artifact, artifact_kinds, open_runner
+from pipeline.compare import as_text
 from pipeline.config import PipelineConfig
-from pipeline.convert import ConvertResult, convert_artifacts, tflite_filename
+from pipeline.convert import ConvertResult, convert_artifacts, raise_if_required_missing
 from pipeline.data import DatasetSplits
 from pipeline.errors import StageError
+from pipeline.outcomes import artifact_outcomes, left_out_files, run_status
 from pipeline.publish import (PublishResult, git_commit, library_versions, publish_version, write_golden_set,
                               write_warmup_requests)
-from pipeline.runners import Artifact
-from pipeline.serve_check import ServeCheckResult, serve_check
+from pipeline.serve_check import ServeCheckResult, ServeTarget, serve_check
+from pipeline.serve_check import raise_if_failed as raise_if_serve_check_failed
 from pipeline.stages import RunFolder
 from pipeline.train import TrainInputs, TrainResult, train_model
 from pipeline.user_model import EvalData
-from pipeline.validate import ParityReport, raise_if_failed, validate_artifacts
+from pipeline.validate import ParityReport, raise_if_failed, tolerance_for, validate_artifacts
 from signatures.audit import AuditReport, audit_saved_model
 from signatures.audit import raise_if_failed as raise_if_audit_failed
 from signatures.contract import SignatureContract, classifier_contract
@@ -159,75 +163,116 @@ def read_contract(run: RunFolder) -> SignatureContract:
 
 
 def convert_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits | EvalData) -> ConvertResult:
-    """Convert the run's SavedModel to ONNX and the configured TFLite variants (see pipeline.convert)."""
+    """Convert the run's SavedModel into every enabled artifact kind (see pipeline.convert); `convert.json`
+    is written before a required artifact that was not produced fails the stage.
+
+    Raises:
+        ConversionError: a kind in `convert.required` was not produced.
+    """
     contract = read_contract(run)
     data = as_eval_data(config, contract, splits)
     sample = {name: value[:8] for name, value in data.inputs.items()}
-    for leftover in run.artifacts.glob(".*"):  # temp files of a conversion that was killed
-        if leftover.is_file():
-            leftover.unlink()
     result = convert_artifacts(run.artifacts, contract, config.convert, data.calibration, sample)
     run.write_json("convert.json", result.to_json())
-    return result
+    return raise_if_required_missing(result, config.convert.required)
 
 
-def present_artifacts(run: RunFolder) -> tuple[Artifact, list[Artifact]]:
-    """The SavedModel (reference) and every ONNX / TFLite file present in `artifacts/`."""
-    reference = Artifact("saved_model", "saved_model", "float32", run.artifacts)
-    candidates = []
-    if (run.artifacts / "model.onnx").is_file():
-        candidates.append(Artifact("onnx", "onnx", "float32", run.artifacts / "model.onnx"))
-    for mode in ("float32", "float16", "dynamic_range", "int8"):
-        path = run.artifacts / tflite_filename(mode)
-        if path.is_file():
-            candidates.append(Artifact(f"tflite_{mode}", "tflite", mode, path))
-    return reference, candidates
+def produced_artifacts(run: RunFolder) -> tuple[Artifact, list[Artifact]]:
+    """The SavedModel (reference) and the artifacts the convert stage produced (`convert.json`).
+
+    Raises:
+        StageError: the convert stage has not run in this run folder.
+    """
+    path = run.root / "convert.json"
+    if not path.is_file():
+        raise StageError(f"{path} does not exist; run the convert stage first")
+    kinds = artifact_kinds()
+    produced = [row["name"] for row in json.loads(path.read_text()) if row["status"] == "produced"]
+    reference = Artifact(SAVED_MODEL, "saved_model", "float32", run.artifacts)
+    return reference, [kinds[name].artifact(run.artifacts) for name in produced if name in kinds]
 
 
 def validate_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits | EvalData) -> ParityReport:
-    """Run the held-out data through every artifact; `parity.json`; fail on any miss."""
+    """Run the held-out data through every produced artifact; `parity.json`; fail when the SavedModel or a
+    required artifact misses (the others are left out)."""
     contract = read_contract(run)
-    reference, candidates = present_artifacts(run)
+    reference, candidates = produced_artifacts(run)
     data = as_eval_data(config, contract, splits)
-    report = validate_artifacts(reference, candidates, contract, data.inputs, data.labels, config.parity)
+    report = validate_artifacts(reference, candidates, contract, data.inputs, data.labels, config.parity,
+                                config.convert.required)
     run.write_json("parity.json", report.to_json())
     return raise_if_failed(report)
 
 
-def _golden(run: RunFolder, contract: SignatureContract, splits: DatasetSplits):
-    from pipeline.runners import saved_model_runner
-
+def _golden(run: RunFolder, contract: SignatureContract, splits: DatasetSplits | EvalData):
     inputs = {k: v[:GOLDEN_SAMPLES] for k, v in _test_inputs(contract, splits).items()}
-    return inputs, saved_model_runner(run.artifacts)(inputs)
+    runner = open_runner(Artifact(SAVED_MODEL, "saved_model", "float32", run.artifacts))
+    return inputs, {name: as_text(value) for name, value in runner(inputs).items()}
+
+
+def _serve_targets(config: PipelineConfig, parity: dict) -> list[ServeTarget]:
+    kinds = artifact_kinds()
+    targets = [ServeTarget(SAVED_MODEL, "saved_model", tolerance_for("float32", config.parity))]
+    for row in parity["artifacts"]:
+        kind = kinds.get(row["artifact"])
+        if row["passed"] and kind is not None and kind.backend:
+            targets.append(ServeTarget(kind.name, kind.backend, tolerance_for(kind.mode, config.parity),
+                                       kind.serve_flags))
+    return targets
+
+
+def _outcomes(config: PipelineConfig, run: RunFolder) -> list:
+    def read(name: str):
+        path = run.root / name
+        return json.loads(path.read_text()) if path.is_file() else None
+
+    return artifact_outcomes(read("convert.json") or [], read("parity.json"), read("serve_check.json"),
+                             config.convert.required)
 
 
 def serve_check_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits | EvalData) -> ServeCheckResult:
-    """Stage the version in a private repository, write warm-up and golden files, serve-check it."""
+    """Stage the version in a private repository (without the artifacts left out so far), write warm-up and
+    golden files, serve-check every artifact; the ones that fail are removed from the candidate.
+
+    Raises:
+        StageError: the SavedModel or a required artifact failed its check.
+    """
     contract = read_contract(run)
+    parity_path = run.root / "parity.json"
+    if not parity_path.is_file():
+        raise StageError(f"{parity_path} does not exist; run the validate stage first")
     inputs, expected = _golden(run, contract, splits)
     write_warmup_requests(run.artifacts, config.run.model_name, contract.name, inputs)
     write_golden_set(run.artifacts, inputs, expected)
     candidate = run.candidate_repository / config.run.model_name / "1"
     if candidate.parent.exists():
         shutil.rmtree(candidate.parent)
-    shutil.copytree(run.artifacts, candidate, ignore=shutil.ignore_patterns(".*", "*.reproduce.sh", "*.representative.npz"))
+    (run.root / "serve_check.json").unlink(missing_ok=True)  # outcomes so far: convert and validate
+    left_out = left_out_files(_outcomes(config, run))
+    shutil.copytree(run.artifacts, candidate, ignore=shutil.ignore_patterns(
+        ".*", "*.reproduce.sh", "*.representative.npz", *left_out))
     result = serve_check(run.candidate_repository, config.run.model_name, 1, inputs, expected,
-                         atol=config.parity.atol)
+                         _serve_targets(config, json.loads(parity_path.read_text())), config.convert.required)
     run.write_json("serve_check.json", result.to_json())
-    return result
+    for name in left_out_files(_outcomes(config, run)):
+        (candidate / name).unlink(missing_ok=True)
+    return raise_if_serve_check_failed(result)
 
 
 def publish_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits | EvalData, repository: Path,
                   metrics: dict) -> PublishResult:
-    """Publish the blessed candidate (parity passed, serve-check passed) with its manifest."""
-    import json
+    """Publish the blessed candidate (the SavedModel and every artifact that passed parity and serve-check)
+    with its manifest, which lists every artifact's outcome (`artifacts`: published or left out, and why)."""
 
     for required in ("parity.json", "serve_check.json", "audit.json"):
         path = run.root / required
         if not path.is_file() or not json.loads(path.read_text())["passed"]:
             raise StageError(f"publish: {path} is missing or did not pass; nothing was published")
     contract = read_contract(run)
+    outcomes = _outcomes(config, run)
     manifest = {
+        "status": run_status(outcomes).value,
+        "artifacts": [o.to_json() for o in outcomes],
         "run": str(run.root),
         "git_commit": git_commit(Path(__file__).parent),
         "signature_def": {contract.name: contract.to_json()},

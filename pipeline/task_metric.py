@@ -49,6 +49,10 @@ class TaskMetric:
         value = np.asarray(outputs[self.prediction])
         return value if value.dtype.kind in "iu" else np.argmax(value, axis=-1)
 
+    def score_classes(self, predicted: np.ndarray) -> float:
+        """Accuracy in % of [N] predicted classes against the labels (classification only)."""
+        return 100.0 * float(np.mean(np.asarray(predicted) == self.labels))
+
     def score(self, outputs: Mapping[str, np.ndarray]) -> float:
         """Accuracy in % (classification) or mean absolute error in label units (regression)."""
         if self.kind == "classification":

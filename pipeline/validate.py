@@ -1,24 +1,28 @@
 """Validate stage: the parity gate between every artifact and the SavedModel, for any contract.
 
-Outputs are matched by name, never by position. Per mode:
+Outputs are matched by name, never by position, and judged by the one comparison
+(`pipeline.compare.compare_outputs`) with the artifact's mode's tolerance, scaled to each output's range
+(scale = max(1, max |SavedModel output|)):
 
-* float32 (SavedModel, ONNX, TFLite float32): every element must satisfy
-  |artifact - reference| <= atol * scale + rtol * |reference|, with scale = max(1, max |reference|)
-  over that output (tolerances scaled to the output's range; defaults atol = rtol = 1e-5);
-  integer and string outputs must be equal, except index outputs (an integer [N] output that is the
-  argmax of a float [N, C] output, found from the reference: `task_metric.index_scores`) where a
-  differing index is accepted only when the reference scores at both indices are equal within the
-  same tolerance (a tie);
-* float16: the same rule with atol = rtol = `float16_tolerance` (1e-2);
-* dynamic_range and int8: judged by the task metric (`pipeline.task_metric`: accuracy drop of at most
-  `quantized_max_accuracy_drop_points` (1 point), or an MAE increase of at most
-  `regression_max_error_increase` label standard deviations); the max error of every output is
-  reported. int8 outputs are dequantized by the LiteRT runner before comparison.
+| mode | bound on every element of every float output |
+|---|---|
+| float32 (SavedModel, ONNX, TFLite float32) | atol * scale + rtol * |ref|, atol = rtol = 1e-5 |
+| float16 | atol = rtol = `float16_tolerance` (1e-2) |
+| dynamic_range | `dynamic_range_tolerance` * scale (2 % of the output's range) |
+| int8 | `int8_tolerance` * scale (10 % of the output's range) |
 
-Any artifact also fails on NaN/Inf outputs, a missing output, or a task-metric loss above its limit
-(float modes: `max_accuracy_drop_points`). Every artifact is run at every configured batch size (1,
-an odd size, the largest; dynamic-batch TFLite inputs are resized by LiteRT); a failure raises
-`ParityError` naming the artifact, the worst output, its max error and the tolerance. Never a warning.
+Integer outputs are equal (index outputs tie-aware), strings equal; an output pinned at a quantization
+limit the reference goes beyond is `saturated` and fails. Then the task metric (`pipeline.task_metric`):
+accuracy may drop at most `max_accuracy_drop_points` (float modes) or `quantized_max_accuracy_drop_points`
+(quantized), or MAE rise by `regression_max_error_increase` label std. For classification, a row whose
+predicted class differs from the SavedModel's (a flip) is a *tie* when the SavedModel's margin between the
+two classes is within twice the artifact's measured error bound on that score output (the 99th percentile
+of |artifact - SavedModel|): ties are reported (`flips`, `tie_flips`) and do not count as regressions, so
+one near-tie row of a 70-row set (1.43 points) does not decide the verdict. NaN/Inf or a missing output fails.
+
+Every artifact runs at every configured batch size, through the serving runtime that serves it
+(`pipeline.artifacts.open_runner`). An artifact that fails is left out of the version with its reason; the
+stage fails (`ParityError`) only when the SavedModel itself or an artifact in `convert.required` fails.
 Per-output error histograms (counts in `ERROR_BIN_EDGES`) go to the report.
 """
 
@@ -30,35 +34,26 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.artifacts import FLOAT_MODES, SAVED_MODEL, Artifact, Runner, open_runner
+from pipeline.compare import ERROR_BIN_EDGES, OutputParity, Tolerance, compare_outputs, failures
 from pipeline.config import ValidateSection
 from pipeline.errors import ParityError
-from pipeline.runners import Artifact, Runner, runner_for
 from pipeline.task_metric import TaskMetric, index_scores, infer_task
 from signatures.contract import SignatureContract
 
-FLOAT_MODES = ("float32", "float16")
-# Absolute-error histogram bins: [0, 1e-9), [1e-9, 1e-8), ..., [1e1, inf).
-ERROR_BIN_EDGES = (0.0, *(10.0 ** e for e in range(-9, 2)), float("inf"))
-
-
-@dataclass(frozen=True)
-class OutputParity:
-    """One output of one artifact against the reference: max abs/rel error and the verdict."""
-
-    output: str
-    max_abs_error: float
-    max_rel_error: float
-    tolerance: str
-    passed: bool
-    detail: str = ""
-    error_histogram: tuple[int, ...] = ()
-    exact: bool = False  # an integer or string output: compared for equality, errors are counts
+TIE_ERROR_QUANTILE = 0.99
 
 
 @dataclass(frozen=True)
 class ArtifactParity:
-    """One artifact's verdict: task metric (worst over batch sizes), agreement with the reference's
-    predictions (%, classification; None for regression), latency at batch 1 (ms), per-output rows."""
+    """One artifact's verdict.
+
+    metric: the task metric measured (worst over batch sizes); tie_adjusted_metric: the same with tie
+    flips counted as agreeing with the SavedModel (what the verdict uses); top1_agreement: % of rows whose
+    predicted class equals the SavedModel's (None for regression); flips / tie_flips: rows whose class
+    differs, and how many of them are ties; error_bound: the measured error bound used for ties;
+    latency_ms_batch1: median ms per call at batch 1; outputs: per-output rows.
+    """
 
     artifact: str
     kind: str
@@ -71,6 +66,10 @@ class ArtifactParity:
     batch_sizes: tuple[int, ...]
     passed: bool
     reason: str = ""
+    tie_adjusted_metric: float | None = None
+    flips: int | None = None
+    tie_flips: int | None = None
+    error_bound: float | None = None
 
 
 @dataclass(frozen=True)
@@ -78,7 +77,8 @@ class ParityReport:
     """Every artifact's parity against the SavedModel on held-out data.
 
     metric: `accuracy_%` or `mae`; metric_output: the output scored; label_source: `labels` or
-    `reference` (no labels given: the SavedModel's predictions are the labels).
+    `reference` (no labels given: the SavedModel's predictions are the labels); required: artifacts whose
+    failure fails the stage (`convert.required`; the SavedModel always).
     """
 
     reference_metric: float
@@ -87,10 +87,17 @@ class ParityReport:
     metric: str = "accuracy_%"
     metric_output: str = ""
     label_source: str = "labels"
+    required: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:
-        return all(row.passed for row in self.rows)
+        """The gate's verdict: the SavedModel and every required artifact passed."""
+        return all(row.passed for row in self.rows if row.artifact == SAVED_MODEL or row.artifact in self.required)
+
+    @property
+    def left_out(self) -> dict[str, str]:
+        """{artifact: reason} for every optional artifact that failed (left out of the version)."""
+        return {row.artifact: row.reason for row in self.rows if not row.passed}
 
     @property
     def reference_accuracy(self) -> float | None:
@@ -99,9 +106,11 @@ class ParityReport:
 
     def to_json(self) -> dict[str, Any]:
         """JSON form for the manifest and report.json (`error_bin_edges` are the histogram bins)."""
-        return {"passed": self.passed, "metric": self.metric, "metric_output": self.metric_output,
+        return {"passed": self.passed, "left_out": self.left_out, "required": list(self.required),
+                "metric": self.metric, "metric_output": self.metric_output,
                 "label_source": self.label_source, "reference_metric": self.reference_metric,
                 "reference_accuracy": self.reference_accuracy, "samples": self.samples,
+                "resolution": 100.0 / self.samples if self.metric == "accuracy_%" and self.samples else None,
                 "error_bin_edges": [e if e != float("inf") else None for e in ERROR_BIN_EDGES],
                 "artifacts": [asdict(row) for row in self.rows]}
 
@@ -117,73 +126,15 @@ def run_batched(runner: Runner, inputs: dict[str, np.ndarray], batch_size: int) 
     return {name: np.concatenate(parts, axis=0) for name, parts in chunks.items()}
 
 
-def _tolerances(mode: str, settings: ValidateSection) -> tuple[float, float] | None:
-    if mode == "float32":
-        return settings.atol, settings.rtol
+def tolerance_for(mode: str, settings: ValidateSection) -> Tolerance:
+    """The bound an artifact of `mode` is held to (table in the module docstring)."""
     if mode == "float16":
-        return settings.float16_tolerance, settings.float16_tolerance
-    return None
-
-
-def error_histogram(error: np.ndarray) -> tuple[int, ...]:
-    """Counts of absolute errors in the `ERROR_BIN_EDGES` bins."""
-    counts, _ = np.histogram(np.asarray(error, dtype=np.float64).ravel(), bins=np.array(ERROR_BIN_EDGES))
-    return tuple(int(c) for c in counts)
-
-
-def compare_output(name: str, got: np.ndarray, want: np.ndarray, reference: dict[str, np.ndarray],
-                   tolerance: tuple[float, float] | None, scores: dict[str, str] | None = None) -> OutputParity:
-    """Compare one named output with the reference's.
-
-    Args:
-        got, want: the artifact's and the reference's arrays for `name`, same shape [N, ...].
-        reference: every reference output (for tie-aware index comparison).
-        tolerance: (atol, rtol) for a hard gate, or None to only report the error.
-        scores: {index output: score output} (`task_metric.index_scores`); None detects it from `reference`.
-    """
-    if got.shape != want.shape:
-        return OutputParity(name, float("inf"), float("inf"), "shape", False,
-                            f"shape {list(got.shape)}, expected {list(want.shape)}")
-    if want.dtype.kind in "USO" or got.dtype.kind in "USO":
-        differ = np.asarray(got).astype(str) != np.asarray(want).astype(str)
-        ok = tolerance is None or not differ.any()
-        return OutputParity(name, float(differ.sum()), 0.0, "exact (strings)", ok,
-                            f"{int(differ.sum())} of {differ.size} strings differ" if differ.any() else "",
-                            exact=True)
-    if np.issubdtype(want.dtype, np.floating):
-        if not np.all(np.isfinite(got)):
-            return OutputParity(name, float("nan"), float("nan"), "finite", False, "NaN or Inf in output")
-        error = np.abs(got.astype(np.float64) - want.astype(np.float64))
-        rel = float(np.max(error / np.maximum(np.abs(want), 1e-12))) if error.size else 0.0
-        max_abs = float(error.max()) if error.size else 0.0
-        if tolerance is None:
-            return OutputParity(name, max_abs, rel, "reported (metric-gated)", True, "", error_histogram(error))
-        atol, rtol = tolerance
-        scale = max(1.0, float(np.max(np.abs(want)))) if want.size else 1.0
-        bad = error > atol * scale + rtol * np.abs(want)
-        detail = f"{int(bad.sum())} of {bad.size} elements outside tolerance" if bad.any() else ""
-        return OutputParity(name, max_abs, rel, f"atol {atol:g}*{scale:.3g} + rtol {rtol:g}", not bad.any(), detail,
-                            error_histogram(error))
-    differ = got != want
-    int_error = np.abs(got.astype(np.int64) - want.astype(np.int64))
-    max_abs = float(np.max(int_error)) if got.size else 0.0
-    if tolerance is None:
-        return OutputParity(name, max_abs, 0.0, "reported (metric-gated)", True,
-                            f"{int(differ.sum())} of {differ.size} differ" if differ.any() else "",
-                            error_histogram(int_error), exact=True)
-    unexplained = int(differ.sum())
-    score_name = (index_scores(reference) if scores is None else scores).get(name)
-    if differ.any() and score_name in reference and want.ndim == 1:
-        scores = reference[score_name]
-        atol, rtol = tolerance
-        rows = np.nonzero(differ)[0]
-        at_got = scores[rows, got[rows]]
-        at_want = scores[rows, want[rows]]
-        ties = np.abs(at_got - at_want) <= atol * max(1.0, float(np.max(np.abs(scores)))) + rtol * np.abs(at_want)
-        unexplained = int((~ties).sum())
-    detail = f"{unexplained} of {differ.size} indices differ (ties excluded)" if unexplained else ""
-    return OutputParity(name, max_abs, 0.0, "exact (tie-aware)" if score_name else "exact", unexplained == 0, detail,
-                        error_histogram(int_error), exact=True)
+        return Tolerance(settings.float16_tolerance, settings.float16_tolerance)
+    if mode == "dynamic_range":
+        return Tolerance(settings.dynamic_range_tolerance, 0.0)
+    if mode == "int8":
+        return Tolerance(settings.int8_tolerance, 0.0)
+    return Tolerance(settings.atol, settings.rtol)
 
 
 def _worse(kept: OutputParity | None, new: OutputParity) -> OutputParity:
@@ -211,12 +162,74 @@ def _max_loss(artifact: Artifact, task: TaskMetric, settings: ValidateSection) -
         else settings.quantized_max_accuracy_drop_points
 
 
-def _loss_text(task: TaskMetric, reference_metric: float, metric: float, limit: float) -> str:
+def _loss_text(task: TaskMetric, reference_metric: float, metric: float, limit: float, ties: int | None) -> str:
     if task.kind == "classification":
-        return (f"accuracy {metric:.2f}% is {reference_metric - metric:.2f} points below the SavedModel's "
-                f"{reference_metric:.2f}% on output '{task.prediction}' (allowed {limit:g})")
+        return (f"accuracy {metric:.2f}% (tie flips excluded: {ties or 0}) is {reference_metric - metric:.2f} points "
+                f"below the SavedModel's {reference_metric:.2f}% on output '{task.prediction}' (allowed {limit:g})")
     return (f"MAE {metric:.4g} on output '{task.prediction}' exceeds the SavedModel's {reference_metric:.4g} by "
             f"{task.loss_vs(reference_metric, metric):.3g} label std (allowed {limit:g})")
+
+
+def score_output(task: TaskMetric, reference: dict[str, np.ndarray], scores: dict[str, str]) -> str | None:
+    """The float [N, C] output whose argmax is the task's prediction (itself, or the index output's scores)."""
+    value = reference[task.prediction]
+    if value.dtype.kind == "f" and value.ndim == 2:
+        return task.prediction
+    return scores.get(task.prediction)
+
+
+def tie_flips(task: TaskMetric, outputs: dict[str, np.ndarray], reference: dict[str, np.ndarray],
+              score_name: str | None) -> tuple[np.ndarray, np.ndarray, float | None]:
+    """Rows whose predicted class differs from the SavedModel's, which of them are ties, and the bound.
+
+    A flip is a tie when the SavedModel's score margin between its class and the artifact's is at most
+    twice the artifact's measured error bound on `score_name` (the 99th percentile of |artifact - SavedModel|
+    over that output): both scores may move by that much.
+
+    Returns:
+        (flips [N] bool, ties [N] bool, error bound or None when there is no score output).
+    """
+    got, want = task.predicted_class(outputs), task.predicted_class(reference)
+    flips = got != want
+    ties = np.zeros_like(flips)
+    if score_name is None or score_name not in outputs:
+        return flips, ties, None
+    scores = np.asarray(reference[score_name], dtype=np.float64)
+    error = np.abs(np.asarray(outputs[score_name], dtype=np.float64) - scores)
+    bound = float(np.quantile(error, TIE_ERROR_QUANTILE)) if error.size else 0.0
+    rows = np.nonzero(flips)[0]
+    ties[rows] = scores[rows, want[rows]] - scores[rows, got[rows]] <= 2.0 * bound
+    return flips, ties, bound
+
+
+@dataclass
+class _Worst:
+    """The worst task-metric figures over the batch sizes."""
+
+    loss: float = -float("inf")
+    metric: float = float("nan")
+    tie_metric: float | None = None
+    agreement: float | None = None
+    flips: int | None = None
+    ties: int | None = None
+    bound: float | None = None
+
+
+def _score(task: TaskMetric, outputs, reference, score_name, reference_metric: float, worst: _Worst) -> None:
+    metric = task.score(outputs)
+    if task.kind != "classification":
+        if task.loss_vs(reference_metric, metric) > worst.loss:
+            worst.loss, worst.metric = task.loss_vs(reference_metric, metric), metric
+        return
+    flips, ties, bound = tie_flips(task, outputs, reference, score_name)
+    predicted = task.predicted_class(outputs).copy()
+    predicted[ties] = task.predicted_class(reference)[ties]
+    adjusted = task.score_classes(predicted)
+    agreement = 100.0 * float(np.mean(~flips))
+    worst.agreement = agreement if worst.agreement is None else min(worst.agreement, agreement)
+    if task.loss_vs(reference_metric, adjusted) > worst.loss:
+        worst.loss, worst.metric, worst.tie_metric = task.loss_vs(reference_metric, adjusted), metric, adjusted
+        worst.flips, worst.ties, worst.bound = int(flips.sum()), int(ties.sum()), bound
 
 
 def check_artifact(artifact: Artifact, runner: Runner, inputs: dict[str, np.ndarray], task: TaskMetric,
@@ -228,51 +241,51 @@ def check_artifact(artifact: Artifact, runner: Runner, inputs: dict[str, np.ndar
         inputs: {input name: [N, ...]}; task: the metric (`task_metric.infer_task`); reference: the
             SavedModel's outputs on `inputs`; reference_metric: `task.score(reference)`.
     """
-    tolerance = _tolerances(artifact.mode, settings)
+    tolerance = tolerance_for(artifact.mode, settings)
     scores = index_scores(reference)
+    score_name = score_output(task, reference, scores)
+    wanted = {name: reference[name] for name in contract.output_names()}
     rows: dict[str, OutputParity] = {}
-    worst_loss, metric, agreement = -float("inf"), reference_metric, None
+    worst = _Worst()
     total = len(next(iter(inputs.values())))
     for batch_size in sorted({min(size, total) for size in settings.batch_sizes}):
         outputs = run_batched(runner, inputs, batch_size)
-        missing = [name for name in contract.output_names() if name not in outputs]
-        if missing:
-            return ArtifactParity(artifact.name, artifact.kind, artifact.mode, artifact.size_bytes(), float("nan"),
-                                  None, 0.0, (), settings.batch_sizes, False,
-                                  f"outputs {missing} missing; artifact returned {sorted(outputs)}")
-        for name in contract.output_names():
-            row = compare_output(name, outputs[name], reference[name], reference, tolerance, scores)
-            rows[name] = _worse(rows.get(name), row)
-        if not np.all(np.isfinite(np.asarray(outputs[task.prediction], dtype=np.float64))):
+        for row in compare_outputs(outputs, wanted, tolerance, scores):
+            rows[row.output] = _worse(rows.get(row.output), row)
+        if task.prediction not in outputs or (np.asarray(outputs[task.prediction]).dtype.kind == "f" and not np.all(
+                np.isfinite(np.asarray(outputs[task.prediction], dtype=np.float64)))):
             continue  # already a failure of that output; the metric would be meaningless
-        score = task.score(outputs)
-        if task.loss_vs(reference_metric, score) > worst_loss:
-            worst_loss, metric = task.loss_vs(reference_metric, score), score
-        if task.kind == "classification":
-            agree = 100.0 * float(np.mean(task.predicted_class(outputs) == task.predicted_class(reference)))
-            agreement = agree if agreement is None else min(agreement, agree)
-    reasons = [f"output '{r.output}' max error {r.max_abs_error:.3g} outside {r.tolerance}"
-               + (f" ({r.detail})" if r.detail else "") for r in rows.values() if not r.passed]
+        _score(task, outputs, reference, score_name, reference_metric, worst)
+    reasons = failures(list(rows.values()))
     limit = _max_loss(artifact, task, settings)
-    if worst_loss > limit:
-        reasons.append(_loss_text(task, reference_metric, metric, limit))
-    return ArtifactParity(artifact.name, artifact.kind, artifact.mode, artifact.size_bytes(), metric, agreement,
-                          _latency_ms(runner, inputs), tuple(rows[n] for n in contract.output_names()),
-                          tuple(sorted(set(settings.batch_sizes))), not reasons, "; ".join(reasons))
+    if worst.loss > limit:
+        reasons.append(_loss_text(task, reference_metric, worst.tie_metric if worst.tie_metric is not None
+                                  else worst.metric, limit, worst.ties))
+    latency = _latency_ms(runner, inputs) if not any(np.isinf(r.max_abs_error) for r in rows.values()) else 0.0
+    return ArtifactParity(artifact.name, artifact.kind, artifact.mode, artifact.size_bytes(), worst.metric,
+                          worst.agreement, latency, tuple(rows[n] for n in contract.output_names()),
+                          tuple(sorted(set(settings.batch_sizes))), not reasons, "; ".join(reasons),
+                          worst.tie_metric, worst.flips, worst.ties, worst.bound)
+
+
+def _not_loaded(artifact: Artifact, settings: ValidateSection, err: Exception) -> ArtifactParity:
+    return ArtifactParity(artifact.name, artifact.kind, artifact.mode, artifact.size_bytes(), float("nan"), None, 0.0,
+                          (), settings.batch_sizes, False, f"could not load: {type(err).__name__}: {err}")
 
 
 def validate_artifacts(reference: Artifact, candidates: list[Artifact], contract: SignatureContract,
                        inputs: dict[str, np.ndarray], labels: np.ndarray | None,
-                       settings: ValidateSection) -> ParityReport:
+                       settings: ValidateSection, required: tuple[str, ...] = ()) -> ParityReport:
     """Judge every candidate artifact (and the reference itself, at every batch size) on held-out data.
 
     Args:
         reference: the SavedModel artifact.
-        candidates: ONNX and TFLite artifacts.
+        candidates: converted artifacts (ONNX, TFLite, ...).
         inputs: {input name: [N, ...]} held-out inputs (the contract's dtypes).
         labels: [N] integer classes, [N, ...] float targets, or None (the SavedModel's predictions
             become the labels); the task and scored output follow `settings.task` and
             `settings.prediction_output` (`task_metric.infer_task`).
+        required: artifacts whose failure fails the gate (`convert.required`).
 
     Returns:
         The report (call `raise_if_failed` to gate on it).
@@ -280,7 +293,7 @@ def validate_artifacts(reference: Artifact, candidates: list[Artifact], contract
     Raises:
         ParityError: no output of the contract fits the task metric.
     """
-    reference_runner = runner_for(reference)
+    reference_runner = open_runner(reference)
     reference_outputs = run_batched(reference_runner, inputs, max(settings.batch_sizes))
     task = infer_task(reference_outputs, labels, settings.task, settings.prediction_output)
     reference_metric = task.score(reference_outputs)
@@ -288,25 +301,24 @@ def validate_artifacts(reference: Artifact, candidates: list[Artifact], contract
                            contract, settings)]
     for artifact in candidates:
         try:
-            runner = runner_for(artifact)
+            runner = open_runner(artifact)
         except Exception as err:  # noqa: BLE001 - any loader failure is that artifact's verdict
-            rows.append(ArtifactParity(artifact.name, artifact.kind, artifact.mode, artifact.size_bytes(),
-                                       float("nan"), None, 0.0, (), settings.batch_sizes, False,
-                                       f"could not load: {err}"))
+            rows.append(_not_loaded(artifact, settings, err))
             continue
         rows.append(check_artifact(artifact, runner, inputs, task, reference_outputs, reference_metric, contract,
                                    settings))
     return ParityReport(reference_metric, len(next(iter(inputs.values()))), tuple(rows), task.name,
-                        task.prediction, task.label_source)
+                        task.prediction, task.label_source, tuple(required))
 
 
 def raise_if_failed(report: ParityReport) -> ParityReport:
-    """Return the report when every artifact passed.
+    """Return the report when the SavedModel and every required artifact passed (others may be left out).
 
     Raises:
-        ParityError: naming each failing artifact, its worst output, max error and tolerance.
+        ParityError: naming each failing required artifact, its worst output, max error and tolerance.
     """
-    failed = [row for row in report.rows if not row.passed]
+    failed = [row for row in report.rows if not row.passed
+              and (row.artifact == SAVED_MODEL or row.artifact in report.required)]
     if failed:
         raise ParityError("parity gate failed: " + " | ".join(
             f"{row.artifact} ({row.mode}, {row.size_bytes} bytes): {row.reason}" for row in failed))

@@ -12,7 +12,7 @@ from onnx import numpy_helper
 from pipeline.config import load_config
 from pipeline.errors import ParityError
 from pipeline.onnx_convert import convert_to_onnx
-from pipeline.runners import Artifact
+from pipeline.artifacts import Artifact
 from pipeline.validate import raise_if_failed, validate_artifacts
 
 
@@ -25,18 +25,20 @@ def onnx_file(exported, splits):
     return path
 
 
-def _variant(source, target, edit):
+def _variant(source, folder, edit):
+    """A broken copy served like any artifact: `<folder>/model.onnx`, named after its folder."""
     model = onnx.load(str(source))
     edit(model)
-    onnx.save(model, str(target))
-    return Artifact(target.stem, "onnx", "float32", target)
+    folder.mkdir()
+    onnx.save(model, str(folder / "model.onnx"))
+    return Artifact(folder.name, "onnx", "float32", folder / "model.onnx")
 
 
-def _validate(exported, splits, *candidates):
+def _validate(exported, splits, *candidates, required=()):
     folder, contract, _ = exported
     settings = load_config().parity
     return validate_artifacts(Artifact("saved_model", "saved_model", "float32", folder), list(candidates), contract,
-                              {"image": splits.test.images[:100]}, splits.test.labels[:100], settings)
+                              {"image": splits.test.images[:100]}, splits.test.labels[:100], settings, required)
 
 
 def test_correct_onnx_passes_at_every_batch_size(exported, splits, onnx_file):
@@ -56,7 +58,7 @@ def test_swapped_output_names_are_caught(exported, splits, onnx_file, tmp_path):
         for output in model.graph.output:
             output.name = names.get(output.name, output.name)
 
-    report = _validate(exported, splits, _variant(onnx_file, tmp_path / "swapped.onnx", swap))
+    report = _validate(exported, splits, _variant(onnx_file, tmp_path / "swapped", swap), required=("swapped",))
     row = report.rows[1]
     assert not row.passed and "output 'logits'" in row.reason and "output 'probabilities'" in row.reason
     with pytest.raises(ParityError, match="swapped"):
@@ -76,7 +78,7 @@ def test_nan_weight_is_caught(exported, splits, onnx_file, tmp_path):
     def poison(array):
         array.flat[0] = np.nan
 
-    report = _validate(exported, splits, _variant(onnx_file, tmp_path / "nan.onnx", _edit_first_weight(poison)))
+    report = _validate(exported, splits, _variant(onnx_file, tmp_path / "nan", _edit_first_weight(poison)))
     assert not report.rows[1].passed and "NaN" in report.rows[1].reason
 
 
@@ -84,6 +86,6 @@ def test_small_perturbation_fails_float32_tolerance(exported, splits, onnx_file,
     def nudge(array):
         array += 1e-3
 
-    report = _validate(exported, splits, _variant(onnx_file, tmp_path / "nudged.onnx", _edit_first_weight(nudge)))
+    report = _validate(exported, splits, _variant(onnx_file, tmp_path / "nudged", _edit_first_weight(nudge)))
     row = report.rows[1]
     assert not row.passed and "outside atol 1e-05" in row.reason

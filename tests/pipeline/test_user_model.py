@@ -13,7 +13,7 @@ from pipeline.config import load_config
 from pipeline.errors import DatasetError, ParityError
 from pipeline.task_metric import index_scores, infer_task
 from pipeline.user_model import load_user_data
-from pipeline.validate import compare_output
+from pipeline.compare import Tolerance, compare_outputs
 from signatures.contract import SignatureContract, TensorContract
 from tests.pipeline.conftest import run_tfship
 from tests.pipeline.user_models import write_classification_npz
@@ -94,12 +94,15 @@ def test_task_metric_follows_the_contract():
 def test_index_outputs_are_tie_aware_and_strings_exact():
     scores = np.array([[0.5, 0.5], [0.1, 0.9]], np.float32)
     reference = {"scores": scores, "label": np.array([0, 1])}
-    tie = compare_output("label", np.array([1, 1]), reference["label"], reference, (1e-5, 1e-5))
-    assert tie.passed
-    wrong = compare_output("label", np.array([0, 0]), reference["label"], reference, (1e-5, 1e-5))
+    tolerance = Tolerance(1e-5, 1e-5)
+    tie = compare_outputs({"scores": scores, "label": np.array([1, 1])}, reference, tolerance)
+    assert all(row.passed for row in tie)
+    wrong = compare_outputs({"scores": scores, "label": np.array([0, 0])}, reference, tolerance)[1]
     assert not wrong.passed and "1 of 2 indices differ" in wrong.detail
-    text = compare_output("word", np.array(["a", "c"]), np.array(["a", "b"]), {}, (1e-5, 1e-5))
+    text = compare_outputs({"word": np.array([b"a", b"c"], dtype=object)}, {"word": np.array(["a", "b"])}, tolerance)[0]
     assert not text.passed and "1 of 2 strings differ" in text.detail
+    assert compare_outputs({"word": np.array([b"a", b"b"], dtype=object)}, {"word": np.array(["a", "b"])},
+                           tolerance)[0].passed
 
 
 def test_config_accepts_the_new_sections():

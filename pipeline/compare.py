@@ -8,7 +8,7 @@ Rules (per output):
   around 12.6 allows 12.6x the absolute error of an output around 1); NaN or Inf fails; an output
   pinned at a limit the reference goes beyond (an int8 output saturating at its quantization range,
   e.g. every log-probability below -16 coming back as exactly -15.9375) fails as `saturated`, naming
-  the limit, even when the values are within a loosened bound;
+  the limit, even when the values are within a loosened bound (`SATURATION_MARGIN`);
 * integer outputs: exactly equal, except index outputs (an integer [N] output that is the argmax of a
   float [N, C] output of the reference, `task_metric.index_scores`), where a differing index passes when
   the reference's scores at both indices differ by no more than the two scores' bounds together (a tie);
@@ -26,6 +26,9 @@ import numpy as np
 
 # Absolute-error histogram bins: [0, 1e-9), [1e-9, 1e-8), ..., [1e1, inf).
 ERROR_BIN_EDGES = (0.0, *(10.0 ** e for e in range(-9, 2)), float("inf"))
+# How far (fraction of the output's range) beyond an artifact's extreme value a reference value must lie to
+# count as clipped there; independent of the tolerance, so loosening a bound never hides a saturation.
+SATURATION_MARGIN = 1e-3
 
 
 @dataclass(frozen=True)
@@ -71,8 +74,10 @@ class OutputParity:
 
     def describe(self) -> str:
         """A failure reason naming the output, its error and the bound."""
-        text = f"output '{self.output}' max error {self.max_abs_error:.3g} outside {self.tolerance}"
-        return text + (f" ({self.detail})" if self.detail else "")
+        if self.exact or "outside tolerance" in self.detail or not self.detail:
+            text = f"output '{self.output}' max error {self.max_abs_error:.3g} outside {self.tolerance}"
+            return text + (f" ({self.detail})" if self.detail else "")
+        return f"output '{self.output}' {self.detail} (max error {self.max_abs_error:.3g}, bound {self.tolerance})"
 
 
 def error_histogram(error: np.ndarray) -> tuple[int, ...]:
@@ -90,7 +95,7 @@ def as_text(value: np.ndarray) -> np.ndarray:
     return np.array(flat, dtype=str).reshape(value.shape)
 
 
-def saturation(got: np.ndarray, want: np.ndarray, bound: np.ndarray) -> str:
+def saturation(got: np.ndarray, want: np.ndarray, bound: float) -> str:
     """Why `got` is pinned at a limit the reference goes beyond, or "" when it is not.
 
     An output is saturated at its minimum (maximum) when every reference value more than `bound` below
@@ -125,7 +130,7 @@ def _compare_floats(name: str, got: np.ndarray, want: np.ndarray, tolerance: Tol
     rel = float(np.max(error / np.maximum(np.abs(want64), 1e-12))) if error.size else 0.0
     bound = tolerance.bound(want64)
     outside = error > bound
-    pinned = saturation(got64, want64, tolerance.atol * tolerance.scale(want64) * np.ones_like(want64))
+    pinned = saturation(got64, want64, SATURATION_MARGIN * tolerance.scale(want64))
     details = [f"{int(outside.sum())} of {outside.size} elements outside tolerance"] if outside.any() else []
     details += [pinned] if pinned else []
     return OutputParity(name, max_abs, rel, tolerance.describe(want64), not details, "; ".join(details),

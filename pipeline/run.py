@@ -72,31 +72,46 @@ class StageRunner:
 
 STAGE_RECORDS = {"train": ("train.json",), "export": ("audit.json",), "convert": ("convert.json",),
                  "validate": ("parity.json",), "serve-check": ("serve_check.json",), "publish": ()}
+ARTIFACT_STAGES = ("train", "export", "convert")  # stages that rewrite what later stages judged
+
+
+def _forget(run: RunFolder, names: tuple[str, ...]) -> None:
+    for stage_name in names:
+        for file_name in STAGE_RECORDS.get(stage_name, ()):
+            (run.root / file_name).unlink(missing_ok=True)
 
 
 def run_single_stage(run: RunFolder, name: str, function: Callable[[], T],
                      summarise: Callable[[T], dict] = lambda _: {}) -> T:
     """Run one stage alone in an existing run folder (`tfship convert`, `validate`, ...).
 
-    The stage's own record file and those of every later stage are removed first (they describe artifacts
-    this stage replaces); `stages.json` keeps the earlier stages' records, gets this stage's new record
-    (`ok`, or `failed` with the reason) and marks every later stage `skipped` as outdated.
+    The stage's own record file is removed first, so a failure can never leave an earlier `ok` behind;
+    `stages.json` keeps the other stages' records and gets this stage's new one (`ok`, or `failed` with the
+    reason). When the stage fails, or when it rewrote artifacts (train, export, convert), every later
+    stage's record file is removed and its record marked `skipped` (outdated).
 
     Raises:
         TfshipError: the stage's error (its `failed` record is already written).
     """
     later = STAGE_NAMES[STAGE_NAMES.index(name) + 1:]
-    for stage_name in (name, *later):
-        for file_name in STAGE_RECORDS.get(stage_name, ()):
-            (run.root / file_name).unlink(missing_ok=True)
+    _forget(run, (name,))
     stored = json.loads((run.root / "stages.json").read_text()) if (run.root / "stages.json").is_file() else []
+    records = [StageRecord(r["name"], StageStatus(r["status"]), r["seconds"], r["reason"], r["summary"])
+               for r in stored if r["name"] != name]
     runner = StageRunner(run)
-    runner.records = [StageRecord(r["name"], StageStatus(r["status"]), r["seconds"], r["reason"], r["summary"])
-                      for r in stored if r["name"] not in (name, *later)]
-    value = runner(name, function, summarise)
-    for stage_name in later:
-        runner.skip(stage_name, f"outdated: '{name}' ran again alone; run `tfship {stage_name}` or "
-                                "`tfship run --resume`")
+    runner.records = [r for r in records if r.name not in later]
+    try:
+        value = runner(name, function, summarise)
+    except TfshipError:
+        _forget(run, later)
+        raise
+    if name in ARTIFACT_STAGES:
+        _forget(run, later)
+        for stage_name in later:
+            runner.skip(stage_name, f"outdated: '{name}' ran again alone; run `tfship run --resume`")
+    else:
+        runner.records += [r for r in records if r.name in later]
+        run.record_stages(runner.records)
     return value
 
 

@@ -102,6 +102,25 @@ def _check_representative(signature: dict[str, Any], samples: dict[str, np.ndarr
     return ""
 
 
+def _float16_activations(tf, saved_model_dir: str, samples: dict[str, np.ndarray] | None) -> str:
+    """Why float16 cannot hold the activations of the representative data, or "" (none given: not checked)."""
+    from tflite.activation_scan import find_activation_overflows  # noqa: PLC0415
+
+    if not samples:
+        return ""
+    try:
+        float32 = _build_converter(tf, saved_model_dir, TfliteOptions(TfliteMode.FLOAT32), None, flex=False).convert()
+    except Exception:  # noqa: BLE001 - the float16 conversion itself then fails and reports the converter's reason
+        return ""
+    overflows = find_activation_overflows(float32, samples, SIGNATURE_KEY)
+    if not overflows:
+        return ""
+    listed = "; ".join(o.describe() for o in overflows[:5])
+    rows = len(next(iter(samples.values())))
+    return (f"float16 cannot hold {len(overflows)} activation(s) above 65504 on {rows} representative rows "
+            f"(run through the float32 graph): {listed}")
+
+
 def run_convert(saved_model_dir: str, output: str, options: TfliteOptions,
                 representative: str | None) -> dict[str, Any]:
     """Convert one variant and write it to `output`; returns the report (see module docstring)."""
@@ -121,6 +140,9 @@ def run_convert(saved_model_dir: str, output: str, options: TfliteOptions,
             listed = "; ".join(o.describe() for o in overflows[:5])
             return {**report, "status": "refused",
                     "reason": f"float16 cannot hold {len(overflows)} tensor(s) above 65504: {listed}"}
+        problem = _float16_activations(tf, saved_model_dir, samples)
+        if problem:
+            return {**report, "status": "refused", "reason": problem}
     if options.mode is TfliteMode.INT8:
         problem = _check_representative(signature, samples)
         if problem:

@@ -23,7 +23,12 @@ def test_run_publishes_a_blessed_version_in_tf_serving_layout(pipeline_run):
     assert manifest["version"] == 1 and manifest["audit"]["passed"] and manifest["parity"]["passed"]
     assert manifest["signature_def"]["serving_default"]["inputs"] == [
         {"name": "image", "dtype": "float32", "shape": [-1, 8, 8, 1]}]
-    assert set(manifest["serve_check"]["backends"]) == {"saved_model", "onnx", "tflite"}
+    assert set(manifest["serve_check"]["artifacts"]) == {"saved_model", "onnx", "tflite_float32", "tflite_float16",
+                                                        "tflite_dynamic_range", "tflite_int8"}
+    assert manifest["status"] == "published"
+    assert {a["artifact"]: a["status"] for a in manifest["artifacts"]} == {
+        name: "published" for name in ("saved_model", "onnx", "tflite_float32", "tflite_float16",
+                                       "tflite_dynamic_range", "tflite_int8")}
     assert manifest["libraries"]["tensorflow"].startswith("2.21")
     assert {f["path"] for f in manifest["files"]} >= {"saved_model.pb", "model.onnx"}
     inputs, outputs = read_golden_set(version_dir)

@@ -149,3 +149,20 @@ def digits_variant(tmp_path_factory, digits_saved_model,
         return cache[key]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def activation_overflow_saved_model(tmp_path_factory) -> Path:
+    """Small weights (all 100), small outputs, but an intermediate activation of 1.6e5 on inputs of 400:
+    `hidden = relu(x @ w)` (layer `amplify`; the ReLU keeps the converter from folding the next scale into the
+    weights), `y = hidden / 1000`; float16 holds the weights, not the activation."""
+    inputs = keras.Input((4,), name="x")
+    amplify = keras.layers.Dense(4, name="amplify", kernel_initializer=keras.initializers.Constant(100.0),
+                                 use_bias=False, activation="relu")
+    model = keras.Model(inputs, keras.layers.Rescaling(1e-3, name="shrink")(amplify(inputs)))
+
+    def serve(x):
+        return {"y": model(x, training=False)}
+
+    spec = [tf.TensorSpec([None, 4], tf.float32, name="x")]
+    return export(serve, model, spec, tmp_path_factory.mktemp("activation_overflow") / "saved_model")

@@ -105,3 +105,16 @@ def test_caller_errors_raise(tmp_path, digits_saved_model):
                        None, 10.0)
     with pytest.raises(ConversionError, match="timeout_s"):
         convert_tflite(digits_saved_model, tmp_path / "x.tflite", TfliteOptions(TfliteMode.FLOAT32), None, 0)
+
+
+def test_float16_activation_overflow_refused_naming_the_tensor(tmp_path, activation_overflow_saved_model):
+    """Weights fit float16, but the representative data drives `amplify`'s output to 1.6e5: refused, naming it."""
+    rows = {"x": np.full((40, 4), 400.0, np.float32)}
+    result = convert_tflite(activation_overflow_saved_model, tmp_path / "f16.tflite",
+                            TfliteOptions(TfliteMode.FLOAT16), rows, TIMEOUT_S)
+    assert result.status == "refused", result.reason
+    assert "activation" in result.reason and "amplify" in result.reason and "65504" in result.reason, result.reason
+    assert "160000" in result.reason and "40 representative rows" in result.reason, result.reason
+    small = convert_tflite(activation_overflow_saved_model, tmp_path / "ok.tflite", TfliteOptions(TfliteMode.FLOAT16),
+                           {"x": np.full((40, 4), 1.0, np.float32)}, TIMEOUT_S)
+    assert small.status == "produced", small.reason

@@ -21,6 +21,7 @@ from pipeline.errors import InvalidRequestError, TfshipError, UnauthenticatedErr
 from serving import converters, protocol
 from serving.contract import Signature
 from serving.dataplane import DataPlane
+from serving.kserve_rest import add_v2_routes
 from serving.metrics import CONTENT_TYPE, Metrics
 from serving.types import InferenceRequest, ModelRef
 
@@ -205,6 +206,7 @@ def build_app(dataplane: DataPlane, tokens: frozenset[str] = frozenset(), max_by
     app.router.add_get(base + "/metadata", metadata)
     app.router.add_post(base + ":predict", predict)
     app.router.add_post(base + ":{verb:classify|regress}", unimplemented)
+    add_v2_routes(app, dataplane)  # the Open Inference Protocol (KServe V2) on the same port
     return app
 
 

@@ -21,6 +21,7 @@ from grpc_health.v1 import health_pb2
 from pipeline.errors import ConfigError
 from serving.dataplane import DataPlane
 from serving.grpc_transport import BearerTokenInterceptor, add_services
+from serving.kserve_grpc import add_inference_service
 from serving.manager import ModelManager, check_config
 from serving.metrics import Metrics
 from serving.model_config import ModelConfig, from_repository, parse_model_server_config
@@ -125,7 +126,7 @@ async def run_server(settings: ServerSettings) -> int:
         interceptors=[BearerTokenInterceptor(tokens)] if tokens else None,
         options=[("grpc.max_receive_message_length", settings.max_message_bytes),
                  ("grpc.max_send_message_length", settings.max_message_bytes)])
-    health.servicer = add_services(server, dataplane)
+    health.servicer = add_services(server, dataplane, (add_inference_service(server, dataplane),))
     address = f"{settings.host}:{settings.port}"
     credentials = _credentials(settings)
     try:
@@ -167,7 +168,7 @@ async def run_server(settings: ServerSettings) -> int:
     await stop.wait()
 
     log.info("draining (grace %.1fs)", settings.grace_period_s)
-    health.draining = True
+    health.draining = dataplane.draining = True
     for name in list(health.ok):
         await health.update(name, False)
     await health.overall()

@@ -147,6 +147,10 @@ def _encode(result, tensors: list[tuple[str, np.ndarray]], binary: dict[str, boo
     return body, blobs
 
 
+def _tensors(items) -> list[dict]:
+    return [{"name": t.name, "datatype": t.datatype, "shape": t.shape} for t in items]
+
+
 def add_v2_routes(app: web.Application, dataplane: DataPlane) -> None:
     """Add the Open Inference Protocol's REST routes (see the module docstring) to `app`."""
     max_bytes = dataplane.limits.max_tensor_bytes
@@ -164,9 +168,8 @@ def add_v2_routes(app: web.Application, dataplane: DataPlane) -> None:
     async def model_metadata(request: web.Request) -> web.Response:
         ref = _ref(request)
         info = model_info(await dataplane.metadata(ref), dataplane.available_versions(ModelRef(ref.name)))
-        tensors = lambda items: [{"name": t.name, "datatype": t.datatype, "shape": t.shape} for t in items]  # noqa: E731
         return web.json_response({"name": info.name, "versions": info.versions, "platform": info.platform,
-                                  "inputs": tensors(info.inputs), "outputs": tensors(info.outputs)})
+                                  "inputs": _tensors(info.inputs), "outputs": _tensors(info.outputs)})
 
     async def model_ready(request: web.Request) -> web.Response:
         ref = _ref(request)

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from pipeline.errors import ConfigError
+from core.errors import ConfigError
 from serving.runtimes import BACKENDS
 
 

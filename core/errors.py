@@ -91,6 +91,10 @@ class UnauthenticatedError(TfshipError):
     """The request carries no valid bearer token."""
 
 
+class PermissionDeniedError(TfshipError):
+    """The caller is authenticated but may not make this call (e.g. an admin call with an inference token)."""
+
+
 class UnimplementedError(TfshipError):
     """The method exists in TF Serving's API but this model has no signature for it."""
 
@@ -138,6 +142,7 @@ STATUS_TABLE: dict[type[TfshipError], ErrorStatus] = {
     ResourceExhaustedError: ErrorStatus("RESOURCE_EXHAUSTED"),
     DeadlineExceededError: ErrorStatus("DEADLINE_EXCEEDED"),
     UnauthenticatedError: ErrorStatus("UNAUTHENTICATED"),
+    PermissionDeniedError: ErrorStatus("PERMISSION_DENIED"),
     UnimplementedError: ErrorStatus("UNIMPLEMENTED"),
 }
 

@@ -242,6 +242,10 @@ class ModelManager:
             return [model.versions[version].status()]
         return [model.versions[v].status() for v in sorted(model.versions)]
 
+    def is_configured(self, name: str) -> bool:
+        """Whether `name` is a configured model (loaded or not)."""
+        return name in self._models
+
     def model_names(self) -> list[str]:
         """Configured model names."""
         return sorted(self._models)

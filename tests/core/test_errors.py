@@ -14,7 +14,8 @@ EXPECTED = {
     "InvalidRequestError": ("INVALID_ARGUMENT", 400), "ModelNotFoundError": ("NOT_FOUND", 404),
     "FailedPreconditionError": ("FAILED_PRECONDITION", 400), "UnavailableError": ("UNAVAILABLE", 503),
     "ResourceExhaustedError": ("RESOURCE_EXHAUSTED", 429), "DeadlineExceededError": ("DEADLINE_EXCEEDED", 504),
-    "UnauthenticatedError": ("UNAUTHENTICATED", 401), "UnimplementedError": ("UNIMPLEMENTED", 501),
+    "UnauthenticatedError": ("UNAUTHENTICATED", 401),
+    "PermissionDeniedError": ("PERMISSION_DENIED", 403), "UnimplementedError": ("UNIMPLEMENTED", 501),
 }
 
 

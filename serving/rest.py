@@ -71,12 +71,12 @@ def _decode(value, dtype: str):
 
 def _array(key: str, value, signature: Signature) -> np.ndarray:
     spec = signature.inputs.get(key)
-    if spec is None:  # let validation name it as an unexpected input
-        return np.asarray(value)
+    if spec is None:  # validation names it as an unexpected input; its value is never decoded
+        return np.empty(0)
     try:
         decoded = _decode(value, spec.dtype)
         return np.array(decoded, dtype=object if spec.dtype == "string" else spec.dtype)
-    except (TypeError, ValueError) as err:
+    except (TypeError, ValueError, OverflowError) as err:
         raise InvalidRequestError(f"input {key!r}: cannot convert JSON value to {spec.describe()}: {err}") from err
 
 

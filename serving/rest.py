@@ -19,7 +19,7 @@ import numpy as np
 from aiohttp import web
 from google.protobuf import json_format
 
-from pipeline.errors import InvalidRequestError, TfshipError
+from core.errors import InvalidRequestError, TfshipError
 from serving import converters, protocol
 from serving.contract import Signature
 from serving.dataplane import DataPlane

@@ -17,7 +17,7 @@ import struct
 
 import numpy as np
 
-from pipeline.errors import InvalidRequestError, ResourceExhaustedError, UnimplementedError
+from core.errors import InvalidRequestError, ResourceExhaustedError, UnimplementedError
 from serving.tensors import dtype_name
 
 # KServe V2 datatype -> numpy dtype (BYTES: object arrays of bytes). BF16 is not served (no numpy dtype).

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.errors import InvalidRequestError, ResourceExhaustedError
+from core.errors import InvalidRequestError, ResourceExhaustedError
 from serving.contract import Signature, TensorSpec
 from serving.kserve_codec import datatype_for
 from serving.types import InferenceRequest, InferenceResponse, ModelMetadata, ModelRef

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import grpc
 
-from pipeline.errors import InvalidRequestError
+from core.errors import InvalidRequestError
 from serving import kserve_protocol as kp
 from serving.dataplane import DataPlane
 from serving.grpc_transport import _handler, _rpc, _time_remaining

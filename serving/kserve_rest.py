@@ -26,7 +26,7 @@ import numpy as np
 from aiohttp import web
 from aiohttp.web_response import ContentCoding
 
-from pipeline.errors import InvalidRequestError
+from core.errors import InvalidRequestError
 from serving.dataplane import DataPlane
 from serving.kserve_codec import datatype_for, from_json, from_raw, to_json, to_raw
 from serving.kserve_converters import (

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from pipeline.errors import InvalidRequestError, ResourceExhaustedError, UnimplementedError
+from core.errors import InvalidRequestError, ResourceExhaustedError, UnimplementedError
 from serving import kserve_codec as codec
 from serving import kserve_protocol as kp
 from serving.kserve_converters import infer_options, model_ref

@@ -126,10 +126,20 @@ def build_app(dataplane: DataPlane, tokens: frozenset[str] = frozenset(), max_by
         response = await dataplane.predict(InferenceRequest(
             model=ModelRef(ref.name, version=meta.version), inputs=inputs, signature_name=signature_name,
             output_filter=output_filter))
-        return _json_response(rest_json.response_json(dict(response.outputs), rows), max_bytes)
+        batch = len(body["instances"]) if rows else None
+        return _json_response(rest_json.response_json(dict(response.outputs), rows, batch), max_bytes)
 
     async def unimplemented(request: web.Request) -> web.Response:
-        await dataplane.unimplemented(request.match_info["verb"].capitalize())
+        body = rest_json.parse_body(await request.read())
+        name = rest_json.signature_name(body)
+        examples = body.get("examples")
+        if examples is None:
+            raise InvalidRequestError(f"JSON Value: {rest_json.debug_string(body)} When method is "
+                                      f"{request.match_info['verb']}, key 'examples' is expected and was not found")
+        if not isinstance(examples, list) or not examples:
+            what = "value to be an list/array" if not isinstance(examples, list) else "value is an empty array"
+            raise InvalidRequestError(f"JSON Value: {rest_json.debug_string(body)} 'examples' {what}")
+        await dataplane.unimplemented(request.match_info["verb"].capitalize(), _ref(request), name)
 
     app = web.Application(middlewares=[_error_middleware(tokens)], client_max_size=max_bytes)
     app[_MAX_BYTES] = max_bytes

@@ -235,8 +235,8 @@ def request_inputs(body: dict, signature: Signature) -> tuple[dict[str, np.ndarr
             rows that disagree, an unknown input name, or a value the dtype does not take.
     """
     if "instances" in body and "inputs" in body:
-        raise InvalidRequestError("JSON Value: request body not formatted correctly expecting only one of 'inputs' "
-                                  "or 'instances' keys to exist")
+        raise InvalidRequestError(f"JSON Value: {debug_string(body)} Not formatted correctly expecting only one of "
+                                  "'inputs' or 'instances' keys to exist")
     if "instances" in body:
         rows = body["instances"]
         if not isinstance(rows, list):
@@ -276,8 +276,11 @@ def _string_json(value, as_b64: bool):
     return {"b64": base64.b64encode(raw).decode()}
 
 
-def response_json(outputs: Mapping[str, np.ndarray], rows: bool) -> dict:
+def response_json(outputs: Mapping[str, np.ndarray], rows: bool, batch: int | None = None) -> dict:
     """`{"predictions": ...}` (row request) or `{"outputs": ...}` (columnar) for Predict outputs.
+
+    `batch`: the row request's number of instances; every output's dim 0 must equal it (None: the first
+    output's dim 0, as TF Serving compares outputs with each other).
 
     Raises:
         InvalidRequestError: row format with a scalar output (`Tensor name: y has no shape information`)
@@ -290,7 +293,6 @@ def response_json(outputs: Mapping[str, np.ndarray], rows: bool) -> dict:
     if not rows:
         values = {k: _leaf_values(k, a) for k, a in arrays.items()}
         return {"outputs": next(iter(values.values())) if len(values) == 1 else values}
-    batch = None
     for name, array in arrays.items():
         if array.ndim == 0:
             raise InvalidRequestError(f"Tensor name: {name} has no shape information (a scalar output cannot be "
@@ -298,7 +300,7 @@ def response_json(outputs: Mapping[str, np.ndarray], rows: bool) -> dict:
         if batch is not None and array.shape[0] != batch:
             raise InvalidRequestError(f"Tensor name: {name} has inconsistent batch size: {array.shape[0]} expecting: "
                                       f"{batch} (send the request in columnar format, 'inputs', to get every output)")
-        batch = array.shape[0]
+        batch = array.shape[0] if batch is None else batch
     values = {k: _leaf_values(k, a) for k, a in arrays.items()}
     if len(values) == 1:
         return {"predictions": next(iter(values.values()))}

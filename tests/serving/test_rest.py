@@ -61,7 +61,9 @@ def test_predict_row_and_columnar_formats(server, repository, images):
     (f"/v1/models/{MODEL}:predict", {"instances": [], "inputs": []}, 400, "only one of 'inputs' or 'instances'"),
     (f"/v1/models/{MODEL}:predict", b"{not json", 400, "JSON Parse error"),
     (f"/v1/models/{MODEL}:predict", {"signature_name": "nope", "instances": [[0]]}, 400, "nope"),
-    (f"/v1/models/{MODEL}:classify", {"examples": []}, 501, "Classify"),
+    (f"/v1/models/{MODEL}:classify", {"examples": []}, 400, "'examples' value is an empty array"),
+    (f"/v1/models/{MODEL}:regress", {"examples": [{"x": 1.0}]}, 400,
+     "Expected regression signature method_name to be tensorflow/serving/regress. Was: tensorflow/serving/predict"),
 ])
 def test_errors_are_json_with_status(server, images, path, body, code, fragment):
     status, answer = _http(server.rest_url + path, body)

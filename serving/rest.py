@@ -8,21 +8,25 @@ Routes: `GET /v1/models/{name}[/versions/{v}|/labels/{l}]` (status), `.../metada
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import ssl
 import uuid
 
 from aiohttp import web
 from google.protobuf import json_format
 
-from pipeline.errors import InvalidRequestError, ResourceExhaustedError, TfshipError, UnauthenticatedError
+from pipeline.errors import InvalidRequestError, ResourceExhaustedError, TfshipError
 from serving import converters, protocol, rest_json
 from serving.dataplane import DataPlane
 from serving.metrics import CONTENT_TYPE, Metrics
+from serving.security import AccessPolicy
 from serving.types import InferenceRequest, ModelRef
 
 log = logging.getLogger(__name__)
 _MAX_BYTES = web.AppKey("max_bytes", int)
+PROMETHEUS_PATH = "/monitoring/prometheus/metrics"  # TF Serving's path (--monitoring_config_file)
 _SPEC = r"{name:[^/:]+}{sel:(/versions/\d+|/labels/[^/:]+)?}"
 
 
@@ -35,13 +39,11 @@ def _ref(request: web.Request) -> ModelRef:
     return ModelRef(name)
 
 
-def _error_middleware(tokens: frozenset[str]):
+def _error_middleware(policy: AccessPolicy):
     @web.middleware
     async def middleware(request: web.Request, handler):
         try:
-            header = request.headers.get("Authorization", "")
-            if tokens and not (header.startswith("Bearer ") and header[len("Bearer "):] in tokens):
-                raise UnauthenticatedError("missing or invalid bearer token (header 'Authorization: Bearer <token>')")
+            policy.check(request.headers.get("Authorization", ""))
             return await handler(request)
         except web.HTTPException as err:
             return _http_error(request, err)
@@ -60,7 +62,7 @@ def _http_error(request: web.Request, err: web.HTTPException) -> web.Response:
     if err.status in (404, 405):
         return web.json_response({"error": f"Malformed request: {request.method} {request.path}"}, status=400)
     if err.status == 413:
-        limit = request.app[_MAX_BYTES]
+        limit = request.app.get(_MAX_BYTES)
         size = f"{request.content_length} bytes" if request.content_length else "above the limit"
         return web.json_response({"error": f"request body of {size} exceeds --max-message-bytes {limit} bytes"},
                                  status=413)
@@ -98,8 +100,12 @@ def _proto_json(message) -> dict:
                                      preserving_proto_field_name=True)
 
 
-def build_app(dataplane: DataPlane, tokens: frozenset[str] = frozenset(), max_bytes: int = 64 << 20) -> web.Application:
-    """The TF Serving REST API over `dataplane` (`tokens`: accepted bearer tokens; empty = open)."""
+def build_app(dataplane: DataPlane, policy: AccessPolicy = AccessPolicy(), max_bytes: int = 64 << 20,
+              metrics: Metrics | None = None) -> web.Application:
+    """The TF Serving REST API over `dataplane`, under `policy` (bearer tokens; default open).
+
+    With `metrics`, Prometheus text is also served at TF Serving's `/monitoring/prometheus/metrics`.
+    """
 
     async def status(request: web.Request) -> web.Response:
         statuses = await dataplane.model_status(_ref(request))
@@ -141,7 +147,9 @@ def build_app(dataplane: DataPlane, tokens: frozenset[str] = frozenset(), max_by
             raise InvalidRequestError(f"JSON Value: {rest_json.debug_string(body)} 'examples' {what}")
         await dataplane.unimplemented(request.match_info["verb"].capitalize(), _ref(request), name)
 
-    app = web.Application(middlewares=[_error_middleware(tokens)], client_max_size=max_bytes)
+    app = web.Application(middlewares=[_error_middleware(policy)], client_max_size=max_bytes)
+    if metrics is not None:
+        app.router.add_get(PROMETHEUS_PATH, _metrics_handler(metrics))
     app[_MAX_BYTES] = max_bytes
     base = "/v1/models/" + _SPEC
     app.router.add_get(base, status)
@@ -151,26 +159,36 @@ def build_app(dataplane: DataPlane, tokens: frozenset[str] = frozenset(), max_by
     return app
 
 
-async def _start(app: web.Application, host: str, port: int, reuse_port: bool = False) -> tuple[web.AppRunner, int]:
+def _metrics_handler(metrics: Metrics):
+    async def handler(request: web.Request) -> web.Response:
+        body = await asyncio.to_thread(metrics.render)  # large registries never stall the event loop
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+    return handler
+
+
+async def _start(app: web.Application, host: str, port: int, ssl_context: ssl.SSLContext | None,
+                 reuse_port: bool = False) -> tuple[web.AppRunner, int]:
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None)
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context, reuse_port=reuse_port or None)
     await site.start()
     return runner, runner.addresses[0][1]
 
 
-async def start_rest(dataplane: DataPlane, settings, tokens: frozenset[str]) -> tuple[web.AppRunner, int]:
-    """Start the REST API on `settings.host:settings.rest_port` (0 = any free); returns (runner, bound port)."""
-    return await _start(build_app(dataplane, tokens, settings.max_message_bytes), settings.host, settings.rest_port,
-                        settings.reuse_port)
+async def start_rest(dataplane: DataPlane, settings, policy: AccessPolicy, metrics: Metrics,
+                     ssl_context: ssl.SSLContext | None) -> tuple[web.AppRunner, int]:
+    """Start the REST API on `settings.host:settings.rest_port` (0 = any free), HTTPS when `ssl_context` is
+    given, under `policy`; returns (runner, bound port)."""
+    app = build_app(dataplane, policy, settings.max_message_bytes, metrics)
+    return await _start(app, settings.host, settings.rest_port, ssl_context, settings.reuse_port)
 
 
-async def start_metrics(metrics: Metrics, settings) -> tuple[web.AppRunner, int]:
-    """Serve `GET /metrics` (Prometheus text format) on `settings.metrics_port`; returns (runner, bound port)."""
-
-    async def handler(request: web.Request) -> web.Response:
-        return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE})
-
-    app = web.Application()
-    app.router.add_get("/metrics", handler)
-    return await _start(app, settings.host, settings.metrics_port)
+async def start_metrics(metrics: Metrics, settings, policy: AccessPolicy,
+                        ssl_context: ssl.SSLContext | None) -> tuple[web.AppRunner, int]:
+    """Serve Prometheus text at `/metrics` and `/monitoring/prometheus/metrics` on `settings.metrics_port`, under
+    the same TLS and token policy as the other ports; returns (runner, bound port)."""
+    app = web.Application(middlewares=[_error_middleware(policy)])
+    app.router.add_get("/metrics", _metrics_handler(metrics))
+    app.router.add_get(PROMETHEUS_PATH, _metrics_handler(metrics))
+    return await _start(app, settings.host, settings.metrics_port, ssl_context, settings.reuse_port)

@@ -10,7 +10,7 @@ import asyncio
 import time
 from concurrent.futures import Executor
 
-from pipeline.errors import (
+from core.errors import (
     DeadlineExceededError,
     InvalidRequestError,
     ResourceExhaustedError,

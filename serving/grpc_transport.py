@@ -18,7 +18,7 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
-from pipeline.errors import InvalidRequestError, TfshipError
+from core.errors import InvalidRequestError, TfshipError
 from serving import converters, protocol
 from serving.dataplane import DataPlane
 from serving.model_config import from_proto

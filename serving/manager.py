@@ -22,7 +22,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.errors import ConfigError, InvalidRequestError, ModelNotFoundError, TfshipError, UnavailableError
+from core.errors import ConfigError, InvalidRequestError, ModelNotFoundError, TfshipError, UnavailableError
 from serving.model_config import ModelConfig
 from serving.runtimes import REGISTRY, Runtime, RuntimeOptions
 from serving.types import ModelRef, VersionState, VersionStatus

@@ -17,7 +17,7 @@ import uuid
 from aiohttp import web
 from google.protobuf import json_format
 
-from pipeline.errors import InvalidRequestError, ResourceExhaustedError, TfshipError
+from core.errors import InvalidRequestError, ResourceExhaustedError, TfshipError
 from serving import converters, protocol, rest_json
 from serving.dataplane import DataPlane
 from serving.metrics import CONTENT_TYPE, Metrics

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from pipeline.errors import InvalidRequestError
+from core.errors import InvalidRequestError
 from serving.contract import Signature
 
 _DEBUG_CHARS = 256  # TF Serving's kMaxJsonDebugStringBytes

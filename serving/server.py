@@ -18,7 +18,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2
 
-from pipeline.errors import ConfigError
+from core.errors import ConfigError
 from serving.dataplane import DataPlane
 from serving.grpc_transport import AccessInterceptor, add_services
 from serving.manager import ModelManager, check_config

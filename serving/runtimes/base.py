@@ -13,15 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import ConfigError, InvalidRequestError, TfshipError
+from core.errors import ConfigError, FailedPreconditionError, InvalidRequestError
 from serving.contract import Signature
 
 
-class RuntimeLoadError(TfshipError):
+class RuntimeLoadError(FailedPreconditionError):
     """A model version failed to load (missing artifact, backend error); the previous version keeps serving."""
-
-    grpc_code = "FAILED_PRECONDITION"
-    http_status = 500
 
 
 class ModelInputError(InvalidRequestError):

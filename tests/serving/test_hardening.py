@@ -18,7 +18,7 @@ import pytest
 from conftest import MODEL
 from google.protobuf import text_format
 
-from pipeline.errors import ConfigError, InvalidRequestError, ModelNotFoundError, ResourceExhaustedError
+from core.errors import ConfigError, InvalidRequestError, ModelNotFoundError, ResourceExhaustedError
 from serving import cli, converters, protocol
 from serving.client import PredictClient, RemoteError
 from serving.launcher import ServerProcess

@@ -35,6 +35,10 @@ from serving.types import (
 UNKNOWN_MODEL_LABEL = "__unknown__"  # the `model` label of requests naming a model that is not configured
 
 
+_METHOD_NAMES = {"Classify": ("classification", "tensorflow/serving/classify"),
+                 "Regress": ("regression", "tensorflow/serving/regress")}
+
+
 class DataPlane:
     """Serves Predict, GetModelMetadata, GetModelStatus and ReloadConfig on top of a `ModelManager`.
 
@@ -182,7 +186,23 @@ class DataPlane:
         """TF Serving HandleReloadConfigRequest: serve exactly `configs` from now on."""
         await self.manager.apply_config(configs)
 
-    async def unimplemented(self, method: str) -> None:
-        """Classify/Regress/MultiInference: tfship models export Predict signatures only."""
+    async def unimplemented(self, method: str, ref: ModelRef | None = None,
+                            signature_name: str = "serving_default") -> None:
+        """Classify/Regress/MultiInference: tfship runs Predict signatures only.
+
+        With `ref` (Classify/Regress naming a model), TF Serving's checks come first: unknown model or
+        version NOT_FOUND; a missing signature or one whose method_name is not `tensorflow/serving/
+        classify|regress` INVALID_ARGUMENT (TF Serving's wording, as with --enable_signature_method_name_check).
+        Then UNIMPLEMENTED.
+        """
+        if ref is not None and method in _METHOD_NAMES:
+            signatures = self.manager.resolve(ref).runtime.metadata()
+            signature = signatures.get(signature_name or "serving_default")
+            if signature is None:
+                raise InvalidRequestError(f"No signature was found with the name: {signature_name}")
+            kind, wanted = _METHOD_NAMES[method]
+            if signature.method_name != wanted:
+                raise InvalidRequestError(f"Expected {kind} signature method_name to be {wanted}. Was: "
+                                          f"{signature.method_name} (call Predict for this signature)")
         raise UnimplementedError(f"{method} is not implemented by tfship: models export Predict signatures "
                                  "only; call Predict (tensorflow.serving.PredictionService/Predict)")

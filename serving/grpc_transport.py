@@ -69,15 +69,21 @@ class PredictionServicer:
 
     @_rpc
     async def Classify(self, request, context):
-        await self._dp.unimplemented("Classify")
+        await self._dp.unimplemented("Classify", *_spec_of(request))
 
     @_rpc
     async def Regress(self, request, context):
-        await self._dp.unimplemented("Regress")
+        await self._dp.unimplemented("Regress", *_spec_of(request))
 
     @_rpc
     async def MultiInference(self, request, context):
         await self._dp.unimplemented("MultiInference")
+
+
+def _spec_of(request) -> tuple:
+    """(ModelRef or None when no model is named, signature_name) of a Classify/Regress request."""
+    spec = request.model_spec
+    return (converters.model_ref(spec) if spec.name else None), spec.signature_name
 
 
 class ModelServicer:

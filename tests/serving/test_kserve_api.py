@@ -195,8 +195,8 @@ GRPC_ERRORS = [
      r"^Servable not found for request: Latest\(nope\); served models: \['digits'\]$"),
     (MODEL, "9", np.zeros((1, 8, 8, 1), np.float32), "FP32", None, None, "NOT_FOUND",
      r"Specific\(digits, 9\).*available versions: \[1, 2\]"),
-    (MODEL, "gold", np.zeros((1, 8, 8, 1), np.float32), "FP32", None, None, "NOT_FOUND",
-     r"unknown version label 'gold'; labels: \['canary', 'stable'\]"),
+    (MODEL, "gold", np.zeros((1, 8, 8, 1), np.float32), "FP32", None, None, "INVALID_ARGUMENT",  # TF Serving's
+     r"^Unrecognized servable version label: gold \(model 'digits'; labels: \['canary', 'stable'\]\)$"),
     (MODEL, "", np.zeros((1, 8, 8, 1), np.float32), "FP32", ["scores"], None, "INVALID_ARGUMENT",
      r"^requested output 'scores' is not an output of signature 'serving_default'; outputs: "),
     (MODEL, "", np.zeros((1, 8, 8, 1), np.float32), "FP32", None, {"signature_name": "train"}, "INVALID_ARGUMENT",

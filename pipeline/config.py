@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, ValidationInfo
 
-from pipeline.errors import ConfigError
+from core.errors import ConfigError
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "digits.toml"
 
@@ -38,7 +38,7 @@ class FeatureSpecSection(_Section):
 
 
 class DataSection(_Section):
-    """Where the data comes from and how it is split and batched (readers: `pipeline.sources`)."""
+    """Where the data comes from and how it is split and batched (readers: `pipeline.data.sources`)."""
 
     source: Literal["digits", "csv", "npz", "image_folder", "tfrecord"] = Field(
         "digits", description="Dataset source; `digits` is scikit-learn's bundled set (no download).")
@@ -80,7 +80,7 @@ class ModelSection(_Section):
 
 
 class TrainSection(_Section):
-    """The custom training loop (`pipeline.train`)."""
+    """The custom training loop (`pipeline.training.train`)."""
 
     epochs: int = Field(15, ge=1, le=10000, description="Passes over the training split.")
     learning_rate: float = Field(3e-3, gt=0.0, le=10.0, description="Peak learning rate.")
@@ -141,7 +141,7 @@ class ConvertSection(_Section):
     def _required_are_enabled(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
         from types import SimpleNamespace
 
-        from pipeline.artifacts import SAVED_MODEL, artifact_kinds
+        from pipeline.conversion.artifacts import SAVED_MODEL, artifact_kinds
 
         kinds, settings = artifact_kinds(), SimpleNamespace(**info.data)
         for name in value:

@@ -12,11 +12,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pipeline.artifacts import Artifact
-from pipeline.compare import Tolerance, compare_outputs
+from pipeline.conversion.artifacts import Artifact
+from pipeline.gate.compare import Tolerance, compare_outputs
 from pipeline.config import load_config
-from pipeline.serve_check import ServeTarget, serve_check
-from pipeline.validate import tolerance_for, validate_artifacts
+from pipeline.gate.serve_check import ServeTarget, serve_check
+from pipeline.gate.validate import tolerance_for, validate_artifacts
 from signatures.contract import SignatureContract, TensorContract
 
 

@@ -1,0 +1,57 @@
+"""The built-in artifact kinds, registered once: ONNX (tf2onnx) and the four TFLite modes (LiteRT).
+
+To add an artifact kind (e.g. TF.js), write its converter (`ConversionJob -> VariantOutcome`) and add
+one `register_artifact_kind(ArtifactKind(...))` call here; the convert stage, the parity gate, the
+serve-check (when it has a serving backend), `convert.required`, the reports and the manifest pick it up.
+"""
+
+from __future__ import annotations
+
+from pipeline.conversion.artifacts import ArtifactKind, ConversionJob, VariantOutcome, register_artifact_kind
+from core.errors import TfshipError
+
+TFLITE_MODES = ("float32", "float16", "dynamic_range", "int8")
+
+
+def tflite_filename(mode: str) -> str:
+    """`model.tflite` for float32 (the file servers pick by default), `model_<mode>.tflite` otherwise."""
+    return "model.tflite" if mode == "float32" else f"model_{mode}.tflite"
+
+
+def convert_onnx(job: ConversionJob) -> VariantOutcome:
+    """tf2onnx's SavedModel route in a child process, checked (`pipeline.conversion.onnx_convert`)."""
+    from pipeline.conversion.onnx_convert import convert_to_onnx
+
+    path = job.version_dir / "model.onnx"
+    try:
+        done = convert_to_onnx(job.version_dir, path, job.contract, job.settings.onnx_opset, job.sample,
+                               job.settings.timeout_seconds, job.settings.onnx_simplify)
+    except TfshipError as err:
+        return VariantOutcome("onnx", "refused", str(err))
+    return VariantOutcome("onnx", "produced", "", str(path), done.size_bytes, round(done.seconds, 2),
+                          done.reproduce_command)
+
+
+def tflite_converter(mode: str):
+    """The converter of one TFLite mode (`tflite.convert.convert_tflite`, child processes)."""
+
+    def convert(job: ConversionJob) -> VariantOutcome:
+        from tflite.convert import convert_tflite
+        from tflite.modes import TfliteMode, TfliteOptions
+
+        options = TfliteOptions(mode=TfliteMode(mode), representative_samples=job.settings.representative_samples)
+        done = convert_tflite(job.version_dir, job.version_dir / tflite_filename(mode), options, job.calibration,
+                              job.settings.timeout_seconds)
+        return VariantOutcome(f"tflite_{mode}", done.status, done.reason, str(done.path or ""), done.size_bytes,
+                              round(done.seconds, 2), done.reproduce_command)
+
+    return convert
+
+
+register_artifact_kind(ArtifactKind("onnx", "onnx", "float32", "model.onnx", lambda settings: True, convert_onnx))
+for _mode in TFLITE_MODES:
+    register_artifact_kind(ArtifactKind(
+        f"tflite_{_mode}", "tflite", _mode, tflite_filename(_mode),
+        enabled=lambda settings, mode=_mode: mode in settings.tflite_modes, convert=tflite_converter(_mode),
+        runtime_options={"tflite_file": tflite_filename(_mode)},
+        serve_flags=("--tflite-file", tflite_filename(_mode))))

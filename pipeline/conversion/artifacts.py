@@ -1,0 +1,190 @@
+"""Artifact kinds: what the convert stage produces beside the SavedModel, and how each is run and served.
+
+An artifact kind is one registration (`register_artifact_kind`): its name, the file it writes into the
+version folder, the tolerance family the parity gate judges it by, when the config enables it, the
+function that converts the SavedModel into it, and how it is run. The built-in kinds (`onnx`,
+`tflite_float32`, `tflite_float16`, `tflite_dynamic_range`, `tflite_int8`) are registered in
+`pipeline/artifact_kinds.py`; a new kind (e.g. TF.js) is one more `register_artifact_kind(...)` call there.
+
+The parity gate runs every artifact through the serving runtime registry (`serving.runtimes.REGISTRY`),
+the same code that serves it, fed the way the server feeds it (string tensors as object arrays of
+UTF-8 bytes, as decoded from TF Serving's `string_val`). A kind with no serving backend gives its own
+`runner` factory (and is not served by serve-check).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from core.errors import ConfigError
+
+Runner = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
+FLOAT_MODES = ("float32", "float16")
+QUANTIZED_MODES = ("dynamic_range", "int8")
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One servable file or folder.
+
+    name: the artifact kind's name (`saved_model`, `onnx`, `tflite_int8`, ...); kind: its serving backend
+    (`saved_model`, `onnx`, `tflite`); mode: the tolerance family (`float32`, `float16`,
+    `dynamic_range`, `int8`); path: the file, or the SavedModel folder.
+    """
+
+    name: str
+    kind: str
+    mode: str
+    path: Path
+
+    def size_bytes(self) -> int:
+        """Bytes on disk (for a SavedModel: saved_model.pb plus variables/)."""
+        if self.path.is_file():
+            return self.path.stat().st_size
+        files = [self.path / "saved_model.pb", *sorted((self.path / "variables").glob("*"))]
+        return sum(f.stat().st_size for f in files if f.is_file())
+
+
+@dataclass(frozen=True)
+class VariantOutcome:
+    """One conversion's outcome: status `produced`, `refused` or `crashed`, with the reason."""
+
+    name: str
+    status: str
+    reason: str = ""
+    path: str = ""
+    size_bytes: int = 0
+    seconds: float = 0.0
+    reproduce_command: str = ""
+
+
+@dataclass(frozen=True)
+class ConversionJob:
+    """What every converter gets.
+
+    version_dir: the folder holding the exported SavedModel (artifacts are written beside it);
+    contract: its `serving_default` contract; settings: the `[convert]` section; calibration:
+    {input name: [N, ...]} from the training split (int8's `representative_dataset`); sample: one real
+    input batch each artifact is run on once before it counts.
+    """
+
+    version_dir: Path
+    contract: Any
+    settings: Any
+    calibration: dict[str, np.ndarray]
+    sample: dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class ArtifactKind:
+    """One kind of converted artifact (see the module docstring).
+
+    Attributes:
+        name: artifact name used in reports, `convert.required` and the manifest (e.g. `tflite_int8`).
+        backend: the serving runtime that runs it (`serving.runtimes.REGISTRY` name), or "" when none.
+        mode: tolerance family judged by the parity gate (`float32`, `float16`, `dynamic_range`, `int8`).
+        filename: the file it writes into the version folder.
+        enabled: whether the `[convert]` section asks for it.
+        convert: converts `job.version_dir`'s SavedModel into `job.version_dir / filename`.
+        runtime_options: `serving.runtimes.RuntimeOptions` fields that select this file.
+        serve_flags: `tfship serve` flags that serve this file (serve-check), e.g. `--tflite-file`.
+        runner: a runner factory for kinds without a serving backend (path -> Runner).
+    """
+
+    name: str
+    backend: str
+    mode: str
+    filename: str
+    enabled: Callable[[Any], bool]
+    convert: Callable[[ConversionJob], VariantOutcome]
+    runtime_options: Mapping[str, Any] = field(default_factory=dict)
+    serve_flags: tuple[str, ...] = ()
+    runner: Callable[[Path], Runner] | None = None
+
+    def artifact(self, version_dir: Path) -> Artifact:
+        """This kind's artifact inside `version_dir`."""
+        return Artifact(self.name, self.backend, self.mode, Path(version_dir) / self.filename)
+
+
+SAVED_MODEL = "saved_model"
+ARTIFACT_KINDS: dict[str, ArtifactKind] = {}
+
+
+def register_artifact_kind(kind: ArtifactKind) -> ArtifactKind:
+    """Add an artifact kind; a name registered twice, or the reserved `saved_model`, is refused.
+
+    Raises:
+        ConfigError: the name is taken.
+    """
+    if kind.name in ARTIFACT_KINDS or kind.name == SAVED_MODEL:
+        raise ConfigError(f"artifact kind {kind.name!r} is already registered")
+    ARTIFACT_KINDS[kind.name] = kind
+    return kind
+
+
+def artifact_kinds() -> dict[str, ArtifactKind]:
+    """Every registered kind by name (the built-ins are registered on first use)."""
+    import pipeline.conversion.artifact_kinds  # noqa: F401 - registers the built-in kinds
+
+    return ARTIFACT_KINDS
+
+
+def enabled_kinds(settings) -> list[ArtifactKind]:
+    """The kinds the `[convert]` section asks for, in registration order."""
+    return [kind for kind in artifact_kinds().values() if kind.enabled(settings)]
+
+
+def known_artifact_names() -> tuple[str, ...]:
+    """`saved_model` and every registered kind's name (what `convert.required` may list)."""
+    return (SAVED_MODEL, *artifact_kinds())
+
+
+def _wire_form(value: np.ndarray) -> np.ndarray:
+    """String tensors as the server hands them to a runtime: object arrays of UTF-8 bytes."""
+    value = np.asarray(value)
+    if value.dtype.kind not in "OSU":
+        return value
+    flat = [v if isinstance(v, bytes) else str(v).encode("utf-8") for v in value.ravel()]
+    return np.array(flat, dtype=object).reshape(value.shape)
+
+
+class RuntimeRunner:
+    """A loaded serving runtime as a runner: {input name: [N, ...]} -> {output name: [N, ...]}.
+
+    Raises (on construction): `serving.runtimes.RuntimeLoadError` when the backend cannot load the file.
+    """
+
+    def __init__(self, artifact: Artifact, runtime_options: Mapping[str, Any] | None = None) -> None:
+        from serving.runtimes import REGISTRY, RuntimeOptions
+
+        version_dir = artifact.path if artifact.path.is_dir() else artifact.path.parent
+        options = dict(runtime_options or {})
+        if artifact.kind == "tflite":
+            options["tflite_file"] = artifact.path.name
+        self.runtime = REGISTRY.create(artifact.kind, version_dir, RuntimeOptions(**options))
+        self.runtime.load()
+
+    def __call__(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        outputs = self.runtime.predict({name: _wire_form(value) for name, value in inputs.items()})
+        return {name: np.asarray(value) for name, value in outputs.items()}
+
+    def close(self) -> None:
+        """Unload the runtime."""
+        self.runtime.unload()
+
+
+def open_runner(artifact: Artifact) -> Runner:
+    """The runner for `artifact`: its kind's own factory, else the serving runtime of its backend.
+
+    Raises:
+        TfshipError: the backend cannot load it (`RuntimeLoadError`).
+    """
+    kind = artifact_kinds().get(artifact.name)
+    if kind is not None and kind.runner is not None:
+        return kind.runner(artifact.path)
+    return RuntimeRunner(artifact, kind.runtime_options if kind else None)

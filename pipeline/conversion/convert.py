@@ -1,0 +1,82 @@
+"""Convert stage: every enabled artifact kind (`pipeline.conversion.artifact_kinds`: ONNX, the TFLite modes), each
+checked, none blocking the others.
+
+Each conversion is an outcome of its own (`produced`, `refused` or `crashed`, with the reason). Only
+the kinds listed in `convert.required` stop the run when they are not produced; every other kind that
+is not produced is left out of the version with its reason (the SavedModel is always required).
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.conversion.artifact_kinds import tflite_filename
+from pipeline.conversion.artifacts import Artifact, ConversionJob, VariantOutcome, artifact_kinds, enabled_kinds
+from pipeline.config import ConvertSection
+from core.errors import ConversionError
+from signatures.contract import SignatureContract
+
+__all__ = ["ConvertResult", "VariantOutcome", "convert_artifacts", "raise_if_required_missing", "tflite_filename"]
+
+
+@dataclass(frozen=True)
+class ConvertResult:
+    """Artifacts produced (ready for the parity gate) and every conversion's outcome."""
+
+    artifacts: tuple[Artifact, ...]
+    outcomes: tuple[VariantOutcome, ...] = field(default_factory=tuple)
+
+    def to_json(self) -> list[dict[str, Any]]:
+        """Outcomes as JSON rows."""
+        return [o.__dict__ for o in self.outcomes]
+
+
+def remove_stale_artifacts(version_dir: Path) -> None:
+    """Delete every registered kind's file (and temp files of a killed conversion) before converting again,
+    so nothing from an earlier conversion can pass for this one's."""
+    for kind in artifact_kinds().values():
+        (version_dir / kind.filename).unlink(missing_ok=True)
+    for leftover in version_dir.glob(".*"):
+        if leftover.is_file():
+            leftover.unlink()
+
+
+def convert_artifacts(version_dir: Path, contract: SignatureContract, settings: ConvertSection,
+                      calibration_inputs: dict[str, np.ndarray], sample: dict[str, np.ndarray]) -> ConvertResult:
+    """Write every enabled kind's file next to the SavedModel (conversions run side by side).
+
+    Args:
+        version_dir: folder holding the exported SavedModel; artifacts are written beside it.
+        calibration_inputs: {input name: [N, ...]} drawn from the training split (int8's
+            `representative_dataset`).
+        sample: one real input batch used to run each artifact once before it counts.
+
+    Returns:
+        Every outcome; never raises for a conversion that fails (see `raise_if_required_missing`).
+    """
+    remove_stale_artifacts(version_dir)
+    job = ConversionJob(version_dir, contract, settings, calibration_inputs, sample)
+    kinds = enabled_kinds(settings)
+    with ThreadPoolExecutor(max_workers=max(1, min(len(kinds), os.cpu_count() or 1))) as pool:
+        outcomes = list(pool.map(lambda kind: kind.convert(job), kinds))
+    artifacts = [kind.artifact(version_dir) for kind, outcome in zip(kinds, outcomes) if outcome.status == "produced"]
+    return ConvertResult(tuple(artifacts), tuple(outcomes))
+
+
+def raise_if_required_missing(result: ConvertResult, required: tuple[str, ...]) -> ConvertResult:
+    """Return `result` when every kind in `required` (`convert.required`) was produced.
+
+    Raises:
+        ConversionError: naming each required kind that was not produced, its status and reason.
+    """
+    missing = [o for o in result.outcomes if o.status != "produced" and o.name in required]
+    if missing:
+        reasons = "; ".join(f"{o.name}: {o.status}: {o.reason}" for o in missing)
+        raise ConversionError(f"convert: required artifacts not produced (convert.required): {reasons}")
+    return result

@@ -1,0 +1,125 @@
+"""Serve-check stage: our own gRPC server must load every candidate artifact and answer correctly.
+
+For each artifact that passed the parity gate (the SavedModel, ONNX and every TFLite file: float32,
+float16, dynamic-range, int8), a real server process is started on a free loopback port over the private
+candidate repository with the backend and flags that serve that file (`--backend tflite --tflite-file
+model_int8.tflite`), made ready by `grpc.health.v1` (never by sleeping), sent real `PredictRequest`s with
+held-out inputs at several batch sizes, and its answers are compared by output name with the SavedModel's
+by the one comparison (`pipeline.gate.compare.compare_outputs`) at the artifact's mode's tolerance. Only then
+is an artifact published (TFX's "blessed" model). An artifact whose check fails is left out with its
+reason; the stage fails only when the SavedModel or a required artifact fails. The SavedModel's server
+(slowest to start: it imports TensorFlow) runs beside the others, two servers at a time.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.conversion.artifacts import SAVED_MODEL
+from pipeline.gate.compare import Tolerance, compare_outputs, failures
+from core.errors import StageError
+
+
+@dataclass(frozen=True)
+class ServeTarget:
+    """One artifact to serve: its name, the serving backend, extra `serve` flags and its tolerance."""
+
+    artifact: str
+    backend: str
+    tolerance: Tolerance
+    serve_flags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ServeCheckResult:
+    """Per artifact: backend, passed, reason, requests sent, max abs error against the SavedModel, seconds.
+
+    required: artifacts whose failure fails the stage (`convert.required`; the SavedModel always).
+    """
+
+    artifacts: dict[str, dict[str, Any]]
+    required: tuple[str, ...] = ()
+
+    @property
+    def passed(self) -> bool:
+        """The SavedModel and every required artifact answered correctly."""
+        return all(row["passed"] for name, row in self.artifacts.items()
+                   if name == SAVED_MODEL or name in self.required)
+
+    @property
+    def left_out(self) -> dict[str, str]:
+        """{artifact: reason} for every artifact whose check failed."""
+        return {name: row["reason"] for name, row in self.artifacts.items() if not row["passed"]}
+
+    @property
+    def served(self) -> list[str]:
+        """Artifacts that answered correctly."""
+        return [name for name, row in self.artifacts.items() if row["passed"]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"passed": self.passed, "left_out": self.left_out, "artifacts": self.artifacts}
+
+
+def _check_one(repository: Path, model_name: str, version: int, target: ServeTarget, inputs: dict[str, np.ndarray],
+               expected: dict[str, np.ndarray], batch_sizes: tuple[int, ...]) -> dict[str, Any]:
+    from serving.client import PredictClient
+    from serving.launcher import ServerProcess
+
+    started = time.perf_counter()
+    worst, requests, problems, offset = 0.0, 0, [], 0
+    try:
+        with ServerProcess(repository, model_name, backend=target.backend, extra_args=target.serve_flags) as server:
+            with PredictClient(server.grpc_target) as client:
+                for batch_size in batch_sizes:
+                    batch = {k: v[offset:offset + batch_size] for k, v in inputs.items()}
+                    want = {k: v[offset:offset + batch_size] for k, v in expected.items()}
+                    offset += batch_size
+                    rows = compare_outputs(client.predict(model_name, batch, version=version), want, target.tolerance)
+                    requests += 1
+                    problems += [f"batch of {batch_size}: {text}" for text in failures(rows)]
+                    worst = max([worst, *(r.max_abs_error for r in rows if not r.exact)])
+    except Exception as err:  # noqa: BLE001 - any server or RPC failure is this artifact's verdict, with its cause
+        problems.append(f"{type(err).__name__}: {err}")
+    reason = "; ".join(problems)
+    return {"backend": target.backend, "flags": list(target.serve_flags), "passed": not problems,
+            "reason": f"serve-check [{target.backend}{' ' + ' '.join(target.serve_flags) if target.serve_flags else ''}]"
+                      f": {reason}" if problems else "",
+            "requests": requests, "max_abs_error": worst, "seconds": round(time.perf_counter() - started, 2)}
+
+
+def serve_check(repository: Path, model_name: str, version: int, inputs: dict[str, np.ndarray],
+                expected: dict[str, np.ndarray], targets: list[ServeTarget], required: tuple[str, ...] = (),
+                batch_sizes: tuple[int, ...] = (1, 7, 32)) -> ServeCheckResult:
+    """Serve `repository/model_name/version` once per target and check real Predict answers.
+
+    Args:
+        inputs: {input name: [N, ...]} held-out inputs; expected: the SavedModel's outputs on them.
+        targets: the artifacts to serve (the SavedModel first).
+        required: artifacts whose failure fails the stage.
+
+    Returns:
+        Every artifact's verdict (call `raise_if_failed` to gate on it).
+    """
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {t.artifact: pool.submit(_check_one, repository, model_name, version, t, inputs, expected,
+                                           batch_sizes) for t in targets}
+        return ServeCheckResult({name: future.result() for name, future in futures.items()}, tuple(required))
+
+
+def raise_if_failed(result: ServeCheckResult) -> ServeCheckResult:
+    """Return `result` when the SavedModel and every required artifact passed.
+
+    Raises:
+        StageError: naming each failing required artifact and why.
+    """
+    if not result.passed:
+        failed = {name: reason for name, reason in result.left_out.items()
+                  if name == SAVED_MODEL or name in result.required}
+        raise StageError("serve-check failed: " + " | ".join(f"{name}: {reason}" for name, reason in failed.items()))
+    return result

@@ -1,0 +1,105 @@
+"""Per-artifact outcomes: every converted artifact is `published` or `left out` with its reason.
+
+The SavedModel must exist (contract read back, audit and behaviour checks passed); each converted
+artifact (ONNX, each TFLite mode, any registered kind) is an outcome of its own, decided by the first stage
+that refused it: `convert` (converter error naming the op, Flex needed, float16 range check,
+timeout or crash with its signal), `validate` (parity miss naming the output, its error and the bound;
+saturation; task metric) or `serve-check` (our server could not load it or answered differently). A left-out
+artifact listed in `convert.required` fails the run instead (nothing is published).
+
+Run status and `tfship run`'s exit code (`RunStatus`): `published` (0, every artifact published),
+`partial` (3, published with optional artifacts left out), `failed` (2, nothing published).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pipeline.conversion.artifacts import SAVED_MODEL, artifact_kinds
+
+PUBLISHED = "published"
+LEFT_OUT = "left out"
+
+
+class RunStatus(str, enum.Enum):
+    """How a run ended, with its exit code (`exit_code`)."""
+
+    PUBLISHED = "published"
+    PARTIAL = "partial"
+    FAILED = "failed"
+
+    @property
+    def exit_code(self) -> int:
+        """0 published, 3 partial (optional artifacts left out), 2 failed (nothing published)."""
+        return {"published": 0, "partial": 3, "failed": 2}[self.value]
+
+
+@dataclass(frozen=True)
+class ArtifactOutcome:
+    """One artifact's outcome: status `published` or `left out`, the stage that decided it and why."""
+
+    artifact: str
+    status: str
+    stage: str
+    reason: str
+    file: str
+    required: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _filename(name: str) -> str:
+    kind = artifact_kinds().get(name)
+    return kind.filename if kind else ""
+
+
+def artifact_outcomes(conversions: list[dict[str, Any]], parity: dict[str, Any] | None,
+                      serve_check: dict[str, Any] | None, required: tuple[str, ...]) -> list[ArtifactOutcome]:
+    """Each artifact's outcome from the stage records (`convert.json`, `parity.json`, `serve_check.json`).
+
+    An artifact is published when it was produced, passed the parity gate and answered correctly from our
+    server; otherwise it is left out with the first stage's reason. A stage whose record is None has not run
+    yet and leaves nothing out (the serve-check stages the candidate from the earlier stages' outcomes).
+    """
+    parity_rows = {row["artifact"]: row for row in (parity or {}).get("artifacts", [])}
+    served = (serve_check or {}).get("artifacts", {})
+    outcomes = [ArtifactOutcome(SAVED_MODEL, PUBLISHED, "", "", "saved_model.pb", True)]
+    for conversion in conversions:
+        name = conversion["name"]
+        row, serve = parity_rows.get(name), served.get(name)
+        if conversion["status"] != "produced":
+            stage, reason = "convert", f"{conversion['status']}: {conversion['reason']}"
+        elif row is not None and not row["passed"]:
+            stage, reason = "validate", row["reason"]
+        elif serve is not None and not serve["passed"]:
+            stage, reason = "serve-check", serve["reason"]
+        elif parity is not None and row is None:
+            stage, reason = "validate", "not checked by the parity gate"
+        elif serve_check is not None and serve is None:
+            stage, reason = "serve-check", "not served by the serve-check"
+        else:
+            stage, reason = "", ""
+        outcomes.append(ArtifactOutcome(name, LEFT_OUT if reason else PUBLISHED, stage, reason, _filename(name),
+                                        name in required))
+    return outcomes
+
+
+def left_out_files(outcomes: list[ArtifactOutcome]) -> list[str]:
+    """File names (in the version folder) of the artifacts left out."""
+    return [o.file for o in outcomes if o.status == LEFT_OUT and o.file]
+
+
+def run_status(outcomes: list[ArtifactOutcome]) -> RunStatus:
+    """`published` when every artifact was published, else `partial` (a run that published anything)."""
+    return RunStatus.PARTIAL if any(o.status == LEFT_OUT for o in outcomes) else RunStatus.PUBLISHED
+
+
+def status_line(outcomes: list[ArtifactOutcome]) -> str:
+    """One line for people and CI logs, e.g. `status: partial (1 of 6 artifacts left out: tflite_int8)`."""
+    left = [o.artifact for o in outcomes if o.status == LEFT_OUT]
+    if not left:
+        return f"status: published (all {len(outcomes)} artifacts published)"
+    return f"status: partial ({len(left)} of {len(outcomes)} artifacts left out: {', '.join(left)})"

@@ -1,0 +1,187 @@
+"""Run reports: `report.json` for machines, `report.md` with matplotlib plots for people, and the
+rich summary table printed at the end of `tfship run`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pipeline.orchestration.stages import RunFolder, StageRecord
+
+
+def _human_bytes(size: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return str(size)
+
+
+def _bar(run: RunFolder, names: list[str], values: list[float], label: str, filename: str, plt) -> str:
+    figure, axis = plt.subplots(figsize=(7, 3))
+    axis.barh(names, values, color="#4c72b0")
+    axis.set_xlabel(label)
+    finite = [v for v in values if v == v]
+    if label.startswith("accuracy") and finite:
+        axis.set_xlim(max(0.0, min(finite) - 5), 100.5)
+    figure.tight_layout()
+    figure.savefig(run.root / filename, dpi=100)
+    plt.close(figure)
+    return filename
+
+
+def _error_histograms(run: RunFolder, rows: list[dict[str, Any]], edges: list, plt) -> list[str]:
+    """One PNG per output: absolute-error counts per log10 bin, one line per artifact."""
+    outputs = list(dict.fromkeys(o["output"] for r in rows for o in r["outputs"] if o.get("error_histogram")))
+    labels = [f"<{e:.0e}" if e is not None else f">={edges[-2]:.0e}" for e in edges[1:]]
+    files = []
+    for output in outputs:
+        figure, axis = plt.subplots(figsize=(7, 3))
+        for row in rows[1:]:  # the SavedModel against itself is all zeros
+            counts = next((o["error_histogram"] for o in row["outputs"] if o["output"] == output), None)
+            if counts:
+                axis.plot(range(len(counts)), counts, marker="o", label=row["artifact"])
+        axis.set_xticks(range(len(labels)), labels, rotation=45, fontsize=7)
+        axis.set_yscale("symlog")
+        axis.set_ylim(bottom=0)
+        axis.set_xlabel(f"|artifact - SavedModel| for output '{output}'")
+        axis.set_ylabel("elements")
+        axis.legend(fontsize=7)
+        figure.tight_layout()
+        name = f"errors_{''.join(c if c.isalnum() else '_' for c in output)}.png"
+        figure.savefig(run.root / name, dpi=100)
+        plt.close(figure)
+        files.append(name)
+    return files
+
+
+def _plots(run: RunFolder, parity: dict[str, Any]) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = parity["artifacts"]
+    names = [r["artifact"] for r in rows]
+    metric = parity.get("metric", "accuracy_%")
+    figures = [
+        _bar(run, names, [r["metric"] for r in rows],
+             "accuracy (%)" if metric == "accuracy_%" else f"{metric} on '{parity.get('metric_output')}'",
+             "accuracy.png" if metric == "accuracy_%" else "metric.png", plt),
+        _bar(run, names, [r["size_bytes"] / 1024 for r in rows], "size (KiB)", "size.png", plt),
+        _bar(run, names, [r["latency_ms_batch1"] for r in rows], "latency at batch 1 (ms)", "latency.png", plt),
+    ]
+    return figures + _error_histograms(run, rows, parity.get("error_bin_edges", []), plt)
+
+
+def _outcome_text(outcome: dict[str, Any] | None) -> str:
+    if outcome is None:
+        return "-"
+    if outcome["status"] == "published":
+        return "published"
+    return f"left out at {outcome['stage']}: {outcome['reason']}"
+
+
+def _flips_text(row: dict[str, Any]) -> str:
+    if row.get("flips") is None:
+        return "-"
+    return f"{row['flips']} ({row.get('tie_flips') or 0} ties)"
+
+
+def _artifact_lines(summary: dict[str, Any], parity: dict[str, Any]) -> list[str]:
+    rows, metric = parity["artifacts"], parity.get("metric", "accuracy_%")
+    outcomes = {o["artifact"]: o for o in summary.get("artifacts", [])}
+    lines = ["", f"| artifact | mode | size | size vs tflite float32 | {metric} | agreement % | flips (ties) "
+             "| latency b1 ms | worst float output (max abs err) | integer/string outputs | verdict | outcome |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    float32_size = next((r["size_bytes"] for r in rows if r["artifact"] == "tflite_float32"), None)
+    for row in rows:
+        worst = max((o for o in row["outputs"] if not o.get("exact")), key=lambda o: o["max_abs_error"], default=None)
+        worst_text = f"{worst['output']} ({worst['max_abs_error']:.2e})" if worst else "-"
+        exact_text = "; ".join(f"{o['output']}: {o['detail'] or 'equal'}" for o in row["outputs"] if o.get("exact"))
+        ratio = (f"{100 * row['size_bytes'] / float32_size:.1f}% of tflite float32"
+                 if float32_size and row["kind"] == "tflite" else "-")
+        agreement = "-" if row["top1_agreement"] is None else f"{row['top1_agreement']:.2f}"
+        lines.append(f"| {row['artifact']} | {row['mode']} | {_human_bytes(row['size_bytes'])} | {ratio} "
+                     f"| {row['metric']:.4g} | {agreement} | {_flips_text(row)} | {row['latency_ms_batch1']:.3f} "
+                     f"| {worst_text} | {exact_text or '-'} | {'pass' if row['passed'] else 'FAIL: ' + row['reason']} "
+                     f"| {_outcome_text(outcomes.get(row['artifact']))} |")
+    return lines
+
+
+def write_report(run: RunFolder, summary: dict[str, Any]) -> tuple[Path, Path]:
+    """Write `report.json` and `report.md` (+ PNG plots: metric, size, latency, error histogram per output)
+    into the run folder; return both paths. A failed run's summary (status `failed`, `error`, no parity
+    yet) gives a report of what ran and why it stopped."""
+    parity = summary.get("parity")
+    json_path = run.write_json("report.json", summary)
+    train = summary.get("train")
+    train_line = (f"- train: {train['epochs']} epochs, {train['steps']} steps, {train['train_step_traces']} "
+                  f"trace(s) of the train step, XLA {'on' if train['jit_compile'] else 'off'}, {train['seconds']} s"
+                  if train else f"- export-only: model `{summary.get('export_only', {}).get('model')}`, data "
+                  f"`{summary.get('export_only', {}).get('data')}` (training skipped)"
+                  if summary.get("export_only") else "- train: -")
+    lines = ["# tfship run report", "", f"- {summary.get('status_line', '')}", f"- run: `{summary['run']}`",
+             f"- published: `{summary['published']}`",
+             f"- audit: {'passed' if summary['audit_passed'] else 'FAILED or not run'}", train_line]
+    if summary.get("error"):
+        lines.append(f"- error: {summary['error']}")
+    if summary.get("stages"):
+        lines += ["", "| stage | status | seconds | note |", "|---|---|---|---|"]
+        lines += [f"| {s['name']} | {s['status']} | {s['seconds']:.1f} | {s['reason'] or '-'} |"
+                  for s in summary["stages"]]
+    if summary.get("artifacts"):
+        lines += ["", "| artifact | outcome | file | required |", "|---|---|---|---|"]
+        lines += [f"| {o['artifact']} | {_outcome_text(o)} | {o['file'] or '-'} | {'yes' if o['required'] else 'no'} |"
+                  for o in summary["artifacts"]]
+    if parity:
+        metric = parity.get("metric", "accuracy_%")
+        lines += ["", f"- task metric: {metric} on output `{parity.get('metric_output')}` against "
+                  f"{parity.get('label_source', 'labels')}; SavedModel: {parity.get('reference_metric', float('nan')):.4g}"
+                  f"; {parity.get('samples')} rows"]
+        lines += _artifact_lines(summary, parity)
+    lines += ["", "| conversion | status | reason |", "|---|---|---|"]
+    lines += [f"| {c['name']} | {c['status']} | {c['reason'] or '-'} |" for c in summary.get("conversions") or []]
+    if parity:
+        lines += [""] + [f"![{name}]({name})" for name in _plots(run, parity)]
+    md_path = run.root / "report.md"
+    md_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return json_path, md_path
+
+
+def summary_tables(summary: dict[str, Any], records: list[StageRecord]):
+    """Rich tables for the terminal: stages, and artifacts (metric, parity, size, outcome)."""
+    from rich.table import Table
+
+    stages = Table(title="stages")
+    for column in ("stage", "status", "seconds", "note"):
+        stages.add_column(column)
+    for record in records:
+        stages.add_row(record.name, record.status.value, f"{record.seconds:.1f}", record.reason[:120])
+    artifacts = Table(title="artifacts (held-out test split, compared by output name with the SavedModel)")
+    for column in ("artifact", "mode", "size", summary["parity"].get("metric", "accuracy_%"), "agree %",
+                   "flips (ties)", "worst float output", "max abs err", "other outputs", "verdict", "outcome"):
+        artifacts.add_column(column)
+    outcomes = {o["artifact"]: o for o in summary.get("artifacts", [])}
+    for row in summary["parity"]["artifacts"]:
+        floats = [o for o in row["outputs"] if not o.get("exact")]
+        worst = max(floats, key=lambda o: (not o["passed"], o["max_abs_error"]), default={})
+        exact = [f"{o['output']}: {o['detail'] or 'equal'}" for o in row["outputs"] if o.get("exact")]
+        outcome = outcomes.get(row["artifact"])
+        artifacts.add_row(row["artifact"], row["mode"], _human_bytes(row["size_bytes"]), f"{row['metric']:.4g}",
+                          "-" if row["top1_agreement"] is None else f"{row['top1_agreement']:.2f}", _flips_text(row),
+                          worst.get("output", "-"), f"{worst.get('max_abs_error', float('nan')):.2e}",
+                          "; ".join(exact) or "-", "pass" if row["passed"] else "FAIL: " + row["reason"],
+                          "-" if outcome is None else ("published" if outcome["status"] == "published"
+                                                       else f"left out ({outcome['stage']})"))
+    for name, outcome in outcomes.items():  # left out before the parity gate: no parity row
+        if name not in {row["artifact"] for row in summary["parity"]["artifacts"]}:
+            artifacts.add_row(name, "-", "-", "-", "-", "-", "-", "-", "-", "-",
+                              f"left out ({outcome['stage']}): {outcome['reason'][:100]}")
+    return stages, artifacts
+
+
+def load_summary(run: RunFolder) -> dict[str, Any]:
+    """Read a finished run's `summary.json`."""
+    return json.loads((run.root / "summary.json").read_text(encoding="utf-8"))

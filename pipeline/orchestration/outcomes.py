@@ -17,8 +17,10 @@ import enum
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from core.errors import CLI_EXIT_CODE
 from pipeline.conversion.artifacts import SAVED_MODEL, artifact_kinds
 
+PARTIAL_EXIT_CODE = 3
 PUBLISHED = "published"
 LEFT_OUT = "left out"
 
@@ -33,7 +35,7 @@ class RunStatus(str, enum.Enum):
     @property
     def exit_code(self) -> int:
         """0 published, 3 partial (optional artifacts left out), 2 failed (nothing published)."""
-        return {"published": 0, "partial": 3, "failed": 2}[self.value]
+        return {"published": 0, "partial": PARTIAL_EXIT_CODE, "failed": CLI_EXIT_CODE}[self.value]
 
 
 @dataclass(frozen=True)

@@ -52,3 +52,29 @@ def write_classification_npz(path, rows: int = 96, seed: int = 0):
     labels = np.asarray(two_input_classifier()({"pixels": pixels, "count": count})["class_id"]).astype(np.int64)
     np.savez(path, pixels=pixels, count=count, y=labels)
     return path
+
+
+class Erf(keras.layers.Layer):
+    """`tf.math.erf`: no TFLite builtin (needs Flex), fine for TensorFlow and ONNX (tf2onnx's `Erf`)."""
+
+    def call(self, values):
+        import tensorflow as tf
+
+        return tf.math.erf(values)
+
+
+def flex_classifier():
+    """Input `x` float32 [-1, 4]; heads `scores` [-1, 3] and `class_id` int64 [-1]; an erf in the middle makes
+    every TFLite conversion need Flex ops (left out), while the SavedModel and ONNX are fine."""
+    keras.utils.set_random_seed(2)
+    x = keras.Input((4,), name="x")
+    scores = keras.layers.Dense(3, name="scores_dense")(Erf(name="erf")(keras.layers.Dense(4, name="mix")(x)))
+    return keras.Model(x, {"scores": scores, "class_id": ArgMax(name="class_id")(scores)})
+
+
+def write_flex_npz(path, rows: int = 70, seed: int = 0):
+    """70 rows of `x` and `y` (labels from `flex_classifier` itself)."""
+    x = np.random.default_rng(seed).uniform(-1.0, 1.0, (rows, 4)).astype(np.float32)
+    labels = np.asarray(flex_classifier()(x)["class_id"]).astype(np.int64)
+    np.savez(path, x=x, y=labels)
+    return path

@@ -73,7 +73,7 @@ class OnnxRuntime(Runtime):
                 *, deadline: float | None = None) -> dict[str, np.ndarray]:
         names = list(self._signature.outputs)
         try:
-            values = self._session.run(names, dict(inputs))
+            values = self._session.run(names, {k: _text(v) for k, v in inputs.items()})
         except Exception as err:
             if _is_input_error(err):
                 raise input_rejected("ONNX Runtime", inputs, err) from err
@@ -99,3 +99,12 @@ def _is_input_error(err: Exception) -> bool:
 def _spec(node) -> TensorSpec:
     shape = None if node.shape is None else tuple(d if isinstance(d, int) and d >= 0 else None for d in node.shape)
     return TensorSpec(dtype=_ORT_TYPES.get(node.type, node.type), shape=shape, tensor_name=node.name)
+
+
+def _text(value: np.ndarray) -> np.ndarray:
+    """String tensors for ONNX Runtime: object arrays of `str` (it renders `bytes` items as "b'...'")."""
+    value = np.asarray(value)
+    if value.dtype.kind not in "OS":
+        return value
+    flat = [v.decode("utf-8") if isinstance(v, bytes) else v for v in value.ravel()]
+    return np.array(flat, dtype=object).reshape(value.shape)

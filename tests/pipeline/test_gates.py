@@ -151,3 +151,21 @@ def test_int8_log_softmax_saturation_is_named_even_with_perfect_top1(tmp_path):
     assert row.top1_agreement == 100.0 and not row.passed
     assert "output 'log_probs'" in row.reason and "saturated" in row.reason and "-15.9375" in row.reason, row.reason
     assert report.passed and report.left_out.keys() == {"tflite_int8"}  # optional: left out, the gate goes on
+
+
+def test_string_tensors_reach_onnx_as_text_through_the_serving_runtime(tmp_path):
+    """The gate feeds strings as the server does (object arrays of UTF-8 bytes); the ONNX runtime hands
+    ONNX Runtime text, so an identity model answers the same words (not "b'...'")."""
+    from pipeline.conversion.artifacts import open_runner
+
+    graph = helper.make_graph([helper.make_node("Identity", ["city"], ["echo"])], "echo",
+                              [helper.make_tensor_value_info("city", TensorProto.STRING, ["n", 1])],
+                              [helper.make_tensor_value_info("echo", TensorProto.STRING, ["n", 1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    (tmp_path / "v").mkdir()
+    onnx.save(model, str(tmp_path / "v" / "model.onnx"))
+    runner = open_runner(Artifact("onnx", "onnx", "float32", tmp_path / "v" / "model.onnx"))
+    words = np.array([["Zürich"], ["Oslo"]])
+    (row,) = compare_outputs(runner({"city": words}), {"echo": words}, Tolerance(1e-5, 1e-5))
+    assert row.passed and row.exact, row.detail

@@ -29,6 +29,9 @@ ERROR_BIN_EDGES = (0.0, *(10.0 ** e for e in range(-9, 2)), float("inf"))
 # How far (fraction of the output's range) beyond an artifact's extreme value a reference value must lie to
 # count as clipped there; independent of the tolerance, so loosening a bound never hides a saturation.
 SATURATION_MARGIN = 1e-3
+# A clip costing at most this many steps of the output's value grid is ordinary rounding at the edge of the
+# quantization range (a softmax probability of 0.9996 read back as 255/256), not a saturation.
+SATURATION_STEPS = 1.5
 
 
 @dataclass(frozen=True)
@@ -100,15 +103,21 @@ def saturation(got: np.ndarray, want: np.ndarray, bound: float) -> str:
 
     An output is saturated at its minimum (maximum) when at least two different reference values lie more
     than `bound` below (above) the artifact's minimum (maximum) and every one of them came back as exactly
-    that minimum (maximum): a quantized output clipped at its quantization range (one value alone is just
-    the artifact's own extreme, e.g. after a constant shift).
+    that minimum (maximum), and the farthest of them lies more than `SATURATION_STEPS` steps of the
+    output's value grid beyond it: a quantized output clipped at its quantization range (one value alone
+    is just the artifact's own extreme, e.g. after a constant shift; a clip within a step or so is the
+    grid's own rounding, e.g. a softmax probability of 0.9996 read back as 255/256).
     """
     if got.size == 0:
         return ""
+    gaps = np.diff(np.unique(got))
+    step = float(gaps.min()) if gaps.size else 0.0  # the output's grid: one quantization step when quantized
     for side, limit in (("below", float(np.min(got))), ("above", float(np.max(got)))):
         beyond = want < limit - bound if side == "below" else want > limit + bound
-        if np.unique(want[beyond]).size >= 2 and np.all(got[beyond] == limit):
-            extreme = float(np.min(want[beyond]) if side == "below" else np.max(want[beyond]))
+        if np.unique(want[beyond]).size < 2 or not np.all(got[beyond] == limit):
+            continue
+        extreme = float(np.min(want[beyond]) if side == "below" else np.max(want[beyond]))
+        if abs(extreme - limit) > SATURATION_STEPS * step:
             reach = "down to" if side == "below" else "up to"
             return (f"saturated: all {int(beyond.sum())} of {got.size} values whose reference lies {side} "
                     f"{limit:.6g} ({reach} {extreme:.6g}) come back as exactly {limit:.6g}")

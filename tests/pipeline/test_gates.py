@@ -172,12 +172,17 @@ def test_string_tensors_reach_onnx_as_text_through_the_serving_runtime(tmp_path)
 
 
 def test_rounding_at_the_edge_of_a_quantized_range_is_not_a_saturation():
-    """An int8 softmax reads 0.9996 and 0.9999 back as 255/256 (within one step of its grid): not saturated;
-    log-probabilities down to -26 read back as -15.9375 are."""
+    """An int8 softmax reads 0.9996 and 0.9999 back as 255/256 (within one step of its grid) and a few logits
+    a little below the calibrated range come back at its edge: not saturated; log-probabilities down to -26
+    read back as -15.9375 are."""
     probabilities = np.array([[0.9996, 0.0004], [0.9999, 0.0001], [0.6, 0.4]], np.float32)
     on_grid = np.array([[255, 0], [255, 0], [154, 102]], np.float32) / 256
     (row,) = compare_outputs({"p": on_grid}, {"p": probabilities}, Tolerance(0.1, 0.0))
     assert row.passed, row.detail
+    logits = np.linspace(-10.1, 10.7, 300).astype(np.float32).reshape(100, 3)  # three held-out values a little
+    clipped = np.maximum(np.round(logits / 0.08) * 0.08, -9.44)                 # below the calibrated range
+    (row,) = compare_outputs({"logits": clipped}, {"logits": logits}, Tolerance(0.1, 0.0))
+    assert row.passed, row.detail  # clipped by 0.66 of a 10.7 range: the value bound judges it, within 10 %
     log_probs = np.array([[-1e-3, -26.0, -6.5], [-5e-3, -20.8, -5.2]], np.float32)
     pinned = np.array([[0.0, -15.9375, -6.375], [0.0, -15.9375, -5.25]], np.float32)
     (row,) = compare_outputs({"log_probs": pinned}, {"log_probs": log_probs}, Tolerance(10.0, 0.0))

@@ -82,81 +82,45 @@ def _run_folder(args: argparse.Namespace, config) -> RunFolder:
     return RunFolder(args.run.resolve()) if args.run else latest_run(config.run.runs_dir)
 
 
-def run_data(config, run: RunFolder):
-    """The data a run folder was made with: an export-only run's own `--data` file (read for its
-    contract), else the config's splits.
-
-    Raises:
-        DatasetError, StageError: the data cannot be read, or the run has no SavedModel yet.
-    """
-    from pathlib import Path
-
-    from pipeline.data.splits import load_split_arrays
-
-    stored = json.loads((run.root / "config.json").read_text()) if (run.root / "config.json").is_file() else {}
-    if "export_only" in stored:
-        from pipeline.orchestration.steps import read_contract
-        from pipeline.export_only.user_model import load_user_data
-
-        return load_user_data(Path(stored["export_only"]["data"]), read_contract(run),
-                              config.convert.representative_samples, config.run.seed, config.data.classes)
-    return load_split_arrays(config.data, config.run.seed)
-
-
 def _stage_command(args: argparse.Namespace, name: str) -> int:
-    from pipeline.orchestration import steps
+    """Run one stage of the chain alone (`pipeline.orchestration.run.run_single_stage`) and print its result."""
     from pipeline.cli.arguments import config_from_args
-    from pipeline.data.splits import load_split_arrays
+    from pipeline.orchestration.chain import StageContext
     from pipeline.orchestration.run import run_single_stage
 
     config = config_from_args(args)
-    if name == "train" and getattr(args, "resume", None):
-        from pipeline.orchestration.resume import resolve_run, stored_config
-
-        run = resolve_run(args.resume, config.run.runs_dir)
-        config = stored_config(run)
-        splits = load_split_arrays(config.data, config.run.seed)
-        with _progress() as progress:
-            result = run_single_stage(run, "train", lambda: steps.train_step_stage(
-                config, run, splits, progress, resume=True)).summary()
-        _print_json_table(name, run, result)
-        return 0
     if name == "train":
-        splits = load_split_arrays(config.data, config.run.seed)
-        run = RunFolder.create(config.run.runs_dir, config.run.model_name)
-        run.write_json("config.json", config.model_dump(mode="json", by_alias=True))
+        if getattr(args, "resume", None):
+            from pipeline.orchestration.resume import resolve_run, stored_config
+
+            run = resolve_run(args.resume, config.run.runs_dir)
+            config = stored_config(run)
+        else:
+            run = RunFolder.create(config.run.runs_dir, config.run.model_name)
+            run.write_json("config.json", config.model_dump(mode="json", by_alias=True))
         with _progress() as progress:
-            result = run_single_stage(run, "train", lambda: steps.train_step_stage(config, run, splits, progress))
-        _print_json_table(name, run, result.summary())
+            ctx = StageContext(config, run, config.publish.repository, progress=progress,
+                               resume_training=bool(getattr(args, "resume", None)))
+            _print_json_table(name, run, run_single_stage(ctx, "train").summary())
         return 0
     run = _run_folder(args, config)
-    data = run_data(config, run) if name != "export" else load_split_arrays(config.data, config.run.seed)
-    result = {
-        "export": lambda: run_single_stage(run, "export", lambda: steps.export_stage(config, run, data)).audit.to_json(),
-        "convert": lambda: run_single_stage(run, "convert", lambda: steps.convert_stage(config, run, data)).to_json(),
-        "validate": lambda: run_single_stage(run, "validate", lambda: steps.validate_stage(config, run, data)).to_json(),
-        "publish": lambda: _publish(config, run, data),
-    }[name]()
+    ctx = StageContext(config, run, config.publish.repository)
+    if name == "publish":
+        checked = run_single_stage(ctx, "serve-check")
+        published = run_single_stage(ctx, "publish")
+        _print_json_table(name, run, {"serve_check": checked.served, "left_out": checked.left_out,
+                                      "version": published.version, "path": str(published.version_dir),
+                                      "status": published.manifest["status"]})
+        return 0
+    result = run_single_stage(ctx, name)
     if name == "validate":
         from pipeline.orchestration.report import summary_tables
 
-        console.print(summary_tables({"parity": result}, [])[1])
+        console.print(summary_tables({"parity": result.to_json()}, [])[1])
         console.print(f"run folder: {run.root} (full figures in parity.json)", soft_wrap=True)
     else:
-        _print_json_table(name, run, result)
+        _print_json_table(name, run, result.audit.to_json() if name == "export" else result.to_json())
     return 0
-
-
-def _publish(config, run, data) -> dict:
-    from pipeline.orchestration import steps
-    from pipeline.orchestration.run import run_single_stage
-
-    checked = run_single_stage(run, "serve-check", lambda: steps.serve_check_stage(config, run, data))
-    train = json.loads((run.root / "train.json").read_text()) if (run.root / "train.json").is_file() else {}
-    published = run_single_stage(run, "publish", lambda: steps.publish_stage(
-        config, run, data, config.publish.repository, {"test_accuracy": train.get("test_accuracy"), "train": train}))
-    return {"serve_check": checked.served, "left_out": checked.left_out, "version": published.version,
-            "path": str(published.version_dir), "status": published.manifest["status"]}
 
 
 def _print_json_table(name: str, run: RunFolder, result) -> None:

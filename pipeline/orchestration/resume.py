@@ -15,8 +15,6 @@ from pipeline.config import PipelineConfig
 from core.errors import ConfigError, StageError
 from pipeline.orchestration.stages import RunFolder, StageRecord
 
-RESUMED = {"skipped": "outputs complete and valid in the resumed run; not rerun"}
-
 
 def resolve_run(reference: str | Path, runs_dir: Path) -> RunFolder:
     """The run folder named by `reference`: "latest", a folder path, or a run id under `runs_dir`.
@@ -50,38 +48,10 @@ def stored_config(run: RunFolder) -> PipelineConfig:
         raise ConfigError(f"{path}: cannot resume with this stored config: {err}") from err
 
 
-def _passed(run: RunFolder, name: str) -> bool:
-    try:
-        return bool(json.loads((run.root / name).read_text())["passed"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-
-
-def _readable(path: Path) -> bool:
-    try:
-        json.loads(path.read_text())
-        return True
-    except (OSError, ValueError):
-        return False
-
-
-def stage_complete(run: RunFolder, name: str) -> bool:
-    """Whether stage `name` of `run` left complete, valid outputs (files present, JSON readable, checks passed)."""
-    checks = {
-        "train": lambda: (run.root / "model.keras").is_file() and _readable(run.root / "train.json"),
-        "export": lambda: (run.artifacts / "saved_model.pb").is_file() and _passed(run, "audit.json"),
-        "convert": lambda: _readable(run.root / "convert.json"),
-        "validate": lambda: _passed(run, "parity.json"),
-        "serve-check": lambda: _passed(run, "serve_check.json"),
-        "publish": lambda: _readable(run.root / "summary.json")
-        and Path(json.loads((run.root / "summary.json").read_text()).get("published") or "/nonexistent").is_dir(),
-    }
-    return checks[name]()
-
-
 def resume_pipeline(reference: str | Path, config: PipelineConfig, progress=None,
                     on_stage: Callable[[str, StageRecord], None] | None = None):
-    """Resume the whole pipeline in run folder `reference` (see the module docstring).
+    """Resume the whole pipeline in run folder `reference` (see the module docstring), built-in or
+    export-only alike (the chain: `pipeline.orchestration.chain`).
 
     Args:
         reference: "latest", a run folder or a run id under `config.run.runs_dir`.
@@ -93,49 +63,16 @@ def resume_pipeline(reference: str | Path, config: PipelineConfig, progress=None
     Raises:
         TfshipError: the failing stage's error (its record, report.json and report.md are already written).
     """
-    from pipeline.orchestration.run import StageRunner, reported_failure
+    from pipeline.export_only.user_model import ExportOnlyRequest
+    from pipeline.orchestration.chain import StageContext
+    from pipeline.orchestration.run import execute
 
     run = resolve_run(reference, config.run.runs_dir)
     config = stored_config(run)
-    with reported_failure(config, run, {"train": None, "resumed": True}):
-        return _resume(run, config, StageRunner(run, on_stage), progress)
-
-
-def _resume(run: RunFolder, config: PipelineConfig, stage, progress):
-    import keras
-
-    from pipeline.orchestration import steps
-    from pipeline.data.splits import load_split_arrays
-    from pipeline.orchestration.publish import PublishResult
-    from pipeline.orchestration.run import finish_run
-
-    splits = stage("data", lambda: load_split_arrays(config.data, config.run.seed), lambda s: s.summary())
-    rerun = False
-
-    def step(name: str, function: Callable[[], object], load: Callable[[], object] = lambda: None):
-        nonlocal rerun
-        if not rerun and stage_complete(run, name):
-            return stage(name, load, lambda _: RESUMED)
-        rerun = True
-        return stage(name, function)
-
-    has_checkpoint = (run.checkpoints / "checkpoint").is_file()
-    trained = step("train", lambda: steps.train_step_stage(config, run, splits, progress, resume=has_checkpoint).model,
-                   lambda: keras.models.load_model(run.root / "model.keras"))
-    step("export", lambda: steps.export_stage(config, run, splits, trained))
-    step("convert", lambda: steps.convert_stage(config, run, splits))
-    step("validate", lambda: steps.validate_stage(config, run, splits))
-    step("serve-check", lambda: steps.serve_check_stage(config, run, splits))
-    train = json.loads((run.root / "train.json").read_text())
-    metrics = {"test_accuracy": train.get("test_accuracy"), "train": train}
-    published = step("publish", lambda: steps.publish_stage(config, run, splits, config.publish.repository, metrics),
-                     lambda: _stored_publish(run, PublishResult))
-    return finish_run(config, run, stage.records, published, {"train": train, "resumed": True})
-
-
-def _stored_publish(run: RunFolder, result_type):
-    summary = json.loads((run.root / "summary.json").read_text())
-    version_dir = Path(summary["published"])
-    manifest_path = version_dir / "manifest.json"
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
-    return result_type(int(summary["version"]), version_dir, manifest)
+    stored = json.loads((run.root / "config.json").read_text(encoding="utf-8"))
+    request = None
+    if "export_only" in stored:
+        request = ExportOnlyRequest(stored["export_only"]["model"], Path(stored["export_only"]["data"]))
+    ctx = StageContext(config, run, config.publish.repository, request=request, progress=progress,
+                       resume_training=True)
+    return execute(ctx, on_stage, resume=True)

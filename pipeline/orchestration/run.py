@@ -17,16 +17,16 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pipeline.config import PipelineConfig
-from pipeline.data.splits import load_split_arrays
 from core.errors import StageError, TfshipError
 from pipeline.orchestration.outcomes import RunStatus, artifact_outcomes, run_status, status_line
 from pipeline.orchestration.publish import PublishResult
 from pipeline.orchestration.stages import RunFolder, StageRecord, StageStatus
 from pipeline.export_only.user_model import ExportOnlyRequest
 from pipeline.orchestration import steps
+from pipeline.orchestration.chain import STAGES, StageContext, run_chain
 
 T = TypeVar("T")
-STAGE_NAMES = ("data", "train", "export", "convert", "validate", "serve-check", "publish")
+STAGE_NAMES = tuple(STAGES)
 
 
 @dataclass(frozen=True)
@@ -70,21 +70,16 @@ class StageRunner:
             self.on_stage(record.name, record)
 
 
-STAGE_RECORDS = {"train": ("train.json",), "export": ("audit.json",), "convert": ("convert.json",),
-                 "validate": ("parity.json",), "serve-check": ("serve_check.json",), "publish": ()}
-ARTIFACT_STAGES = ("train", "export", "convert")  # stages that rewrite what later stages judged
-
-
 def _forget(run: RunFolder, names: tuple[str, ...]) -> None:
     for stage_name in names:
-        for file_name in STAGE_RECORDS.get(stage_name, ()):
+        for file_name in STAGES[stage_name].outputs:
             (run.root / file_name).unlink(missing_ok=True)
 
 
-def run_single_stage(run: RunFolder, name: str, function: Callable[[], T],
-                     summarise: Callable[[T], dict] = lambda _: {}) -> T:
+def run_single_stage(ctx: StageContext, name: str) -> Any:
     """Run one stage alone in an existing run folder (`tfship convert`, `validate`, ...).
 
+    The stage comes from the chain (`pipeline.orchestration.chain.STAGES`); its value is returned.
     The stage's own record file is removed first, so a failure can never leave an earlier `ok` behind;
     `stages.json` keeps the other stages' records and gets this stage's new one (`ok`, or `failed` with the
     reason). When the stage fails, or when it rewrote artifacts (train, export, convert), every later
@@ -93,6 +88,7 @@ def run_single_stage(run: RunFolder, name: str, function: Callable[[], T],
     Raises:
         TfshipError: the stage's error (its `failed` record is already written).
     """
+    run, stage = ctx.run, STAGES[name]
     later = STAGE_NAMES[STAGE_NAMES.index(name) + 1:]
     _forget(run, (name,))
     stored = json.loads((run.root / "stages.json").read_text()) if (run.root / "stages.json").is_file() else []
@@ -101,11 +97,11 @@ def run_single_stage(run: RunFolder, name: str, function: Callable[[], T],
     runner = StageRunner(run)
     runner.records = [r for r in records if r.name not in later]
     try:
-        value = runner(name, function, summarise)
+        value = runner(name, lambda: stage.run(ctx), stage.summarise)
     except TfshipError:
         _forget(run, later)
         raise
-    if name in ARTIFACT_STAGES:
+    if stage.rewrites_artifacts:
         _forget(run, later)
         for stage_name in later:
             runner.skip(stage_name, f"outdated: '{name}' ran again alone; run `tfship run --resume`")
@@ -113,15 +109,6 @@ def run_single_stage(run: RunFolder, name: str, function: Callable[[], T],
         runner.records += [r for r in records if r.name in later]
         run.record_stages(runner.records)
     return value
-
-
-def _summarise_export(e) -> dict:
-    return {"passed": e.audit.passed, "ops": sum(e.audit.op_histogram.values()), "variables": len(e.audit.variables),
-            "behaviour": None if e.behaviour is None else e.behaviour.passed}
-
-
-def _summarise_parity(p) -> dict:
-    return {r.artifact: round(r.metric, 4) for r in p.rows} | {"left_out": sorted(p.left_out)}
 
 
 def _read(run: RunFolder, name: str):
@@ -170,6 +157,30 @@ def reported_failure(config: PipelineConfig, run: RunFolder, extra: dict[str, An
         raise
 
 
+def _extras(ctx: StageContext) -> dict[str, Any]:
+    stored = _read(ctx.run, "config.json") or {}
+    if "export_only" in stored:
+        contract = _read(ctx.run, "audit.json") and steps.read_contract(ctx.run).to_json()
+        return {"train": None, "export_only": stored["export_only"], "contract": contract}
+    train = _read(ctx.run, "train.json")
+    return {"train": {k: v for k, v in train.items() if k != "history"} if train else None}
+
+
+def execute(ctx: StageContext, on_stage: Callable[[str, StageRecord], None] | None = None,
+            resume: bool = False) -> PipelineResult:
+    """Run the chain (`pipeline.orchestration.chain.run_chain`) in `ctx.run` and write `summary.json`; on a
+    failure write report.json and report.md, then re-raise.
+
+    Raises:
+        TfshipError: the failing stage's error (its record, report.json and report.md are already written).
+    """
+    stage = StageRunner(ctx.run, on_stage)
+    extra = {"resumed": True} if resume else {}
+    with reported_failure(ctx.config, ctx.run, extra):
+        run_chain(ctx, stage, resume)
+    return finish_run(ctx.config, ctx.run, stage.records, ctx.values["publish"], _extras(ctx) | extra)
+
+
 def run_export_only(config: PipelineConfig, repository: Path, request: ExportOnlyRequest,
                     on_stage: Callable[[str, StageRecord], None] | None = None) -> PipelineResult:
     """`tfship run --model ... --data ...`: load, export (+ audit, behaviour), convert, validate,
@@ -178,27 +189,10 @@ def run_export_only(config: PipelineConfig, repository: Path, request: ExportOnl
     Raises:
         TfshipError: the failing stage's error (its record, report.json and report.md are already written).
     """
-    from pipeline.export_only.user_model import load_user_model
-
     run = RunFolder.create(config.run.runs_dir, config.run.model_name)
     run.write_json("config.json", config.model_dump(mode="json", by_alias=True)
                    | {"export_only": {"model": request.model, "data": str(Path(request.data).resolve())}})
-    stage = StageRunner(run, on_stage)
-    extra = {"train": None, "export_only": {"model": request.model, "data": str(request.data)}}
-    with reported_failure(config, run, extra):
-        model = stage("data", lambda: load_user_model(request.model),
-                      lambda m: {"model": request.model, "kind": type(m).__name__})
-        stage.skip("train", f"--model {request.model} given: export-only")
-        exported, data = stage("export", lambda: steps.export_user_stage(config, run, model, request.data),
-                               lambda pair: _summarise_export(pair[0]) | {"data": pair[1].summary()})
-        stage("convert", lambda: steps.convert_stage(config, run, data),
-              lambda c: {o.name: o.status for o in c.outcomes})
-        parity = stage("validate", lambda: steps.validate_stage(config, run, data), _summarise_parity)
-        stage("serve-check", lambda: steps.serve_check_stage(config, run, data), lambda s: s.served)
-        metrics = {"reference_metric": parity.reference_metric, "metric": parity.metric}
-        published = stage("publish", lambda: steps.publish_stage(config, run, data, repository, metrics),
-                          lambda p: {"version": p.version, "path": str(p.version_dir)})
-    return finish_run(config, run, stage.records, published, extra | {"contract": exported.contract.to_json()})
+    return execute(StageContext(config, run, repository, request=request), on_stage)
 
 
 def run_pipeline(config: PipelineConfig, repository: Path, progress=None,
@@ -210,19 +204,7 @@ def run_pipeline(config: PipelineConfig, repository: Path, progress=None,
     """
     run = RunFolder.create(config.run.runs_dir, config.run.model_name)
     run.write_json("config.json", config.model_dump(mode="json", by_alias=True))
-    stage = StageRunner(run, on_stage)
-    with reported_failure(config, run, {"train": None}):
-        splits = stage("data", lambda: load_split_arrays(config.data, config.run.seed), lambda s: s.summary())
-        trained = stage("train", lambda: steps.train_step_stage(config, run, splits, progress), lambda r: r.summary())
-        stage("export", lambda: steps.export_stage(config, run, splits, trained.model), _summarise_export)
-        stage("convert", lambda: steps.convert_stage(config, run, splits),
-              lambda c: {o.name: o.status for o in c.outcomes})
-        stage("validate", lambda: steps.validate_stage(config, run, splits), _summarise_parity)
-        stage("serve-check", lambda: steps.serve_check_stage(config, run, splits), lambda s: s.served)
-        metrics = {"test_accuracy": trained.test_accuracy, "train": trained.summary()}
-        published = stage("publish", lambda: steps.publish_stage(config, run, splits, repository, metrics),
-                          lambda p: {"version": p.version, "path": str(p.version_dir)})
-    return finish_run(config, run, stage.records, published, {"train": trained.summary()})
+    return execute(StageContext(config, run, repository, progress=progress), on_stage)
 
 
 def latest_run(runs_dir: Path) -> RunFolder:

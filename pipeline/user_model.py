@@ -82,9 +82,21 @@ def load_user_model(spec: str):
     return model
 
 
+def _as_text(name: str, array: np.ndarray, where: str) -> np.ndarray:
+    """A text input as numpy unicode, whether the file holds `str`, UTF-8 `bytes` or objects of either."""
+    from pipeline.runners import as_text
+
+    if array.dtype.kind not in "OSU":
+        raise DatasetError(f"{where}: input '{name}' is a string input; the array holds {array.dtype} values")
+    try:
+        return as_text(array)
+    except UnicodeDecodeError as err:
+        raise DatasetError(f"{where}: input '{name}' holds bytes that are not UTF-8 text: {err}") from err
+
+
 def _coerce(name: str, array: np.ndarray, dtype: str, shape: tuple, where: str) -> np.ndarray:
     if dtype == "string":
-        array = np.asarray(array).astype(str)
+        array = _as_text(name, np.asarray(array), where)
     else:
         array = np.asarray(array).astype(dtype)
     if array.ndim != len(shape) or any(w is not None and w != g for w, g in zip(shape[1:], array.shape[1:])):

@@ -95,6 +95,13 @@ class UnauthenticatedError(TfshipError):
     http_status = 401
 
 
+class PermissionDeniedError(TfshipError):
+    """The caller is authenticated but may not make this call (e.g. an admin call with an inference token)."""
+
+    grpc_code = "PERMISSION_DENIED"
+    http_status = 403
+
+
 class UnimplementedError(TfshipError):
     """The method exists in TF Serving's API but this model has no signature for it."""
 

@@ -44,7 +44,8 @@ def existing_versions(model_root: Path) -> list[int]:
     """Numeric version folders under `<repository>/<model_name>/`, ascending."""
     if not model_root.is_dir():
         return []
-    return sorted(int(p.name) for p in model_root.iterdir() if p.is_dir() and p.name.isdigit() and int(p.name) > 0)
+    return sorted(int(p.name) for p in model_root.iterdir()
+                  if p.is_dir() and p.name.isascii() and p.name.isdigit() and int(p.name) > 0)  # "²" is no version
 
 
 def next_version(model_root: Path) -> int:

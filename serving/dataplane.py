@@ -31,6 +31,8 @@ from serving.types import (
     VersionStatus,
 )
 
+UNKNOWN_MODEL_LABEL = "__unknown__"  # the `model` label of requests naming a model that is not configured
+
 
 class DataPlane:
     """Serves Predict, GetModelMetadata, GetModelStatus and ReloadConfig on top of a `ModelManager`.
@@ -79,8 +81,9 @@ class DataPlane:
         except Exception:
             status = "INTERNAL"
             raise
-        finally:
-            self._observe(request.model.name, version, status, time.perf_counter() - started)
+        finally:  # unknown names share one label value: clients cannot grow the metrics without bound
+            name = request.model.name if self.manager.is_configured(request.model.name) else UNKNOWN_MODEL_LABEL
+            self._observe(name, version, status, time.perf_counter() - started)
 
     def _observe(self, model: str, version: str, status: str, seconds: float) -> None:
         counter = self._counters.get((model, version, status))

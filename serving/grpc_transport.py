@@ -18,10 +18,11 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
-from pipeline.errors import InvalidRequestError, TfshipError, UnauthenticatedError
+from pipeline.errors import InvalidRequestError, TfshipError
 from serving import converters, protocol
 from serving.dataplane import DataPlane
 from serving.model_config import from_proto
+from serving.security import AccessPolicy
 
 log = logging.getLogger(__name__)
 
@@ -130,30 +131,35 @@ def _handler(service: str, servicer, methods: dict[str, tuple[type, type]]) -> g
     return grpc.method_handlers_generic_handler(service, handlers)
 
 
-class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
-    """Refuse calls without `authorization: Bearer <token>` in `tokens` (UNAUTHENTICATED).
+class AccessInterceptor(grpc.aio.ServerInterceptor):
+    """Apply the server's `AccessPolicy` to every call (UNAUTHENTICATED / PERMISSION_DENIED).
 
-    Health checks and reflection stay open, as load balancers and tools probe them without credentials.
+    Admin methods (`ADMIN_METHODS`) need the admin right; every other method the inference right. Health
+    checks and reflection stay open, as load balancers and tools probe them without credentials.
     """
 
     OPEN = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+    ADMIN_METHODS = frozenset({protocol.method_path(protocol.MODEL_SERVICE, "HandleReloadConfigRequest")})
 
-    def __init__(self, tokens: frozenset[str]) -> None:
-        self._tokens = tokens
+    def __init__(self, policy: AccessPolicy) -> None:
+        self._policy = policy
 
     async def intercept_service(self, continuation, handler_call_details):
-        if handler_call_details.method.startswith(self.OPEN):
+        method = handler_call_details.method
+        admin = method in self.ADMIN_METHODS
+        if (not admin and not self._policy.requires_token) or method.startswith(self.OPEN):
             return await continuation(handler_call_details)
         metadata = dict(handler_call_details.invocation_metadata or ())
-        header = metadata.get("authorization", "")
-        if header.startswith("Bearer ") and header[len("Bearer "):] in self._tokens:
-            return await continuation(handler_call_details)
-        error = UnauthenticatedError("missing or invalid bearer token (send metadata 'authorization: Bearer <token>')")
+        try:
+            self._policy.check(metadata.get("authorization", ""), admin=admin)
+        except TfshipError as error:
+            code, message = grpc.StatusCode[error.grpc_code], str(error)
 
-        async def deny(request, context):
-            await context.abort(grpc.StatusCode[error.grpc_code], str(error))
+            async def deny(request, context):
+                await context.abort(code, message)
 
-        return grpc.unary_unary_rpc_method_handler(deny)
+            return grpc.unary_unary_rpc_method_handler(deny)
+        return await continuation(handler_call_details)
 
 
 class HealthServicer(health.aio.HealthServicer):

@@ -8,23 +8,27 @@ Routes: `GET /v1/models/{name}[/versions/{v}|/labels/{l}]` (status), `.../metada
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
+import ssl
 import uuid
 
 import numpy as np
 from aiohttp import web
 from google.protobuf import json_format
 
-from pipeline.errors import InvalidRequestError, TfshipError, UnauthenticatedError
+from pipeline.errors import InvalidRequestError, TfshipError
 from serving import converters, protocol
 from serving.contract import Signature
 from serving.dataplane import DataPlane
 from serving.metrics import CONTENT_TYPE, Metrics
+from serving.security import AccessPolicy
 from serving.types import InferenceRequest, ModelRef
 
 log = logging.getLogger(__name__)
+PROMETHEUS_PATH = "/monitoring/prometheus/metrics"  # TF Serving's path (--monitoring_config_file)
 _SPEC = r"{name:[^/:]+}{sel:(/versions/\d+|/labels/[^/:]+)?}"
 
 
@@ -37,13 +41,11 @@ def _ref(request: web.Request) -> ModelRef:
     return ModelRef(name)
 
 
-def _error_middleware(tokens: frozenset[str]):
+def _error_middleware(policy: AccessPolicy):
     @web.middleware
     async def middleware(request: web.Request, handler):
         try:
-            header = request.headers.get("Authorization", "")
-            if tokens and not (header.startswith("Bearer ") and header[len("Bearer "):] in tokens):
-                raise UnauthenticatedError("missing or invalid bearer token (header 'Authorization: Bearer <token>')")
+            policy.check(request.headers.get("Authorization", ""))
             return await handler(request)
         except web.HTTPException as err:
             return web.json_response({"error": err.reason}, status=err.status)
@@ -69,12 +71,12 @@ def _decode(value, dtype: str):
 
 def _array(key: str, value, signature: Signature) -> np.ndarray:
     spec = signature.inputs.get(key)
-    if spec is None:  # let validation name it as an unexpected input
-        return np.asarray(value)
+    if spec is None:  # validation names it as an unexpected input; its value is never decoded
+        return np.empty(0)
     try:
         decoded = _decode(value, spec.dtype)
         return np.array(decoded, dtype=object if spec.dtype == "string" else spec.dtype)
-    except (TypeError, ValueError) as err:
+    except (TypeError, ValueError, OverflowError) as err:
         raise InvalidRequestError(f"input {key!r}: cannot convert JSON value to {spec.describe()}: {err}") from err
 
 
@@ -154,8 +156,12 @@ def _outputs(outputs: dict[str, np.ndarray], rows: bool) -> dict:
     return {"predictions": [{k: _jsonable(v[i]) for k, v in outputs.items()} for i in range(n)]}
 
 
-def build_app(dataplane: DataPlane, tokens: frozenset[str] = frozenset(), max_bytes: int = 64 << 20) -> web.Application:
-    """The TF Serving REST API over `dataplane` (`tokens`: accepted bearer tokens; empty = open)."""
+def build_app(dataplane: DataPlane, policy: AccessPolicy = AccessPolicy(), max_bytes: int = 64 << 20,
+              metrics: Metrics | None = None) -> web.Application:
+    """The TF Serving REST API over `dataplane`, under `policy` (bearer tokens; default open).
+
+    With `metrics`, Prometheus text is also served at TF Serving's `/monitoring/prometheus/metrics`.
+    """
 
     async def status(request: web.Request) -> web.Response:
         statuses = await dataplane.model_status(_ref(request))
@@ -199,7 +205,9 @@ def build_app(dataplane: DataPlane, tokens: frozenset[str] = frozenset(), max_by
     async def unimplemented(request: web.Request) -> web.Response:
         await dataplane.unimplemented(request.match_info["verb"].capitalize())
 
-    app = web.Application(middlewares=[_error_middleware(tokens)], client_max_size=max_bytes)
+    app = web.Application(middlewares=[_error_middleware(policy)], client_max_size=max_bytes)
+    if metrics is not None:
+        app.router.add_get(PROMETHEUS_PATH, _metrics_handler(metrics))
     base = "/v1/models/" + _SPEC
     app.router.add_get(base, status)
     app.router.add_get(base + "/metadata", metadata)
@@ -208,26 +216,36 @@ def build_app(dataplane: DataPlane, tokens: frozenset[str] = frozenset(), max_by
     return app
 
 
-async def _start(app: web.Application, host: str, port: int, reuse_port: bool = False) -> tuple[web.AppRunner, int]:
+def _metrics_handler(metrics: Metrics):
+    async def handler(request: web.Request) -> web.Response:
+        body = await asyncio.to_thread(metrics.render)  # large registries never stall the event loop
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+    return handler
+
+
+async def _start(app: web.Application, host: str, port: int, ssl_context: ssl.SSLContext | None,
+                 reuse_port: bool = False) -> tuple[web.AppRunner, int]:
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None)
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context, reuse_port=reuse_port or None)
     await site.start()
     return runner, runner.addresses[0][1]
 
 
-async def start_rest(dataplane: DataPlane, settings, tokens: frozenset[str]) -> tuple[web.AppRunner, int]:
-    """Start the REST API on `settings.host:settings.rest_port` (0 = any free); returns (runner, bound port)."""
-    return await _start(build_app(dataplane, tokens, settings.max_message_bytes), settings.host, settings.rest_port,
-                        settings.reuse_port)
+async def start_rest(dataplane: DataPlane, settings, policy: AccessPolicy, metrics: Metrics,
+                     ssl_context: ssl.SSLContext | None) -> tuple[web.AppRunner, int]:
+    """Start the REST API on `settings.host:settings.rest_port` (0 = any free), HTTPS when `ssl_context` is
+    given, under `policy`; returns (runner, bound port)."""
+    app = build_app(dataplane, policy, settings.max_message_bytes, metrics)
+    return await _start(app, settings.host, settings.rest_port, ssl_context, settings.reuse_port)
 
 
-async def start_metrics(metrics: Metrics, settings) -> tuple[web.AppRunner, int]:
-    """Serve `GET /metrics` (Prometheus text format) on `settings.metrics_port`; returns (runner, bound port)."""
-
-    async def handler(request: web.Request) -> web.Response:
-        return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE})
-
-    app = web.Application()
-    app.router.add_get("/metrics", handler)
-    return await _start(app, settings.host, settings.metrics_port)
+async def start_metrics(metrics: Metrics, settings, policy: AccessPolicy,
+                        ssl_context: ssl.SSLContext | None) -> tuple[web.AppRunner, int]:
+    """Serve Prometheus text at `/metrics` and `/monitoring/prometheus/metrics` on `settings.metrics_port`, under
+    the same TLS and token policy as the other ports; returns (runner, bound port)."""
+    app = web.Application(middlewares=[_error_middleware(policy)])
+    app.router.add_get("/metrics", _metrics_handler(metrics))
+    app.router.add_get(PROMETHEUS_PATH, _metrics_handler(metrics))
+    return await _start(app, settings.host, settings.metrics_port, ssl_context, settings.reuse_port)

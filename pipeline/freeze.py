@@ -49,3 +49,22 @@ def freeze_layers(model, patterns: tuple[str, ...]) -> list[str]:
     if not model.trainable_variables:
         raise ConfigError(f"train.freeze = {list(patterns)} freezes every trainable weight: nothing would train")
     return [layer.name for layer in layers if layer.name in set(frozen)]
+
+
+def frozen_weights(model, layer_names: list[str]) -> list:
+    """The weights of the named (frozen) layers, nested layers included, without duplicates."""
+    layers = [layer for layer in [model, *_walk(model)] if layer.name in set(layer_names)]
+    seen, weights = set(), []
+    for layer in layers:
+        for weight in layer.weights:
+            if id(weight) not in seen:
+                seen.add(id(weight))
+                weights.append(weight)
+    return weights
+
+
+def slots_for(optimizer, weights) -> list[str]:
+    """Paths of optimizer variables made for any of `weights` (Keras names a slot after its weight's
+    path, `/` -> `_`, e.g. `adam/conv0_kernel_momentum`); empty when the optimizer holds none."""
+    keys = [weight.path.replace("/", "_") for weight in weights]
+    return [variable.path for variable in optimizer.variables if any(key in variable.path for key in keys)]

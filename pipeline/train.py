@@ -254,7 +254,10 @@ class _Loop:
 
         history = self._restore() if self.inputs.resume else []
         start = int(self.step.numpy())
-        steps, choice = self._build_step()
+        from pipeline.train_checks import numerics_guard
+
+        with numerics_guard(self.train.check_numerics, start + 1):  # the first call runs a real step
+            steps, choice = self._build_step()
         folder = self.inputs.tensorboard_dir if self.train.tensorboard and self.runtime.is_chief else None
         board = TensorBoardLog(folder, self.train.log_every_steps, self.train.histogram_every_steps)
         task = self.progress.add_task("train", total=self.total_steps, completed=start) if self.progress else None
@@ -274,7 +277,7 @@ class _Loop:
                    "stopped_early": stopped_early, "resumed_from_step": start if self.inputs.resume else None,
                    "steps_per_second": round((int(self.step.numpy()) - start) / max(seconds, 1e-9), 2),
                    "notes": list(self.notes), "step_kind": {"kind": steps.kind.name, "last": self.kind_metrics},
-                   "frozen_layers": self.frozen, "sparse_gradients": steps.sparse_gradients,
+                   "frozen": self._frozen_summary(), "sparse_gradients": steps.sparse_gradients,
                    "debug": {"check_numerics": self.train.check_numerics, "assert_inputs": self.train.assert_inputs,
                              "run_eagerly": self.train.run_eagerly}}
         from pipeline.model import without_recompute
@@ -324,17 +327,19 @@ class _Loop:
                 self._save(history)
         return False
 
+    def _frozen_summary(self) -> dict:
+        from pipeline.freeze import frozen_weights, slots_for
+
+        weights = frozen_weights(self.model, self.frozen)
+        return {"layers": self.frozen, "weights": [w.path for w in weights],
+                "optimizer_slots_for_frozen_weights": slots_for(self.optimizer, weights),
+                "optimizer_variables": len(self.optimizer.variables)}
+
     def _call_step(self, steps, images, labels, step: int):
-        import tensorflow as tf
+        from pipeline.train_checks import numerics_guard
 
-        try:
+        with numerics_guard(self.train.check_numerics, step):
             return steps.train_step(images, labels)
-        except tf.errors.InvalidArgumentError as err:
-            if not self.train.check_numerics:
-                raise
-            from pipeline.train_checks import numerics_error
-
-            raise numerics_error(err, step) from err
 
     def _end_epoch(self, steps, board, history: list[EpochMetrics], sums, step: int) -> bool:
         validation = self.inputs.splits.validation

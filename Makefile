@@ -19,11 +19,12 @@ export PYTHONUNBUFFERED := 1
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml requirements.lock
+$(STAMP): pyproject.toml requirements.lock requirements-nodeps.lock
 	@command -v $(PYTHON) >/dev/null || { echo "tfship needs $(PYTHON) on PATH"; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade "pip>=24"
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.lock
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-nodeps.lock
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
 
@@ -58,11 +59,11 @@ clean:
 	rm -rf runs models .pytest_cache .hypothesis .venv-edge .venv-tfjs tfjs/node/node_modules bench/work
 
 # ---------------------------------------------------------------- containers (deploy/README.md)
-# Docker targets drive the engine through `python -m pipeline.deploy` (= `tfship deploy`). Where no
+# Docker targets drive the engine through `python -m deploy` (= `tfship deploy`). Where no
 # engine answers, deploy/docker/ensure-dockerd.sh starts one (root only) and records it;
 # docker-test stops what it started. BASE_IMAGE empty: the official python slim image when present
 # or pullable, else tfship/base:bookworm (made by docker-base from the Debian mirror apt uses).
-DEPLOY := $(PY) -m pipeline.deploy
+DEPLOY := $(PY) -m deploy
 BASE_IMAGE ?=
 OFFICIAL_BASE_IMAGE := python:3.11-slim-bookworm
 METRICS_PORT ?= 9090
@@ -127,7 +128,7 @@ TB_LOGDIR ?= runs
 # steps/s of the train step: eager, tf.function, tf.function+XLA, float32 and mixed precision, on the
 # CNN and a larger MLP; JSON + Markdown + plot into bench/results/.
 bench-train: setup
-	$(PY) -m pipeline.bench_train --out bench/results
+	$(PY) -m bench.train.run_bench --out bench/results
 
 # TensorBoard over every run's events (<run>/tensorboard); installs the viewer on first use.
 tensorboard: setup

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from pipeline.errors import ConfigError
+from core.errors import ConfigError
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "digits.toml"
 
@@ -38,7 +38,7 @@ class FeatureSpecSection(_Section):
 
 
 class DataSection(_Section):
-    """Where the data comes from and how it is split and batched (readers: `pipeline.sources`)."""
+    """Where the data comes from and how it is split and batched (readers: `pipeline.data.sources`)."""
 
     source: Literal["digits", "csv", "npz", "image_folder", "tfrecord"] = Field(
         "digits", description="Dataset source; `digits` is scikit-learn's bundled set (no download).")
@@ -98,7 +98,7 @@ class StepSection(_Section):
 
 
 class TrainSection(_Section):
-    """The custom training loop (`pipeline.train`)."""
+    """The custom training loop (`pipeline.training.train`)."""
 
     step: StepSection = Field(StepSection(), description="The step kind and its settings ([train.step]).")
     freeze: tuple[str, ...] = Field((), description="Layer names or fnmatch patterns not trained (trainable = "

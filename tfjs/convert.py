@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.errors import ConversionError, TfshipError
+from core.errors import ConversionError, TfshipError
 from tfjs.venv import ROOT, ensure_tfjs_venv
 
 _TAIL = 800

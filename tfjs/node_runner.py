@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.errors import ConversionError
+from core.errors import ConversionError
 from tfjs.venv import NODE_DIR, ensure_node_modules, node_executable
 
 SCRIPT = NODE_DIR / "run_graph_model.mjs"

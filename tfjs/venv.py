@@ -21,7 +21,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from pipeline.errors import ConversionError
+from core.errors import ConversionError
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv-tfjs"

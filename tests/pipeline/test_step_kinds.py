@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pipeline.errors import ConfigError
-from pipeline.step_kinds import (AdversarialStep, CustomLossStep, DistillationStep, GradientPenaltyStep,
+from core.errors import ConfigError
+from pipeline.training.step_kinds import (AdversarialStep, CustomLossStep, DistillationStep, GradientPenaltyStep,
                                  MultiLossStep, StandardStep, StepContext, build_step_kind)
 
 CONTEXT = StepContext(average=tf.reduce_mean, scale=lambda loss: loss)

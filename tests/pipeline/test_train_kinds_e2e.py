@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from pipeline.config import load_config
-from pipeline.data import load_split_arrays
-from pipeline.errors import StageError
-from pipeline.train import TrainInputs, train_model
+from pipeline.data.splits import load_split_arrays
+from core.errors import StageError
+from pipeline.training.train import TrainInputs, train_model
 
 FAST = {"train.epochs": 1, "train.jit_compile": True, "train.tensorboard": False, "model.kind": "mlp",
         "model.hidden_units": [32]}
@@ -101,7 +101,7 @@ def test_assert_inputs_passes_on_clean_data_and_is_reported(tmp_path):
 def test_input_assertions_name_the_failed_check():
     import tensorflow as tf
 
-    from pipeline.train_checks import input_assertions
+    from pipeline.training.train_checks import input_assertions
 
     check = input_assertions(10, (8, 8, 1))
     good = np.zeros((2, 8, 8, 1), np.float32)
@@ -148,7 +148,7 @@ def test_frozen_block_is_bit_identical_has_no_slots_and_batch_norm_stays_in_infe
 
 
 def test_freeze_by_pattern_on_the_cnn_and_unknown_pattern_is_named(tmp_path):
-    from pipeline.errors import ConfigError
+    from core.errors import ConfigError
 
     result, _ = _train(tmp_path, {"model.kind": "cnn", "model.filters": [8, 8], "train.freeze": ["conv*"]})
     assert result.summary()["frozen"]["layers"] == ["conv0", "conv1"]

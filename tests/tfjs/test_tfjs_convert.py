@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_digits
 
-from pipeline.errors import ConversionError
-from pipeline.runners import saved_model_runner
-from pipeline.validate import compare_output
+from core.errors import ConversionError
+from pipeline.gate.runners import saved_model_runner
+from pipeline.gate.validate import compare_output
 from tfjs.convert import TfjsQuantization, convert_tfjs
 from tfjs.node_runner import NodeGraphModelRunner
 from tfjs.worker import name_outputs

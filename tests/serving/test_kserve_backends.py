@@ -55,9 +55,11 @@ def _clients(server):
             thttp.InferenceServerClient(server.rest_url.removeprefix("http://")))
 
 
-def test_onnx_backend_with_batching(repository, images):
-    want = saved_model_outputs(repository / MODEL / "2", {"image": images})
-    with ServerProcess(repository, MODEL, backend="onnx", extra_args=("--enable-batching",)) as server:
+def test_onnx_backend_with_batching_and_row_limit(repository, images):
+    rows = images[:4]
+    want = saved_model_outputs(repository / MODEL / "2", {"image": rows})
+    with ServerProcess(repository, MODEL, backend="onnx",
+                       extra_args=("--enable-batching", "--max-batch-per-request", "4")) as server:
         grpc_client, http_client = _clients(server)
         try:
             batches = f'tfship_batch_size_count{{model="{MODEL}"}}'
@@ -65,9 +67,16 @@ def test_onnx_backend_with_batching(repository, images):
             assert grpc_client.get_model_metadata(MODEL, as_json=True)["platform"] == PLATFORMS["onnx"]
             assert http_client.get_model_metadata(MODEL)["platform"] == PLATFORMS["onnx"]
             assert grpc_client.is_model_ready(MODEL) and http_client.is_server_ready()
-            _assert_close(grpc_client.infer(MODEL, [_input(tgrpc, images)]), want)
-            _assert_close(http_client.infer(MODEL, [_input(thttp, images, binary=False)]), want)
+            _assert_close(grpc_client.infer(MODEL, [_input(tgrpc, rows)]), want)
+            _assert_close(http_client.infer(MODEL, [_input(thttp, rows, binary=False)]), want)
             assert _metric(server.metrics_url, batches) == before + 2  # both went through the batcher
+            with pytest.raises(InferenceServerException) as err:
+                grpc_client.infer(MODEL, [_input(tgrpc, images)])
+            assert err.value.status() == "StatusCode.INVALID_ARGUMENT"
+            assert "batch of 5 rows exceeds the per-request limit of 4" in err.value.message()
+            with pytest.raises(InferenceServerException) as err:
+                http_client.infer(MODEL, [_input(thttp, images)])
+            assert err.value.status() == "400" and "batch of 5 rows exceeds" in err.value.message()
         finally:
             grpc_client.close()
             http_client.close()

@@ -1,4 +1,4 @@
-"""`serve` and `query` subcommands, registered into the main CLI (`pipeline/cli.py`) or run standalone.
+"""`serve` and `query` subcommands, registered into the main CLI (`pipeline/cli/app.py`) or run standalone.
 
 `serve` flags follow TF Serving's model server where one exists (`--port`, `--rest-port`,
 `--model-config-file`, `--file-system-poll-wait-seconds`, `--batching-parameters-file`, ...).
@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from pipeline.errors import ConfigError, TfshipError
+from core.errors import ConfigError, TfshipError
 from serving.runtimes import BACKENDS  # derived from the runtime registry (light: backends import lazily)
 ENV_PREFIX = "TFSHIP_SERVING_"
 
@@ -73,8 +73,14 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     a("--tls-cert", type=Path, help="server certificate (PEM); enables TLS")
     a("--tls-key", type=Path, help="server private key (PEM)")
     a("--tls-client-ca", type=Path, help="client CA (PEM); enables mutual TLS")
-    a("--auth-token-file", type=Path, help="accepted bearer tokens, one per line")
-    a("--auth-token-env", help="env var with accepted bearer tokens, comma-separated")
+    a("--auth-token-file", type=Path,
+      help="inference bearer tokens: one per line, '#' comment lines and blank lines ignored; empty refused")
+    a("--auth-token-env", help="env var with inference bearer tokens, comma-separated")
+    a("--admin-token-file", type=Path, help="admin tokens (HandleReloadConfigRequest), same format; "
+                                            "admin calls are off without them")
+    a("--admin-token-env", help="env var with admin tokens, comma-separated")
+    a("--enable-admin-api", action="store_true",
+      help="allow admin calls on a server without tokens (trusted network only)")
     a("--json-logs", action="store_true", help="log one JSON object per line")
     a("--num-processes", type=int, default=1,
       help="server processes sharing the gRPC/REST ports via SO_REUSEPORT (use the host's cores); default 1")
@@ -155,4 +161,4 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except TfshipError as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2
+        return err.exit_code

@@ -18,10 +18,11 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
-from pipeline.errors import InvalidRequestError, TfshipError, UnauthenticatedError
+from core.errors import InvalidRequestError, TfshipError
 from serving import converters, protocol
 from serving.dataplane import DataPlane
 from serving.model_config import from_proto
+from serving.security import AccessPolicy
 
 log = logging.getLogger(__name__)
 
@@ -68,15 +69,21 @@ class PredictionServicer:
 
     @_rpc
     async def Classify(self, request, context):
-        await self._dp.unimplemented("Classify")
+        await self._dp.unimplemented("Classify", *_spec_of(request))
 
     @_rpc
     async def Regress(self, request, context):
-        await self._dp.unimplemented("Regress")
+        await self._dp.unimplemented("Regress", *_spec_of(request))
 
     @_rpc
     async def MultiInference(self, request, context):
         await self._dp.unimplemented("MultiInference")
+
+
+def _spec_of(request) -> tuple:
+    """(ModelRef or None when no model is named, signature_name) of a Classify/Regress request."""
+    spec = request.model_spec
+    return (converters.model_ref(spec) if spec.name else None), spec.signature_name
 
 
 class ModelServicer:
@@ -130,30 +137,35 @@ def _handler(service: str, servicer, methods: dict[str, tuple[type, type]]) -> g
     return grpc.method_handlers_generic_handler(service, handlers)
 
 
-class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
-    """Refuse calls without `authorization: Bearer <token>` in `tokens` (UNAUTHENTICATED).
+class AccessInterceptor(grpc.aio.ServerInterceptor):
+    """Apply the server's `AccessPolicy` to every call (UNAUTHENTICATED / PERMISSION_DENIED).
 
-    Health checks and reflection stay open, as load balancers and tools probe them without credentials.
+    Admin methods (`ADMIN_METHODS`) need the admin right; every other method the inference right. Health
+    checks and reflection stay open, as load balancers and tools probe them without credentials.
     """
 
     OPEN = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+    ADMIN_METHODS = frozenset({protocol.method_path(protocol.MODEL_SERVICE, "HandleReloadConfigRequest")})
 
-    def __init__(self, tokens: frozenset[str]) -> None:
-        self._tokens = tokens
+    def __init__(self, policy: AccessPolicy) -> None:
+        self._policy = policy
 
     async def intercept_service(self, continuation, handler_call_details):
-        if handler_call_details.method.startswith(self.OPEN):
+        method = handler_call_details.method
+        admin = method in self.ADMIN_METHODS
+        if (not admin and not self._policy.requires_token) or method.startswith(self.OPEN):
             return await continuation(handler_call_details)
         metadata = dict(handler_call_details.invocation_metadata or ())
-        header = metadata.get("authorization", "")
-        if header.startswith("Bearer ") and header[len("Bearer "):] in self._tokens:
-            return await continuation(handler_call_details)
-        error = UnauthenticatedError("missing or invalid bearer token (send metadata 'authorization: Bearer <token>')")
+        try:
+            self._policy.check(metadata.get("authorization", ""), admin=admin)
+        except TfshipError as error:
+            code, message = grpc.StatusCode[error.grpc_code], str(error)
 
-        async def deny(request, context):
-            await context.abort(grpc.StatusCode[error.grpc_code], str(error))
+            async def deny(request, context):
+                await context.abort(code, message)
 
-        return grpc.unary_unary_rpc_method_handler(deny)
+            return grpc.unary_unary_rpc_method_handler(deny)
+        return await continuation(handler_call_details)
 
 
 class HealthServicer(health.aio.HealthServicer):
@@ -174,10 +186,12 @@ class HealthServicer(health.aio.HealthServicer):
         return await super().Check(request, context)
 
 
-def add_services(server: grpc.aio.Server, dataplane: DataPlane) -> health.aio.HealthServicer:
+def add_services(server: grpc.aio.Server, dataplane: DataPlane,
+                 other_services: tuple[str, ...] = ()) -> health.aio.HealthServicer:
     """Register PredictionService, ModelService, grpc.health.v1 and reflection on `server`.
 
-    Returns the health servicer; the overall service "" and each model name start NOT_SERVING.
+    `other_services`: names of services already registered (e.g. `inference.GRPCInferenceService`) that
+    reflection lists too. Returns the health servicer; "" and each model name start NOT_SERVING.
     """
     server.add_generic_rpc_handlers((
         _handler(protocol.PREDICTION_SERVICE, PredictionServicer(dataplane), protocol.PREDICTION_METHODS),
@@ -185,7 +199,7 @@ def add_services(server: grpc.aio.Server, dataplane: DataPlane) -> health.aio.He
     ))
     health_servicer = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    names = (protocol.PREDICTION_SERVICE, protocol.MODEL_SERVICE,
+    names = (protocol.PREDICTION_SERVICE, protocol.MODEL_SERVICE, *other_services,
              health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME)
     _add_to_pool(health_pb2.DESCRIPTOR, reflection_pb2.DESCRIPTOR)
     reflection.enable_server_reflection(names, server, pool=protocol.POOL)

@@ -19,15 +19,12 @@ from typing import Self
 
 import grpc
 
-from pipeline.errors import TfshipError
+from core.errors import TfshipError, UnavailableError
 from serving.client import PredictClient
 
 
-class ServerStartError(TfshipError):
+class ServerStartError(UnavailableError):
     """The server exited or did not become SERVING in time; the message ends with its stderr tail."""
-
-    grpc_code = "UNAVAILABLE"
-    http_status = 503
 
 
 class ServerProcess:
@@ -43,7 +40,8 @@ class ServerProcess:
         credentials: `grpc.ssl_channel_credentials(...)` for the health check when the server uses TLS.
 
     Attributes (after `__enter__`): `grpc_target` (`127.0.0.1:port`), `rest_url`, `metrics_url`
-    (`http://127.0.0.1:port`, None when that transport is off), `ports` (dict from the port file).
+    (`http://127.0.0.1:port`, `https://` with `--tls-cert`; None when that transport is off), `ports` (dict
+    from the port file).
 
     Raises:
         ServerStartError: the process died or was not SERVING within `startup_timeout_s`.
@@ -114,8 +112,9 @@ class ServerProcess:
             time.sleep(0.05)
         self.ports = json.loads(port_file.read_text())
         self.grpc_target = f"127.0.0.1:{self.ports['grpc']}"
-        self.rest_url = f"http://127.0.0.1:{self.ports['rest']}" if self.ports.get("rest") else None
-        self.metrics_url = f"http://127.0.0.1:{self.ports['metrics']}" if self.ports.get("metrics") else None
+        scheme = "https" if "--tls-cert" in self.extra_args else "http"  # every port follows the same TLS policy
+        self.rest_url = f"{scheme}://127.0.0.1:{self.ports['rest']}" if self.ports.get("rest") else None
+        self.metrics_url = f"{scheme}://127.0.0.1:{self.ports['metrics']}" if self.ports.get("metrics") else None
         with PredictClient(self.grpc_target, timeout_s=5.0, credentials=self.credentials) as client:
             while True:
                 remaining = deadline - time.monotonic()

@@ -22,7 +22,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.errors import ConfigError, ModelNotFoundError, TfshipError, UnavailableError
+from core.errors import ConfigError, InvalidRequestError, ModelNotFoundError, TfshipError, UnavailableError
 from serving.model_config import ModelConfig
 from serving.runtimes import REGISTRY, Runtime, RuntimeOptions
 from serving.types import ModelRef, VersionState, VersionStatus
@@ -128,27 +128,33 @@ class ModelManager:
 
     async def _reconcile_locked(self) -> None:
         for name, model in self._models.items():
-            on_disk = _versions_on_disk(model.config.base_path)
-            for version in [v for v, s in model.versions.items() if s.error is not None and (
-                    v not in on_disk or s.fingerprint != _fingerprint(model.config.base_path / str(v)))]:
-                del model.versions[version]  # gone or changed since it failed: forget the failure, try again
-            failed = {v for v, s in model.versions.items() if s.error is not None}
-            desired = set(model.config.policy.select([v for v in on_disk if v not in failed]))
-            for version in [v for v, s in model.versions.items()
-                            if s.state is VersionState.END and s.error is None and v in desired]:
-                del model.versions[version]
-            for version in sorted(desired - set(model.versions), reverse=True):
-                await self._load(model, version)
-            for version, served in list(model.versions.items()):
-                if version in desired or served.state is not VersionState.AVAILABLE:
-                    continue
-                others = [s for v, s in model.versions.items() if v != version and s.state is VersionState.AVAILABLE]
-                if others or version not in on_disk:
-                    await self._unload(served, name)
-            await self._on_change(name, self._available(model) != [])
+            try:
+                await self._reconcile_model(name, model)
+            except Exception:  # one model's trouble never stops the others, nor the poller
+                log.exception("reconciling model %s with %s failed; retrying on the next poll", name,
+                              model.config.base_path)
 
-    async def _load(self, model: _Model, version: int) -> None:
-        path = model.config.base_path / str(version)
+    async def _reconcile_model(self, name: str, model: _Model) -> None:
+        on_disk = _version_folders(model.config.base_path)
+        for version in [v for v, s in model.versions.items() if s.error is not None and (
+                v not in on_disk or s.fingerprint != _fingerprint(on_disk[v]))]:
+            del model.versions[version]  # gone or changed since it failed: forget the failure, try again
+        failed = {v for v, s in model.versions.items() if s.error is not None}
+        desired = set(model.config.policy.select([v for v in on_disk if v not in failed]))
+        for version in [v for v, s in model.versions.items()
+                        if s.state is VersionState.END and s.error is None and v in desired]:
+            del model.versions[version]
+        for version in sorted(desired - set(model.versions), reverse=True):
+            await self._load(model, version, on_disk[version])
+        for version, served in list(model.versions.items()):
+            if version in desired or served.state is not VersionState.AVAILABLE:
+                continue
+            others = [s for v, s in model.versions.items() if v != version and s.state is VersionState.AVAILABLE]
+            if others or version not in on_disk:
+                await self._unload(served, name)
+        await self._on_change(name, self._available(model) != [])
+
+    async def _load(self, model: _Model, version: int, path: Path) -> None:
         served = model.versions[version] = ServedVersion(version, VersionState.LOADING, fingerprint=_fingerprint(path))
         loop = asyncio.get_running_loop()
         try:
@@ -206,15 +212,15 @@ class ModelManager:
         """The AVAILABLE version a request targets.
 
         Raises:
-            ModelNotFoundError: unknown model, version or label (TF Serving: NOT_FOUND).
+            ModelNotFoundError: unknown model or version (TF Serving: NOT_FOUND).
+            InvalidRequestError: unknown version label (TF Serving: INVALID_ARGUMENT).
             UnavailableError: the model is known but no version is AVAILABLE yet.
         """
         model = self._model(ref.name)
         available = {s.version: s for s in self._available(model)}
         if ref.label is not None:
             if ref.label not in model.config.labels:
-                raise ModelNotFoundError(f"Servable not found for request: {ref.describe()}: unknown version label "
-                                         f"{ref.label!r}; labels: {sorted(model.config.labels)}")
+                raise _unknown_label(ref, model.config.labels)
             ref = ModelRef(ref.name, model.config.labels[ref.label])
         if ref.version is not None:
             if ref.version not in available:
@@ -235,12 +241,16 @@ class ModelManager:
         model = self._model(ref.name)
         version = model.config.labels.get(ref.label) if ref.label is not None else ref.version
         if ref.label is not None and version is None:
-            raise ModelNotFoundError(f"unknown version label {ref.label!r} for model {ref.name!r}")
+            raise _unknown_label(ref, model.config.labels)
         if version is not None:
             if version not in model.versions:
                 raise ModelNotFoundError(f"Could not find version {version} of model {ref.name}")
             return [model.versions[version].status()]
         return [model.versions[v].status() for v in sorted(model.versions)]
+
+    def is_configured(self, name: str) -> bool:
+        """Whether `name` is a configured model (loaded or not)."""
+        return name in self._models
 
     def model_names(self) -> list[str]:
         """Configured model names."""
@@ -311,12 +321,54 @@ def _fingerprint(path: Path) -> tuple:
     return tuple(sorted(entries))
 
 
+MAX_VERSION = (1 << 63) - 1  # TF Serving's versions are int64
+
+
+def version_of(folder_name: str) -> int | None:
+    """The version a folder name stands for, as TF Serving parses it: ASCII digits only, in [1, 2^63-1]
+    (`0001` is version 1). Any other name (`v2`, `.tmp3`, `.staging-4`, `²`, fullwidth digits) is None."""
+    if not (folder_name.isascii() and folder_name.isdigit()):
+        return None
+    version = int(folder_name)
+    return version if 1 <= version <= MAX_VERSION else None
+
+
+def _version_folders(base_path: Path) -> dict[int, Path]:
+    """Version -> folder under `base_path` (TF Serving's version folders). Never raises: an unreadable or
+    vanishing entry is skipped (the next poll sees it again). When two names give one version (`1`, `0001`)
+    the shortest name wins, with a warning."""
+    found: dict[int, Path] = {}
+    try:
+        entries = list(os.scandir(base_path))
+    except OSError:
+        return found
+    for entry in entries:
+        version = version_of(entry.name)
+        try:
+            if version is None or not entry.is_dir():
+                continue
+        except OSError:
+            continue
+        other = found.get(version)
+        if other is not None:
+            log.warning("folders %s and %s are both version %d under %s; serving %s", other.name, entry.name,
+                        version, base_path, min(other.name, entry.name, key=lambda n: (len(n), n)))
+            if (len(other.name), other.name) <= (len(entry.name), entry.name):
+                continue
+        found[version] = Path(entry.path)
+    return found
+
+
 def _versions_on_disk(base_path: Path) -> list[int]:
-    """Positive integer subfolders of `base_path` (TF Serving's version folders)."""
-    if not base_path.is_dir():
-        return []
-    return sorted(int(p.name) for p in base_path.iterdir() if p.is_dir() and p.name.isdigit() and int(p.name) > 0)
+    """Versions present under `base_path`, ascending."""
+    return sorted(_version_folders(base_path))
 
 
 async def _ignore(name: str, available: bool) -> None:
     return None
+
+
+def _unknown_label(ref: ModelRef, labels) -> InvalidRequestError:
+    """TF Serving's answer to a label the model does not define: INVALID_ARGUMENT (not NOT_FOUND)."""
+    return InvalidRequestError(f"Unrecognized servable version label: {ref.label} (model {ref.name!r}; labels: "
+                               f"{sorted(labels)})")

@@ -18,13 +18,15 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2
 
-from pipeline.errors import ConfigError
+from core.errors import ConfigError
 from serving.dataplane import DataPlane
-from serving.grpc_transport import BearerTokenInterceptor, add_services
+from serving.grpc_transport import AccessInterceptor, add_services
+from serving.kserve_grpc import add_inference_service
 from serving.manager import ModelManager, check_config
 from serving.metrics import Metrics
 from serving.model_config import ModelConfig, from_repository, parse_model_server_config
 from serving.runtimes import RuntimeOptions
+from serving.security import grpc_credentials, ssl_context, tls_material
 from serving.settings import ServerSettings
 from serving.types import ServerLimits
 
@@ -56,26 +58,30 @@ def _runtime_wrapper(settings: ServerSettings, metrics: Metrics):
     return lambda runtime: Batched(runtime, params, metrics)
 
 
-def _credentials(settings: ServerSettings) -> grpc.ServerCredentials | None:
-    if not settings.tls_cert:
-        return None
-    if not settings.tls_key:
-        raise ConfigError("--tls-cert needs --tls-key")
-    cert = _pem(settings.tls_cert, "--tls-cert", b"CERTIFICATE")
-    key = _pem(settings.tls_key, "--tls-key", b"PRIVATE KEY")
-    ca = _pem(settings.tls_client_ca, "--tls-client-ca", b"CERTIFICATE") if settings.tls_client_ca else None
-    return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=ca is not None)
-
-
-def _pem(path: Path, flag: str, kind: bytes) -> bytes:
-    """The bytes of a PEM file holding a `kind` block; `ConfigError` naming `flag` and the file otherwise."""
+def _bind_grpc(server: grpc.aio.Server, settings: ServerSettings, credentials) -> int:
+    """Add the gRPC port; `ConfigError` naming the address when it cannot be bound (e.g. already in use)."""
+    address = f"{settings.host}:{settings.port}"
     try:
-        data = path.read_bytes()
+        port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+    except RuntimeError as err:  # grpc gives no detail: a bad key/cert pair or an address in use
+        raise ConfigError(f"cannot listen on gRPC port {address} (--port {settings.port}): already in use by "
+                          f"another process, or a bad --tls-cert/--tls-key pair; to share the port with other "
+                          f"tfship servers on purpose pass --reuse-port ({err})") from err
+    if port == 0:
+        raise ConfigError(f"cannot listen on gRPC port {address} (--port {settings.port}): already in use; to share "
+                          "it with other tfship servers on purpose pass --reuse-port")
+    return port
+
+
+async def _bind_http(start, settings: ServerSettings, flag: str, port: int):
+    """Await a REST/metrics `start` coroutine (None when `port` < 0); `ConfigError` naming the port if taken."""
+    if port < 0:
+        start.close()
+        return None
+    try:
+        return await start
     except OSError as err:
-        raise ConfigError(f"cannot read {flag} {path}: {err}") from err
-    if b"-----BEGIN " not in data or kind + b"-----" not in data:
-        raise ConfigError(f"{flag} {path} is not a PEM file holding a {kind.decode()} block")
-    return data
+        raise ConfigError(f"cannot listen on {settings.host}:{port} ({flag} {port}): {err.strerror or err}") from err
 
 
 def _write_port_file(path: Path, ports: dict[str, int | None]) -> None:
@@ -108,7 +114,9 @@ async def run_server(settings: ServerSettings) -> int:
     """Serve until SIGTERM/SIGINT; return the exit code (0 after a clean drain)."""
     configs = model_configs(settings)
     check_config(configs)  # a missing base_path or version refuses to start, naming it (as TF Serving does)
-    tokens = settings.tokens()
+    policy = settings.access_policy()  # an empty token file refuses to start, naming it
+    tls = tls_material(settings)
+    ssl_ctx = ssl_context(tls)  # HTTPS on REST and metrics whenever gRPC uses TLS (same cert, same client CA)
     metrics = Metrics()
     executor = ThreadPoolExecutor(settings.worker_threads, thread_name_prefix="tfship-model")
     options = RuntimeOptions(intra_op_threads=settings.intra_op_threads, inter_op_threads=settings.inter_op_threads,
@@ -122,24 +130,21 @@ async def run_server(settings: ServerSettings) -> int:
     health.names = manager.model_names
 
     server = grpc.aio.server(
-        interceptors=[BearerTokenInterceptor(tokens)] if tokens else None,
+        interceptors=[AccessInterceptor(policy)],
         options=[("grpc.max_receive_message_length", settings.max_message_bytes),
-                 ("grpc.max_send_message_length", settings.max_message_bytes)])
-    health.servicer = add_services(server, dataplane)
-    address = f"{settings.host}:{settings.port}"
-    credentials = _credentials(settings)
-    try:
-        grpc_port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
-    except RuntimeError as err:  # grpc gives no detail: a bad key/cert pair or an address in use
-        raise ConfigError(f"cannot listen on {address}{' with --tls-cert/--tls-key' if credentials else ''}: "
-                          f"{err}") from err
+                 ("grpc.max_send_message_length", settings.max_message_bytes),
+                 ("grpc.so_reuseport", 1 if settings.reuse_port else 0)])  # sharing a port only when asked
+    health.servicer = add_services(server, dataplane, (add_inference_service(server, dataplane),))
+    grpc_port = _bind_grpc(server, settings, grpc_credentials(tls))
     await server.start()
     await health.overall()
 
     from serving.rest import start_metrics, start_rest
 
-    rest = await start_rest(dataplane, settings, tokens) if settings.rest_port >= 0 else None
-    metrics_site = await start_metrics(metrics, settings) if settings.metrics_port >= 0 else None
+    rest = await _bind_http(start_rest(dataplane, settings, policy, metrics, ssl_ctx), settings, "--rest-port",
+                            settings.rest_port)
+    metrics_site = await _bind_http(start_metrics(metrics, settings, policy, ssl_ctx), settings, "--metrics-port",
+                                    settings.metrics_port)
     ports = {"grpc": grpc_port, "rest": rest[1] if rest else None, "metrics": metrics_site[1] if metrics_site else None}
     if settings.port_file:
         _write_port_file(settings.port_file, ports)
@@ -167,7 +172,7 @@ async def run_server(settings: ServerSettings) -> int:
     await stop.wait()
 
     log.info("draining (grace %.1fs)", settings.grace_period_s)
-    health.draining = True
+    health.draining = dataplane.draining = True
     for name in list(health.ok):
         await health.update(name, False)
     await health.overall()

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from pipeline.errors import ConfigError
 from serving.runtimes import BACKENDS
 
 
@@ -40,8 +38,11 @@ class ServerSettings(BaseModel):
     tls_cert: Path | None = Field(None, description="Server certificate (PEM); enables TLS.")
     tls_key: Path | None = Field(None, description="Server private key (PEM).")
     tls_client_ca: Path | None = Field(None, description="Client CA (PEM); enables mutual TLS.")
-    auth_token_file: Path | None = Field(None, description="File with accepted bearer tokens, one per line.")
-    auth_token_env: str | None = Field(None, description="Env var holding accepted bearer tokens, comma-separated.")
+    auth_token_file: Path | None = Field(None, description="File of inference bearer tokens (serving.security).")
+    auth_token_env: str | None = Field(None, description="Env var holding inference tokens, comma-separated.")
+    admin_token_file: Path | None = Field(None, description="File of admin tokens (reload); turns admin calls on.")
+    admin_token_env: str | None = Field(None, description="Env var holding admin tokens, comma-separated.")
+    enable_admin_api: bool = Field(False, description="Allow admin calls without admin tokens (no auth at all).")
     json_logs: bool = Field(False, description="Log one JSON object per line.")
     num_processes: int = Field(1, ge=1, description="Server processes sharing the ports (SO_REUSEPORT).")
     reuse_port: bool = Field(False, description="Bind the REST port with SO_REUSEPORT (set for --num-processes "
@@ -54,16 +55,8 @@ class ServerSettings(BaseModel):
             raise ValueError(f"unknown backend {value!r}; choose from {list(BACKENDS)}")
         return value
 
-    def tokens(self) -> frozenset[str]:
-        """Accepted bearer tokens (empty: auth off)."""
-        tokens: set[str] = set()
-        if self.auth_token_file:
-            try:
-                tokens |= {t.strip() for t in self.auth_token_file.read_text().splitlines() if t.strip()}
-            except OSError as err:
-                raise ConfigError(f"cannot read --auth-token-file {self.auth_token_file}: {err}") from err
-        if self.auth_token_env:
-            tokens |= {t.strip() for t in os.environ.get(self.auth_token_env, "").split(",") if t.strip()}
-            if not tokens:
-                raise ConfigError(f"--auth-token-env {self.auth_token_env} is empty or unset")
-        return frozenset(tokens)
+    def access_policy(self):
+        """The `serving.security.AccessPolicy` these settings define; raises `ConfigError` (see there)."""
+        from serving.security import access_policy
+
+        return access_policy(self)

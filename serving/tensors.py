@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from pipeline.errors import InvalidRequestError, ResourceExhaustedError
+from core.errors import InvalidRequestError, ResourceExhaustedError
 from serving import protocol
 
 # DataType enum name -> numpy dtype; DT_STRING maps to object arrays of bytes.
@@ -38,6 +38,12 @@ _VAL_FIELD = {
 # `float_val` with a large shape expand ("fill with the last value") to shape x itemsize bytes.
 DEFAULT_MAX_TENSOR_BYTES = 64 << 20
 MAX_DIM = (1 << 31) - 1
+MAX_RANK = 64  # numpy's own limit; TensorFlow's is higher, but no served model comes near either
+_INT64_LIMIT = 1 << 63
+# Range of the values a typed field may hold for a narrower dtype (`int_val` carries int8..uint16 and the
+# bits of DT_HALF in `half_val`, as `tf.make_tensor_proto` writes them).
+_NARROW_RANGE = {"DT_INT8": (-128, 127), "DT_UINT8": (0, 255), "DT_INT16": (-32768, 32767),
+                 "DT_UINT16": (0, 65535), "DT_HALF": (0, 65535)}
 
 # Per-dtype answers, computed once (np.dtype construction and enum lookups cost more than the request).
 _NAMES: dict = {}
@@ -125,8 +131,12 @@ def from_tensor_proto(proto, name: str = "tensor", max_bytes: int = DEFAULT_MAX_
         raise InvalidRequestError(f"input {name!r}: tensor_shape has unknown rank; send a concrete shape")
     shape = tuple([d.size for d in proto.tensor_shape.dim])
     count = math.prod(shape)
-    if count * dtype.itemsize > max_bytes or (shape and (min(shape) < 0 or max(shape) > MAX_DIM)):
+    if count * dtype.itemsize > max_bytes or (shape and (min(shape) < 0 or max(shape) > MAX_DIM
+                                                         or len(shape) > MAX_RANK)):
         _refuse_shape(name, shape, dtype, max_bytes)
+    if not count and math.prod(d for d in shape if d) * dtype.itemsize >= _INT64_LIMIT:
+        raise InvalidRequestError(f"input {name!r}: tensor_shape {list(shape)}: the product of its dims "
+                                  "overflows int64")
     content = proto.tensor_content
     if content and dtype.kind != "O":
         if len(content) == count * dtype.itemsize and little.isnative:  # the common case: one view, no copy
@@ -136,7 +146,7 @@ def from_tensor_proto(proto, name: str = "tensor", max_bytes: int = DEFAULT_MAX_
                                       f"the {dtype_name(dtype)} item size {dtype.itemsize}")
         flat = np.frombuffer(content, dtype=little)
     else:
-        flat = _typed_values(proto, dt_name, dtype)
+        flat = _typed_values(proto, dt_name, dtype, name)
     if flat.size == 1 and count != 1:
         flat = np.full(count, flat[0], dtype=dtype)
     elif flat.size == 0 and count > 0:
@@ -147,6 +157,8 @@ def from_tensor_proto(proto, name: str = "tensor", max_bytes: int = DEFAULT_MAX_
 
 
 def _refuse_shape(name: str, shape: tuple[int, ...], dtype: np.dtype, max_bytes: int) -> None:
+    if len(shape) > MAX_RANK:
+        raise InvalidRequestError(f"input {name!r}: tensor_shape has rank {len(shape)}; at most {MAX_RANK} dims")
     bad = [d for d in shape if d < 0 or d > MAX_DIM]
     if bad:
         raise InvalidRequestError(f"input {name!r}: tensor_shape {list(shape)} has invalid dim {bad[0]}; "
@@ -155,13 +167,25 @@ def _refuse_shape(name: str, shape: tuple[int, ...], dtype: np.dtype, max_bytes:
                                  f"{math.prod(shape) * dtype.itemsize} bytes, above the limit of {max_bytes} bytes")
 
 
-def _typed_values(proto, dt_name: str, dtype: np.dtype) -> np.ndarray:
-    values = getattr(proto, _VAL_FIELD[dt_name])
+def _typed_values(proto, dt_name: str, dtype: np.dtype, name: str) -> np.ndarray:
+    """The typed `*_val` field as a flat array; values that do not fit the dtype are refused, never wrapped."""
+    field = _VAL_FIELD[dt_name]
+    values = getattr(proto, field)
     if dt_name == "DT_STRING":
         return np.array(list(values), dtype=object)
-    if dt_name == "DT_HALF":
-        return np.array(list(values), dtype=np.uint16).view(np.float16)
+    if dt_name in _NARROW_RANGE:
+        raw = np.array(list(values), dtype=np.int64)
+        low, high = _NARROW_RANGE[dt_name]
+        if raw.size and (raw.min() < low or raw.max() > high):
+            bad = int(raw[(raw < low) | (raw > high)][0])
+            what = "the bits of a float16 (as tf.make_tensor_proto writes them)" if dt_name == "DT_HALF" else dt_name
+            raise InvalidRequestError(f"input {name!r}: {field} value {bad} is out of range for {what}: "
+                                      f"expected an integer in [{low}, {high}]")
+        return raw.astype(np.uint16).view(np.float16) if dt_name == "DT_HALF" else raw.astype(dtype)
     if dt_name in ("DT_COMPLEX64", "DT_COMPLEX128"):
+        if len(values) % 2:
+            raise InvalidRequestError(f"input {name!r}: {field} holds {len(values)} numbers; complex values "
+                                      "come as (real, imaginary) pairs, so the count must be even")
         pairs = np.array(list(values), dtype=np.float64).reshape(-1, 2)
         return (pairs[:, 0] + 1j * pairs[:, 1]).astype(dtype)
     return np.array(list(values), dtype=dtype)

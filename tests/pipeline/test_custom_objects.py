@@ -11,8 +11,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from pipeline.errors import ConfigError
-from pipeline.user_model import load_user_model
+from core.errors import ConfigError
+from pipeline.export_only.user_model import load_user_model
 from tests.pipeline.conftest import run_tfship
 
 MODULE = "tfship_test_custom_layers"

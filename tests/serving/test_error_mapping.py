@@ -11,7 +11,7 @@ import asyncio
 import grpc
 import pytest
 
-from pipeline import errors
+from core import errors
 from serving.grpc_transport import _rpc
 
 KINDS = {
@@ -19,6 +19,7 @@ KINDS = {
     "UnavailableError": "UNAVAILABLE", "ResourceExhaustedError": "RESOURCE_EXHAUSTED",
     "DeadlineExceededError": "DEADLINE_EXCEEDED", "UnauthenticatedError": "UNAUTHENTICATED",
     "UnimplementedError": "UNIMPLEMENTED", "ConfigError": "INVALID_ARGUMENT", "TfshipError": "INTERNAL",
+    "FailedPreconditionError": "FAILED_PRECONDITION",
 }
 
 

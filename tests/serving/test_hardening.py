@@ -18,7 +18,7 @@ import pytest
 from conftest import MODEL
 from google.protobuf import text_format
 
-from pipeline.errors import ConfigError, InvalidRequestError, ModelNotFoundError, ResourceExhaustedError
+from core.errors import ConfigError, InvalidRequestError, ModelNotFoundError, ResourceExhaustedError
 from serving import cli, converters, protocol
 from serving.client import PredictClient, RemoteError
 from serving.launcher import ServerProcess
@@ -29,6 +29,7 @@ from serving.tensors import from_tensor_proto, to_tensor_proto
 from serving.types import ModelRef, VersionState
 
 TOKEN = "hardening-token"
+ADMIN_TOKEN = "hardening-admin-token"
 
 
 def _copy(repository: Path, root: Path, version: int, broken: bool = False) -> Path:
@@ -170,10 +171,10 @@ def hardened(repository, tmp_path_factory):
     params = root / "batching.txt"
     params.write_text("max_batch_size { value: 4 }\nbatch_timeout_micros { value: 1000 }\n"
                       "max_enqueued_batches { value: 2 }\n")
-    env = {**os.environ, "TFSHIP_TEST_TOKENS": TOKEN}
+    env = {**os.environ, "TFSHIP_TEST_TOKENS": TOKEN, "TFSHIP_TEST_ADMIN": ADMIN_TOKEN}
     with ServerProcess(root, MODEL, backend="tflite", env=env,
                        extra_args=("--batching-parameters-file", str(params), "--auth-token-env",
-                                   "TFSHIP_TEST_TOKENS", "--max-message-bytes", str(1 << 20),
+                                   "TFSHIP_TEST_TOKENS", "--admin-token-env", "TFSHIP_TEST_ADMIN", "--max-message-bytes", str(1 << 20),
                                    "--file-system-poll-wait-seconds", "0")) as server:
         yield server, root
 
@@ -211,6 +212,9 @@ def test_grpc_malformed_requests(hardened, server):
         assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
         bad = text_format.Parse(_entry("/nonexistent/x"), protocol.ModelServerConfig())
         code, details = _code(lambda: client.reload_config(bad))
+        assert code == "PERMISSION_DENIED" and "admin token" in details  # an inference token may not reload
+        with PredictClient(hard.grpc_target, token=ADMIN_TOKEN) as admin:
+            code, details = _code(lambda: admin.reload_config(bad))
         assert code == "INVALID_ARGUMENT" and "/nonexistent/x" in details
         assert client.predict(MODEL, _x(1))["class_id"].shape == (1,)  # old config still serving
     for target, token in ((hard.grpc_target, TOKEN), (server.grpc_target, None)):  # batching on and off agree
@@ -236,13 +240,14 @@ def test_rest_malformed_bodies(hardened):
     def post(**body):
         return _rest(hard, json.dumps(body).encode())
 
-    assert post(instances=row, signature_name=["a"]) == (400, "'signature_name' must be a string, got [\"a\"]")
+    assert post(instances=row, signature_name=["a"]) == (
+        400, "JSON Value: [\"a\"] not formatted correctly. 'signature_name' key must be a string value.")
     assert post(instances=row, signature_name={"a": 1})[0] == 400
     assert post(instances=row, output_filter=5) == (400, "'output_filter' must be a list of output names, got 5")
     status, text = post(instances=row, output_filter="logits")
     assert status == 200 and len(json.loads(text)["predictions"][0]) == 10  # logits only, not split into letters
     status, text = post(inputs={"images": row})
-    assert status == 400 and "unexpected input(s) ['images']" in text and "image: float32" in text
+    assert status == 400 and "does not have named input: images" in text and "image: float32[?,8,8,1]" in text
     status, text = _rest(hard, b'{"instances": ' + b"[" * 100000 + b"]" * 100000 + b"}")
     assert status == 400 and "nested too deeply" in text
     assert _rest(hard, json.dumps({"instances": row}).encode(), bearer=False)[0] == 401

@@ -40,7 +40,7 @@ def test_versions_appear_fail_and_reload(repository, tmp_path, images):
     (repo / MODEL).mkdir(parents=True)
     _copy_version(repository, 1, repo, 1)
     with ServerProcess(repo, MODEL, backend="tflite",
-                       extra_args=("--file-system-poll-wait-seconds", "0.2")) as server, \
+                       extra_args=("--file-system-poll-wait-seconds", "0.2", "--enable-admin-api")) as server, \
             PredictClient(server.grpc_target) as client:
         first = client.predict(MODEL, {"image": images})
         # a new version is loaded, then the old one unloaded (policy latest 1)

@@ -9,8 +9,8 @@ import re
 import numpy as np
 import pytest
 
-from pipeline.errors import ContractError
-from pipeline.runners import saved_model_runner
+from core.errors import ContractError
+from pipeline.gate.runners import saved_model_runner
 from signatures.audit import audit_saved_model
 from signatures.export import build_savedmodel_module, export_saved_model, read_signature_contracts
 from tests.saved_models import tf1_expected, tf1_multi_meta_graph, wrapped_keras_after_fit

@@ -11,8 +11,8 @@ import keras
 import numpy as np
 import pytest
 
-from pipeline.errors import InvalidRequestError
-from pipeline.runners import saved_model_runner
+from core.errors import InvalidRequestError
+from pipeline.gate.runners import saved_model_runner
 from signatures.export import export_saved_model
 from signatures.keras_export import build_keras_module, contract_from_keras
 from tests.tflite.conftest import CONVERT_TIMEOUT_S

@@ -1,0 +1,198 @@
+"""Transport security shared by every listening port: TLS/mTLS material and the bearer-token access policy.
+
+One policy covers the gRPC port, the REST port and the metrics port alike (see README "Security"):
+
+* TLS: `--tls-cert` + `--tls-key` make gRPC, REST (HTTPS) and metrics (HTTPS) encrypted; `--tls-client-ca`
+  additionally requires a client certificate signed by that CA on every port (mutual TLS).
+* Tokens: `--auth-token-file` / `--auth-token-env` hold the *inference* tokens (Predict, metadata, status,
+  metrics). `--admin-token-file` / `--admin-token-env` hold the *admin* tokens, the only ones accepted by
+  admin calls (`HandleReloadConfigRequest`); an admin token is also accepted wherever an inference token is.
+  Admin calls are refused (PERMISSION_DENIED) unless admin tokens are set, or `--enable-admin-api` turns them
+  on for a server that has no tokens at all (a trusted network).
+
+Token file format (both flags): UTF-8 text, one token per line; surrounding whitespace is stripped; blank
+lines and lines starting with `#` are ignored; a token may not contain whitespace. A file that holds no
+token is refused at start-up, naming the file (it would otherwise turn authentication off).
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.errors import ConfigError, PermissionDeniedError, UnauthenticatedError
+
+BEARER = "Bearer "
+
+
+def read_token_file(path: Path, flag: str) -> frozenset[str]:
+    """Tokens in `path` (format in the module docstring).
+
+    Raises:
+        ConfigError: unreadable file, a token containing whitespace, or no token at all (naming `flag` and the
+            file, and the line for a bad token).
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"cannot read {flag} {path}: {err}") from err
+    tokens = set()
+    for number, line in enumerate(text.splitlines(), start=1):
+        token = line.strip()
+        if not token or token.startswith("#"):
+            continue
+        if any(c.isspace() for c in token):
+            raise ConfigError(f"{flag} {path} line {number}: a token may not contain whitespace "
+                              "(one token per line; '#' starts a comment line)")
+        tokens.add(token)
+    if not tokens:
+        raise ConfigError(f"{flag} {path} holds no token (empty, blank or comment lines only); refusing to start "
+                          "with authentication off: remove the flag to run without tokens")
+    return frozenset(tokens)
+
+
+def read_token_env(name: str, flag: str) -> frozenset[str]:
+    """Comma-separated tokens from environment variable `name`; `ConfigError` if it holds none."""
+    tokens = frozenset(t.strip() for t in os.environ.get(name, "").split(",") if t.strip())
+    if not tokens:
+        raise ConfigError(f"{flag} {name} is empty or unset")
+    return tokens
+
+
+@dataclass(frozen=True)
+class AccessPolicy:
+    """Who may call what, for every transport.
+
+    Attributes:
+        inference_tokens: accepted for inference calls (empty and no admin tokens: inference is open).
+        admin_tokens: the only tokens accepted for admin calls (also accepted for inference).
+        admin_enabled: admin calls allowed at all.
+    """
+
+    inference_tokens: frozenset[str] = frozenset()
+    admin_tokens: frozenset[str] = frozenset()
+    admin_enabled: bool = False
+
+    @property
+    def requires_token(self) -> bool:
+        """Inference calls need a bearer token."""
+        return bool(self.inference_tokens or self.admin_tokens)
+
+    def check(self, authorization: str, admin: bool = False) -> None:
+        """Allow or refuse one call from its `Authorization` header value (`Bearer <token>` or '').
+
+        Raises:
+            UnauthenticatedError: a token is required and none (or an unknown one) was sent.
+            PermissionDeniedError: an admin call while admin calls are off, or with a non-admin token.
+        """
+        token = authorization[len(BEARER):] if authorization.startswith(BEARER) else None
+        if admin and not self.admin_enabled:
+            raise PermissionDeniedError("admin calls (HandleReloadConfigRequest) are off on this server; start it "
+                                        "with --admin-token-file/--admin-token-env (or --enable-admin-api when "
+                                        "no tokens are used)")
+        if not self.requires_token:
+            return
+        if token is not None and _member(token, self.admin_tokens):
+            return
+        if token is None or not _member(token, self.inference_tokens):
+            raise UnauthenticatedError("missing or invalid bearer token (header 'Authorization: Bearer <token>')")
+        if admin:
+            raise PermissionDeniedError("this call needs an admin token (--admin-token-file); inference tokens "
+                                        "may not reload or unload models")
+
+
+def _member(token: str, tokens: frozenset[str]) -> bool:
+    """Constant-time membership (no early exit on the first differing byte)."""
+    found = False
+    for known in tokens:
+        found |= hmac.compare_digest(token.encode(), known.encode())
+    return found
+
+
+def access_policy(settings) -> AccessPolicy:
+    """The `AccessPolicy` of `ServerSettings`; raises `ConfigError` for empty token sources or unsafe mixes."""
+    inference: frozenset[str] = frozenset()
+    if settings.auth_token_file:
+        inference |= read_token_file(settings.auth_token_file, "--auth-token-file")
+    if settings.auth_token_env:
+        inference |= read_token_env(settings.auth_token_env, "--auth-token-env")
+    admin: frozenset[str] = frozenset()
+    if settings.admin_token_file:
+        admin |= read_token_file(settings.admin_token_file, "--admin-token-file")
+    if settings.admin_token_env:
+        admin |= read_token_env(settings.admin_token_env, "--admin-token-env")
+    if settings.enable_admin_api and inference and not admin:
+        raise ConfigError("--enable-admin-api with inference tokens but no --admin-token-file/--admin-token-env "
+                          "would let any inference token unload every model; give admin tokens instead")
+    if admin & inference:
+        raise ConfigError("a token appears both in the inference and the admin token sources; admin tokens must "
+                          "differ from inference tokens")
+    return AccessPolicy(inference, admin, admin_enabled=bool(admin) or settings.enable_admin_api)
+
+
+def _pem(path: Path, flag: str, kind: bytes) -> bytes:
+    """The bytes of a PEM file holding a `kind` block; `ConfigError` naming `flag` and the file otherwise."""
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise ConfigError(f"cannot read {flag} {path}: {err}") from err
+    if b"-----BEGIN " not in data or kind + b"-----" not in data:
+        raise ConfigError(f"{flag} {path} is not a PEM file holding a {kind.decode()} block")
+    return data
+
+
+@dataclass(frozen=True)
+class TlsMaterial:
+    """PEM bytes of the server certificate chain, its key and the client CA (None: no mutual TLS)."""
+
+    cert_path: Path
+    key_path: Path
+    cert: bytes
+    key: bytes
+    client_ca_path: Path | None = None
+    client_ca: bytes | None = None
+
+
+def tls_material(settings) -> TlsMaterial | None:
+    """TLS files of `ServerSettings` (None without `--tls-cert`); `ConfigError` naming a missing or bad file."""
+    if not settings.tls_cert:
+        if settings.tls_key or settings.tls_client_ca:
+            raise ConfigError("--tls-key/--tls-client-ca need --tls-cert")
+        return None
+    if not settings.tls_key:
+        raise ConfigError("--tls-cert needs --tls-key")
+    ca_path = settings.tls_client_ca
+    return TlsMaterial(settings.tls_cert, settings.tls_key, _pem(settings.tls_cert, "--tls-cert", b"CERTIFICATE"),
+                       _pem(settings.tls_key, "--tls-key", b"PRIVATE KEY"), ca_path,
+                       _pem(ca_path, "--tls-client-ca", b"CERTIFICATE") if ca_path else None)
+
+
+def grpc_credentials(material: TlsMaterial | None):
+    """`grpc.ServerCredentials` for `material` (client certificate required when a client CA is set)."""
+    if material is None:
+        return None
+    import grpc
+
+    return grpc.ssl_server_credentials([(material.key, material.cert)], root_certificates=material.client_ca,
+                                       require_client_auth=material.client_ca is not None)
+
+
+def ssl_context(material: TlsMaterial | None) -> ssl.SSLContext | None:
+    """Server `ssl.SSLContext` for the HTTP ports (REST, metrics): TLS 1.2+, client certificate required when a
+    client CA is set. Raises `ConfigError` when the key does not match the certificate."""
+    if material is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(material.cert_path, material.key_path)
+    except (ssl.SSLError, OSError) as err:
+        raise ConfigError(f"--tls-cert {material.cert_path} / --tls-key {material.key_path} do not form a usable "
+                          f"certificate and key: {err}") from err
+    if material.client_ca is not None:
+        context.load_verify_locations(cadata=material.client_ca.decode("ascii", errors="replace"))
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context

@@ -20,6 +20,7 @@ from google.protobuf import json_format
 from core.errors import InvalidRequestError, ResourceExhaustedError, TfshipError
 from serving import converters, protocol, rest_json
 from serving.dataplane import DataPlane
+from serving.kserve_rest import add_v2_routes
 from serving.metrics import CONTENT_TYPE, Metrics
 from serving.security import AccessPolicy
 from serving.types import InferenceRequest, ModelRef
@@ -157,6 +158,7 @@ def build_app(dataplane: DataPlane, policy: AccessPolicy = AccessPolicy(), max_b
     app.router.add_get(base + "/metadata", metadata)
     app.router.add_post(base + ":predict", predict)
     app.router.add_post(base + ":{verb:classify|regress}", unimplemented)
+    add_v2_routes(app, dataplane)  # the Open Inference Protocol (KServe V2) on the same port
     return app
 
 

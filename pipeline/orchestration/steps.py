@@ -144,6 +144,11 @@ def train_step_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSpli
 def export_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits, model=None) -> ExportOutcome:
     """Export the trained model's `serving_default` SavedModel into `artifacts/`, then audit it.
 
+    A model trained under `mixed_bfloat16` / `mixed_float16` is exported as its float32 copy
+    (`signatures.keras_export.float32_copy`, as export-only mode does): the SavedModel, ONNX and TFLite files
+    then compute in float32, so they convert (ONNX has no bfloat16 Conv) and agree with each other at
+    float32 tolerances; `export.json` records the precision trained and exported.
+
     Raises:
         ContractError: the written signature differs from the contract.
         AuditError: the SavedModel holds gradient, optimizer or training-only ops or variables.
@@ -155,7 +160,14 @@ def export_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits, 
         if not model_path.is_file():
             raise StageError(f"export: {model_path} does not exist; run the train stage first")
         model = keras.models.load_model(model_path)
+    from signatures.keras_export import float32_copy, low_precision_layers
     from signatures.layers import keras_layers
+
+    trained_policies = sorted(set(low_precision_layers(model).values()))
+    model = float32_copy(model)
+    run.write_json("export.json", {"trained_precision": trained_policies or ["float32"],
+                                   "exported_precision": "float32",
+                                   "float32_copy": bool(trained_policies)})
 
     contract = classifier_contract(model.inputs[0].name, tuple(splits.train.images.shape[1:]),
                                    len(splits.class_names), str(model.inputs[0].dtype))

@@ -115,7 +115,8 @@ class TrainSection(_Section):
     momentum: float = Field(0.9, ge=0.0, lt=1.0, description="SGD momentum.")
     schedule: Literal["constant", "cosine"] = Field("constant", description="Learning-rate schedule after warm-up.")
     warmup_steps: int = Field(0, ge=0, description="Linear warm-up from 0 over this many optimizer steps.")
-    clip_global_norm: float | None = Field(5.0, gt=0.0, description="Clip gradients to this global norm; none: off.")
+    clip_global_norm: float | None = Field(5.0, ge=0.0, description="Clip gradients to this global norm; 0: off "
+                                           "(clipping densifies sparse embedding gradients).")
     accumulation_steps: int = Field(1, ge=1, le=1024, description="Average gradients over N steps per update.")
     mixed_precision: Literal["float32", "mixed_bfloat16", "mixed_float16"] = Field(
         "float32", description="Keras dtype policy of the built-in layers; float16 adds a LossScaleOptimizer.")

@@ -199,6 +199,10 @@ def test_large_embedding_trains_with_indexed_slices_gradients(tmp_path):
     assert summary["sparse_gradients"] == {"embedding/embeddings": "IndexedSlices"}
     assert summary["sparse_update_ops"] == ["ResourceScatterSub"]  # applied row by row, never densified
     assert result.train_step_traces == 1
+    from pipeline.orchestration.report import training_details
+
+    assert "  - sparse gradient: `embedding/embeddings` trains with IndexedSlices (rows touched only), applied " \
+           "sparsely (ResourceScatterSub)" in training_details(summary)
 
 
 def test_sparse_gradient_is_reported_even_when_clipping_densifies_the_update(tmp_path):

@@ -157,6 +157,9 @@ class ConvertSection(_Section):
     tflite_modes: tuple[Literal["float32", "float16", "dynamic_range", "int8"], ...] = Field(
         ("float32",), min_length=1, description="TFLite variants to produce.")
     representative_samples: int = Field(200, ge=1, description="Calibration samples for int8 (representative_dataset).")
+    tfjs_modes: tuple[Literal["float32", "float16", "uint8"], ...] = Field(
+        (), description="TF.js graph models to produce (tfjs/, tfjs_float16/, tfjs_uint8/; weights as float32, "
+        "float16 or uint8), each proven in Node.js; empty: none (the converter needs .venv-tfjs and Node.js >= 20).")
     timeout_seconds: float = Field(300.0, gt=0.0, description="Per-conversion time limit, seconds.")
 
 

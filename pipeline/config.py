@@ -161,6 +161,8 @@ class ConvertSection(_Section):
         (), description="TF.js graph models to produce (tfjs/, tfjs_float16/, tfjs_uint8/; weights as float32, "
         "float16 or uint8), each proven in Node.js; empty: none (the converter needs .venv-tfjs and Node.js >= 20).")
     timeout_seconds: float = Field(300.0, gt=0.0, description="Per-conversion time limit, seconds.")
+    allow_flex: bool = Field(False, description="TFLite: when builtins cannot express the graph, retry with "
+                             "SELECT_TF_OPS (Flex); the file is kept only if LiteRT runs it.")
 
 
 class ValidateSection(_Section):

@@ -157,6 +157,8 @@ class ConvertSection(_Section):
         ("float32",), min_length=1, description="TFLite variants to produce.")
     representative_samples: int = Field(200, ge=1, description="Calibration samples for int8 (representative_dataset).")
     timeout_seconds: float = Field(300.0, gt=0.0, description="Per-conversion time limit, seconds.")
+    allow_flex: bool = Field(False, description="TFLite: when builtins cannot express the graph, retry with "
+                             "SELECT_TF_OPS (Flex); the file is kept only if LiteRT runs it.")
 
 
 class ValidateSection(_Section):

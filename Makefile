@@ -15,17 +15,23 @@ PYTEST_ARGS ?=
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup pipeline test test-fast serve query inspect clean lint
+.PHONY: setup tfjs-setup pipeline test test-fast serve query inspect clean lint
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml requirements.lock
+$(STAMP): pyproject.toml requirements.lock requirements-nodeps.lock
 	@command -v $(PYTHON) >/dev/null || { echo "tfship needs $(PYTHON) on PATH"; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade "pip>=24"
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.lock
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-nodeps.lock
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
+
+# The TF.js converter's own venv (.venv-tfjs, requirements-tfjs.lock; why: tfjs/venv.py) and the Node.js
+# runner's packages (tfjs/node, npm ci). Built on first use by a config with `convert.tfjs = true`.
+tfjs-setup: setup
+	$(PY) -m tfjs.venv
 
 pipeline: setup
 	$(TFSHIP) run --config $(CONFIG) --repository $(REPOSITORY)
@@ -50,7 +56,7 @@ lint: setup
 	$(PY) -m ruff check pipeline signatures serving tflite tests
 
 clean:
-	rm -rf runs models .pytest_cache .hypothesis .venv-edge bench/work
+	rm -rf runs models .pytest_cache .hypothesis .venv-edge .venv-tfjs tfjs/node/node_modules bench/work
 
 # ---------------------------------------------------------------- containers (deploy/README.md)
 # Docker targets drive the engine through `python -m deploy` (= `tfship deploy`). Where no

@@ -29,6 +29,7 @@ from serving.types import (
     ModelMetadata,
     ModelRef,
     ServerLimits,
+    VersionState,
     VersionStatus,
 )
 
@@ -66,6 +67,7 @@ class DataPlane:
         self._counters: dict[tuple[str, str, str], object] = {}  # labelled children, looked up once
         self._latencies: dict[str, object] = {}
         self._row_seconds: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # runtime -> s per row
+        self.draining = False  # set by the server on SIGTERM: readiness answers false from then on
 
     @property
     def limits(self) -> ServerLimits:
@@ -172,7 +174,28 @@ class DataPlane:
     async def metadata(self, ref: ModelRef) -> ModelMetadata:
         """TF Serving GetModelMetadata (`signature_def`): signatures of the targeted version."""
         served = self.manager.resolve(ref)
-        return ModelMetadata(ref.name, served.version, served.runtime.metadata())
+        runtime = served.runtime.inner if isinstance(served.runtime, Batched) else served.runtime
+        return ModelMetadata(ref.name, served.version, served.runtime.metadata(), runtime.name)
+
+    def server_ready(self) -> bool:
+        """Open Inference Protocol ServerReady: not draining and every configured model has a version AVAILABLE."""
+        names = self.manager.model_names()
+        return not self.draining and bool(names) and all(self._available(ModelRef(n)) for n in names)
+
+    def model_ready(self, ref: ModelRef) -> bool:
+        """Open Inference Protocol ModelReady: the targeted version (latest: any) is AVAILABLE.
+
+        Raises:
+            ModelNotFoundError: unknown model, version or label.
+        """
+        return not self.draining and bool(self._available(ref))
+
+    def _available(self, ref: ModelRef) -> list[int]:
+        return [s.version for s in self.manager.statuses(ref) if s.state is VersionState.AVAILABLE]
+
+    def available_versions(self, ref: ModelRef) -> list[int]:
+        """AVAILABLE versions of the model `ref` names (all of them when it names none), ascending."""
+        return self._available(ref)
 
     async def model_status(self, ref: ModelRef) -> list[VersionStatus]:
         """TF Serving GetModelStatus: state of every version of the model (or of one version/label)."""

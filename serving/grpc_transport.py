@@ -186,10 +186,12 @@ class HealthServicer(health.aio.HealthServicer):
         return await super().Check(request, context)
 
 
-def add_services(server: grpc.aio.Server, dataplane: DataPlane) -> health.aio.HealthServicer:
+def add_services(server: grpc.aio.Server, dataplane: DataPlane,
+                 other_services: tuple[str, ...] = ()) -> health.aio.HealthServicer:
     """Register PredictionService, ModelService, grpc.health.v1 and reflection on `server`.
 
-    Returns the health servicer; the overall service "" and each model name start NOT_SERVING.
+    `other_services`: names of services already registered (e.g. `inference.GRPCInferenceService`) that
+    reflection lists too. Returns the health servicer; "" and each model name start NOT_SERVING.
     """
     server.add_generic_rpc_handlers((
         _handler(protocol.PREDICTION_SERVICE, PredictionServicer(dataplane), protocol.PREDICTION_METHODS),
@@ -197,7 +199,7 @@ def add_services(server: grpc.aio.Server, dataplane: DataPlane) -> health.aio.He
     ))
     health_servicer = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    names = (protocol.PREDICTION_SERVICE, protocol.MODEL_SERVICE,
+    names = (protocol.PREDICTION_SERVICE, protocol.MODEL_SERVICE, *other_services,
              health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME)
     _add_to_pool(health_pb2.DESCRIPTOR, reflection_pb2.DESCRIPTOR)
     reflection.enable_server_reflection(names, server, pool=protocol.POOL)

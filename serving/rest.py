@@ -20,6 +20,7 @@ from google.protobuf import json_format
 from core.errors import InvalidRequestError, ResourceExhaustedError, TfshipError
 from serving import converters, protocol, rest_json
 from serving.dataplane import DataPlane
+from serving.kserve_rest import add_v2_routes
 from serving.metrics import CONTENT_TYPE, Metrics
 from serving.security import AccessPolicy
 from serving.types import InferenceRequest, ModelRef
@@ -101,10 +102,11 @@ def _proto_json(message) -> dict:
 
 
 def build_app(dataplane: DataPlane, policy: AccessPolicy = AccessPolicy(), max_bytes: int = 64 << 20,
-              metrics: Metrics | None = None) -> web.Application:
+              metrics: Metrics | None = None, metrics_path: str = PROMETHEUS_PATH) -> web.Application:
     """The TF Serving REST API over `dataplane`, under `policy` (bearer tokens; default open).
 
-    With `metrics`, Prometheus text is also served at TF Serving's `/monitoring/prometheus/metrics`.
+    With `metrics`, Prometheus text is also served at `metrics_path` (TF Serving's `/monitoring/prometheus/metrics`
+    unless --monitoring_config_file names another).
     """
 
     async def status(request: web.Request) -> web.Response:
@@ -149,13 +151,14 @@ def build_app(dataplane: DataPlane, policy: AccessPolicy = AccessPolicy(), max_b
 
     app = web.Application(middlewares=[_error_middleware(policy)], client_max_size=max_bytes)
     if metrics is not None:
-        app.router.add_get(PROMETHEUS_PATH, _metrics_handler(metrics))
+        app.router.add_get(metrics_path, _metrics_handler(metrics))
     app[_MAX_BYTES] = max_bytes
     base = "/v1/models/" + _SPEC
     app.router.add_get(base, status)
     app.router.add_get(base + "/metadata", metadata)
     app.router.add_post(base + ":predict", predict)
     app.router.add_post(base + ":{verb:classify|regress}", unimplemented)
+    add_v2_routes(app, dataplane)  # the Open Inference Protocol (KServe V2) on the same port
     return app
 
 
@@ -180,7 +183,9 @@ async def start_rest(dataplane: DataPlane, settings, policy: AccessPolicy, metri
                      ssl_context: ssl.SSLContext | None) -> tuple[web.AppRunner, int]:
     """Start the REST API on `settings.host:settings.rest_port` (0 = any free), HTTPS when `ssl_context` is
     given, under `policy`; returns (runner, bound port)."""
-    app = build_app(dataplane, policy, settings.max_message_bytes, metrics)
+    prometheus = settings.prometheus_path  # None: --monitoring_config_file turned it off
+    app = build_app(dataplane, policy, settings.max_message_bytes, metrics if prometheus else None,
+                    prometheus or PROMETHEUS_PATH)
     return await _start(app, settings.host, settings.rest_port, ssl_context, settings.reuse_port)
 
 

@@ -20,6 +20,7 @@ from pipeline.errors import (
 from serving.batching import Batched
 from serving.contract import batch_size, validate_inputs
 from serving.manager import ModelManager
+from serving.memory import estimate_request_bytes, release_freed_memory
 from serving.metrics import Metrics
 from serving.model_config import ModelConfig
 from serving.types import (
@@ -31,6 +32,7 @@ from serving.types import (
     VersionStatus,
 )
 
+RELEASE_AFTER_BYTES = 16 << 20  # requests holding this much trigger a malloc_trim once answered
 UNKNOWN_MODEL_LABEL = "__unknown__"  # the `model` label of requests naming a model that is not configured
 
 
@@ -54,6 +56,7 @@ class DataPlane:
         metrics.inflight.set_function(lambda: self._inflight)  # read at scrape time, not per request
         self._counters: dict[tuple[str, str, str], object] = {}  # labelled children, looked up once
         self._latencies: dict[str, object] = {}
+        self._releasing = False
 
     @property
     def limits(self) -> ServerLimits:
@@ -118,7 +121,14 @@ class DataPlane:
         deadline = request.deadline
         if deadline is None and self._limits.default_deadline_s:
             deadline = time.monotonic() + self._limits.default_deadline_s
+        held = estimate_request_bytes(signature, request.inputs, rows)
+        cap = self._limits.max_request_memory_bytes
+        if cap and held > cap:
+            raise ResourceExhaustedError(f"request needs at least {held} bytes for its inputs and outputs ({rows} "
+                                         f"rows), above --max-request-memory-bytes {cap}; send fewer rows")
         outputs = await self._run(runtime, request, deadline)
+        if held >= RELEASE_AFTER_BYTES:
+            self._release_memory()
         if request.output_filter:
             outputs = {k: outputs[k] for k in request.output_filter}
         return InferenceResponse(request.model.name, version, request.signature_name, outputs)
@@ -145,6 +155,20 @@ class DataPlane:
                 raise DeadlineExceededError("deadline exceeded while the model was running") from None
         finally:
             self._inflight -= 1
+
+    def _release_memory(self) -> None:
+        """Return freed heap pages to the OS after a large request, in the background (one at a time)."""
+        if self._releasing:
+            return
+        self._releasing = True
+
+        def release() -> None:
+            try:
+                release_freed_memory()
+            finally:
+                self._releasing = False
+
+        asyncio.get_running_loop().run_in_executor(self._executor, release)
 
     async def metadata(self, ref: ModelRef) -> ModelMetadata:
         """TF Serving GetModelMetadata (`signature_def`): signatures of the targeted version."""

@@ -124,7 +124,7 @@ async def run_server(settings: ServerSettings) -> int:
     manager = ModelManager(settings.backend, options, executor, _runtime_wrapper(settings, metrics), health.update,
                            metrics)
     limits = ServerLimits(settings.max_batch_per_request, settings.max_concurrent_requests, settings.default_deadline_s,
-                          settings.max_message_bytes)
+                          settings.max_message_bytes, settings.max_request_memory_bytes)
     dataplane = DataPlane(manager, executor, limits, metrics)
     health.names = manager.model_names
 

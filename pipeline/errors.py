@@ -88,6 +88,13 @@ class DeadlineExceededError(TfshipError):
     http_status = 504
 
 
+class RequestTimeoutError(TfshipError):
+    """The client did not send its whole request in time (slow or stalled REST body)."""
+
+    grpc_code = "DEADLINE_EXCEEDED"
+    http_status = 408
+
+
 class UnauthenticatedError(TfshipError):
     """The request carries no valid bearer token."""
 

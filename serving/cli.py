@@ -71,6 +71,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
       help="largest inputs + outputs one request may hold, bytes; 0 = unlimited (default: 256 MiB)")
     a("--max-concurrent-requests", type=int, default=0, help="Predicts served at once; 0 = unlimited")
     a("--default-deadline-s", type=float, default=0.0, help="deadline when the client sets none; 0 = none")
+    a("--rest-api-timeout-in-ms", type=int, default=30000,
+      help="REST: headers and body must arrive within this time; idle connections close after it (TF Serving's "
+           "--rest_api_timeout_in_ms; default 30000)")
     a("--grace-period-s", type=float, default=10.0, help="SIGTERM: seconds in-flight requests get to finish")
     a("--tls-cert", type=Path, help="server certificate (PEM); enables TLS")
     a("--tls-key", type=Path, help="server private key (PEM)")

@@ -15,6 +15,7 @@ from pipeline.errors import (
     InvalidRequestError,
     ResourceExhaustedError,
     TfshipError,
+    UnavailableError,
     UnimplementedError,
 )
 from serving.batching import Batched
@@ -34,6 +35,47 @@ from serving.types import (
 
 RELEASE_AFTER_BYTES = 16 << 20  # requests holding this much trigger a malloc_trim once answered
 UNKNOWN_MODEL_LABEL = "__unknown__"  # the `model` label of requests naming a model that is not configured
+
+
+class RequestGate:
+    """Counts the requests the transports are handling, and refuses new ones while the server drains.
+
+    Transports call `enter()` when a request reaches a handler and `leave()` once it is answered. After
+    `close()`, `enter()` raises `UnavailableError` (clients retry elsewhere) and `wait_idle()` returns once
+    every admitted request was answered.
+    """
+
+    def __init__(self) -> None:
+        self.active = 0
+        self.draining = False
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def enter(self) -> None:
+        """Admit one request; raises `UnavailableError` while draining."""
+        if self.draining:
+            raise UnavailableError("server is shutting down; retry on another replica")
+        self.active += 1
+        self._idle.clear()
+
+    def leave(self) -> None:
+        """One admitted request was answered."""
+        self.active -= 1
+        if self.active <= 0:
+            self._idle.set()
+
+    def close(self) -> None:
+        """Start draining: every later `enter()` raises `UnavailableError`."""
+        self.draining = True
+
+    async def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no admitted request is left (True) or `timeout_s` seconds passed (False)."""
+        try:
+            async with asyncio.timeout(max(timeout_s, 0.0)):
+                await self._idle.wait()
+            return True
+        except TimeoutError:
+            return False
 
 
 class DataPlane:
@@ -57,6 +99,7 @@ class DataPlane:
         self._counters: dict[tuple[str, str, str], object] = {}  # labelled children, looked up once
         self._latencies: dict[str, object] = {}
         self._releasing = False
+        self.gate = RequestGate()
 
     @property
     def limits(self) -> ServerLimits:

@@ -19,15 +19,16 @@ import numpy as np
 from aiohttp import web
 from google.protobuf import json_format
 
-from pipeline.errors import InvalidRequestError, TfshipError
+from pipeline.errors import InvalidRequestError, RequestTimeoutError, TfshipError
 from serving import converters, protocol
 from serving.contract import Signature
-from serving.dataplane import DataPlane
+from serving.dataplane import DataPlane, RequestGate
 from serving.metrics import CONTENT_TYPE, Metrics
 from serving.security import AccessPolicy
 from serving.types import InferenceRequest, ModelRef
 
 log = logging.getLogger(__name__)
+OFF_LOOP_BYTES = 1 << 20  # bodies above this are parsed and converted in a thread, off the event loop
 PROMETHEUS_PATH = "/monitoring/prometheus/metrics"  # TF Serving's path (--monitoring_config_file)
 _SPEC = r"{name:[^/:]+}{sel:(/versions/\d+|/labels/[^/:]+)?}"
 
@@ -41,11 +42,15 @@ def _ref(request: web.Request) -> ModelRef:
     return ModelRef(name)
 
 
-def _error_middleware(policy: AccessPolicy):
+def _error_middleware(policy: AccessPolicy, gate: RequestGate | None = None):
     @web.middleware
     async def middleware(request: web.Request, handler):
+        entered = False
         try:
             policy.check(request.headers.get("Authorization", ""))
+            if gate is not None:
+                gate.enter()  # 503 while draining
+                entered = True
             return await handler(request)
         except web.HTTPException as err:
             return web.json_response({"error": err.reason}, status=err.status)
@@ -55,8 +60,32 @@ def _error_middleware(policy: AccessPolicy):
             incident = uuid.uuid4().hex[:12]
             log.exception("unexpected REST error (incident %s)", incident)
             return web.json_response({"error": f"internal server error (incident {incident})"}, status=500)
+        finally:
+            if entered:
+                gate.leave()
 
     return middleware
+
+
+async def read_body(request: web.Request, timeout_s: float) -> bytes:
+    """The request body, received within `timeout_s` seconds (TF Serving's --rest_api_timeout_in_ms).
+
+    Raises:
+        RequestTimeoutError: the client did not send the whole body in time (HTTP 408).
+    """
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await request.read()
+    except TimeoutError:
+        raise RequestTimeoutError(f"request body not received within {timeout_s:g} s "
+                                  "(--rest-api-timeout-in-ms); send the whole body at once") from None
+
+
+async def parse_json(raw: bytes):
+    """`json.loads(raw)`, in a thread when the body is large (other requests keep flowing)."""
+    if len(raw) > OFF_LOOP_BYTES:
+        return await asyncio.to_thread(json.loads, raw)
+    return json.loads(raw)
 
 
 def _decode(value, dtype: str):
@@ -157,10 +186,11 @@ def _outputs(outputs: dict[str, np.ndarray], rows: bool) -> dict:
 
 
 def build_app(dataplane: DataPlane, policy: AccessPolicy = AccessPolicy(), max_bytes: int = 64 << 20,
-              metrics: Metrics | None = None) -> web.Application:
+              metrics: Metrics | None = None, timeout_s: float = 30.0) -> web.Application:
     """The TF Serving REST API over `dataplane`, under `policy` (bearer tokens; default open).
 
     With `metrics`, Prometheus text is also served at TF Serving's `/monitoring/prometheus/metrics`.
+    A request body must arrive within `timeout_s` seconds (else HTTP 408).
     """
 
     async def status(request: web.Request) -> web.Response:
@@ -179,8 +209,9 @@ def build_app(dataplane: DataPlane, policy: AccessPolicy = AccessPolicy(), max_b
         })
 
     async def predict(request: web.Request) -> web.Response:
+        raw = await read_body(request, timeout_s)
         try:
-            body = json.loads(await request.read())
+            body = await parse_json(raw)
         except ValueError as err:
             raise InvalidRequestError(f"request body is not JSON: {err}") from err
         except RecursionError as err:
@@ -194,7 +225,10 @@ def build_app(dataplane: DataPlane, policy: AccessPolicy = AccessPolicy(), max_b
             raise InvalidRequestError(f"Serving signature name: {signature_name!r} not found in signature def; "
                                       f"available: {sorted(meta.signatures)}")
         try:
-            inputs, rows = _inputs(body, meta.signatures[signature_name])
+            if len(raw) > OFF_LOOP_BYTES:
+                inputs, rows = await asyncio.to_thread(_inputs, body, meta.signatures[signature_name])
+            else:
+                inputs, rows = _inputs(body, meta.signatures[signature_name])
         except RecursionError as err:
             raise InvalidRequestError("input values are nested too deeply") from err
         response = await dataplane.predict(InferenceRequest(
@@ -205,7 +239,7 @@ def build_app(dataplane: DataPlane, policy: AccessPolicy = AccessPolicy(), max_b
     async def unimplemented(request: web.Request) -> web.Response:
         await dataplane.unimplemented(request.match_info["verb"].capitalize())
 
-    app = web.Application(middlewares=[_error_middleware(policy)], client_max_size=max_bytes)
+    app = web.Application(middlewares=[_error_middleware(policy, dataplane.gate)], client_max_size=max_bytes)
     if metrics is not None:
         app.router.add_get(PROMETHEUS_PATH, _metrics_handler(metrics))
     base = "/v1/models/" + _SPEC
@@ -224,11 +258,15 @@ def _metrics_handler(metrics: Metrics):
     return handler
 
 
-async def _start(app: web.Application, host: str, port: int, ssl_context: ssl.SSLContext | None,
-                 reuse_port: bool = False) -> tuple[web.AppRunner, int]:
-    runner = web.AppRunner(app, access_log=None)
+async def _start(app: web.Application, settings, port: int, ssl_context: ssl.SSLContext | None
+                 ) -> tuple[web.AppRunner, int]:
+    timeout_s = settings.rest_api_timeout_in_ms / 1000
+    # keepalive_timeout also closes connections that never finish sending their headers (slow clients);
+    # shutdown_timeout bounds how long a SIGTERM waits for handlers (the grace period)
+    runner = web.AppRunner(app, access_log=None, keepalive_timeout=timeout_s,
+                           shutdown_timeout=settings.grace_period_s)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, ssl_context=ssl_context, reuse_port=reuse_port or None)
+    site = web.TCPSite(runner, settings.host, port, ssl_context=ssl_context, reuse_port=settings.reuse_port or None)
     await site.start()
     return runner, runner.addresses[0][1]
 
@@ -237,8 +275,8 @@ async def start_rest(dataplane: DataPlane, settings, policy: AccessPolicy, metri
                      ssl_context: ssl.SSLContext | None) -> tuple[web.AppRunner, int]:
     """Start the REST API on `settings.host:settings.rest_port` (0 = any free), HTTPS when `ssl_context` is
     given, under `policy`; returns (runner, bound port)."""
-    app = build_app(dataplane, policy, settings.max_message_bytes, metrics)
-    return await _start(app, settings.host, settings.rest_port, ssl_context, settings.reuse_port)
+    app = build_app(dataplane, policy, settings.max_message_bytes, metrics, settings.rest_api_timeout_in_ms / 1000)
+    return await _start(app, settings, settings.rest_port, ssl_context)
 
 
 async def start_metrics(metrics: Metrics, settings, policy: AccessPolicy,
@@ -248,4 +286,4 @@ async def start_metrics(metrics: Metrics, settings, policy: AccessPolicy,
     app = web.Application(middlewares=[_error_middleware(policy)])
     app.router.add_get("/metrics", _metrics_handler(metrics))
     app.router.add_get(PROMETHEUS_PATH, _metrics_handler(metrics))
-    return await _start(app, settings.host, settings.metrics_port, ssl_context, settings.reuse_port)
+    return await _start(app, settings, settings.metrics_port, ssl_context)

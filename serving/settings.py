@@ -36,6 +36,8 @@ class ServerSettings(BaseModel):
                                                                        "hold, bytes; 0 = unlimited.")
     max_concurrent_requests: int = Field(0, ge=0, description="Predicts at once; 0 = unlimited.")
     default_deadline_s: float = Field(0.0, ge=0, description="Deadline when the client sets none; 0 = none.")
+    rest_api_timeout_in_ms: int = Field(30000, ge=1, description="REST: a request's headers and body must arrive "
+                                                                  "within this time; idle connections close after it.")
     grace_period_s: float = Field(10.0, ge=0, description="SIGTERM: time in-flight requests get to finish.")
     tls_cert: Path | None = Field(None, description="Server certificate (PEM); enables TLS.")
     tls_key: Path | None = Field(None, description="Server private key (PEM).")

@@ -67,6 +67,7 @@ ENTRYPOINT ["python3", "/opt/tfship/bin/entrypoint.py"]
 # ---------------------------------------------------------------- tfship's own code (both targets)
 FROM scratch AS app
 COPY deploy/docker/entrypoint.py deploy/docker/healthcheck.py /opt/tfship/bin/
+COPY core /opt/tfship/src/core
 COPY pipeline /opt/tfship/src/pipeline
 COPY serving /opt/tfship/src/serving
 COPY signatures /opt/tfship/src/signatures

@@ -15,17 +15,23 @@ PYTEST_ARGS ?=
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup pipeline test test-fast serve query inspect clean lint
+.PHONY: setup tfjs-setup pipeline test test-fast serve query inspect clean lint
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml requirements.lock
+$(STAMP): pyproject.toml requirements.lock requirements-nodeps.lock
 	@command -v $(PYTHON) >/dev/null || { echo "tfship needs $(PYTHON) on PATH"; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade "pip>=24"
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.lock
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-nodeps.lock
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
+
+# The TF.js converter's own venv (.venv-tfjs, requirements-tfjs.lock; why: tfjs/venv.py) and the Node.js
+# runner's packages (tfjs/node, npm ci). Built on first use by a config with `convert.tfjs = true`.
+tfjs-setup: setup
+	$(PY) -m tfjs.venv
 
 pipeline: setup
 	$(TFSHIP) run --config $(CONFIG) --repository $(REPOSITORY)
@@ -50,14 +56,14 @@ lint: setup
 	$(PY) -m ruff check pipeline signatures serving tflite tests
 
 clean:
-	rm -rf runs models .pytest_cache .hypothesis .venv-edge bench/work
+	rm -rf runs models .pytest_cache .hypothesis .venv-edge .venv-tfjs tfjs/node/node_modules bench/work
 
 # ---------------------------------------------------------------- containers (deploy/README.md)
-# Docker targets drive the engine through `python -m pipeline.deploy` (= `tfship deploy`). Where no
+# Docker targets drive the engine through `python -m deploy` (= `tfship deploy`). Where no
 # engine answers, deploy/docker/ensure-dockerd.sh starts one (root only) and records it;
 # docker-test stops what it started. BASE_IMAGE empty: the official python slim image when present
 # or pullable, else tfship/base:bookworm (made by docker-base from the Debian mirror apt uses).
-DEPLOY := $(PY) -m pipeline.deploy
+DEPLOY := $(PY) -m deploy
 BASE_IMAGE ?=
 OFFICIAL_BASE_IMAGE := python:3.11-slim-bookworm
 METRICS_PORT ?= 9090
@@ -122,7 +128,7 @@ TB_LOGDIR ?= runs
 # steps/s of the train step: eager, tf.function, tf.function+XLA, float32 and mixed precision, on the
 # CNN and a larger MLP; JSON + Markdown + plot into bench/results/.
 bench-train: setup
-	$(PY) -m pipeline.bench_train --out bench/results
+	$(PY) -m bench.train.run_bench --out bench/results
 
 # TensorBoard over every run's events (<run>/tensorboard); installs the viewer on first use.
 tensorboard: setup

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from pipeline.errors import ConfigError
+from core.errors import ConfigError
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "digits.toml"
 
@@ -38,7 +38,7 @@ class FeatureSpecSection(_Section):
 
 
 class DataSection(_Section):
-    """Where the data comes from and how it is split and batched (readers: `pipeline.sources`)."""
+    """Where the data comes from and how it is split and batched (readers: `pipeline.data.sources`)."""
 
     source: Literal["digits", "csv", "npz", "image_folder", "tfrecord"] = Field(
         "digits", description="Dataset source; `digits` is scikit-learn's bundled set (no download).")
@@ -79,8 +79,34 @@ class ModelSection(_Section):
     recompute: tuple[str, ...] = Field((), description="Layer names recomputed in the backward pass (tf.recompute_grad).")
 
 
+class StepSection(_Section):
+    """What the train step computes (`pipeline.step_kinds`; docs/training.md, one section per kind)."""
+
+    kind: Literal["standard", "multi_loss", "gradient_penalty", "distillation", "adversarial", "custom_loss"] = Field(
+        "standard", description="Step kind: the loss and the tape work of one step.")
+    losses: dict[Literal["cross_entropy", "label_smoothing", "logit_l2", "confidence_penalty"], float] = Field(
+        {"cross_entropy": 1.0}, description="multi_loss: {loss name: weight}, all from one forward pass.")
+    label_smoothing: float = Field(0.1, ge=0.0, lt=1.0, description="multi_loss: smoothing of `label_smoothing`.")
+    penalty_weight: float = Field(0.1, ge=0.0, description="gradient_penalty: weight of mean ||dCE/dx||^2.")
+    teacher: Path | None = Field(None, description="distillation: the teacher, a .keras file (frozen).")
+    temperature: float = Field(2.0, gt=0.0, description="distillation: softmax temperature.")
+    alpha: float = Field(0.5, ge=0.0, le=1.0, description="distillation: weight of the hard-label cross-entropy.")
+    epsilon: float = Field(0.05, gt=0.0, description="adversarial: FGSM step in input units.")
+    adversarial_weight: float = Field(0.5, ge=0.0, le=1.0, description="adversarial: weight of the FGSM loss.")
+    loss: str | None = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
+                             description="custom_loss: `module:function(y_true, y_pred, model) -> scalar`.")
+
+
 class TrainSection(_Section):
-    """The custom training loop (`pipeline.train`)."""
+    """The custom training loop (`pipeline.training.train`)."""
+
+    step: StepSection = Field(StepSection(), description="The step kind and its settings ([train.step]).")
+    freeze: tuple[str, ...] = Field((), description="Layer names or fnmatch patterns not trained (trainable = "
+                                    "False: no gradient, no optimizer slots; BatchNormalization in inference mode).")
+    check_numerics: bool = Field(False, description="Debug: tf.debugging.enable_check_numerics while training "
+                                 "(the first op giving NaN/Inf is named with its stack; step runs without XLA).")
+    assert_inputs: bool = Field(False, description="Debug: tf.debugging.assert_* on every training batch "
+                                "(finite inputs, shape, labels in [0, classes)).")
 
     epochs: int = Field(15, ge=1, le=10000, description="Passes over the training split.")
     learning_rate: float = Field(3e-3, gt=0.0, le=10.0, description="Peak learning rate.")

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.errors import DeadlineExceededError
+from core.errors import DeadlineExceededError
 
 
 def settle(settled: list[tuple[Any, dict | None, BaseException | None]]) -> None:

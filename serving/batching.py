@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import DeadlineExceededError, InvalidRequestError, ResourceExhaustedError
+from core.errors import DeadlineExceededError, InvalidRequestError, ResourceExhaustedError
 from serving.batch_results import join_parts, settle
 from serving.batching_parameters import BatchingParameters
 from serving.contract import Signature

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.errors import ConfigError
+from core.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""`serve` and `query` subcommands, registered into the main CLI (`pipeline/cli.py`) or run standalone.
+"""`serve` and `query` subcommands, registered into the main CLI (`pipeline/cli/app.py`) or run standalone.
 
 `serve` flags follow TF Serving's model server where one exists (`--port`, `--rest-port`,
 `--model-config-file`, `--file-system-poll-wait-seconds`, `--batching-parameters-file`, ...).
@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from pipeline.errors import ConfigError, TfshipError
+from core.errors import ConfigError, TfshipError
 from serving.runtimes import BACKENDS  # derived from the runtime registry (light: backends import lazily)
 ENV_PREFIX = "TFSHIP_SERVING_"
 
@@ -166,4 +166,4 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except TfshipError as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2
+        return err.exit_code

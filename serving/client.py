@@ -15,7 +15,7 @@ import grpc
 import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from pipeline.errors import TfshipError, UnavailableError
+from core.errors import ErrorStatus, TfshipError, UnavailableError
 from serving import protocol
 from serving.contract import Signature
 from serving.signature_defs import from_signature_def
@@ -28,7 +28,7 @@ class RemoteError(TfshipError):
 
     def __init__(self, code: grpc.StatusCode, details: str) -> None:
         super().__init__(f"{code.name}: {details}")
-        self.grpc_code = code.name
+        self.status = ErrorStatus(code.name)
         self.details = details
 
 

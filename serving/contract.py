@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.errors import InvalidRequestError
+from core.errors import InvalidRequestError
 from serving.tensors import dtype_name
 
 PREDICT_METHOD = "tensorflow/serving/predict"

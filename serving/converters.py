@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from pipeline.errors import InvalidRequestError
+from core.errors import InvalidRequestError
 from serving import protocol
 from serving.signature_defs import to_signature_def
 from serving.tensors import DEFAULT_MAX_TENSOR_BYTES, fill_tensor_proto, from_tensor_proto

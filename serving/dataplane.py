@@ -10,7 +10,7 @@ import asyncio
 import time
 from concurrent.futures import Executor
 
-from pipeline.errors import (
+from core.errors import (
     DeadlineExceededError,
     InvalidRequestError,
     ResourceExhaustedError,
@@ -30,6 +30,7 @@ from serving.types import (
     ModelMetadata,
     ModelRef,
     ServerLimits,
+    VersionState,
     VersionStatus,
 )
 
@@ -78,6 +79,10 @@ class RequestGate:
             return False
 
 
+_METHOD_NAMES = {"Classify": ("classification", "tensorflow/serving/classify"),
+                 "Regress": ("regression", "tensorflow/serving/regress")}
+
+
 class DataPlane:
     """Serves Predict, GetModelMetadata, GetModelStatus and ReloadConfig on top of a `ModelManager`.
 
@@ -100,6 +105,11 @@ class DataPlane:
         self._latencies: dict[str, object] = {}
         self._releasing = False
         self.gate = RequestGate()
+
+    @property
+    def draining(self) -> bool:
+        """The server is shutting down (SIGTERM): readiness answers false, new requests UNAVAILABLE."""
+        return self.gate.draining
 
     @property
     def limits(self) -> ServerLimits:
@@ -216,7 +226,28 @@ class DataPlane:
     async def metadata(self, ref: ModelRef) -> ModelMetadata:
         """TF Serving GetModelMetadata (`signature_def`): signatures of the targeted version."""
         served = self.manager.resolve(ref)
-        return ModelMetadata(ref.name, served.version, served.runtime.metadata())
+        runtime = served.runtime.inner if isinstance(served.runtime, Batched) else served.runtime
+        return ModelMetadata(ref.name, served.version, served.runtime.metadata(), runtime.name)
+
+    def server_ready(self) -> bool:
+        """Open Inference Protocol ServerReady: not draining and every configured model has a version AVAILABLE."""
+        names = self.manager.model_names()
+        return not self.draining and bool(names) and all(self._available(ModelRef(n)) for n in names)
+
+    def model_ready(self, ref: ModelRef) -> bool:
+        """Open Inference Protocol ModelReady: the targeted version (latest: any) is AVAILABLE.
+
+        Raises:
+            ModelNotFoundError: unknown model, version or label.
+        """
+        return not self.draining and bool(self._available(ref))
+
+    def _available(self, ref: ModelRef) -> list[int]:
+        return [s.version for s in self.manager.statuses(ref) if s.state is VersionState.AVAILABLE]
+
+    def available_versions(self, ref: ModelRef) -> list[int]:
+        """AVAILABLE versions of the model `ref` names (all of them when it names none), ascending."""
+        return self._available(ref)
 
     async def model_status(self, ref: ModelRef) -> list[VersionStatus]:
         """TF Serving GetModelStatus: state of every version of the model (or of one version/label)."""
@@ -226,7 +257,23 @@ class DataPlane:
         """TF Serving HandleReloadConfigRequest: serve exactly `configs` from now on."""
         await self.manager.apply_config(configs)
 
-    async def unimplemented(self, method: str) -> None:
-        """Classify/Regress/MultiInference: tfship models export Predict signatures only."""
+    async def unimplemented(self, method: str, ref: ModelRef | None = None,
+                            signature_name: str = "serving_default") -> None:
+        """Classify/Regress/MultiInference: tfship runs Predict signatures only.
+
+        With `ref` (Classify/Regress naming a model), TF Serving's checks come first: unknown model or
+        version NOT_FOUND; a missing signature or one whose method_name is not `tensorflow/serving/
+        classify|regress` INVALID_ARGUMENT (TF Serving's wording, as with --enable_signature_method_name_check).
+        Then UNIMPLEMENTED.
+        """
+        if ref is not None and method in _METHOD_NAMES:
+            signatures = self.manager.resolve(ref).runtime.metadata()
+            signature = signatures.get(signature_name or "serving_default")
+            if signature is None:
+                raise InvalidRequestError(f"No signature was found with the name: {signature_name}")
+            kind, wanted = _METHOD_NAMES[method]
+            if signature.method_name != wanted:
+                raise InvalidRequestError(f"Expected {kind} signature method_name to be {wanted}. Was: "
+                                          f"{signature.method_name} (call Predict for this signature)")
         raise UnimplementedError(f"{method} is not implemented by tfship: models export Predict signatures "
                                  "only; call Predict (tensorflow.serving.PredictionService/Predict)")

@@ -19,7 +19,7 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
-from pipeline.errors import InvalidRequestError, TfshipError
+from core.errors import InvalidRequestError, TfshipError
 from serving import converters, protocol
 from serving.dataplane import DataPlane
 from serving.model_config import from_proto
@@ -86,15 +86,21 @@ class PredictionServicer:
 
     @_rpc
     async def Classify(self, request, context):
-        await self._dp.unimplemented("Classify")
+        await self._dp.unimplemented("Classify", *_spec_of(request))
 
     @_rpc
     async def Regress(self, request, context):
-        await self._dp.unimplemented("Regress")
+        await self._dp.unimplemented("Regress", *_spec_of(request))
 
     @_rpc
     async def MultiInference(self, request, context):
         await self._dp.unimplemented("MultiInference")
+
+
+def _spec_of(request) -> tuple:
+    """(ModelRef or None when no model is named, signature_name) of a Classify/Regress request."""
+    spec = request.model_spec
+    return (converters.model_ref(spec) if spec.name else None), spec.signature_name
 
 
 class ModelServicer:
@@ -197,10 +203,12 @@ class HealthServicer(health.aio.HealthServicer):
         return await super().Check(request, context)
 
 
-def add_services(server: grpc.aio.Server, dataplane: DataPlane) -> health.aio.HealthServicer:
+def add_services(server: grpc.aio.Server, dataplane: DataPlane,
+                 other_services: tuple[str, ...] = ()) -> health.aio.HealthServicer:
     """Register PredictionService, ModelService, grpc.health.v1 and reflection on `server`.
 
-    Returns the health servicer; the overall service "" and each model name start NOT_SERVING.
+    `other_services`: names of services already registered (e.g. `inference.GRPCInferenceService`) that
+    reflection lists too. Returns the health servicer; "" and each model name start NOT_SERVING.
     """
     server.add_generic_rpc_handlers((
         _handler(protocol.PREDICTION_SERVICE, PredictionServicer(dataplane), protocol.PREDICTION_METHODS),
@@ -208,7 +216,7 @@ def add_services(server: grpc.aio.Server, dataplane: DataPlane) -> health.aio.He
     ))
     health_servicer = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    names = (protocol.PREDICTION_SERVICE, protocol.MODEL_SERVICE,
+    names = (protocol.PREDICTION_SERVICE, protocol.MODEL_SERVICE, *other_services,
              health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME)
     _add_to_pool(health_pb2.DESCRIPTOR, reflection_pb2.DESCRIPTOR)
     reflection.enable_server_reflection(names, server, pool=protocol.POOL)

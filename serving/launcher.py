@@ -19,15 +19,12 @@ from typing import Self
 
 import grpc
 
-from pipeline.errors import TfshipError
+from core.errors import TfshipError, UnavailableError
 from serving.client import PredictClient
 
 
-class ServerStartError(TfshipError):
+class ServerStartError(UnavailableError):
     """The server exited or did not become SERVING in time; the message ends with its stderr tail."""
-
-    grpc_code = "UNAVAILABLE"
-    http_status = 503
 
 
 class ServerProcess:

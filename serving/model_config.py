@@ -9,7 +9,7 @@ from typing import Literal
 
 from google.protobuf import text_format
 
-from pipeline.errors import ConfigError
+from core.errors import ConfigError
 from serving import protocol
 
 MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")

@@ -1,6 +1,6 @@
 """`query`: send held-out digits to a server and print predicted vs true labels (TensorFlow-free).
 
-The samples are the pipeline's own held-out test split (`pipeline.data.load_split_arrays` with the
+The samples are the pipeline's own held-out test split (`pipeline.data.splits.load_split_arrays` with the
 config's data section and seed), so the accuracy printed matches what the pipeline validated.
 """
 
@@ -18,7 +18,7 @@ from serving.client import PredictClient
 def held_out_digits(count: int, config: Path | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The first `count` held-out test digits: images float32 [count, 8, 8, 1] in [0, 1], labels int64 [count]."""
     from pipeline.config import load_config
-    from pipeline.data import load_split_arrays
+    from pipeline.data.splits import load_split_arrays
 
     cfg = load_config(config)
     test = load_split_arrays(cfg.data, cfg.run.seed).test

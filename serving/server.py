@@ -18,9 +18,10 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2
 
-from pipeline.errors import ConfigError
+from core.errors import ConfigError
 from serving.dataplane import DataPlane
 from serving.grpc_transport import AccessInterceptor, add_services
+from serving.kserve_grpc import add_inference_service
 from serving.manager import ModelManager, check_config
 from serving.metrics import Metrics
 from serving.model_config import ModelConfig, from_repository, parse_model_server_config
@@ -135,7 +136,7 @@ async def run_server(settings: ServerSettings) -> int:
         options=[("grpc.max_receive_message_length", settings.max_message_bytes),
                  ("grpc.max_send_message_length", settings.max_message_bytes),
                  ("grpc.so_reuseport", 1 if settings.reuse_port else 0)])  # sharing a port only when asked
-    health.servicer = add_services(server, dataplane)
+    health.servicer = add_services(server, dataplane, (add_inference_service(server, dataplane),))
     grpc_port = _bind_grpc(server, settings, grpc_credentials(tls))
     await server.start()
     await health.overall()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.errors import TfshipError
+from core.errors import TfshipError
 from serving import protocol
 from serving.contract import Signature, TensorSpec
 from serving.tensors import data_type, dtype_name, numpy_dtype

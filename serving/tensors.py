@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from pipeline.errors import InvalidRequestError, ResourceExhaustedError
+from core.errors import InvalidRequestError, ResourceExhaustedError
 from serving import protocol
 
 # DataType enum name -> numpy dtype; DT_STRING maps to object arrays of bytes.

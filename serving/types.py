@@ -59,6 +59,7 @@ class ModelMetadata:
     model_name: str
     version: int
     signatures: Mapping[str, Signature]
+    backend: str = ""  # the runtime's registry name (`saved_model`, `onnx`, `tflite`)
 
 
 class VersionState(enum.Enum):

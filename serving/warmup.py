@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import TfshipError
+from core.errors import TfshipError
 from serving import protocol
 from serving.tensors import from_tensor_proto
 

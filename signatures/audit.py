@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from pipeline.errors import AuditError
+from core.errors import AuditError
 from signatures.layers import LayerInfo, explain, layer_for_op
 
 GRADIENT_OP = re.compile(r"(Grad|GradV2|GradGrad)$|^SymbolicGradient$|Backprop")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.errors import ContractError
+from core.errors import ContractError
 
 DEFAULT_SIGNATURE = "serving_default"
 

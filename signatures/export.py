@@ -13,7 +13,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.errors import ContractError
+from core.errors import ContractError
 from signatures.contract import SignatureContract, TensorContract, compare_contracts
 
 

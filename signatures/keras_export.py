@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from pipeline.errors import ContractError
+from core.errors import ContractError
 from signatures.contract import DEFAULT_SIGNATURE, SignatureContract, TensorContract
 
 LOW_PRECISION = ("float16", "bfloat16")

@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from pipeline.errors import ConversionError
+from core.errors import ConversionError
 from tflite.modes import TfliteMode, TfliteOptions
 
 Status = Literal["produced", "refused", "crashed"]

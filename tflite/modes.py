@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Literal
 
-from pipeline.errors import ConversionError
+from core.errors import ConversionError
 
 
 class TfliteMode(str, Enum):

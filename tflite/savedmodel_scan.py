@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2, trackable_object_graph_pb2
 
-from pipeline.errors import ContractError
+from core.errors import ContractError
 
 FLOAT16_MAX = 65504.0
 _OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"

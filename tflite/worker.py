@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.errors import TfshipError
+from core.errors import TfshipError
 from tflite.inspect import flex_ops, op_histogram
 from tflite.modes import TfliteMode, TfliteOptions
 

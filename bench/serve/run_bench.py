@@ -27,7 +27,7 @@ from pathlib import Path
 
 from bench.serve import report
 from bench.serve.models import ROOT, ModelInfo, load_infos, request_bytes
-from pipeline.errors import TfshipError
+from core.errors import TfshipError
 
 BACKENDS = ("saved_model", "onnx", "tflite")
 SERVER_CPU, LOADGEN_CPU = 0, 1

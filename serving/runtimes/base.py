@@ -13,15 +13,25 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import ConfigError, TfshipError
+from core.errors import ConfigError, FailedPreconditionError, InvalidRequestError
 from serving.contract import Signature
 
 
-class RuntimeLoadError(TfshipError):
+class RuntimeLoadError(FailedPreconditionError):
     """A model version failed to load (missing artifact, backend error); the previous version keeps serving."""
 
-    grpc_code = "FAILED_PRECONDITION"
-    http_status = 500
+
+class ModelInputError(InvalidRequestError):
+    """The backend refused an input value while running the model (an embedding id past the table, a bad
+    index): INVALID_ARGUMENT with the backend's own message, as TF Serving answers TensorFlow's
+    InvalidArgumentError. Real server faults stay INTERNAL."""
+
+
+def input_rejected(backend: str, inputs: Mapping[str, np.ndarray], err: Exception | str) -> ModelInputError:
+    """`ModelInputError` naming the inputs sent and the backend's message (e.g. `indices[0,0] = 10 is not in
+    [0, 10)`); callers `raise input_rejected(...) from err`."""
+    return ModelInputError(f"{backend} rejected the value of input(s) {sorted(inputs)} while running the model: "
+                           f"{str(err).strip()}")
 
 
 @dataclass(frozen=True)

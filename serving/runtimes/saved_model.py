@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from serving.contract import Signature
-from serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions
+from serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions, input_rejected
 from serving.signature_defs import read_saved_model_signatures
 
 
@@ -47,7 +47,10 @@ class SavedModelRuntime(Runtime):
         import tensorflow as tf
 
         fn = self._functions[signature_name]
-        outputs = fn(**{k: tf.constant(v) for k, v in inputs.items()})
+        try:
+            outputs = fn(**{k: tf.constant(v) for k, v in inputs.items()})
+        except tf.errors.InvalidArgumentError as err:  # a value the graph refuses (TF Serving: INVALID_ARGUMENT)
+            raise input_rejected("TensorFlow", inputs, err.message) from err
         return {k: v.numpy() for k, v in outputs.items()}
 
     def metadata(self) -> dict[str, Signature]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import deploy
+from deploy import cli as deploy
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,7 +65,7 @@ def test_network_choice(network: str, bridge: bool, host: bool) -> None:
 
 
 def test_importing_deploy_loads_neither_docker_nor_tensorflow() -> None:
-    code = ("import sys, pipeline.deploy; "
+    code = ("import sys, deploy.cli; "
             "sys.exit(any(m in sys.modules for m in ('docker', 'tensorflow', 'rich')))")
     assert subprocess.run([sys.executable, "-c", code], check=False, cwd=ROOT).returncode == 0
 
@@ -114,7 +114,7 @@ def unused_tcp_port() -> int:
 
 
 def test_no_engine_is_a_deploy_error_that_says_how_to_start_one(monkeypatch, tmp_path: Path) -> None:
-    from pipeline.docker_engine import DeployError, Engine
+    from deploy.engine import DeployError, Engine
 
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path / 'no-such.sock'}")
     with pytest.raises(DeployError, match="ensure-dockerd.sh") as caught:
@@ -123,6 +123,6 @@ def test_no_engine_is_a_deploy_error_that_says_how_to_start_one(monkeypatch, tmp
 
 
 def test_created_timestamp_parses_to_unix_seconds() -> None:
-    from pipeline.docker_engine import _parse_ts
+    from deploy.engine import _parse_ts
 
     assert _parse_ts("1970-01-01T00:01:40.123456789Z") == 99

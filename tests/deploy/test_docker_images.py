@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.docker_engine import BuildResult, BuildSpec, Engine, Ports, RunSpec, Target
+from deploy.engine import BuildResult, BuildSpec, Engine, Ports, RunSpec, Target
 
 pytestmark = pytest.mark.docker
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import load_config
-from pipeline.data import load_split_arrays
+from pipeline.data.splits import load_split_arrays
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FAST_OVERRIDES = {"train.epochs": 2}
@@ -31,7 +31,7 @@ def splits(fast_config):
 @pytest.fixture(scope="session")
 def trained(fast_config, splits, tmp_path_factory):
     """A `TrainResult` from the real training loop (2 epochs, XLA on)."""
-    from pipeline.train import TrainInputs, train_model
+    from pipeline.training.train import TrainInputs, train_model
 
     return train_model(TrainInputs(fast_config, splits, tmp_path_factory.mktemp("checkpoints")))
 

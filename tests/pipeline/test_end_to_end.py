@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from pipeline.publish import read_golden_set
+from pipeline.orchestration.publish import read_golden_set
 from tests.pipeline.conftest import run_tfship
 
 pytestmark = pytest.mark.slow

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline.errors import AuditError, ContractError
+from core.errors import AuditError, ContractError
 from signatures.audit import audit_saved_model, raise_if_failed
 from signatures.contract import SignatureContract, TensorContract, compare_contracts
 from signatures.export import read_signature_contracts

@@ -10,10 +10,10 @@ import pytest
 from onnx import numpy_helper
 
 from pipeline.config import load_config
-from pipeline.errors import ParityError
-from pipeline.onnx_convert import convert_to_onnx
-from pipeline.runners import Artifact
-from pipeline.validate import raise_if_failed, validate_artifacts
+from core.errors import ParityError
+from pipeline.conversion.onnx_convert import convert_to_onnx
+from pipeline.gate.runners import Artifact
+from pipeline.gate.validate import raise_if_failed, validate_artifacts
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from pipeline.config import DataSection
-from pipeline.data import load_split_arrays, make_dataset
-from pipeline.errors import DatasetError
-from pipeline.sources import read_csv, read_image_folder, read_npz, read_source, read_tfrecord
+from pipeline.data.splits import load_split_arrays, make_dataset
+from core.errors import DatasetError
+from pipeline.data.sources import read_csv, read_image_folder, read_npz, read_source, read_tfrecord
 
 
 def _write_csv(path, rows, header="x1,x2,colour,species"):

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import load_config
-from pipeline.data import load_split_arrays
-from pipeline.stages import RunFolder
+from pipeline.data.splits import load_split_arrays
+from pipeline.orchestration.stages import RunFolder
 from tests.pipeline.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.slow
@@ -31,7 +31,7 @@ def _free_ports(count: int) -> list[int]:
 
 
 def test_two_workers_train_and_the_chief_model_passes_audit_and_parity(tmp_path):
-    from pipeline import steps
+    from pipeline.orchestration import steps
 
     workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
     overrides = ("--set", "train.strategy=multi_worker", "--set", "train.epochs=6", "--set", "train.tensorboard=false")

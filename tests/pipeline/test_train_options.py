@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from pipeline.config import load_config
-from pipeline.data import load_split_arrays
-from pipeline.errors import ConfigError, StageError
-from pipeline.train import TrainInputs, train_model
+from pipeline.data.splits import load_split_arrays
+from core.errors import ConfigError, StageError
+from pipeline.training.train import TrainInputs, train_model
 
 FAST = {"train.epochs": 1, "train.jit_compile": False, "train.tensorboard": False}
 
@@ -105,7 +105,7 @@ def test_mixed_precision_keeps_float32_variables_and_outputs(tmp_path, policy):
 
 
 def test_recompute_blocks_and_unknown_block(tmp_path):
-    from pipeline.model import _recompute_class
+    from pipeline.training.model import _recompute_class
 
     plain = _train(tmp_path / "plain", {"train.deterministic": True})
     result = _train(tmp_path, {"model.recompute": ["conv1", "hidden"], "train.deterministic": True})

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline.errors import DatasetError
-from pipeline.user_model import load_user_data
+from core.errors import DatasetError
+from pipeline.export_only.user_model import load_user_data
 from signatures.contract import classifier_contract
 
 CONTRACT = classifier_contract("image", (8, 8, 1), 10)

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from pipeline.config import load_config
-from pipeline.errors import DatasetError, ParityError
-from pipeline.task_metric import index_scores, infer_task
-from pipeline.user_model import load_user_data
-from pipeline.validate import compare_output
+from core.errors import DatasetError, ParityError
+from pipeline.gate.task_metric import index_scores, infer_task
+from pipeline.export_only.user_model import load_user_data
+from pipeline.gate.validate import compare_output
 from signatures.contract import SignatureContract, TensorContract
 from tests.pipeline.conftest import run_tfship
 from tests.pipeline.user_models import write_classification_npz

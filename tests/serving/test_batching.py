@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from conftest import MODEL
 
-from pipeline.errors import ConfigError, DeadlineExceededError, InvalidRequestError, ResourceExhaustedError
+from core.errors import ConfigError, DeadlineExceededError, InvalidRequestError, ResourceExhaustedError
 from serving.batching import PEAK_WINDOW_S, Batched, BatchingParameters
 from serving.metrics import Metrics
 from serving.runtimes.base import Runtime

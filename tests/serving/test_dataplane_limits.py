@@ -11,7 +11,7 @@ import pytest
 from conftest import MODEL
 from test_batching import Gated
 
-from pipeline.errors import DeadlineExceededError, ResourceExhaustedError
+from core.errors import DeadlineExceededError, ResourceExhaustedError
 from serving.dataplane import DataPlane
 from serving.manager import ModelManager
 from serving.metrics import Metrics

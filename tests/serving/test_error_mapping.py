@@ -11,7 +11,7 @@ import asyncio
 import grpc
 import pytest
 
-from pipeline import errors
+from core import errors
 from serving.grpc_transport import _rpc
 
 KINDS = {
@@ -20,6 +20,7 @@ KINDS = {
     "DeadlineExceededError": "DEADLINE_EXCEEDED", "UnauthenticatedError": "UNAUTHENTICATED",
     "UnimplementedError": "UNIMPLEMENTED", "ConfigError": "INVALID_ARGUMENT", "TfshipError": "INTERNAL",
     "PermissionDeniedError": "PERMISSION_DENIED", "RequestTimeoutError": "DEADLINE_EXCEEDED",
+    "FailedPreconditionError": "FAILED_PRECONDITION",
 }
 
 

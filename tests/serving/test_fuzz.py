@@ -220,7 +220,7 @@ def _proto(dtype: str, shape: list[int], field: str | None = None, values=()) ->
 ])
 def test_malformed_tensors_are_invalid_argument_before_numpy(proto, message):
     """The attacks QA found answered INTERNAL: each is now INVALID_ARGUMENT naming the input and the value."""
-    from pipeline.errors import InvalidRequestError
+    from core.errors import InvalidRequestError
     from serving.tensors import from_tensor_proto
 
     with pytest.raises(InvalidRequestError, match=message) as err:

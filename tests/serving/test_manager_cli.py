@@ -13,7 +13,7 @@ import pytest
 from conftest import MODEL
 from rich.console import Console
 
-from pipeline.errors import ConfigError, ModelNotFoundError
+from core.errors import ConfigError, ModelNotFoundError
 from serving import cli, protocol
 from serving.manager import ModelManager
 from serving.model_config import ModelConfig, VersionPolicy, parse_model_server_config

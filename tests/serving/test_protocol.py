@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from pipeline.errors import InvalidRequestError
+from core.errors import InvalidRequestError
 from serving import protocol
 from serving.tensors import from_tensor_proto, to_tensor_proto
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from conftest import MODEL, saved_model_outputs
 
-from pipeline.errors import ConfigError
+from core.errors import ConfigError
 from serving.runtimes import REGISTRY, RuntimeLoadError, RuntimeRegistry
 from serving.runtimes.onnx import OnnxRuntime
 from serving.runtimes.saved_model import SavedModelRuntime

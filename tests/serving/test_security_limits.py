@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from conftest import MODEL
 
-from pipeline.errors import ConfigError, PermissionDeniedError, UnauthenticatedError
+from core.errors import ConfigError, PermissionDeniedError, UnauthenticatedError
 from serving import protocol
 from serving.client import PredictClient, RemoteError
 from serving.launcher import ServerProcess, ServerStartError

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pipeline.behaviour import check_behaviour
-from pipeline.behaviour import raise_if_failed as raise_if_behaviour_failed
-from pipeline.errors import AuditError, ContractError
+from pipeline.gate.behaviour import check_behaviour
+from pipeline.gate.behaviour import raise_if_failed as raise_if_behaviour_failed
+from core.errors import AuditError, ContractError
 from signatures.audit import audit_saved_model, raise_if_failed
 from signatures.contract import SignatureContract, TensorContract
 from signatures.export import export_saved_model, read_signature_contracts

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.errors import ConversionError
+from core.errors import ConversionError
 from tflite.convert import convert_tflite
 from tflite.modes import TfliteMode, TfliteOptions
 from tflite.worker import TEST_HOOK_ENV

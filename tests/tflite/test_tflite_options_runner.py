@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.errors import ContractError, ConversionError, InvalidRequestError
+from core.errors import ContractError, ConversionError, InvalidRequestError
 from tflite.modes import TfliteMode, TfliteOptions
 from tflite.runner import LiteRtRunner
 

@@ -1,0 +1,168 @@
+"""One exception root for tfship and ONE table from error kind to gRPC code, HTTP status and CLI exit code.
+
+Importing this module needs neither TensorFlow nor grpc: gRPC codes are carried by name (`grpc.StatusCode`
+member names) and resolved by the transport. The HTTP status of each gRPC code follows TF Serving's REST
+server (`ToHTTPStatusCode` in tensorflow_serving/model_servers/http_server.cc), so a REST client sees the
+status TF Serving would send for the same failure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class _StatusField:
+    """Reads one field of the error's `ErrorStatus`, on the class (`ConfigError.grpc_code`) or an instance."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, error: TfshipError | None, kind: type[TfshipError]) -> str | int:
+        return getattr(status_of(kind if error is None else error), self.name)
+
+
+class TfshipError(Exception):
+    """Root of every error tfship raises on purpose; its statuses come from `STATUS_TABLE`.
+
+    Attributes:
+        grpc_code: name of the `grpc.StatusCode` member this error is answered with (e.g. `INVALID_ARGUMENT`).
+        http_status: HTTP status for the REST transport (TF Serving's mapping of that gRPC code).
+        exit_code: exit status of a CLI that stops on this error.
+    """
+
+    grpc_code = _StatusField()
+    http_status = _StatusField()
+    exit_code = _StatusField()
+
+
+class ConfigError(TfshipError):
+    """A config file, field or CLI override is invalid (names the file, field and value)."""
+
+
+class DatasetError(TfshipError):
+    """A dataset file, column or label is unusable (names the file and what was wrong)."""
+
+
+class StageError(TfshipError):
+    """A pipeline stage failed; the message names the stage and the reason."""
+
+
+class AuditError(StageError):
+    """The exported graph holds a gradient, optimizer or training-only op or variable."""
+
+
+class ContractError(StageError):
+    """A written SignatureDef or converted artifact disagrees with the declared contract."""
+
+
+class ParityError(StageError):
+    """An artifact's outputs differ from the SavedModel's beyond tolerance."""
+
+
+class ConversionError(StageError):
+    """A converter failed, crashed or produced an artifact that does not load or run."""
+
+
+class InvalidRequestError(TfshipError):
+    """A request is malformed: unknown signature, missing or extra input, wrong dtype or shape."""
+
+
+class ModelNotFoundError(TfshipError):
+    """The requested model, version or version label does not exist or is not loaded."""
+
+
+class FailedPreconditionError(TfshipError):
+    """The system is not in the state the operation needs (a version failed to load, the engine refused)."""
+
+
+class UnavailableError(TfshipError):
+    """The model exists but no version is ready to serve yet, or the server is draining."""
+
+
+class ResourceExhaustedError(TfshipError):
+    """A queue or limit is full (batch queue, concurrency or message size)."""
+
+
+class DeadlineExceededError(TfshipError):
+    """The request's deadline passed before it was served."""
+
+
+class UnauthenticatedError(TfshipError):
+    """The request carries no valid bearer token."""
+
+
+class RequestTimeoutError(TfshipError):
+    """The client did not send its whole request in time (a slow or stalled REST body): HTTP 408."""
+
+
+class PermissionDeniedError(TfshipError):
+    """The caller is authenticated but may not make this call (e.g. an admin call with an inference token)."""
+
+
+class UnimplementedError(TfshipError):
+    """The method exists in TF Serving's API but this model has no signature for it."""
+
+
+# TF Serving's REST status for each gRPC code (http_server.cc `ToHTTPStatusCode`).
+HTTP_STATUS_OF_GRPC_CODE: dict[str, int] = {
+    "OK": 200, "CANCELLED": 499, "UNKNOWN": 500, "INVALID_ARGUMENT": 400, "DEADLINE_EXCEEDED": 504,
+    "NOT_FOUND": 404, "ALREADY_EXISTS": 409, "PERMISSION_DENIED": 403, "RESOURCE_EXHAUSTED": 429,
+    "FAILED_PRECONDITION": 400, "ABORTED": 409, "OUT_OF_RANGE": 400, "UNIMPLEMENTED": 501, "INTERNAL": 500,
+    "UNAVAILABLE": 503, "DATA_LOSS": 500, "UNAUTHENTICATED": 401,
+}
+
+CLI_EXIT_CODE = 2
+"""Exit status of every tfship CLI that stops on a TfshipError (the run stopped on a known cause)."""
+
+
+@dataclass(frozen=True)
+class ErrorStatus:
+    """How one error kind is answered on each surface.
+
+    Attributes:
+        grpc_code: `grpc.StatusCode` member name.
+        exit_code: CLI exit status.
+    """
+
+    grpc_code: str
+    exit_code: int = CLI_EXIT_CODE
+    http: int | None = None  # an HTTP status of its own, where TF Serving's mapping has no fitting one
+
+    @property
+    def http_status(self) -> int:
+        """HTTP status code: `http` when set, else TF Serving's REST mapping of `grpc_code`."""
+        return self.http or HTTP_STATUS_OF_GRPC_CODE[self.grpc_code]
+
+
+# The one table. Lookup walks the class's MRO, so a subclass defined elsewhere (e.g. the runtimes'
+# load error, a FailedPreconditionError) answers like its nearest listed base.
+STATUS_TABLE: dict[type[TfshipError], ErrorStatus] = {
+    TfshipError: ErrorStatus("INTERNAL"),
+    ConfigError: ErrorStatus("INVALID_ARGUMENT"),
+    DatasetError: ErrorStatus("INVALID_ARGUMENT"),
+    InvalidRequestError: ErrorStatus("INVALID_ARGUMENT"),
+    ModelNotFoundError: ErrorStatus("NOT_FOUND"),
+    FailedPreconditionError: ErrorStatus("FAILED_PRECONDITION"),
+    UnavailableError: ErrorStatus("UNAVAILABLE"),
+    ResourceExhaustedError: ErrorStatus("RESOURCE_EXHAUSTED"),
+    DeadlineExceededError: ErrorStatus("DEADLINE_EXCEEDED"),
+    UnauthenticatedError: ErrorStatus("UNAUTHENTICATED"),
+    PermissionDeniedError: ErrorStatus("PERMISSION_DENIED"),
+    RequestTimeoutError: ErrorStatus("DEADLINE_EXCEEDED", http=408),  # the client was slow, not the server
+    UnimplementedError: ErrorStatus("UNIMPLEMENTED"),
+}
+
+
+def status_of(error: TfshipError | type[TfshipError]) -> ErrorStatus:
+    """The `ErrorStatus` of an error (instance or class): the entry of its nearest base in `STATUS_TABLE`.
+
+    An instance may carry its own status (`RemoteError` repeats a remote server's code) through a
+    `status` attribute; otherwise the table decides.
+    """
+    if not isinstance(error, type) and isinstance(getattr(error, "status", None), ErrorStatus):
+        return error.status
+    kind = error if isinstance(error, type) else type(error)
+    for base in kind.__mro__:
+        if base in STATUS_TABLE:
+            return STATUS_TABLE[base]
+    raise TypeError(f"{kind.__name__} is not a TfshipError")

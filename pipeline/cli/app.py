@@ -1,0 +1,88 @@
+"""The `tfship` command: `run`, the stages alone (`train`, `export`, `convert`, `validate`,
+`publish`), `serve`, `query`, `inspect` and `deploy`.
+
+Process-wide TensorFlow settings (log level) are set here, in the entry point, before any stage
+imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from core.errors import TfshipError
+from pipeline.cli.arguments import add_config_arguments, add_run_folder_argument
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand registered."""
+    import deploy.cli as deploy
+    from pipeline.cli import commands
+    from serving import cli as serving_cli
+
+    parser = argparse.ArgumentParser(prog="tfship", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="train, export, convert, validate, serve-check and publish")
+    add_config_arguments(run)
+    run.add_argument("--model", help="export-only: a .keras/.h5 file, a SavedModel folder or module:function "
+                     "returning a keras.Model (training is skipped; needs --data)")
+    run.add_argument("--data", type=Path, help="export-only: validation/calibration data (NPZ with x/y or one "
+                     "array per input, CSV with a label column, or an image folder <root>/<class>/<file>)")
+    run.add_argument("--resume", metavar="RUN", help="resume RUN (run folder or run id): stages whose outputs are "
+                     "complete and valid are skipped, training continues from its latest checkpoint")
+    run.set_defaults(func=commands.cmd_run)
+    for name, text in (("train", "train the model into a new run folder"),
+                       ("export", "export + audit the run's SavedModel"),
+                       ("convert", "convert the run's SavedModel to ONNX and TFLite"),
+                       ("validate", "parity gate: every artifact against the SavedModel"),
+                       ("publish", "serve-check the run's artifacts, then publish them")):
+        stage = sub.add_parser(name, help=text)
+        add_config_arguments(stage)
+        if name != "train":
+            add_run_folder_argument(stage)
+        else:
+            stage.add_argument("--resume", nargs="?", const="latest", metavar="RUN",
+                               help="continue training from the latest checkpoint of RUN (a run folder or run id "
+                                    "under run.runs_dir; default: the latest run), with the run's own config")
+        stage.set_defaults(func=getattr(commands, f"cmd_{name}"))
+    inspect = sub.add_parser("inspect", help="print the signatures of a SavedModel, .tflite or .onnx")
+    inspect.add_argument("path", type=Path)
+    inspect.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    inspect.set_defaults(func=commands.cmd_inspect)
+    serving_cli.register(sub)
+    deploy.register(sub)
+    _no_abbreviations(parser)
+    return parser
+
+
+def _no_abbreviations(parser: argparse.ArgumentParser) -> None:
+    """Refuse abbreviated flags everywhere (`--run` must not silently mean `--runs-dir`)."""
+    parser.allow_abbrev = False
+    for action in parser._actions:  # noqa: SLF001 - argparse keeps subparsers only here
+        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+            for child in action.choices.values():
+                _no_abbreviations(child)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `tfship` console script; returns the exit code (`core.errors` table for tfship errors)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except TfshipError as err:
+        import rich.markup
+        from rich.console import Console
+
+        Console(stderr=True).print(f"[bold red]tfship {args.command}: {type(err).__name__}[/bold red]: "
+                                   f"{rich.markup.escape(str(err))}", highlight=False, markup=True, soft_wrap=True)
+        return err.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

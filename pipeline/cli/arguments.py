@@ -1,0 +1,39 @@
+"""The pipeline commands' shared arguments and the config they resolve to.
+
+Used by the parser (`pipeline.cli.app`) and the handlers (`pipeline.cli.commands`), so neither imports the other's
+module back.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add `--config`, `--set`, `--epochs`, `--repository` and `--runs-dir` (read by `config_from_args`)."""
+    parser.add_argument("--config", type=Path, help="pipeline TOML (default: the bundled configs/digits.toml)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override a config field, e.g. --set train.epochs=3 (repeatable)")
+    parser.add_argument("--epochs", type=int, help="shortcut for --set train.epochs=N")
+    parser.add_argument("--repository", type=Path, help="model repository (overrides publish.repository)")
+    parser.add_argument("--runs-dir", type=Path, help="runs folder (overrides run.runs_dir)")
+
+
+def add_run_folder_argument(parser: argparse.ArgumentParser) -> None:
+    """Add `--run` (a run folder; default: the latest under run.runs_dir)."""
+    parser.add_argument("--run", type=Path, help="run folder (default: the latest under run.runs_dir)")
+
+
+def config_from_args(args: argparse.Namespace):
+    """The validated config from `--config`, `--set` and the shortcut flags (raises ConfigError)."""
+    from pipeline.config import load_config, parse_override
+
+    overrides = dict(parse_override(text) for text in args.overrides)
+    if args.epochs is not None:
+        overrides["train.epochs"] = args.epochs
+    if args.repository is not None:
+        overrides["publish.repository"] = str(args.repository)
+    if args.runs_dir is not None:
+        overrides["run.runs_dir"] = str(args.runs_dir)
+    return load_config(args.config, overrides)

@@ -1,0 +1,178 @@
+"""Handlers of the pipeline subcommands: each shows progress on long work and ends with a table."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from pipeline.orchestration.stages import RunFolder, StageRecord, StageStatus
+
+console = Console(width=None if Console().is_terminal else 160)
+
+
+def _progress() -> Progress:
+    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/"
+                    "{task.total}"), TimeElapsedColumn(), console=console, transient=False)
+
+
+def _print_stage(name: str, record: StageRecord) -> None:
+    colour = {StageStatus.OK: "green", StageStatus.FAILED: "red", StageStatus.SKIPPED: "yellow"}[record.status]
+    note = f" — {record.reason}" if record.reason else ""
+    console.print(f"[{colour}]{record.status.value:>7}[/{colour}] {name} ({record.seconds:.1f} s){note}",
+                  highlight=False)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """`tfship run`: the whole pipeline; prints the stage, artifact and publish tables."""
+    from rich.table import Table
+
+    from pipeline.cli.arguments import config_from_args
+    from pipeline.orchestration.report import summary_tables, write_report
+    from pipeline.orchestration.run import run_pipeline
+
+    from core.errors import ConfigError
+    from pipeline.orchestration.run import run_export_only
+    from pipeline.export_only.user_model import ExportOnlyRequest
+
+    config = config_from_args(args)
+    started = time.perf_counter()
+    if bool(getattr(args, "model", None)) != bool(getattr(args, "data", None)):
+        raise ConfigError("tfship run: --model and --data go together (export-only mode needs both)")
+    if getattr(args, "resume", None):
+        from pipeline.orchestration.resume import resume_pipeline
+
+        with _progress() as progress:
+            result = resume_pipeline(args.resume, config, progress, _print_stage)
+    elif getattr(args, "model", None):
+        result = run_export_only(config, config.publish.repository, ExportOnlyRequest(args.model, args.data),
+                                 _print_stage)
+    else:
+        with _progress() as progress:
+            result = run_pipeline(config, config.publish.repository, progress, _print_stage)
+    _, report_md = write_report(result.run, result.summary)
+    stages, artifacts = summary_tables(result.summary, list(result.records))
+    console.print(stages)
+    console.print(artifacts)
+    published = Table(title="published")
+    for column in ("model", "version", "path", "audit", "serve-check backends", "total seconds"):
+        published.add_column(column)
+    published.add_row(config.run.model_name, str(result.published.version), str(result.published.version_dir),
+                      "passed" if result.summary["audit_passed"] else "FAILED",
+                      ", ".join(result.summary["serve_check"]), f"{time.perf_counter() - started:.1f}")
+    console.print(published)
+    console.print(f"run folder: {result.run.root}", soft_wrap=True)
+    console.print(f"report: {report_md}", soft_wrap=True)
+    return 0
+
+
+def _run_folder(args: argparse.Namespace, config) -> RunFolder:
+    from pipeline.orchestration.run import latest_run
+
+    return RunFolder(args.run.resolve()) if args.run else latest_run(config.run.runs_dir)
+
+
+def _stage_command(args: argparse.Namespace, name: str) -> int:
+    from pipeline.orchestration import steps
+    from pipeline.cli.arguments import config_from_args
+    from pipeline.data.splits import load_split_arrays
+
+    config = config_from_args(args)
+    if name == "train" and getattr(args, "resume", None):
+        from pipeline.orchestration.resume import resolve_run, stored_config
+
+        run = resolve_run(args.resume, config.run.runs_dir)
+        config = stored_config(run)
+        splits = load_split_arrays(config.data, config.run.seed)
+        with _progress() as progress:
+            result = steps.train_step_stage(config, run, splits, progress, resume=True).summary()
+        _print_json_table(name, run, result)
+        return 0
+    splits = load_split_arrays(config.data, config.run.seed)
+    if name == "train":
+        run = RunFolder.create(config.run.runs_dir, config.run.model_name)
+        run.write_json("config.json", config.model_dump(mode="json", by_alias=True))
+        with _progress() as progress:
+            result = steps.train_step_stage(config, run, splits, progress).summary()
+    else:
+        run = _run_folder(args, config)
+        result = {
+            "export": lambda: steps.export_stage(config, run, splits).audit.to_json(),
+            "convert": lambda: steps.convert_stage(config, run, splits).to_json(),
+            "validate": lambda: steps.validate_stage(config, run, splits).to_json(),
+            "publish": lambda: _publish(config, run, splits),
+        }[name]()
+    if name == "validate":
+        from pipeline.orchestration.report import summary_tables
+
+        console.print(summary_tables({"parity": result}, [])[1])
+        console.print(f"run folder: {run.root} (full figures in parity.json)", soft_wrap=True)
+    else:
+        _print_json_table(name, run, result)
+    return 0
+
+
+def _publish(config, run, splits) -> dict:
+    from pipeline.orchestration import steps
+
+    checked = steps.serve_check_stage(config, run, splits)
+    train = json.loads((run.root / "train.json").read_text()) if (run.root / "train.json").is_file() else {}
+    published = steps.publish_stage(config, run, splits, config.publish.repository,
+                                    {"test_accuracy": train.get("test_accuracy"), "train": train})
+    return {"serve_check": checked.backends, "version": published.version, "path": str(published.version_dir)}
+
+
+def _print_json_table(name: str, run: RunFolder, result) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"tfship {name}")
+    table.add_column("field")
+    table.add_column("value", overflow="fold")
+    rows = result.items() if isinstance(result, dict) else enumerate(result)
+    for key, value in rows:
+        if isinstance(value, dict) and "error_histogram" in json.dumps(value, default=str):
+            continue  # plots' raw data: in the run folder's JSON files, not for the terminal
+        text = json.dumps(value, default=str) if not isinstance(value, str) else value
+        table.add_row(str(key), text if len(text) < 400 else text[:400] + "…")
+    table.add_row("run folder", str(run.root))
+    console.print(table)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """`tfship train`: train into a new run folder."""
+    return _stage_command(args, "train")
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """`tfship export`: export and audit the run's model."""
+    return _stage_command(args, "export")
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    """`tfship convert`: ONNX and TFLite variants of the run's SavedModel."""
+    return _stage_command(args, "convert")
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    """`tfship validate`: the parity gate (non-zero exit on a miss)."""
+    return _stage_command(args, "validate")
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    """`tfship publish`: serve-check, then publish into the repository."""
+    return _stage_command(args, "publish")
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    """`tfship inspect PATH`: signatures of a SavedModel, .tflite or .onnx."""
+    from pipeline.cli.inspect_artifact import describe, print_description
+
+    info = describe(args.path)
+    if args.json:
+        console.print_json(json.dumps(info, default=str))
+    else:
+        print_description(info)
+    return 0

@@ -1,0 +1,77 @@
+"""`tfship inspect PATH`: the signatures of a SavedModel, a `.tflite` or an `.onnx`, like
+`saved_model_cli show` (names, dtypes, shapes with -1 for dynamic dimensions)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from core.errors import ConfigError
+
+
+def _resolve(path: Path) -> Path:
+    """A model folder `<repository>/<name>` resolves to its highest numeric version."""
+    if path.is_dir() and not (path / "saved_model.pb").exists():
+        versions = sorted((int(p.name) for p in path.iterdir() if p.is_dir() and p.name.isdigit()))
+        if versions:
+            return path / str(versions[-1])
+    return path
+
+
+def describe(path: Path) -> dict[str, Any]:
+    """Describe an artifact's signatures: {"format", "path", "signatures": {name: {"inputs", "outputs"}}}.
+
+    Raises:
+        ConfigError: the path does not exist or is no SavedModel, .tflite or .onnx.
+    """
+    path = _resolve(Path(path))
+    if (path / "saved_model.pb").is_file():
+        from signatures.export import read_signature_contracts
+
+        contracts = read_signature_contracts(path)
+        return {"format": "saved_model", "path": str(path),
+                "signatures": {k: {"inputs": [t.to_json() for t in c.inputs], "outputs": [t.to_json() for t in c.outputs]}
+                               for k, c in contracts.items()}}
+    if path.suffix == ".tflite" and path.is_file():
+        from tflite.inspect import describe_tflite
+
+        info = describe_tflite(path)
+        info["signatures"] = {
+            key: {kind: [{"name": name, "dtype": t["dtype"], "shape": t["shape_signature"],
+                          "quantization": t["quantization"]} for name, t in signature[kind].items()]
+                  for kind in ("inputs", "outputs")}
+            for key, signature in info["signatures"].items()}
+        return {"format": "tflite"} | info
+    if path.suffix == ".onnx" and path.is_file():
+        import onnx
+
+        model = onnx.load(str(path), load_external_data=False)
+
+        def spec(value) -> dict[str, Any]:
+            tensor = value.type.tensor_type
+            dims = [d.dim_value if d.HasField("dim_value") else -1 for d in tensor.shape.dim]
+            return {"name": value.name, "dtype": onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type).name,
+                    "shape": dims}
+
+        return {"format": "onnx", "path": str(path),
+                "opset": {o.domain or "ai.onnx": o.version for o in model.opset_import},
+                "signatures": {"serving_default": {"inputs": [spec(v) for v in model.graph.input],
+                                                   "outputs": [spec(v) for v in model.graph.output]}}}
+    raise ConfigError(f"inspect: {path} is not a SavedModel folder, a .tflite or an .onnx file")
+
+
+def print_description(info: dict[str, Any]) -> None:
+    """Print `describe`'s result as rich tables, one per signature."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(f"[bold]{info['format']}[/bold] {info['path']}")
+    for name, signature in info.get("signatures", {}).items():
+        table = Table(title=f"signature_def['{name}']")
+        for column in ("kind", "name", "dtype", "shape"):
+            table.add_column(column)
+        for kind in ("inputs", "outputs"):
+            for tensor in signature[kind]:
+                table.add_row(kind[:-1], tensor["name"], str(tensor["dtype"]), str(list(tensor["shape"])))
+        console.print(table)

@@ -1,0 +1,103 @@
+"""Convert stage: ONNX (tf2onnx) and the TFLite variants, each checked, none blocking the others.
+
+ONNX and TFLite float32 are required: if either cannot be produced the stage fails. The other
+TFLite variants (float16, dynamic_range, int8) are produced when they can be; a refused or crashed
+variant is reported with its reason and left out of the version.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.config import ConvertSection
+from core.errors import ConversionError, TfshipError
+from pipeline.conversion.onnx_convert import convert_to_onnx
+from pipeline.gate.runners import Artifact
+from signatures.contract import SignatureContract
+
+REQUIRED_TFLITE_MODE = "float32"
+
+
+def tflite_filename(mode: str) -> str:
+    """`model.tflite` for float32 (the file servers pick by default), `model_<mode>.tflite` otherwise."""
+    return "model.tflite" if mode == REQUIRED_TFLITE_MODE else f"model_{mode}.tflite"
+
+
+@dataclass(frozen=True)
+class VariantOutcome:
+    """One conversion's outcome: status `produced`, `refused` or `crashed`, with the reason."""
+
+    name: str
+    status: str
+    reason: str = ""
+    path: str = ""
+    size_bytes: int = 0
+    seconds: float = 0.0
+    reproduce_command: str = ""
+
+
+@dataclass(frozen=True)
+class ConvertResult:
+    """Artifacts produced (ready for the parity gate) and every variant's outcome."""
+
+    artifacts: tuple[Artifact, ...]
+    outcomes: tuple[VariantOutcome, ...] = field(default_factory=tuple)
+
+    def to_json(self) -> list[dict[str, Any]]:
+        """Outcomes as JSON rows."""
+        return [o.__dict__ for o in self.outcomes]
+
+
+def convert_artifacts(version_dir: Path, contract: SignatureContract, settings: ConvertSection,
+                      calibration_inputs: dict[str, np.ndarray], sample: dict[str, np.ndarray]) -> ConvertResult:
+    """Write `model.onnx` and the configured `model*.tflite` files next to the SavedModel.
+
+    Args:
+        version_dir: folder holding the exported SavedModel; artifacts are written beside it.
+        calibration_inputs: {input name: [N, ...]} drawn from the training split (int8's
+            `representative_dataset`).
+        sample: one real input batch used to run each artifact once before it counts.
+
+    Raises:
+        ConversionError: ONNX or TFLite float32 could not be produced (the others are only reported).
+    """
+    from tflite.convert import convert_tflite
+    from tflite.modes import TfliteMode, TfliteOptions
+
+    def onnx_variant() -> tuple[VariantOutcome, Artifact | None]:
+        path = version_dir / "model.onnx"
+        try:
+            done = convert_to_onnx(version_dir, path, contract, settings.onnx_opset, sample, settings.timeout_seconds,
+                                   settings.onnx_simplify)
+        except TfshipError as err:
+            return VariantOutcome("onnx", "refused", str(err)), None
+        return (VariantOutcome("onnx", "produced", "", str(path), done.size_bytes, round(done.seconds, 2),
+                               done.reproduce_command), Artifact("onnx", "onnx", "float32", path))
+
+    def tflite_variant(mode: str) -> tuple[VariantOutcome, Artifact | None]:
+        options = TfliteOptions(mode=TfliteMode(mode), representative_samples=settings.representative_samples)
+        path = version_dir / tflite_filename(mode)
+        done = convert_tflite(version_dir, path, options, calibration_inputs, settings.timeout_seconds)
+        outcome = VariantOutcome(f"tflite_{mode}", done.status, done.reason, str(done.path or ""), done.size_bytes,
+                                 round(done.seconds, 2), done.reproduce_command)
+        return outcome, (Artifact(f"tflite_{mode}", "tflite", mode, path) if done.status == "produced" else None)
+
+    # Each conversion is its own child process: run them side by side, one per core.
+    jobs = [onnx_variant] + [functools.partial(tflite_variant, mode) for mode in settings.tflite_modes]
+    with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
+        finished = list(pool.map(lambda job: job(), jobs))
+    outcomes = [outcome for outcome, _ in finished]
+    artifacts = [artifact for _, artifact in finished if artifact is not None]
+    produced = {o.name for o in outcomes if o.status == "produced"}
+    missing = [name for name in ("onnx", f"tflite_{REQUIRED_TFLITE_MODE}") if name not in produced]
+    if missing:
+        reasons = "; ".join(f"{o.name}: {o.status}: {o.reason}" for o in outcomes if o.name in missing)
+        raise ConversionError(f"convert: required artifacts not produced: {reasons}")
+    return ConvertResult(tuple(artifacts), tuple(outcomes))

@@ -1,0 +1,158 @@
+"""ONNX conversion through tf2onnx's SavedModel route, in a child process with a time limit.
+
+`tf2onnx.convert.from_keras` is not used: it is broken on Keras 3. The SavedModel route keeps the
+signature's input and output names (tf2onnx names ONNX tensors after the `signature_def` keys).
+The opset is pinned by config (`convert.onnx_opset`, default 17); the batch axis stays dynamic.
+Optionally (`convert.onnx_simplify`) onnxslim simplifies the checked file in a second child process;
+the simplified file is checked again and is what the parity gate judges.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from core.errors import ConversionError
+from signatures.contract import SignatureContract
+
+
+@dataclass(frozen=True)
+class OnnxResult:
+    """A checked ONNX artifact: path, opset, size in bytes, conversion seconds, reproduce command."""
+
+    path: Path
+    opset: int
+    size_bytes: int
+    seconds: float
+    reproduce_command: str
+
+
+def onnx_command(saved_model_dir: Path, output: Path, signature: str, opset: int) -> list[str]:
+    """The exact tf2onnx command line that converts `saved_model_dir` (used and written to disk)."""
+    return [sys.executable, "-m", "tf2onnx.convert", "--saved-model", str(saved_model_dir), "--tag", "serve",
+            "--signature_def", signature, "--opset", str(opset), "--output", str(output)]
+
+
+def onnxslim_command(source: Path, output: Path) -> list[str]:
+    """The onnxslim command line that simplifies `source` into `output` (pinned onnxslim)."""
+    return [sys.executable, "-m", "onnxslim", str(source), str(output)]
+
+
+def _run(command: list[str], what: str, timeout_s: float, reproduce: str) -> None:
+    try:
+        completed = subprocess.run(command, capture_output=True, text=True, timeout=max(1.0, timeout_s),
+                                   env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    except subprocess.TimeoutExpired as err:
+        raise ConversionError(f"onnx: {what} did not finish within {timeout_s:.0f} s; reproduce: {reproduce}") from err
+    if completed.returncode < 0:
+        name = signal.Signals(-completed.returncode).name
+        raise ConversionError(f"onnx: {what} crashed with signal {name}; reproduce: {reproduce}")
+    if completed.returncode != 0:
+        tail = "\n".join(completed.stderr.strip().splitlines()[-8:])
+        raise ConversionError(f"onnx: {what} exited {completed.returncode}: {tail}; reproduce: {reproduce}")
+
+
+def _unknown_ops(model) -> list[str]:
+    import onnx
+
+    unknown = set()
+    for node in model.graph.node:
+        domain = node.domain or ""
+        if domain not in ("", "ai.onnx", "ai.onnx.ml", "com.microsoft") or not onnx.defs.has(node.op_type, domain):
+            unknown.add(f"{domain + '::' if domain else ''}{node.op_type}")
+    return sorted(unknown)
+
+
+def check_onnx_artifact(path: Path, contract: SignatureContract, sample: dict[str, np.ndarray]) -> None:
+    """Full `onnx.checker` check, no unconverted TF ops, names equal to the contract, one ORT run.
+
+    Args:
+        path: the .onnx file.
+        contract: the SavedModel's signature contract (names and dtypes).
+        sample: one batch per input name, e.g. {"image": float32 [B, 8, 8, 1]}.
+
+    Raises:
+        ConversionError: naming the check that failed.
+    """
+    import onnx
+    import onnxruntime as ort
+
+    try:
+        model = onnx.load(str(path))
+        onnx.checker.check_model(model, full_check=True)
+    except Exception as err:  # noqa: BLE001 - onnx raises several unrelated types
+        raise ConversionError(f"{path}: onnx.checker failed: {err}") from err
+    unknown = _unknown_ops(model)
+    if unknown:
+        raise ConversionError(f"{path}: tf2onnx left unconverted TensorFlow ops: {', '.join(unknown)}")
+    input_names = [i.name for i in model.graph.input]
+    output_names = [o.name for o in model.graph.output]
+    want_in = [t.name for t in contract.inputs]
+    want_out = list(contract.output_names())
+    if sorted(input_names) != sorted(want_in) or sorted(output_names) != sorted(want_out):
+        raise ConversionError(f"{path}: ONNX names inputs {input_names} outputs {output_names}; "
+                              f"the signature has inputs {want_in} outputs {want_out}")
+    for graph_input in model.graph.input:
+        first = graph_input.type.tensor_type.shape.dim[0] if graph_input.type.tensor_type.shape.dim else None
+        if first is not None and first.HasField("dim_value"):
+            raise ConversionError(f"{path}: input '{graph_input.name}' has a fixed batch size {first.dim_value}; "
+                                  "expected a dynamic batch axis")
+    try:
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        outputs = session.run(None, {k: np.asarray(v).astype(str).astype(object) if np.asarray(v).dtype.kind in "OSU"
+                                     else v for k, v in sample.items()})
+    except Exception as err:  # noqa: BLE001 - onnxruntime raises its own exception types
+        raise ConversionError(f"{path}: onnxruntime could not load or run the model: {err}") from err
+    for name, value in zip(output_names, outputs):
+        if np.issubdtype(value.dtype, np.floating) and not np.all(np.isfinite(value)):
+            raise ConversionError(f"{path}: output '{name}' holds NaN or Inf on a real input batch")
+
+
+def convert_to_onnx(saved_model_dir: Path, output: Path, contract: SignatureContract, opset: int,
+                    sample: dict[str, np.ndarray], timeout_s: float, simplify: bool = False) -> OnnxResult:
+    """Convert a SavedModel signature to ONNX in a child process, then check the artifact.
+
+    The file is written under a temporary name in the output folder and renamed into place only
+    after every check passed; `<output>.reproduce.sh` holds the command(s). With `simplify`, onnxslim
+    rewrites the checked file (second child process, same time budget) and every check runs again.
+
+    Raises:
+        ConversionError: the converter failed, crashed (naming the signal) or timed out (seconds),
+            or the artifact failed a check.
+    """
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_hex(4)
+    staging = output.with_name(f".{output.stem}.{token}.onnx")
+    slim = output.with_name(f".{output.stem}.{token}.slim.onnx")
+    command = onnx_command(saved_model_dir, staging, contract.name, opset)
+    steps = [shlex.join(onnx_command(saved_model_dir, output, contract.name, opset))]
+    if simplify:
+        steps.append(shlex.join(onnxslim_command(output, output)))
+    reproduce = " && ".join(steps)
+    output.with_name(output.name + ".reproduce.sh").write_text("#!/bin/sh\nset -e\n" + "\n".join(steps) + "\n",
+                                                               encoding="utf-8")
+    started = time.perf_counter()
+    try:
+        _run(command, "tf2onnx", timeout_s, reproduce)
+        if not staging.exists():
+            raise ConversionError(f"onnx: tf2onnx wrote no file; reproduce: {reproduce}")
+        check_onnx_artifact(staging, contract, sample)
+        if simplify:
+            _run(onnxslim_command(staging, slim), "onnxslim", timeout_s - (time.perf_counter() - started), reproduce)
+            check_onnx_artifact(slim, contract, sample)
+            os.replace(slim, staging)
+        os.replace(staging, output)
+    finally:
+        staging.unlink(missing_ok=True)
+        slim.unlink(missing_ok=True)
+    return OnnxResult(output, opset, output.stat().st_size, time.perf_counter() - started, reproduce)

@@ -1,0 +1,121 @@
+"""Data stage: read the configured source (`pipeline.data.sources`), split it seeded and stratified, and
+build tf.data pipelines.
+
+The default source is scikit-learn's bundled digits (no download ever).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.config import DataSection
+from core.errors import DatasetError
+from pipeline.data.sources import DIGITS_IMAGE_SHAPE, DIGITS_PIXEL_MAX, read_digits, read_source
+
+__all__ = ["ArraySplit", "DatasetSplits", "DIGITS_IMAGE_SHAPE", "DIGITS_PIXEL_MAX", "load_digits_arrays",
+           "load_split_arrays", "make_dataset"]
+
+
+@dataclass(frozen=True)
+class ArraySplit:
+    """One split: `images` is the model's single input array [N, ...] (digits: float32 [N, 8, 8, 1]
+    in [0, 1]; text: int token ids [N, L]); `labels` int64 [N] class ids."""
+
+    images: np.ndarray
+    labels: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+
+@dataclass(frozen=True)
+class DatasetSplits:
+    """Train, validation and test splits plus the class names (index = class id) and the input name."""
+
+    train: ArraySplit
+    validation: ArraySplit
+    test: ArraySplit
+    class_names: tuple[str, ...]
+    input_name: str = "image"
+    feature_names: tuple[str, ...] = ()
+
+    def summary(self) -> dict[str, int]:
+        """Sample counts per split."""
+        return {"train": len(self.train), "validation": len(self.validation), "test": len(self.test)}
+
+
+def load_digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """Load scikit-learn's bundled digits: images float32 [1797, 8, 8, 1] in [0, 1], labels int64 [1797]."""
+    data = read_digits()
+    return data.features["image"], data.labels
+
+
+def load_split_arrays(config: DataSection, seed: int) -> DatasetSplits:
+    """Read the configured source and split it into seeded, stratified train / validation / test arrays.
+
+    The same (config, seed) always gives the same split, so `tfship query` can send exactly the
+    held-out test samples the pipeline validated on.
+
+    Raises:
+        DatasetError: a reader error (file, line or column named), several inputs, or a split too
+            small to hold every class.
+    """
+    from sklearn.model_selection import train_test_split
+
+    source = read_source(config)
+    input_name, features = source.single_input()
+    labels = source.labels
+    classes = len(source.class_names)
+    held_out = config.validation_fraction + config.test_fraction
+    counts = np.bincount(labels, minlength=classes)
+    if held_out * len(labels) < 2 * classes or counts.min() < 3:
+        raise DatasetError(
+            f"data: {len(labels)} samples, {counts.min()} in the rarest class: too few to hold every one of "
+            f"{classes} classes in train, validation and test with validation_fraction + test_fraction = {held_out}")
+    index = np.arange(len(labels))
+    try:
+        train, rest = train_test_split(index, test_size=held_out, stratify=labels, random_state=seed)
+        val, test = train_test_split(rest, test_size=config.test_fraction / held_out, stratify=labels[rest],
+                                     random_state=seed)
+    except ValueError as err:
+        raise DatasetError(f"data: cannot split stratified: {err}") from err
+    return DatasetSplits(
+        train=ArraySplit(features[train], labels[train]),
+        validation=ArraySplit(features[val], labels[val]),
+        test=ArraySplit(features[test], labels[test]),
+        class_names=source.class_names,
+        input_name=input_name,
+        feature_names=source.feature_names,
+    )
+
+
+def make_dataset(split: ArraySplit, batch_size: int, *, training: bool, seed: int, shuffle_buffer: int = 2048,
+                 cache: bool = True, repeat: bool = False):
+    """Build a `tf.data.Dataset` of (inputs [B, ...] in the split's dtype, labels int64 [B]).
+
+    Training datasets are cached, reshuffled each epoch (seeded: the order is reproducible) and
+    batched with `drop_remainder=True`, so every step has the same shape and XLA compiles the step
+    once (the partial last batch is dropped, at most `batch_size - 1` samples per epoch; they are
+    seen in other epochs because of the shuffle). `repeat=True` makes the training stream endless,
+    so one iterator (checkpointed with the model) runs the whole training. Evaluation datasets keep
+    every sample. A parallel, order-preserving map fixes dtypes; both prefetch with AUTOTUNE.
+    """
+    import tensorflow as tf
+
+    dtype = tf.as_dtype(split.images.dtype)
+
+    def as_model_dtypes(inputs, labels):
+        return tf.cast(inputs, dtype), tf.cast(labels, tf.int64)
+
+    dataset = tf.data.Dataset.from_tensor_slices((split.images, split.labels))
+    dataset = dataset.map(as_model_dtypes, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    if cache:
+        dataset = dataset.cache()
+    if training:
+        dataset = dataset.shuffle(min(shuffle_buffer, len(split)), seed=seed, reshuffle_each_iteration=True)
+        if repeat:
+            dataset = dataset.repeat()
+    dataset = dataset.batch(batch_size, drop_remainder=training)
+    return dataset.prefetch(tf.data.AUTOTUNE)

@@ -1,0 +1,184 @@
+"""Export-only mode: a user's model (`--model`) and data set (`--data`) instead of the built-in trainer.
+
+Model sources: a Keras file (`.keras`, `.h5`), a SavedModel folder (its `serving_default` is re-exported
+through a forward-only module), or a factory `package.module:function` returning a `keras.Model`.
+Data: an NPZ (`x`/`y`, or one array per input name plus optional `y`), a CSV with a header row (every
+column except `label`/`y` stacked into the single input) or an image folder `<root>/<class>/<file>`
+(resized to the single input's height and width). Readers come from `pipeline.data.sources`; NPZ files with
+float (regression) labels or no labels are read here, since `sources.read_npz` encodes class labels.
+All rows serve validation; a seeded subset of at most `convert.representative_samples` rows calibrates int8.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from core.errors import ConfigError, DatasetError
+from signatures.contract import SignatureContract
+
+LABEL_KEYS = ("y", "label", "labels")
+
+
+@dataclass(frozen=True)
+class EvalData:
+    """Data the export-only stages run on.
+
+    inputs: {contract input name: [N, ...]} in the contract's dtypes (strings as numpy unicode);
+    labels: [N] int64 classes, [N, ...] float targets, or None; calibration: the int8
+    representative rows; class_names: index -> name when known.
+    """
+
+    inputs: dict[str, np.ndarray]
+    labels: np.ndarray | None
+    calibration: dict[str, np.ndarray]
+    class_names: tuple[str, ...] = ()
+    source: str = ""
+
+    def summary(self) -> dict:
+        """Row counts and where the data came from."""
+        return {"source": self.source, "rows": len(next(iter(self.inputs.values()))),
+                "labels": self.labels is not None, "calibration_rows": len(next(iter(self.calibration.values())))}
+
+
+def load_user_model(spec: str):
+    """Load `spec` as a Keras model, or return the SavedModel folder's Path for re-export.
+
+    Raises:
+        ConfigError: the path does not exist, the factory cannot be imported or does not return a
+            `keras.Model`, or the file cannot be loaded (the cause is kept).
+    """
+    import keras
+
+    path = Path(spec)
+    if path.is_dir():
+        if not (path / "saved_model.pb").is_file():
+            raise ConfigError(f"--model {spec}: folder holds no saved_model.pb")
+        return path
+    if path.suffix in (".keras", ".h5"):
+        if not path.is_file():
+            raise ConfigError(f"--model {spec}: file not found")
+        try:
+            return keras.models.load_model(path, compile=False)
+        except Exception as err:  # noqa: BLE001 - Keras raises many types on bad files
+            raise ConfigError(f"--model {spec}: Keras cannot load it: {type(err).__name__}: {err}") from err
+    if ":" not in spec:
+        raise ConfigError(f"--model {spec}: expected a .keras/.h5 file, a SavedModel folder or module:function")
+    module_name, function_name = spec.rsplit(":", 1)
+    if str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    try:
+        factory = getattr(importlib.import_module(module_name), function_name)
+        model = factory()
+    except Exception as err:  # noqa: BLE001 - user code
+        raise ConfigError(f"--model {spec}: factory failed: {type(err).__name__}: {err}") from err
+    if not isinstance(model, keras.Model):
+        raise ConfigError(f"--model {spec}: factory returned {type(model).__name__}, expected a keras.Model")
+    return model
+
+
+def _coerce(name: str, array: np.ndarray, dtype: str, shape: tuple, where: str) -> np.ndarray:
+    if dtype == "string":
+        array = np.asarray(array).astype(str)
+    else:
+        array = np.asarray(array).astype(dtype)
+    if array.ndim != len(shape) or any(w is not None and w != g for w, g in zip(shape[1:], array.shape[1:])):
+        raise DatasetError(f"{where}: array for input '{name}' has shape {list(array.shape)}; the model expects "
+                           f"{[-1 if d is None else d for d in shape]}")
+    return array
+
+
+def _read_arrays(path: Path, contract: SignatureContract) -> tuple[dict[str, np.ndarray], np.ndarray | None, tuple]:
+    from pipeline.data import sources
+
+    names = [t.name for t in contract.inputs]
+    if path.is_dir():
+        (single,) = contract.inputs if len(contract.inputs) == 1 else (None,)
+        if single is None or len(single.shape) != 4:
+            raise DatasetError(f"{path}: an image folder needs a model with one [B, H, W, C] input; has {names}")
+        data = sources.read_image_folder(path, (single.shape[1], single.shape[2]), input_name=single.name,
+                                         color_mode="grayscale" if single.shape[3] == 1 else "rgb")
+        return data.features, data.labels, data.class_names
+    if path.suffix == ".csv":
+        if len(names) != 1:
+            raise DatasetError(f"{path}: a CSV fills one input; the model has {names}: use an NPZ")
+        header = path.read_text(encoding="utf-8").splitlines()[0].split(",")
+        label = next((k for k in LABEL_KEYS if k in header), None)
+        if label is None:
+            raise DatasetError(f"{path}: no label column (one of {LABEL_KEYS}) in the header {header}")
+        data = sources.read_csv(path, [], label, input_name=names[0])
+        return data.features, data.labels, data.class_names
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            arrays = {k: np.asarray(archive[k]) for k in archive.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+        raise DatasetError(f"{path}: cannot read NPZ (x/y or one array per input): {err}") from err
+    keys = {n: ("x" if len(names) == 1 and n not in arrays and "x" in arrays else n) for n in names}
+    missing = [n for n, key in keys.items() if key not in arrays]
+    if missing:
+        raise DatasetError(f"{path}: missing arrays {missing} for the model's inputs; the file has {sorted(arrays)}")
+    label = next((k for k in LABEL_KEYS if k in arrays), None)
+    if label is not None and arrays[label].dtype.kind in "US":  # class names: the shared reader encodes them
+        # (sorted names -> ids); integer labels are kept as they are, so they stay the model's class ids.
+        data = sources.read_npz(path, list(keys.values()), label)
+        return {n: data.features[key] for n, key in keys.items()}, data.labels, data.class_names
+    return {n: arrays[key] for n, key in keys.items()}, (arrays[label] if label else None), ()
+
+
+def _check_values(path: Path, inputs: dict[str, np.ndarray], labels: np.ndarray | None,
+                  classes: tuple[str, ...]) -> None:
+    """Refuse non-finite features and integer labels outside [0, number of declared classes)."""
+    for name, value in inputs.items():
+        if value.dtype.kind == "f" and not np.all(np.isfinite(value)):
+            row = int(np.nonzero(~np.isfinite(value.reshape(len(value), -1)).all(axis=1))[0][0])
+            raise DatasetError(f"{path}: input '{name}' holds NaN or Inf (first at row {row}); clean the data")
+    if labels is None or labels.dtype.kind not in "iu":
+        return
+    upper = len(classes) if classes else None
+    bad = np.nonzero((labels < 0) | ((labels >= upper) if upper else False))[0]
+    if bad.size:
+        allowed = f"0..{upper - 1} (data.classes declares {upper})" if upper else ">= 0"
+        raise DatasetError(f"{path}: label {int(labels[bad[0]])} at row {int(bad[0])} is outside the declared "
+                           f"classes; allowed {allowed} ({bad.size} bad row(s))")
+
+
+def load_user_data(path: Path | str, contract: SignatureContract, calibration_rows: int, seed: int,
+                   classes: tuple[str, ...] = ()) -> EvalData:
+    """Read `--data` for the model's contract: validation inputs, labels and int8 calibration rows.
+
+    Args:
+        classes: declared class names (`data.classes`); integer labels must index them. Empty: the
+            names the file itself gives (CSV / image folder / string labels), if any.
+
+    Raises:
+        DatasetError: unreadable file, missing arrays or columns, shape or row-count mismatch (named).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise DatasetError(f"--data {path}: not found")
+    features, labels, file_classes = _read_arrays(path, contract)
+    classes = tuple(classes) or tuple(file_classes)
+    inputs = {t.name: _coerce(t.name, features[t.name], t.dtype, t.shape, str(path)) for t in contract.inputs}
+    rows = {name: len(value) for name, value in inputs.items()}
+    if labels is not None:
+        rows["labels"] = len(labels)
+    if len(set(rows.values())) != 1 or 0 in rows.values():
+        raise DatasetError(f"{path}: arrays need the same non-zero number of rows; got {rows}")
+    if labels is not None:
+        labels = labels.astype(np.float64) if labels.dtype.kind == "f" else labels.astype(np.int64)
+    _check_values(path, inputs, labels, classes)
+    pick = np.sort(np.random.default_rng(seed).permutation(len(next(iter(inputs.values()))))[:calibration_rows])
+    return EvalData(inputs, labels, {k: v[pick] for k, v in inputs.items()}, classes, str(path))
+
+
+@dataclass(frozen=True)
+class ExportOnlyRequest:
+    """`tfship run --model SPEC --data PATH`: the model to export and the data to validate/calibrate on."""
+
+    model: str
+    data: Path

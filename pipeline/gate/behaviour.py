@@ -1,0 +1,142 @@
+"""Behavioural proof that a reloaded SavedModel serves an inference function.
+
+Three checks on the `serving_default` signature of the SavedModel as TensorFlow Serving would load it
+(`tf.saved_model.load`), on real rows of the user's data:
+
+* determinism: the same batch of 8 twice gives bit-identical outputs (active dropout, noise or
+  augmentation gives different answers);
+* batch independence: row i run alone equals row i inside the batch of 8 within the float32 tolerance
+  (atol scaled to the output's range, plus rtol; integer and string outputs exactly) — batch
+  normalisation in training mode normalises with the batch's own statistics and fails this;
+* no state: no variable changes value across serving calls (moving-average updates, seed states).
+
+A failure raises `AuditError` naming the check, the output, the row and the size of the difference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from core.errors import AuditError
+
+BATCH = 8
+
+
+@dataclass(frozen=True)
+class BehaviourCheck:
+    """One check's verdict and, when it failed, what differed."""
+
+    name: str
+    passed: bool
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class BehaviourReport:
+    """All behavioural checks of one SavedModel signature."""
+
+    saved_model_dir: str
+    signature: str
+    checks: tuple[BehaviourCheck, ...]
+
+    @property
+    def passed(self) -> bool:
+        return all(check.passed for check in self.checks)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form for `audit.json` and the manifest."""
+        return {"passed": self.passed, "signature": self.signature, "checks": [asdict(c) for c in self.checks]}
+
+
+def _rows(inputs: Mapping[str, np.ndarray], count: int) -> dict[str, np.ndarray]:
+    total = len(next(iter(inputs.values())))
+    if total == 0:
+        raise AuditError("behaviour checks need at least one input row; the data set is empty")
+    pick = np.arange(count) % total
+    return {name: np.asarray(value)[pick] for name, value in inputs.items()}
+
+
+def _outputs_differ(first: dict[str, np.ndarray], second: dict[str, np.ndarray]) -> list[str]:
+    differ = []
+    for name in first:
+        a, b = np.asarray(first[name]), np.asarray(second[name])
+        same = np.array_equal(a, b, equal_nan=True) if a.dtype.kind in "fc" else np.array_equal(a, b)
+        if not same:
+            gap = float(np.nanmax(np.abs(a.astype(np.float64) - b.astype(np.float64)))) if a.dtype.kind in "fiub" \
+                else float("nan")
+            differ.append(f"output '{name}' differs between two identical calls (max difference {gap:.3g})")
+    return differ
+
+
+def _row_mismatch(name: str, alone: np.ndarray, batched: np.ndarray, scale: float, atol: float,
+                  rtol: float) -> str:
+    if alone.dtype.kind in "f":
+        error = np.abs(alone.astype(np.float64) - batched.astype(np.float64))
+        if np.all(error <= atol * scale + rtol * np.abs(batched)):
+            return ""
+        return f"max difference {float(np.nanmax(error)):.3g} > atol {atol:g}*{scale:.3g} + rtol {rtol:g}"
+    return "" if np.array_equal(alone, batched) else "values differ"
+
+
+def _variable_values(function) -> dict[str, np.ndarray]:
+    return {f"{variable.name}#{index}": variable.numpy().copy() for index, variable in enumerate(function.variables)}
+
+
+def check_behaviour(saved_model_dir: Path, inputs: Mapping[str, np.ndarray], signature: str = "serving_default",
+                    atol: float = 1e-5, rtol: float = 1e-5) -> BehaviourReport:
+    """Run the three behavioural checks (module docstring) on a reloaded SavedModel.
+
+    Args:
+        saved_model_dir: the exported SavedModel.
+        inputs: {signature input name: [N, ...]} real rows (N >= 1; rows are cycled to fill a batch of 8).
+        atol, rtol: float32 tolerance of the batch-independence check (atol scaled by max(1, max |output|)).
+
+    Returns:
+        The report; call `raise_if_failed` to gate on it.
+    """
+    import tensorflow as tf
+
+    loaded = tf.saved_model.load(str(saved_model_dir))
+    function = loaded.signatures[signature]
+    batch = _rows(inputs, BATCH)
+
+    def call(feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {k: v.numpy() for k, v in function(**{n: tf.constant(a) for n, a in feed.items()}).items()}
+
+    before = _variable_values(function)
+    first, second = call(batch), call(batch)
+    differ = _outputs_differ(first, second)
+    checks = [BehaviourCheck("deterministic", not differ, "; ".join(differ))]
+    problems = []
+    for row in range(BATCH):
+        alone = call({name: value[row:row + 1] for name, value in batch.items()})
+        for name, value in alone.items():
+            scale = max(1.0, float(np.max(np.abs(first[name])))) if first[name].dtype.kind == "f" else 1.0
+            mismatch = _row_mismatch(name, value[0], first[name][row], scale, atol, rtol)
+            if mismatch:
+                problems.append(f"output '{name}' row {row} alone vs in a batch of {BATCH}: {mismatch}")
+    checks.append(BehaviourCheck("batch_independent", not problems, "; ".join(problems[:4])
+                                 + (f" (+{len(problems) - 4} more)" if len(problems) > 4 else "")))
+    after = _variable_values(function)
+    changed = [name.split("#")[0] for name in before if not np.array_equal(before[name], after[name])]
+    checks.append(BehaviourCheck("stateless", not changed,
+                                 f"variables changed value across serving calls: {changed[:8]}" if changed else ""))
+    return BehaviourReport(str(saved_model_dir), signature, tuple(checks))
+
+
+def raise_if_failed(report: BehaviourReport) -> BehaviourReport:
+    """Return the report when every check passed.
+
+    Raises:
+        AuditError: naming each failed check and what differed.
+    """
+    failed = [c for c in report.checks if not c.passed]
+    if failed:
+        raise AuditError(f"behaviour of {report.saved_model_dir} [{report.signature}] is not an inference "
+                         "function: " + " | ".join(f"{c.name}: {c.detail}" for c in failed))
+    return report

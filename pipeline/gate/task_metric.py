@@ -1,0 +1,138 @@
+"""The task metric the parity gate judges quantized artifacts by, for any contract.
+
+* classification: accuracy (%) of a prediction output against integer labels. The prediction output
+  is an integer index output `[B]` (taken as is) or a float score output `[B, C]` (argmax over the
+  last axis). Higher is better; the gate allows a drop of N percentage points.
+* regression: mean absolute error of a float prediction output against float labels of the same
+  shape. Lower is better; the gate allows an increase of a fraction of the labels' standard deviation
+  (so the bound has the labels' unit).
+
+Without labels, the SavedModel's own predictions are the labels (agreement with the reference), so
+quantized artifacts are still judged by the task and never waved through.
+
+`index_scores` finds index outputs (e.g. `class_id`) and the score output each is the argmax of, from
+the reference outputs themselves, so tie-aware comparison needs no naming convention.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from core.errors import ParityError
+
+
+@dataclass(frozen=True)
+class TaskMetric:
+    """How to score one artifact's outputs.
+
+    kind: `classification` or `regression`; prediction: the output scored; labels: [N] int (classes) or
+    [N, ...] float (targets); label_source: `labels` (user's) or `reference` (SavedModel predictions);
+    label_std: standard deviation of float labels (regression bound unit), 1.0 for classification.
+    """
+
+    kind: str
+    prediction: str
+    labels: np.ndarray
+    label_source: str
+    label_std: float = 1.0
+
+    @property
+    def name(self) -> str:
+        """`accuracy_%` or `mae`."""
+        return "accuracy_%" if self.kind == "classification" else "mae"
+
+    def predicted_class(self, outputs: Mapping[str, np.ndarray]) -> np.ndarray:
+        """[N] predicted classes (classification only)."""
+        value = np.asarray(outputs[self.prediction])
+        return value if value.dtype.kind in "iu" else np.argmax(value, axis=-1)
+
+    def score(self, outputs: Mapping[str, np.ndarray]) -> float:
+        """Accuracy in % (classification) or mean absolute error in label units (regression)."""
+        if self.kind == "classification":
+            return 100.0 * float(np.mean(self.predicted_class(outputs) == self.labels))
+        value = np.asarray(outputs[self.prediction], dtype=np.float64).reshape(self.labels.shape)
+        return float(np.mean(np.abs(value - self.labels)))
+
+    def loss_vs(self, reference_score: float, score: float) -> float:
+        """How much worse `score` is than the reference's: points of accuracy, or MAE increase / label std."""
+        if self.kind == "classification":
+            return reference_score - score
+        return (score - reference_score) / max(self.label_std, 1e-12)
+
+
+def index_scores(reference: Mapping[str, np.ndarray]) -> dict[str, str]:
+    """{index output: score output} for every integer [N] output equal to the argmax of a float [N, C] output."""
+    found = {}
+    for name, value in reference.items():
+        if value.dtype.kind not in "iu" or value.ndim != 1:
+            continue
+        for score_name, scores in reference.items():
+            if scores.dtype.kind == "f" and scores.ndim == 2 and len(scores) == len(value) and scores.shape[1] > 1 \
+                    and np.array_equal(np.argmax(scores, axis=-1), value):
+                found[name] = score_name
+                break
+    return found
+
+
+def _classification_output(reference: Mapping[str, np.ndarray], preferred: str | None) -> str | None:
+    if preferred:
+        return preferred
+    indices = [n for n, v in reference.items() if v.dtype.kind in "iu" and v.ndim == 1]
+    if indices:
+        return indices[0]
+    scores = [n for n, v in reference.items() if v.dtype.kind == "f" and v.ndim == 2 and v.shape[1] > 1]
+    return scores[0] if scores else None
+
+
+def _regression_output(reference: Mapping[str, np.ndarray], labels: np.ndarray | None,
+                       preferred: str | None) -> str | None:
+    if preferred:
+        return preferred
+    for name, value in reference.items():
+        if value.dtype.kind == "f" and (labels is None or value.size == labels.size):
+            return name
+    return None
+
+
+def infer_task(reference: Mapping[str, np.ndarray], labels: np.ndarray | None, task: str = "auto",
+               prediction: str | None = None) -> TaskMetric:
+    """Pick the task metric from the declared setting, the labels' dtype and the reference outputs.
+
+    Args:
+        reference: the SavedModel's outputs on the validation inputs, by name.
+        labels: [N] integer classes, [N, ...] float targets, or None (use the reference's predictions).
+        task: `auto` (integer labels -> classification, float labels -> regression; no labels ->
+            classification when an index or score output exists, else regression), `classification` or
+            `regression`.
+        prediction: the output to score; None picks the first index output, else the first float [N, C]
+            output (classification), or the first float output with as many values as the labels (regression).
+
+    Raises:
+        ParityError: no output fits the task, or the named output does not exist.
+    """
+    if task == "auto":
+        if labels is not None:
+            task = "classification" if np.asarray(labels).dtype.kind in "iub" else "regression"
+        else:
+            task = "classification" if _classification_output(reference, prediction) else "regression"
+    name = (_classification_output(reference, prediction) if task == "classification"
+            else _regression_output(reference, labels, prediction))
+    if name is None or name not in reference:
+        raise ParityError(f"validate: no output fits a {task} metric (prediction output {name!r}; outputs "
+                          f"{ {k: (str(v.dtype), list(v.shape)) for k, v in reference.items()} }); set "
+                          "validate.prediction_output")
+    if task == "classification":
+        source = "labels" if labels is not None else "reference"
+        value = reference[name]
+        truth = np.asarray(labels).astype(np.int64).reshape(-1) if labels is not None else (
+            value if value.dtype.kind in "iu" else np.argmax(value, axis=-1))
+        return TaskMetric("classification", name, truth, source)
+    truth = np.asarray(labels if labels is not None else reference[name], dtype=np.float64)
+    if truth.size != reference[name].size:
+        raise ParityError(f"validate: labels hold {truth.size} values, output '{name}' {reference[name].size}")
+    truth = truth.reshape(reference[name].shape)
+    return TaskMetric("regression", name, truth, "labels" if labels is not None else "reference",
+                      float(np.std(truth)) or 1.0)

@@ -1,0 +1,1 @@
+"""Orchestration: the stage chain, resume, the run folder, publishing and the reports."""

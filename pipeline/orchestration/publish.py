@@ -1,0 +1,164 @@
+"""Publish stage: manifest, warm-up records and an atomic move into the model repository.
+
+The repository follows TensorFlow Serving's layout, `<repository>/<model_name>/<version>/`, with
+`saved_model.pb` at the version's root, so TF Serving loads a published folder unchanged. The
+version folder is assembled under a hidden staging name in `<repository>/<model_name>/` (same
+filesystem; TF Serving ignores non-numeric names) and renamed into place, so a reader never sees
+a half-written version.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import importlib.metadata
+import os
+import secrets
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from core.errors import StageError
+from pipeline.orchestration.stages import write_json_atomic
+
+WARMUP_FILE = Path("assets.extra") / "tf_serving_warmup_requests"
+GOLDEN_FILE = Path("assets.extra") / "tfship_golden.npz"
+LIBRARIES = ("tensorflow", "keras", "tf2onnx", "onnx", "onnxruntime", "ai-edge-litert", "tensorflow-serving-api",
+             "grpcio", "numpy", "scikit-learn", "tfship")
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    """Where the version landed and its manifest."""
+
+    version: int
+    version_dir: Path
+    manifest: dict[str, Any]
+
+
+def existing_versions(model_root: Path) -> list[int]:
+    """Numeric version folders under `<repository>/<model_name>/`, ascending."""
+    if not model_root.is_dir():
+        return []
+    return sorted(int(p.name) for p in model_root.iterdir()
+                  if p.is_dir() and p.name.isascii() and p.name.isdigit() and int(p.name) > 0)  # "²" is no version
+
+
+def next_version(model_root: Path) -> int:
+    """One more than the highest existing version (1 for a new model)."""
+    versions = existing_versions(model_root)
+    return versions[-1] + 1 if versions else 1
+
+
+def write_warmup_requests(version_dir: Path, model_name: str, signature: str, inputs: dict[str, np.ndarray],
+                          batch_sizes: tuple[int, ...] = (1, 8)) -> Path:
+    """Write TF Serving warm-up records: a TFRecord of `PredictionLog`s holding `PredictRequest`s.
+
+    Follows TensorFlow Serving's `assets.extra/tf_serving_warmup_requests` format, so both TF
+    Serving and tfship replay them before routing traffic to the version.
+    """
+    import tensorflow as tf
+    from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
+
+    path = version_dir / WARMUP_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for batch_size in batch_sizes:
+            request = predict_pb2.PredictRequest(model_spec=model_pb2.ModelSpec(name=model_name,
+                                                                                signature_name=signature))
+            for name, value in inputs.items():
+                request.inputs[name].CopyFrom(tf.make_tensor_proto(value[:batch_size]))
+            log = prediction_log_pb2.PredictionLog(predict_log=prediction_log_pb2.PredictLog(request=request))
+            writer.write(log.SerializeToString())
+    return path
+
+
+def write_golden_set(version_dir: Path, inputs: dict[str, np.ndarray], outputs: dict[str, np.ndarray]) -> Path:
+    """Save held-out inputs and the SavedModel's outputs (`input:<name>`, `output:<name>` keys)."""
+    path = version_dir / GOLDEN_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arrays = {f"input:{k}": v for k, v in inputs.items()} | {f"output:{k}": v for k, v in outputs.items()}
+    np.savez(path, **arrays)
+    return path
+
+
+def read_golden_set(version_dir: Path) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Inverse of `write_golden_set`: (inputs by name, expected outputs by name)."""
+    with np.load(version_dir / GOLDEN_FILE) as data:
+        inputs = {k.split(":", 1)[1]: data[k] for k in data.files if k.startswith("input:")}
+        outputs = {k.split(":", 1)[1]: data[k] for k in data.files if k.startswith("output:")}
+    return inputs, outputs
+
+
+def file_inventory(version_dir: Path) -> list[dict[str, Any]]:
+    """sha256 and size (bytes) of every file below `version_dir`, sorted by relative path."""
+    rows = []
+    for path in sorted(p for p in version_dir.rglob("*") if p.is_file()):
+        digest = hashlib.sha256()
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        rows.append({"path": str(path.relative_to(version_dir)), "sha256": digest.hexdigest(),
+                     "size_bytes": path.stat().st_size})
+    return rows
+
+
+def library_versions() -> dict[str, str]:
+    """Installed versions of the libraries an artifact depends on."""
+    versions = {}
+    for name in LIBRARIES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def git_commit(folder: Path) -> str:
+    """The commit of the checkout holding `folder` (`unknown` outside git); `+dirty` if modified."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True,
+                                timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=folder,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return commit + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def publish_version(candidate_dir: Path, repository: Path, model_name: str, manifest: dict[str, Any]) -> PublishResult:
+    """Copy a checked candidate version folder into the repository under the next version number.
+
+    Args:
+        candidate_dir: a complete version folder (SavedModel at its root, other artifacts beside it).
+        manifest: everything but `version`, `published_at` and `files`, which are filled in here.
+
+    Raises:
+        StageError: when the candidate has no `saved_model.pb` or the copy fails (no version appears).
+    """
+    if not (candidate_dir / "saved_model.pb").is_file():
+        raise StageError(f"publish: {candidate_dir} holds no saved_model.pb; nothing was published")
+    model_root = Path(repository) / model_name
+    model_root.mkdir(parents=True, exist_ok=True)
+    staging = model_root / f".staging-{secrets.token_hex(4)}"
+    try:
+        shutil.copytree(candidate_dir, staging)
+        for _attempt in range(5):
+            version = next_version(model_root)
+            final = {**manifest, "model_name": model_name, "version": version,
+                     "published_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                     "files": file_inventory(staging)}
+            write_json_atomic(staging / "manifest.json", final)
+            target = model_root / str(version)
+            if target.exists():
+                continue  # another publisher took this number meanwhile; try the next one
+            os.rename(staging, target)
+            return PublishResult(version, target.resolve(), final)
+        raise StageError(f"publish: could not claim a free version number under {model_root}")
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)

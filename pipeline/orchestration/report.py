@@ -1,0 +1,142 @@
+"""Run reports: `report.json` for machines, `report.md` with matplotlib plots for people, and the
+rich summary table printed at the end of `tfship run`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pipeline.orchestration.stages import RunFolder, StageRecord
+
+
+def _human_bytes(size: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return str(size)
+
+
+def _bar(run: RunFolder, names: list[str], values: list[float], label: str, filename: str, plt) -> str:
+    figure, axis = plt.subplots(figsize=(7, 3))
+    axis.barh(names, values, color="#4c72b0")
+    axis.set_xlabel(label)
+    finite = [v for v in values if v == v]
+    if label.startswith("accuracy") and finite:
+        axis.set_xlim(max(0.0, min(finite) - 5), 100.5)
+    figure.tight_layout()
+    figure.savefig(run.root / filename, dpi=100)
+    plt.close(figure)
+    return filename
+
+
+def _error_histograms(run: RunFolder, rows: list[dict[str, Any]], edges: list, plt) -> list[str]:
+    """One PNG per output: absolute-error counts per log10 bin, one line per artifact."""
+    outputs = list(dict.fromkeys(o["output"] for r in rows for o in r["outputs"] if o.get("error_histogram")))
+    labels = [f"<{e:.0e}" if e is not None else f">={edges[-2]:.0e}" for e in edges[1:]]
+    files = []
+    for output in outputs:
+        figure, axis = plt.subplots(figsize=(7, 3))
+        for row in rows[1:]:  # the SavedModel against itself is all zeros
+            counts = next((o["error_histogram"] for o in row["outputs"] if o["output"] == output), None)
+            if counts:
+                axis.plot(range(len(counts)), counts, marker="o", label=row["artifact"])
+        axis.set_xticks(range(len(labels)), labels, rotation=45, fontsize=7)
+        axis.set_yscale("symlog")
+        axis.set_ylim(bottom=0)
+        axis.set_xlabel(f"|artifact - SavedModel| for output '{output}'")
+        axis.set_ylabel("elements")
+        axis.legend(fontsize=7)
+        figure.tight_layout()
+        name = f"errors_{''.join(c if c.isalnum() else '_' for c in output)}.png"
+        figure.savefig(run.root / name, dpi=100)
+        plt.close(figure)
+        files.append(name)
+    return files
+
+
+def _plots(run: RunFolder, parity: dict[str, Any]) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = parity["artifacts"]
+    names = [r["artifact"] for r in rows]
+    metric = parity.get("metric", "accuracy_%")
+    figures = [
+        _bar(run, names, [r["metric"] for r in rows],
+             "accuracy (%)" if metric == "accuracy_%" else f"{metric} on '{parity.get('metric_output')}'",
+             "accuracy.png" if metric == "accuracy_%" else "metric.png", plt),
+        _bar(run, names, [r["size_bytes"] / 1024 for r in rows], "size (KiB)", "size.png", plt),
+        _bar(run, names, [r["latency_ms_batch1"] for r in rows], "latency at batch 1 (ms)", "latency.png", plt),
+    ]
+    return figures + _error_histograms(run, rows, parity.get("error_bin_edges", []), plt)
+
+
+def write_report(run: RunFolder, summary: dict[str, Any]) -> tuple[Path, Path]:
+    """Write `report.json` and `report.md` (+ PNG plots: metric, size, latency, error histogram per output)
+    into the run folder; return both paths."""
+    parity = summary["parity"]
+    rows = parity["artifacts"]
+    json_path = run.write_json("report.json", summary)
+    train = summary.get("train")
+    train_line = (f"- train: {train['epochs']} epochs, {train['steps']} steps, {train['train_step_traces']} "
+                  f"trace(s) of the train step, XLA {'on' if train['jit_compile'] else 'off'}, {train['seconds']} s"
+                  if train else f"- export-only: model `{summary.get('export_only', {}).get('model')}`, data "
+                  f"`{summary.get('export_only', {}).get('data')}` (training skipped)")
+    metric = parity.get("metric", "accuracy_%")
+    lines = [f"# tfship run report", "", f"- run: `{summary['run']}`", f"- published: `{summary['published']}`",
+             f"- audit: {'passed' if summary['audit_passed'] else 'FAILED'}", train_line,
+             f"- task metric: {metric} on output `{parity.get('metric_output')}` against "
+             f"{parity.get('label_source', 'labels')}; SavedModel: {parity.get('reference_metric', float('nan')):.4g}",
+             "", f"| artifact | mode | size | size vs tflite float32 | {metric} | agreement % | latency b1 ms "
+             "| worst float output (max abs err) | integer/string outputs | verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    float32_size = next((r["size_bytes"] for r in rows if r["artifact"] == "tflite_float32"), None)
+    for row in rows:
+        worst = max((o for o in row["outputs"] if not o.get("exact")), key=lambda o: o["max_abs_error"], default=None)
+        worst_text = f"{worst['output']} ({worst['max_abs_error']:.2e})" if worst else "-"
+        exact_text = "; ".join(f"{o['output']}: {o['detail'] or 'equal'}" for o in row["outputs"] if o.get("exact"))
+        ratio = (f"{100 * row['size_bytes'] / float32_size:.1f}% of tflite float32"
+                 if float32_size and row["kind"] == "tflite" else "-")
+        agreement = "-" if row["top1_agreement"] is None else f"{row['top1_agreement']:.2f}"
+        lines.append(f"| {row['artifact']} | {row['mode']} | {_human_bytes(row['size_bytes'])} | {ratio} "
+                     f"| {row['metric']:.4g} | {agreement} | {row['latency_ms_batch1']:.3f} | {worst_text} | {exact_text or '-'} | "
+                     f"{'pass' if row['passed'] else 'FAIL: ' + row['reason']} |")
+    lines += ["", "| conversion | status | reason |", "|---|---|---|"]
+    lines += [f"| {c['name']} | {c['status']} | {c['reason'] or '-'} |" for c in summary["conversions"]]
+    lines += [""] + [f"![{name}]({name})" for name in _plots(run, parity)]
+    md_path = run.root / "report.md"
+    md_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return json_path, md_path
+
+
+def summary_tables(summary: dict[str, Any], records: list[StageRecord]):
+    """Rich tables for the terminal: stages, artifacts (accuracy, parity, size), publish."""
+    from rich.table import Table
+
+    stages = Table(title="stages")
+    for column in ("stage", "status", "seconds", "note"):
+        stages.add_column(column)
+    for record in records:
+        stages.add_row(record.name, record.status.value, f"{record.seconds:.1f}", record.reason[:120])
+    artifacts = Table(title="artifacts (held-out test split, compared by output name with the SavedModel)")
+    for column in ("artifact", "mode", "size", summary["parity"].get("metric", "accuracy_%"), "agree %",
+                   "worst float output", "max abs err", "other outputs", "verdict"):
+        artifacts.add_column(column)
+    for row in summary["parity"]["artifacts"]:
+        floats = [o for o in row["outputs"] if not o.get("exact")]
+        worst = max(floats, key=lambda o: (not o["passed"], o["max_abs_error"]), default={})
+        exact = [f"{o['output']}: {o['detail'] or 'equal'}" for o in row["outputs"] if o.get("exact")]
+        artifacts.add_row(row["artifact"], row["mode"], _human_bytes(row["size_bytes"]), f"{row['metric']:.4g}",
+                          "-" if row["top1_agreement"] is None else f"{row['top1_agreement']:.2f}",
+                          worst.get("output", "-"), f"{worst.get('max_abs_error', float('nan')):.2e}",
+                          "; ".join(exact) or "-", "pass" if row["passed"] else "FAIL: " + row["reason"])
+    return stages, artifacts
+
+
+def load_summary(run: RunFolder) -> dict[str, Any]:
+    """Read a finished run's `summary.json`."""
+    return json.loads((run.root / "summary.json").read_text(encoding="utf-8"))

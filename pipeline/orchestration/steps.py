@@ -1,0 +1,244 @@
+"""The pipeline's stages as functions of (config, run folder, data): each reads what the stage
+before it wrote into the run folder, so every stage also runs alone from the CLI.
+
+Run folder contents: `model.keras` (train), `artifacts/` (a complete TF Serving version folder:
+SavedModel at its root, `model.onnx`, `model*.tflite`, written by export and convert), and one
+JSON file per stage (`train.json`, `audit.json`, `convert.json`, `parity.json`, `serve_check.json`).
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.config import PipelineConfig
+from pipeline.conversion.convert import ConvertResult, convert_artifacts, tflite_filename
+from pipeline.data.splits import DatasetSplits
+from core.errors import StageError
+from pipeline.orchestration.publish import (PublishResult, git_commit, library_versions, publish_version, write_golden_set,
+                              write_warmup_requests)
+from pipeline.gate.runners import Artifact
+from pipeline.gate.serve_check import ServeCheckResult, serve_check
+from pipeline.orchestration.stages import RunFolder
+from pipeline.training.train import TrainInputs, TrainResult, train_model
+from pipeline.export_only.user_model import EvalData
+from pipeline.gate.validate import ParityReport, raise_if_failed, validate_artifacts
+from signatures.audit import AuditReport, audit_saved_model
+from signatures.audit import raise_if_failed as raise_if_audit_failed
+from signatures.contract import SignatureContract, classifier_contract
+from signatures.export import build_classifier_module, export_saved_model, read_signature_contracts
+
+GOLDEN_SAMPLES = 64
+
+
+@dataclass(frozen=True)
+class ExportOutcome:
+    """The exported SavedModel's contract, its graph audit and its behavioural checks (None when off)."""
+
+    contract: SignatureContract
+    audit: AuditReport
+    behaviour: object | None = None
+
+
+def as_eval_data(config: PipelineConfig, contract: SignatureContract, data: DatasetSplits | EvalData) -> EvalData:
+    """The built-in splits as `EvalData` (test split validates, a seeded train subset calibrates)."""
+    if isinstance(data, EvalData):
+        return data
+    (image,) = contract.inputs
+    pick = np.random.default_rng(config.run.seed).permutation(len(data.train))[: config.convert.representative_samples]
+    return EvalData({image.name: data.test.images}, data.test.labels, {image.name: data.train.images[pick]},
+                    tuple(data.class_names), "built-in splits (test)")
+
+
+def _test_inputs(contract: SignatureContract, splits: DatasetSplits | EvalData) -> dict[str, np.ndarray]:
+    if isinstance(splits, EvalData):
+        return splits.inputs
+    (image,) = contract.inputs
+    return {image.name: splits.test.images}
+
+
+def _audit_and_prove(config: PipelineConfig, run: RunFolder, contract: SignatureContract, inputs,
+                     expected_variables, layers) -> ExportOutcome:
+    from pipeline.gate.behaviour import check_behaviour
+    from pipeline.gate.behaviour import raise_if_failed as raise_if_behaviour_failed
+
+    audit = audit_saved_model(run.artifacts, expected_variables=expected_variables, layers=layers)
+    behaviour = check_behaviour(run.artifacts, inputs, contract.name, config.parity.atol, config.parity.rtol) \
+        if config.export.behaviour_checks else None
+    run.write_json("audit.json", audit.to_json() | {"behaviour": behaviour.to_json() if behaviour else None,
+                                                    "passed": audit.passed and (behaviour is None or behaviour.passed)})
+    raise_if_audit_failed(audit)
+    if behaviour is not None:
+        raise_if_behaviour_failed(behaviour)
+    return ExportOutcome(contract, audit, behaviour)
+
+
+def export_user_stage(config: PipelineConfig, run: RunFolder, model, data_path: Path) -> tuple[ExportOutcome, EvalData]:
+    """Export-only mode: export a user's Keras model (or re-export a SavedModel), audit and prove it.
+
+    The contract comes from the model (`signatures.keras_export.contract_from_keras`; a SavedModel keeps
+    its `serving_default`); mixed-precision models are exported as a float32 copy. Extra signatures come
+    from `[export] extra_signatures`. `data_path` is read for this contract (`pipeline.export_only.user_model`).
+
+    Raises:
+        ContractError, AuditError, DatasetError: the export, the audit, the behaviour checks or the data.
+    """
+    from pipeline.export_only.user_model import load_user_data
+    from signatures.export import build_savedmodel_module
+    from signatures.keras_export import build_keras_module, contract_from_keras, extra_contract, float32_copy
+    from signatures.layers import keras_layers
+
+    if isinstance(model, Path):
+        contract = read_signature_contracts(model)["serving_default"]
+        data = load_user_data(data_path, contract, config.convert.representative_samples, config.run.seed,
+                          config.data.classes)
+        export_saved_model(build_savedmodel_module(model, contract), contract, run.artifacts)
+        return _audit_and_prove(config, run, contract, data.inputs, None, None), data
+    model = float32_copy(model)
+    contract = contract_from_keras(model)
+    data = load_user_data(data_path, contract, config.convert.representative_samples, config.run.seed,
+                          config.data.classes)
+    extras = dict(config.export.extra_signatures)
+    export_saved_model(build_keras_module(model, contract, extras), contract, run.artifacts,
+                       tuple(extra_contract(contract, name, outs) for name, outs in extras.items()))
+    run.write_json("data.json", data.summary())
+    return _audit_and_prove(config, run, contract, data.inputs, [w.path for w in model.weights],
+                            keras_layers(model)), data
+
+
+def train_step_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits, progress=None,
+                     resume: bool = False) -> TrainResult:
+    """Train (or resume from `checkpoints/`), save `model.keras` and `train.json`; events go to
+    `tensorboard/`, event lines to `logs/train.log` (see train_model for the errors raised)."""
+    log_file = run.root / "logs" / "train.log"
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+
+    def log(line: str) -> None:
+        with log_file.open("a", encoding="utf-8") as handle:
+            handle.write(line + "\n")
+        if progress is not None:
+            progress.console.print(line, highlight=False, markup=False)
+
+    result = train_model(TrainInputs(config, splits, run.checkpoints, run.root / "tensorboard", resume, log), progress)
+    result.model.save(run.root / "model.keras")
+    run.write_json("train.json", result.summary() | {"history": [h.__dict__ for h in result.history]})
+    return result
+
+
+def export_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits, model=None) -> ExportOutcome:
+    """Export the trained model's `serving_default` SavedModel into `artifacts/`, then audit it.
+
+    Raises:
+        ContractError: the written signature differs from the contract.
+        AuditError: the SavedModel holds gradient, optimizer or training-only ops or variables.
+    """
+    import keras
+
+    if model is None:
+        model_path = run.root / "model.keras"
+        if not model_path.is_file():
+            raise StageError(f"export: {model_path} does not exist; run the train stage first")
+        model = keras.models.load_model(model_path)
+    from signatures.layers import keras_layers
+
+    contract = classifier_contract(model.inputs[0].name, tuple(splits.train.images.shape[1:]),
+                                   len(splits.class_names), str(model.inputs[0].dtype))
+    export_saved_model(build_classifier_module(model, contract), contract, run.artifacts)
+    return _audit_and_prove(config, run, contract, _test_inputs(contract, splits), [w.path for w in model.weights],
+                            keras_layers(model))
+
+
+def read_contract(run: RunFolder) -> SignatureContract:
+    """The `serving_default` contract of the run's exported SavedModel."""
+    if not (run.artifacts / "saved_model.pb").is_file():
+        raise StageError(f"{run.artifacts}/saved_model.pb does not exist; run the export stage first")
+    return read_signature_contracts(run.artifacts)["serving_default"]
+
+
+def convert_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits | EvalData) -> ConvertResult:
+    """Convert the run's SavedModel to ONNX and the configured TFLite variants (see pipeline.conversion.convert)."""
+    contract = read_contract(run)
+    data = as_eval_data(config, contract, splits)
+    sample = {name: value[:8] for name, value in data.inputs.items()}
+    for leftover in run.artifacts.glob(".*"):  # temp files of a conversion that was killed
+        if leftover.is_file():
+            leftover.unlink()
+    result = convert_artifacts(run.artifacts, contract, config.convert, data.calibration, sample)
+    run.write_json("convert.json", result.to_json())
+    return result
+
+
+def present_artifacts(run: RunFolder) -> tuple[Artifact, list[Artifact]]:
+    """The SavedModel (reference) and every ONNX / TFLite file present in `artifacts/`."""
+    reference = Artifact("saved_model", "saved_model", "float32", run.artifacts)
+    candidates = []
+    if (run.artifacts / "model.onnx").is_file():
+        candidates.append(Artifact("onnx", "onnx", "float32", run.artifacts / "model.onnx"))
+    for mode in ("float32", "float16", "dynamic_range", "int8"):
+        path = run.artifacts / tflite_filename(mode)
+        if path.is_file():
+            candidates.append(Artifact(f"tflite_{mode}", "tflite", mode, path))
+    return reference, candidates
+
+
+def validate_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits | EvalData) -> ParityReport:
+    """Run the held-out data through every artifact; `parity.json`; fail on any miss."""
+    contract = read_contract(run)
+    reference, candidates = present_artifacts(run)
+    data = as_eval_data(config, contract, splits)
+    report = validate_artifacts(reference, candidates, contract, data.inputs, data.labels, config.parity)
+    run.write_json("parity.json", report.to_json())
+    return raise_if_failed(report)
+
+
+def _golden(run: RunFolder, contract: SignatureContract, splits: DatasetSplits):
+    from pipeline.gate.runners import saved_model_runner
+
+    inputs = {k: v[:GOLDEN_SAMPLES] for k, v in _test_inputs(contract, splits).items()}
+    return inputs, saved_model_runner(run.artifacts)(inputs)
+
+
+def serve_check_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits | EvalData) -> ServeCheckResult:
+    """Stage the version in a private repository, write warm-up and golden files, serve-check it."""
+    contract = read_contract(run)
+    inputs, expected = _golden(run, contract, splits)
+    write_warmup_requests(run.artifacts, config.run.model_name, contract.name, inputs)
+    write_golden_set(run.artifacts, inputs, expected)
+    candidate = run.candidate_repository / config.run.model_name / "1"
+    if candidate.parent.exists():
+        shutil.rmtree(candidate.parent)
+    shutil.copytree(run.artifacts, candidate, ignore=shutil.ignore_patterns(".*", "*.reproduce.sh", "*.representative.npz"))
+    result = serve_check(run.candidate_repository, config.run.model_name, 1, inputs, expected,
+                         atol=config.parity.atol)
+    run.write_json("serve_check.json", result.to_json())
+    return result
+
+
+def publish_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits | EvalData, repository: Path,
+                  metrics: dict) -> PublishResult:
+    """Publish the blessed candidate (parity passed, serve-check passed) with its manifest."""
+    import json
+
+    for required in ("parity.json", "serve_check.json", "audit.json"):
+        path = run.root / required
+        if not path.is_file() or not json.loads(path.read_text())["passed"]:
+            raise StageError(f"publish: {path} is missing or did not pass; nothing was published")
+    contract = read_contract(run)
+    manifest = {
+        "run": str(run.root),
+        "git_commit": git_commit(Path(__file__).parent),
+        "signature_def": {contract.name: contract.to_json()},
+        "class_names": list(splits.class_names),
+        "data": splits.summary(),
+        "metrics": metrics,
+        "parity": json.loads((run.root / "parity.json").read_text()),
+        "audit": json.loads((run.root / "audit.json").read_text()),
+        "serve_check": json.loads((run.root / "serve_check.json").read_text()),
+        "conversions": json.loads((run.root / "convert.json").read_text()),
+        "libraries": library_versions(),
+    }
+    candidate = run.candidate_repository / config.run.model_name / "1"
+    return publish_version(candidate, repository, config.run.model_name, manifest)

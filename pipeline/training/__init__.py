@@ -1,0 +1,1 @@
+"""Training: model factories, optimizers, the compiled GradientTape step, the train loop, tf.distribute, TensorBoard."""

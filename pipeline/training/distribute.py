@@ -1,0 +1,100 @@
+"""Process-level training runtime: the tf.distribute strategy, determinism and eager debugging.
+
+`training_runtime(config)` is entered once per training run by the train stage's entry point; it
+applies the process-wide switches the config asks for and restores them when training ends, so
+nothing leaks into the code that runs after it (export, other tests).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from pipeline.config import TrainSection
+from core.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """The strategy training runs under and whether this process writes results (the chief)."""
+
+    strategy: object
+    kind: str
+    is_chief: bool
+    worker_index: int
+    num_workers: int
+
+    @property
+    def replicas(self) -> int:
+        """Replicas in sync across the cluster (devices x workers)."""
+        return int(self.strategy.num_replicas_in_sync)
+
+
+def _cluster() -> tuple[bool, int, int]:
+    raw = os.environ.get("TF_CONFIG")
+    if not raw:
+        raise ConfigError("train.strategy = 'multi_worker' needs the TF_CONFIG environment variable "
+                          '(e.g. {"cluster": {"worker": ["host:port", ...]}, "task": {"type": "worker", "index": 0}})')
+    try:
+        tf_config = json.loads(raw)
+        workers = tf_config["cluster"]["worker"]
+        task = tf_config["task"]
+    except (ValueError, KeyError, TypeError) as err:
+        raise ConfigError(f"TF_CONFIG: expected cluster.worker and task; got {raw!r}") from err
+    index = int(task.get("index", 0))
+    chief = task.get("type") == "chief" or ("chief" not in tf_config["cluster"] and index == 0)
+    return chief, index, len(workers) + len(tf_config["cluster"].get("chief", []))
+
+
+def make_strategy(kind: str) -> Runtime:
+    """Build the strategy: `default` (one device), `mirrored` (all local GPUs, else the CPU) or
+    `multi_worker` (MultiWorkerMirroredStrategy over the cluster in TF_CONFIG, ring all-reduce).
+
+    Raises:
+        ConfigError: multi_worker without a usable TF_CONFIG.
+    """
+    import tensorflow as tf
+
+    if kind == "default":
+        return Runtime(tf.distribute.get_strategy(), kind, True, 0, 1)
+    if kind == "mirrored":
+        return Runtime(tf.distribute.MirroredStrategy(), kind, True, 0, 1)
+    chief, index, workers = _cluster()
+    options = tf.distribute.experimental.CommunicationOptions(
+        implementation=tf.distribute.experimental.CommunicationImplementation.RING)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    return Runtime(strategy, kind, chief, index, workers)
+
+
+@contextlib.contextmanager
+def training_runtime(config: TrainSection, seed: int) -> Iterator[None]:
+    """Apply the run's process-wide switches for the duration of training, then restore them.
+
+    `deterministic`: seeds Python, NumPy and TensorFlow (`keras.utils.set_random_seed`) and turns on
+    `tf.config.experimental.enable_op_determinism`. `run_eagerly`: `tf.config.run_functions_eagerly(True)`.
+    `check_numerics`: `tf.debugging.enable_check_numerics()` (disabled again afterwards).
+    """
+    import keras
+    import tensorflow as tf
+    from tensorflow.python.framework import config as tf_config
+
+    was_deterministic = tf_config.is_op_determinism_enabled()
+    was_eager = tf.config.functions_run_eagerly()
+    keras.utils.set_random_seed(seed)
+    if config.deterministic:
+        tf.config.experimental.enable_op_determinism()
+    if config.run_eagerly:
+        tf.config.run_functions_eagerly(True)
+    if config.check_numerics:
+        tf.debugging.enable_check_numerics()
+    try:
+        yield
+    finally:
+        if config.check_numerics:
+            tf.debugging.disable_check_numerics()
+        tf.config.run_functions_eagerly(was_eager)
+        if config.deterministic and not was_deterministic:
+            tf_config.disable_op_determinism()

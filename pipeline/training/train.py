@@ -1,0 +1,361 @@
+"""Train stage: a custom `tf.GradientTape` loop (`pipeline.training.train_step`) over one endless, seeded
+tf.data iterator, with evaluation, early stopping, checkpoints, resume and TensorBoard.
+
+The step is traced exactly once per run (counted, reported, enforced). A `CheckpointManager`
+saves the model, the optimizer (slots, step count, loss scale), the loop counters and the data
+iterator position every `checkpoint_every_steps` steps and at the end; `resume=True` continues
+from the latest checkpoint, and with `deterministic = true` the final weights equal those of an
+uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.config import PipelineConfig
+from pipeline.data.splits import DatasetSplits, make_dataset
+from core.errors import StageError
+
+PARTIAL_BATCH = "dropped (training batches are drop_remainder=True; evaluation keeps all)"
+
+
+@dataclass(frozen=True)
+class TrainInputs:
+    """What the train stage needs.
+
+    Attributes:
+        config: the pipeline config.
+        splits: the data splits.
+        checkpoint_dir: CheckpointManager folder (`<run>/checkpoints`).
+        tensorboard_dir: TensorBoard folder (`<run>/tensorboard`); None writes no events.
+        resume: continue from the latest checkpoint in `checkpoint_dir`.
+        log: called with one line per notable event (XLA choice, checkpoints, early stop).
+    """
+
+    config: PipelineConfig
+    splits: DatasetSplits
+    checkpoint_dir: Path
+    tensorboard_dir: Path | None = None
+    resume: bool = False
+    log: Callable[[str], None] | None = None
+
+
+@dataclass(frozen=True)
+class EpochMetrics:
+    """One epoch: mean training loss (nats), training and validation accuracy (fractions in [0, 1]),
+    validation loss (nats) and the step the epoch ended at."""
+
+    epoch: int
+    loss: float
+    train_accuracy: float
+    validation_accuracy: float
+    validation_loss: float = float("nan")
+    step: int = 0
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """The trained Keras model and what the loop measured (`details`: JSON-ready extras)."""
+
+    model: Any
+    history: tuple[EpochMetrics, ...]
+    train_step_traces: int
+    test_accuracy: float
+    checkpoint_path: Path
+    seconds: float
+    steps: int
+    jit_compile: bool
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready summary (no model)."""
+        return {
+            "epochs": len(self.history),
+            "steps": self.steps,
+            "train_step_traces": self.train_step_traces,
+            "jit_compile": self.jit_compile,
+            "final_loss": self.history[-1].loss if self.history else None,
+            "validation_accuracy": self.history[-1].validation_accuracy if self.history else None,
+            "test_accuracy": self.test_accuracy,
+            "seconds": round(self.seconds, 3),
+            "checkpoint": str(self.checkpoint_path),
+            "partial_batch": PARTIAL_BATCH,
+            **self.details,
+        }
+
+
+def train_model(inputs: TrainInputs, progress=None) -> TrainResult:
+    """Train the configured model on the train split under the configured runtime.
+
+    Args:
+        inputs: config, splits (inputs [N, ...], labels int64 [N]), folders and resume flag.
+        progress: optional `rich.progress.Progress` to report steps on.
+
+    Raises:
+        StageError: a non-finite loss or gradient (naming the step and the first non-finite
+            variable), a retraced step, a batch larger than the train split, or `resume` without
+            a checkpoint.
+        ConfigError: an invalid model or strategy setting.
+    """
+    from pipeline.training.distribute import training_runtime
+
+    with training_runtime(inputs.config.train, inputs.config.run.seed):
+        return _Loop(inputs, progress).run()
+
+
+class _Loop:
+    """One training run: builds everything under the strategy scope, then steps."""
+
+    def __init__(self, inputs: TrainInputs, progress):
+        import tensorflow as tf
+
+        from pipeline.training.distribute import make_strategy
+        from pipeline.training.model import build_model
+        from pipeline.training.optim import build_optimizer, total_optimizer_updates
+
+        self.inputs, self.progress, self.notes = inputs, progress, []
+        config, splits = inputs.config, inputs.splits
+        self.train = config.train
+        self.runtime = make_strategy(config.train.strategy)
+        self.batch = config.data.batch_size * max(self.runtime.num_workers, self.runtime.replicas)
+        self.steps_per_epoch = len(splits.train) // self.batch
+        if self.steps_per_epoch == 0:
+            raise StageError(f"train: global batch {self.batch} (data.batch_size x workers) is larger than the "
+                             f"train split ({len(splits.train)} samples)")
+        self.total_steps = self.steps_per_epoch * config.train.epochs
+        with self.runtime.strategy.scope():
+            self.model = build_model(
+                config.model, tuple(splits.train.images.shape[1:]), len(splits.class_names), config.run.seed,
+                input_name=splits.input_name, input_dtype=str(splits.train.images.dtype),
+                train_inputs=splits.train.images if config.model.normalize else None,
+                precision=config.train.mixed_precision)
+            self.optimizer = build_optimizer(
+                config.train, total_optimizer_updates(self.total_steps, config.train.accumulation_steps))
+            from pipeline.training.freeze import freeze_layers
+            from pipeline.training.step_kinds import build_step_kind
+
+            self.frozen = freeze_layers(self.model, config.train.freeze)  # before the optimizer: no slots for them
+            self.step_kind = build_step_kind(config.train.step, len(splits.class_names))
+            # Create the slot variables up front: a tf.function that creates variables is traced twice.
+            self.optimizer.build(self.model.trainable_variables)
+            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+            self.sums = tf.Variable([0.0, 0.0, 0.0], dtype=tf.float64, trainable=False, name="epoch_sums")
+            self.early = tf.Variable([math.nan, 0.0], dtype=tf.float64, trainable=False, name="early_stopping")
+        # A distributed dataset is batched with the global batch and split per replica by tf.distribute.
+        per_call = config.data.batch_size if self.runtime.kind == "default" else self.batch
+        self.dataset = make_dataset(splits.train, per_call, training=True, seed=config.run.seed,
+                                    shuffle_buffer=config.data.shuffle_buffer, cache=config.data.cache, repeat=True)
+        if config.train.assert_inputs:
+            from pipeline.training.train_checks import input_assertions
+
+            self.dataset = self.dataset.map(input_assertions(len(splits.class_names), splits.train.images.shape[1:]))
+        self._make_iterator()
+        tracked = {"model": self.model, "optimizer": self.optimizer, "step": self.step, "sums": self.sums,
+                   "early": self.early}
+        # Dropout RNG states are no Keras weights: checkpoint them too, so a resumed run draws the same masks.
+        rng = {f"{layer.name}": layer.seed_generator.state.value for layer in self.model.layers
+               if getattr(layer, "seed_generator", None) is not None}
+        if rng:
+            tracked["rng"] = tf.train.Checkpoint(**rng)
+        if self.runtime.kind == "default":
+            tracked["iterator"] = self.iterator
+        self.checkpoint = tf.train.Checkpoint(**tracked)
+        self.manager = tf.train.CheckpointManager(self.checkpoint, str(inputs.checkpoint_dir),
+                                                  max_to_keep=config.train.keep_checkpoints, step_counter=self.step)
+
+    def _make_iterator(self) -> None:
+        import tensorflow as tf
+
+        splits = self.inputs.splits
+        spec = tf.TensorSpec([None, *splits.train.images.shape[1:]], tf.as_dtype(splits.train.images.dtype),
+                             name=splits.input_name)
+        self.eval_spec = spec
+        if self.runtime.kind == "default":
+            self.iterator = iter(self.dataset)
+            self.signature = [spec, tf.TensorSpec([None], tf.int64, name="label")]
+            return
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+        distributed = self.runtime.strategy.experimental_distribute_dataset(self.dataset.with_options(options))
+        self.iterator = iter(distributed)
+        self.signature = list(distributed.element_spec)
+
+    def say(self, line: str) -> None:
+        self.notes.append(line)
+        if self.inputs.log is not None:
+            self.inputs.log(line)
+
+    def _history_path(self) -> Path:
+        return self.inputs.checkpoint_dir / "history.json"
+
+    def _save(self, history: list[EpochMetrics]) -> Path:
+        path = Path(self.manager.save(checkpoint_number=int(self.step.numpy())))
+        if self.runtime.is_chief:
+            from pipeline.orchestration.stages import write_json_atomic
+
+            write_json_atomic(self._history_path(), {"step": int(self.step.numpy()),
+                                                     "history": [asdict(h) for h in history]})
+        self.say(f"checkpoint saved: step {int(self.step.numpy())} -> {path}")
+        return path
+
+    def _restore(self) -> list[EpochMetrics]:
+        latest = self.manager.latest_checkpoint
+        if latest is None:
+            raise StageError(f"train --resume: no checkpoint in {self.inputs.checkpoint_dir}")
+        self.checkpoint.restore(latest).assert_existing_objects_matched()
+        step = int(self.step.numpy())
+        saved = json.loads(self._history_path().read_text()) if self._history_path().is_file() else {"history": []}
+        history = [EpochMetrics(**h) for h in saved["history"] if h["step"] <= step]
+        self.say(f"resumed from {latest} at step {step} of {self.total_steps}")
+        return history
+
+    def _build_step(self):
+        from pipeline.training.train_step import StepFunctions, XlaChoice, choose_step
+
+        setting = self.train.jit_compile
+        if self.runtime.kind != "default" and setting is not False:
+            setting = False
+            forced = f"XLA off under the {self.runtime.kind} strategy (the step's all-reduce runs outside XLA)"
+        elif self.train.check_numerics and setting is not False:
+            setting, forced = False, "XLA off under check_numerics (its CheckNumerics ops run outside XLA)"
+        else:
+            forced = None
+
+        def build(jit: bool):
+            return StepFunctions(self.model, self.optimizer, self.runtime.strategy, jit_compile=jit,
+                                 signature=self.signature, eval_spec=self.eval_spec, global_batch=self.batch,
+                                 kind=self.step_kind)
+
+        if self.train.run_eagerly:
+            return build(False), XlaChoice(False, "run_eagerly: tf.function runs eagerly (debug), no trace, no XLA")
+        images, labels = self.inputs.splits.train.images, self.inputs.splits.train.labels
+        if self.runtime.kind == "default":
+            batch = (images[:self.batch], labels[:self.batch])
+        else:
+            batch = next(iter(self.runtime.strategy.experimental_distribute_dataset(
+                make_dataset(self.inputs.splits.train, self.batch, training=True, seed=0))))
+        state = [*self.model.variables, *self.optimizer.variables]
+        steps, choice = choose_step(build, batch, setting, self.train.xla_probe_steps, state)
+        if forced:
+            choice = XlaChoice(False, forced)
+        self.say(choice.reason)
+        return steps, choice
+
+    def run(self) -> TrainResult:
+        from pipeline.training.tensorboard_log import TensorBoardLog
+
+        history = self._restore() if self.inputs.resume else []
+        start = int(self.step.numpy())
+        from pipeline.training.train_checks import numerics_guard
+
+        with numerics_guard(self.train.check_numerics, start + 1):  # the first call runs a real step
+            steps, choice = self._build_step()
+        folder = self.inputs.tensorboard_dir if self.train.tensorboard and self.runtime.is_chief else None
+        board = TensorBoardLog(folder, self.train.log_every_steps, self.train.histogram_every_steps)
+        task = self.progress.add_task("train", total=self.total_steps, completed=start) if self.progress else None
+        started = time.perf_counter()
+        self.kind_metrics: dict[str, float] = {}
+        stopped_early = self._steps(steps, board, history, task, start)
+        seconds = time.perf_counter() - started
+        checkpoint_path = self._save(history)
+        board.close()
+        if not self.train.run_eagerly and steps.traces != 1:
+            raise StageError(f"train: the train step was traced {steps.traces} times; expected exactly 1")
+        details = {"xla": asdict(choice), "optimizer": self.train.optimizer, "schedule": self.train.schedule,
+                   "mixed_precision": self.train.mixed_precision, "strategy": self.runtime.kind,
+                   "replicas": self.runtime.replicas, "global_batch": self.batch,
+                   "accumulation_steps": self.train.accumulation_steps,
+                   "optimizer_updates": int(self.optimizer.iterations.numpy()), "deterministic": self.train.deterministic,
+                   "stopped_early": stopped_early, "resumed_from_step": start if self.inputs.resume else None,
+                   "steps_per_second": round((int(self.step.numpy()) - start) / max(seconds, 1e-9), 2),
+                   "notes": list(self.notes), "step_kind": {"kind": steps.kind.name, "last": self.kind_metrics},
+                   "frozen": self._frozen_summary(), "sparse_gradients": steps.sparse_gradients,
+                   "debug": {"check_numerics": self.train.check_numerics, "assert_inputs": self.train.assert_inputs,
+                             "run_eagerly": self.train.run_eagerly}}
+        from pipeline.training.model import without_recompute
+
+        details["recompute"] = list(self.inputs.config.model.recompute)
+        test = self.inputs.splits.test
+        return TrainResult(without_recompute(self.model), tuple(history), steps.traces, steps.accuracy(test.images, test.labels),
+                           checkpoint_path, seconds, int(self.step.numpy()), choice.jit_compile, details)
+
+    def _steps(self, steps, board, history: list[EpochMetrics], task, start: int) -> bool:
+        from pipeline.training.optim import current_learning_rate, loss_scale
+
+        sums = self.sums.numpy().tolist()
+        float16 = self.train.mixed_precision == "mixed_float16"
+        for step in range(start + 1, self.total_steps + 1):
+            images, labels = next(self.iterator)
+            loss, correct, norm, nonfinite, metrics = self._call_step(steps, images, labels, step)
+            self.kind_metrics = {name: round(float(value), 6) for name, value in metrics.items()}
+            loss_value, flags = float(loss), nonfinite.numpy()
+            if not math.isfinite(loss_value) or (flags.any() and not float16):
+                bad = steps.variable_names[int(np.argmax(flags > 0))] if flags.any() else "none (the loss itself)"
+                raise StageError(f"train: non-finite values at step {step}: loss {loss_value}; first non-finite "
+                                 f"gradient: {bad}")
+            sums = [sums[0] + loss_value * self.batch, sums[1] + float(correct), sums[2] + self.batch]
+            self.step.assign(step)
+            if step % self.train.log_every_steps == 0 and board.folder is not None:
+                board.step(step, {"loss": loss_value, "accuracy": float(correct) / self.batch,
+                                  "learning_rate": current_learning_rate(self.optimizer),
+                                  "gradient_global_norm": float(norm), "loss_scale": loss_scale(self.optimizer),
+                                  **self.kind_metrics},
+                           self.model.trainable_variables)
+            if self.progress is not None:
+                self.progress.update(task, advance=1, description=f"train step {step}/{self.total_steps} "
+                                     f"loss {sums[0] / sums[2]:.4f}")
+            stop = False
+            if step % self.steps_per_epoch == 0:
+                stop = self._end_epoch(steps, board, history, sums, step)
+                sums = [0.0, 0.0, 0.0]
+            self.sums.assign(sums)
+            every = self.train.checkpoint_every_steps
+            if stop:
+                self.say(f"early stopping at epoch {history[-1].epoch}: {self.train.early_stopping_metric} did not "
+                         f"improve by {self.train.early_stopping_min_delta} for "
+                         f"{self.train.early_stopping_patience} epochs")
+                return True
+            if every and step % every == 0 and step < self.total_steps:
+                self._save(history)
+        return False
+
+    def _frozen_summary(self) -> dict:
+        from pipeline.training.freeze import frozen_weights, slots_for
+
+        weights = frozen_weights(self.model, self.frozen)
+        return {"layers": self.frozen, "weights": [w.path for w in weights],
+                "optimizer_slots_for_frozen_weights": slots_for(self.optimizer, weights),
+                "optimizer_variables": len(self.optimizer.variables)}
+
+    def _call_step(self, steps, images, labels, step: int):
+        from pipeline.training.train_checks import numerics_guard
+
+        with numerics_guard(self.train.check_numerics, step):
+            return steps.train_step(images, labels)
+
+    def _end_epoch(self, steps, board, history: list[EpochMetrics], sums, step: int) -> bool:
+        validation = self.inputs.splits.validation
+        val_loss, val_accuracy = steps.evaluate(validation.images, validation.labels)
+        metrics = EpochMetrics(step // self.steps_per_epoch, sums[0] / sums[2], sums[1] / sums[2], val_accuracy,
+                               val_loss, step)
+        history.append(metrics)
+        board.epoch(step, {"accuracy": val_accuracy, "loss": val_loss})
+        patience = self.train.early_stopping_patience
+        if patience is None:
+            return False
+        value = val_accuracy if self.train.early_stopping_metric == "validation_accuracy" else -val_loss
+        best, bad_epochs = self.early.numpy().tolist()
+        if math.isnan(best) or value > best + self.train.early_stopping_min_delta:
+            best, bad_epochs = value, 0.0
+        else:
+            bad_epochs += 1
+        self.early.assign([best, bad_epochs])
+        return bad_epochs >= patience

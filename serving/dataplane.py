@@ -111,6 +111,11 @@ class DataPlane:
         """The server is shutting down (SIGTERM): readiness answers false, new requests UNAVAILABLE."""
         return self.gate.draining
 
+    @draining.setter
+    def draining(self, value: bool) -> None:
+        if value:
+            self.gate.close()
+
     @property
     def limits(self) -> ServerLimits:
         """The per-request limits (transports read `max_tensor_bytes` to bound decoding)."""

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from core.errors import ConfigError, TfshipError
 from serving.runtimes import BACKENDS  # derived from the runtime registry (light: backends import lazily)
+from serving.tfs_flags import add_tf_serving_flags, settings_values
 ENV_PREFIX = "TFSHIP_SERVING_"
 
 
@@ -91,6 +92,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
       help="server processes sharing the gRPC/REST ports via SO_REUSEPORT (use the host's cores); default 1")
     a("--reuse-port", action="store_true", help="bind the REST port with SO_REUSEPORT (set for each worker)")
     _env_defaults(parser, actions)
+    add_tf_serving_flags(parser)  # TF Serving's spellings (--model_name, --rest_api_port, ...); the rest refused
 
 
 def add_query_arguments(parser: argparse.ArgumentParser) -> None:
@@ -125,7 +127,7 @@ def settings_from_args(args: argparse.Namespace):
 
     from serving.settings import ServerSettings
 
-    values = {k: v for k, v in vars(args).items() if k in ServerSettings.model_fields}
+    values = settings_values(args, ServerSettings.model_fields)
     try:
         return ServerSettings(**values)
     except ValidationError as err:
@@ -167,3 +169,20 @@ def main(argv: list[str] | None = None) -> int:
     except TfshipError as err:
         print(f"error: {err}", file=sys.stderr)
         return err.exit_code
+
+
+def tensorflow_model_server(argv: list[str] | None = None) -> int:
+    """`tensorflow_model_server` console script: a TF Serving command line run unchanged by tfship.
+
+    TF Serving's defaults apply where they differ from `tfship serve`: no REST server unless
+    `--rest_api_port` is given. The bind address stays tfship's (127.0.0.1, or TFSHIP_SERVING_HOST /
+    `--host`; TF Serving binds every interface).
+    """
+    return main(tensorflow_model_server_argv(list(sys.argv[1:] if argv is None else argv)))
+
+
+def tensorflow_model_server_argv(argv: list[str]) -> list[str]:
+    """`python -m serving` arguments for a `tensorflow_model_server` command line (REST off unless asked)."""
+    if argv[:1] in (["-h"], ["--help"]):
+        return ["serve", *argv]
+    return ["serve", "--rest-port", "-1", *argv]

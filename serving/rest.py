@@ -131,11 +131,13 @@ def _proto_json(message) -> dict:
 
 
 def build_app(dataplane: DataPlane, policy: AccessPolicy = AccessPolicy(), max_bytes: int = 64 << 20,
-              metrics: Metrics | None = None, timeout_s: float = 30.0) -> web.Application:
+              metrics: Metrics | None = None, metrics_path: str = PROMETHEUS_PATH,
+              timeout_s: float = 30.0) -> web.Application:
     """The TF Serving REST API over `dataplane`, under `policy` (bearer tokens; default open).
 
-    With `metrics`, Prometheus text is also served at TF Serving's `/monitoring/prometheus/metrics`.
-    A request body must arrive within `timeout_s` seconds (else HTTP 408).
+    With `metrics`, Prometheus text is also served at `metrics_path` (TF Serving's `/monitoring/prometheus/metrics`
+    unless --monitoring_config_file names another). A request body must arrive within `timeout_s` seconds
+    (else HTTP 408).
     """
 
     async def status(request: web.Request) -> web.Response:
@@ -182,7 +184,7 @@ def build_app(dataplane: DataPlane, policy: AccessPolicy = AccessPolicy(), max_b
 
     app = web.Application(middlewares=[_error_middleware(policy, dataplane.gate)], client_max_size=max_bytes)
     if metrics is not None:
-        app.router.add_get(PROMETHEUS_PATH, _metrics_handler(metrics))
+        app.router.add_get(metrics_path, _metrics_handler(metrics))
     app[_MAX_BYTES] = max_bytes
     base = "/v1/models/" + _SPEC
     app.router.add_get(base, status)
@@ -218,7 +220,9 @@ async def start_rest(dataplane: DataPlane, settings, policy: AccessPolicy, metri
                      ssl_context: ssl.SSLContext | None) -> tuple[web.AppRunner, int]:
     """Start the REST API on `settings.host:settings.rest_port` (0 = any free), HTTPS when `ssl_context` is
     given, under `policy`; returns (runner, bound port)."""
-    app = build_app(dataplane, policy, settings.max_message_bytes, metrics, settings.rest_api_timeout_in_ms / 1000)
+    prometheus = settings.prometheus_path  # None: --monitoring_config_file turned it off
+    app = build_app(dataplane, policy, settings.max_message_bytes, metrics if prometheus else None,
+                    prometheus or PROMETHEUS_PATH, settings.rest_api_timeout_in_ms / 1000)
     return await _start(app, settings, settings.rest_port, ssl_context)
 
 

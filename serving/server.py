@@ -18,13 +18,13 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2
 
-from core.errors import ConfigError
+from core.errors import ConfigError, TfshipError
 from serving.dataplane import DataPlane
 from serving.grpc_transport import AccessInterceptor, add_services
 from serving.kserve_grpc import add_inference_service
 from serving.manager import ModelManager, check_config
 from serving.metrics import Metrics
-from serving.model_config import ModelConfig, from_repository, parse_model_server_config
+from serving.model_config import ModelConfig, check_model_name, from_repository, parse_model_server_config
 from serving.runtimes import RuntimeOptions
 from serving.security import grpc_credentials, ssl_context, tls_material
 from serving.settings import ServerSettings
@@ -45,9 +45,37 @@ def model_configs(settings: ServerSettings) -> list[ModelConfig]:
         except OSError as err:
             raise ConfigError(f"cannot read --model-config-file {settings.model_config_file}: {err}") from err
         return parse_model_server_config(text, str(settings.model_config_file))
+    if settings.model_base_path:  # TF Serving's --model_name + --model_base_path (the model's own folder)
+        check_model_name(settings.model_name)
+        return [ModelConfig(name=settings.model_name, base_path=settings.model_base_path)]
     if settings.repository and settings.model_name:
         return from_repository(settings.repository, settings.model_name)
-    raise ConfigError("give --model-config-file, or --repository and --model-name")
+    raise ConfigError("give --model-config-file, --model_base_path (and --model_name), or --repository and "
+                      "--model-name")
+
+
+async def poll_model_config_file(settings: ServerSettings, manager: ModelManager) -> None:
+    """Re-read `--model-config-file` every `--model_config_file_poll_wait_seconds` and apply it when its text
+    changed (TF Serving's behaviour); a file that does not parse is logged and the running config kept."""
+    path, interval = settings.model_config_file, settings.model_config_file_poll_wait_seconds
+    last = path.read_text() if path.is_file() else ""
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            text = path.read_text()
+        except OSError as err:
+            log.error("cannot read --model-config-file %s; the running config stays: %s", path, err)
+            continue
+        if text == last:
+            continue
+        last = text  # a bad file is reported once, not on every poll
+        try:
+            configs = parse_model_server_config(text, str(path))
+            await manager.apply_config(configs)
+        except TfshipError as err:
+            log.error("--model-config-file %s not applied; the running config stays: %s", path, err)
+            continue
+        log.info("applied the changed --model-config-file %s: models %s", path, [c.name for c in configs])
 
 
 def _runtime_wrapper(settings: ServerSettings, metrics: Metrics):
@@ -171,9 +199,12 @@ async def run_server(settings: ServerSettings) -> int:
         _write_port_file(settings.port_file, {**ports, "ready": True})
     poll = (asyncio.create_task(manager.poll_forever(settings.file_system_poll_wait_seconds))
             if settings.file_system_poll_wait_seconds > 0 else None)
+    config_poll = (asyncio.create_task(poll_model_config_file(settings, manager))
+                   if settings.model_config_file and settings.model_config_file_poll_wait_seconds > 0 else None)
     await stop.wait()
 
-    await _drain(settings.grace_period_s, health, dataplane, server, [r for r in (rest, metrics_site) if r], poll)
+    await _drain(settings.grace_period_s, health, dataplane, server, [r for r in (rest, metrics_site) if r],
+                 [t for t in (poll, config_poll) if t])
     await _bounded(manager.unload_all(), UNLOAD_TIMEOUT_S, "unloading models")
     executor.shutdown(wait=False, cancel_futures=True)
     log.info("stopped")
@@ -181,7 +212,7 @@ async def run_server(settings: ServerSettings) -> int:
 
 
 async def _drain(grace_s: float, health: _Health, dataplane: DataPlane, server: grpc.aio.Server, runners: list,
-                 poll: asyncio.Task | None) -> None:
+                 polls: list[asyncio.Task]) -> None:
     """SIGTERM/SIGINT/SIGHUP: answer every request that reached the server, within `grace_s` seconds in all.
 
     Health turns NOT_SERVING and new requests are answered UNAVAILABLE (HTTP 503) at once, so clients retry
@@ -197,8 +228,8 @@ async def _drain(grace_s: float, health: _Health, dataplane: DataPlane, server: 
     for name in list(health.ok):
         await health.update(name, False)
     await health.overall()
-    if poll:
-        poll.cancel()
+    for task in polls:
+        task.cancel()
     if not await dataplane.gate.wait_idle(deadline - loop.time()):
         log.warning("grace period over with %d request(s) still running; cancelling them", dataplane.gate.active)
     await asyncio.sleep(max(min(DRAIN_LINGER_S, deadline - loop.time()), 0))

@@ -16,6 +16,12 @@ class ServerSettings(BaseModel):
     repository: Path | None = Field(None, description="Model repository (<repository>/<model_name>/<version>/).")
     model_name: str | None = Field(None, description="Model served from --repository.")
     model_config_file: Path | None = Field(None, description="TF Serving ModelServerConfig text file.")
+    model_config_file_poll_wait_seconds: float = Field(0.0, ge=0, description="Re-read --model-config-file every "
+                                                       "N seconds and apply changes (TF Serving); 0 = never.")
+    model_base_path: Path | None = Field(None, description="The model's own folder of versions (TF Serving's "
+                                                           "--model_base_path), served as --model-name.")
+    prometheus_path: str | None = Field("/monitoring/prometheus/metrics", description="Prometheus text on the "
+                                        "REST port at this path (--monitoring_config_file); None = not served.")
     backend: str = Field("auto", description="Runtime backend: `auto` or a name in the runtime registry.")
     tflite_file: str = Field("model.tflite", description="TFLite artifact served by the tflite backend.")
     host: str = Field("127.0.0.1", description="Address every port binds to.")

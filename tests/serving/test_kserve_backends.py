@@ -150,3 +150,21 @@ def test_tritonclient_against_make_serve(repository, images):
         process.send_signal(signal.SIGINT)  # Ctrl-C, as a `make serve` user stops it
         _, stderr = process.communicate(timeout=60)
     assert process.returncode == 0, stderr.decode(errors="replace")[-2000:]
+
+
+@pytest.mark.slow
+def test_tensorflow_free_server_speaks_v2(repository, images):
+    """The edge install (no TensorFlow) serves V2 too: messages come from the committed descriptor."""
+    from edge_venv import ensure_edge_venv
+
+    rows = images[:2]
+    want = saved_model_outputs(repository / MODEL / "2", {"image": rows})
+    with ServerProcess(repository, MODEL, backend="tflite", python=str(ensure_edge_venv())) as server:
+        grpc_client, http_client = _clients(server)
+        try:
+            assert grpc_client.get_model_metadata(MODEL, as_json=True)["platform"] == PLATFORMS["tflite"]
+            _assert_close(grpc_client.infer(MODEL, [_input(tgrpc, rows)]), want)
+            _assert_close(http_client.infer(MODEL, [_input(thttp, rows)]), want)
+        finally:
+            grpc_client.close()
+            http_client.close()

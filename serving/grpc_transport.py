@@ -8,6 +8,7 @@ Handlers are registered generically by full method name, so no TensorFlow-genera
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import uuid
@@ -25,6 +26,7 @@ from serving.model_config import from_proto
 from serving.security import AccessPolicy
 
 log = logging.getLogger(__name__)
+OFF_LOOP_BYTES = 1 << 20  # payloads above this are decoded/encoded in a thread, off the event loop
 
 
 def _rpc(method):
@@ -32,7 +34,12 @@ def _rpc(method):
 
     @functools.wraps(method)
     async def wrapper(self, request, context: grpc.aio.ServicerContext):
+        gate = getattr(getattr(self, "_dp", None), "gate", None)  # servicers hold their DataPlane as `_dp`
+        entered = False
         try:
+            if gate is not None:
+                gate.enter()  # UNAVAILABLE while draining
+                entered = True
             if isinstance(request, _Undecodable):
                 raise InvalidRequestError(f"request is not a valid {request.type_name} message: {request.error}")
             return await method(self, request, context)
@@ -42,6 +49,9 @@ def _rpc(method):
             incident = uuid.uuid4().hex[:12]
             log.exception("unexpected error in %s (incident %s)", method.__name__, incident)
             await context.abort(grpc.StatusCode.INTERNAL, f"internal server error (incident {incident})")
+        finally:
+            if entered:
+                gate.leave()
 
     return wrapper
 
@@ -59,8 +69,15 @@ class PredictionServicer:
 
     @_rpc
     async def Predict(self, request, context):
-        response = await self._dp.predict(converters.predict_request(request, _time_remaining(context),
-                                                                     self._dp.limits.max_tensor_bytes))
+        decode = functools.partial(converters.predict_request, request, _time_remaining(context),
+                                   self._dp.limits.max_tensor_bytes)
+        if request.ByteSize() > OFF_LOOP_BYTES:  # a big payload never holds up the other requests
+            inference = await asyncio.to_thread(decode)
+        else:
+            inference = decode()
+        response = await self._dp.predict(inference)
+        if sum(a.nbytes for a in response.outputs.values()) > OFF_LOOP_BYTES:
+            return await asyncio.to_thread(converters.predict_response, response)
         return converters.predict_response(response)
 
     @_rpc

@@ -33,10 +33,11 @@ def build(size_mb: float, folder: Path) -> dict:
 
     keras.utils.set_random_seed(0)
     width = width_for(size_mb)
-    layers = [keras.Input((INPUTS,), name="x")] + [keras.layers.Dense(width, activation="relu")
-                                                   for _ in range(DEPTH)]
-    model = keras.Sequential(layers + [keras.layers.Dense(CLASSES, activation="softmax")])
-    last = model.layers[-1]
+    inputs = hidden = keras.Input((INPUTS,), name="x")
+    for _ in range(DEPTH):
+        hidden = keras.layers.Dense(width, activation="relu")(hidden)
+    last = keras.layers.Dense(CLASSES, activation="softmax")
+    model = keras.Model(inputs, last(hidden))  # functional: see the report about loaded Sequential models
     last.kernel.assign(last.kernel.numpy() * 8.0)
     x = np.random.default_rng(0).random((ROWS, INPUTS), dtype=np.float32)
     y = np.argmax(model.predict(x, verbose=0), axis=1).astype(np.int64)

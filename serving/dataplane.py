@@ -15,11 +15,13 @@ from core.errors import (
     InvalidRequestError,
     ResourceExhaustedError,
     TfshipError,
+    UnavailableError,
     UnimplementedError,
 )
 from serving.batching import Batched
 from serving.contract import batch_size, validate_inputs
 from serving.manager import ModelManager
+from serving.memory import estimate_request_bytes, release_freed_memory
 from serving.metrics import Metrics
 from serving.model_config import ModelConfig
 from serving.types import (
@@ -32,7 +34,49 @@ from serving.types import (
     VersionStatus,
 )
 
+RELEASE_AFTER_BYTES = 16 << 20  # requests holding this much trigger a malloc_trim once answered
 UNKNOWN_MODEL_LABEL = "__unknown__"  # the `model` label of requests naming a model that is not configured
+
+
+class RequestGate:
+    """Counts the requests the transports are handling, and refuses new ones while the server drains.
+
+    Transports call `enter()` when a request reaches a handler and `leave()` once it is answered. After
+    `close()`, `enter()` raises `UnavailableError` (clients retry elsewhere) and `wait_idle()` returns once
+    every admitted request was answered.
+    """
+
+    def __init__(self) -> None:
+        self.active = 0
+        self.draining = False
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def enter(self) -> None:
+        """Admit one request; raises `UnavailableError` while draining."""
+        if self.draining:
+            raise UnavailableError("server is shutting down; retry on another replica")
+        self.active += 1
+        self._idle.clear()
+
+    def leave(self) -> None:
+        """One admitted request was answered."""
+        self.active -= 1
+        if self.active <= 0:
+            self._idle.set()
+
+    def close(self) -> None:
+        """Start draining: every later `enter()` raises `UnavailableError`."""
+        self.draining = True
+
+    async def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no admitted request is left (True) or `timeout_s` seconds passed (False)."""
+        try:
+            async with asyncio.timeout(max(timeout_s, 0.0)):
+                await self._idle.wait()
+            return True
+        except TimeoutError:
+            return False
 
 
 _METHOD_NAMES = {"Classify": ("classification", "tensorflow/serving/classify"),
@@ -70,7 +114,18 @@ class DataPlane:
         metrics.inflight.set_function(lambda: self._inflight)  # read at scrape time, not per request
         self._counters: dict[tuple[str, str, str], object] = {}  # labelled children, looked up once
         self._latencies: dict[str, object] = {}
-        self.draining = False  # set by the server on SIGTERM: readiness answers false from then on
+        self._releasing = False
+        self.gate = RequestGate()
+
+    @property
+    def draining(self) -> bool:
+        """The server is shutting down (SIGTERM): readiness answers false, new requests UNAVAILABLE."""
+        return self.gate.draining
+
+    @draining.setter
+    def draining(self, value: bool) -> None:
+        if value:
+            self.gate.close()
 
     @property
     def limits(self) -> ServerLimits:
@@ -135,7 +190,14 @@ class DataPlane:
         deadline = request.deadline
         if deadline is None and self._limits.default_deadline_s:
             deadline = time.monotonic() + self._limits.default_deadline_s
+        held = estimate_request_bytes(signature, request.inputs, rows)
+        cap = self._limits.max_request_memory_bytes
+        if cap and held > cap:
+            raise ResourceExhaustedError(f"request needs at least {held} bytes for its inputs and outputs ({rows} "
+                                         f"rows), above --max-request-memory-bytes {cap}; send fewer rows")
         outputs = await self._run(runtime, request, deadline)
+        if held >= RELEASE_AFTER_BYTES:
+            self._release_memory()
         if request.output_filter:
             outputs = {k: outputs[k] for k in request.output_filter}
         _check_response_size(outputs, self._limits.max_tensor_bytes)
@@ -163,6 +225,20 @@ class DataPlane:
                 raise DeadlineExceededError("deadline exceeded while the model was running") from None
         finally:
             self._inflight -= 1
+
+    def _release_memory(self) -> None:
+        """Return freed heap pages to the OS after a large request, in the background (one at a time)."""
+        if self._releasing:
+            return
+        self._releasing = True
+
+        def release() -> None:
+            try:
+                release_freed_memory()
+            finally:
+                self._releasing = False
+
+        asyncio.get_running_loop().run_in_executor(self._executor, release)
 
     async def metadata(self, ref: ModelRef) -> ModelMetadata:
         """TF Serving GetModelMetadata (`signature_def`): signatures of the targeted version."""

@@ -8,6 +8,7 @@ Handlers are registered generically by full method name, so no TensorFlow-genera
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import uuid
@@ -25,6 +26,7 @@ from serving.model_config import from_proto
 from serving.security import AccessPolicy
 
 log = logging.getLogger(__name__)
+OFF_LOOP_BYTES = 1 << 20  # payloads above this are decoded/encoded in a thread, off the event loop
 
 
 def _rpc(method):
@@ -32,7 +34,12 @@ def _rpc(method):
 
     @functools.wraps(method)
     async def wrapper(self, request, context: grpc.aio.ServicerContext):
+        gate = getattr(getattr(self, "_dp", None), "gate", None)  # servicers hold their DataPlane as `_dp`
+        entered = False
         try:
+            if gate is not None:
+                gate.enter()  # UNAVAILABLE while draining
+                entered = True
             if isinstance(request, _Undecodable):
                 raise InvalidRequestError(f"request is not a valid {request.type_name} message: {request.error}")
             if isinstance(request, _TooLarge):
@@ -45,6 +52,9 @@ def _rpc(method):
             incident = uuid.uuid4().hex[:12]
             log.exception("unexpected error in %s (incident %s)", method.__name__, incident)
             await context.abort(grpc.StatusCode.INTERNAL, f"internal server error (incident {incident})")
+        finally:
+            if entered:
+                gate.leave()
 
     return wrapper
 
@@ -63,8 +73,16 @@ class PredictionServicer:
     @_rpc
     async def Predict(self, request, context):
         limit = self._dp.limits.max_tensor_bytes
-        response = await self._dp.predict(converters.predict_request(request, _time_remaining(context), limit))
-        proto = converters.predict_response(response)
+        decode = functools.partial(converters.predict_request, request, _time_remaining(context), limit)
+        if request.ByteSize() > OFF_LOOP_BYTES:  # a big payload never holds up the other requests
+            inference = await asyncio.to_thread(decode)
+        else:
+            inference = decode()
+        response = await self._dp.predict(inference)
+        if sum(a.nbytes for a in response.outputs.values()) > OFF_LOOP_BYTES:
+            proto = await asyncio.to_thread(converters.predict_response, response)
+        else:
+            proto = converters.predict_response(response)
         size = proto.ByteSize()  # computed, not serialised: an oversized answer never reaches gRPC's send
         if size > limit:
             raise ResourceExhaustedError(f"response of {size} bytes exceeds --max-message-bytes {limit} bytes; ask "

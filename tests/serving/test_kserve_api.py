@@ -101,6 +101,22 @@ def test_http_health_and_metadata(http_client, server):
     assert status == 404 and body["error"].startswith("Servable not found for request: Latest(nope)")
 
 
+def test_model_config_over_grpc_and_http(grpc_client, http_client):
+    """Triton's model configuration (tfship's subset): batch dimension left out, max_batch_size the row limit."""
+    want = {"name": MODEL, "platform": "tensorflow_savedmodel", "backend": "saved_model", "max_batch_size": 65536,
+            "input": [{"name": "image", "data_type": "TYPE_FP32", "dims": [8, 8, 1]}],
+            "output": [{"name": "class_id", "data_type": "TYPE_INT64", "dims": []},
+                       {"name": "logits", "data_type": "TYPE_FP32", "dims": [10]},
+                       {"name": "probabilities", "data_type": "TYPE_FP32", "dims": [10]}]}
+    config = grpc_client.get_model_config(MODEL, "1", as_json=True)["config"]
+    config["input"] = [{**t, "dims": [int(d) for d in t["dims"]]} for t in config["input"]]
+    config["output"] = sorted(({**t, "dims": [int(d) for d in t.get("dims", [])]} for t in config["output"]),
+                              key=lambda t: t["name"])
+    assert config == want
+    config = http_client.get_model_config(MODEL)
+    assert {**config, "output": sorted(config["output"], key=lambda t: t["name"])} == want
+
+
 @pytest.mark.parametrize(("version", "served"), [("", 2), ("1", 1), ("stable", 1), ("canary", 2)])
 def test_grpc_infer_raw_matches_saved_model(grpc_client, repository, images, version, served):
     result = grpc_client.infer(MODEL, [_grpc_input(tgrpc, images)], model_version=version, request_id="r-1")

@@ -21,6 +21,7 @@ from conftest import MODEL, saved_model_outputs
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
+EXTENSIONS = ["binary_tensor_data", "model_configuration"]
 DIGITS_METADATA = {
     "inputs": [{"name": "image", "datatype": "FP32", "shape": [-1, 8, 8, 1]}],
     "outputs": [{"name": "logits", "datatype": "FP32", "shape": [-1, 10]},
@@ -70,7 +71,7 @@ def test_grpc_health_and_metadata(grpc_client):
     for version in ("", "1", "2", "stable", "canary"):
         assert grpc_client.is_model_ready(MODEL, version), version
     assert grpc_client.get_server_metadata(as_json=True)["name"] == "tfship"
-    assert grpc_client.get_server_metadata(as_json=True)["extensions"] == ["binary_tensor_data"]
+    assert grpc_client.get_server_metadata(as_json=True)["extensions"] == EXTENSIONS
     meta = grpc_client.get_model_metadata(MODEL, as_json=True)
     assert (meta["name"], meta["versions"], meta["platform"]) == (MODEL, ["1", "2"], "tensorflow_savedmodel")
     assert _by_name(_int_shapes(meta["inputs"])) == _by_name(DIGITS_METADATA["inputs"])
@@ -89,7 +90,7 @@ def test_http_health_and_metadata(http_client, server):
     assert http_client.is_server_live() and http_client.is_server_ready()
     assert http_client.is_model_ready(MODEL) and http_client.is_model_ready(MODEL, "stable")
     assert not http_client.is_model_ready("nope")
-    assert http_client.get_server_metadata()["extensions"] == ["binary_tensor_data"]
+    assert http_client.get_server_metadata()["extensions"] == EXTENSIONS
     meta = http_client.get_model_metadata(MODEL, "1")
     assert (meta["name"], meta["versions"], meta["platform"]) == (MODEL, ["1", "2"], "tensorflow_savedmodel")
     assert _by_name(meta["inputs"]) == _by_name(DIGITS_METADATA["inputs"])

@@ -91,6 +91,17 @@ _METHOD_NAMES = {"Classify": ("classification", "tensorflow/serving/classify"),
                  "Regress": ("regression", "tensorflow/serving/regress")}
 
 
+def _check_response_size(outputs: dict, limit: int) -> None:
+    """Refuse outputs whose raw bytes alone exceed --max-message-bytes (no transport could send them); each
+    transport checks its exact encoded size too."""
+    size = 0
+    for array in outputs.values():
+        size += sum(len(v) for v in array.reshape(-1)) if array.dtype == object else array.nbytes
+    if size > limit:
+        raise ResourceExhaustedError(f"response of at least {size} bytes exceeds --max-message-bytes {limit} bytes; "
+                                     "ask for fewer rows or fewer outputs (output_filter)")
+
+
 class DataPlane:
     """Serves Predict, GetModelMetadata, GetModelStatus and ReloadConfig on top of a `ModelManager`.
 
@@ -198,6 +209,7 @@ class DataPlane:
             self._release_memory()
         if request.output_filter:
             outputs = {k: outputs[k] for k in request.output_filter}
+        _check_response_size(outputs, self._limits.max_tensor_bytes)
         return InferenceResponse(request.model.name, version, request.signature_name, outputs)
 
     def _call(self, runtime, request: InferenceRequest, deadline: float | None, rows: int) -> dict:

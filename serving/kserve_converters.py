@@ -28,7 +28,7 @@ from serving.kserve_codec import datatype_for
 from serving.types import InferenceRequest, InferenceResponse, ModelMetadata, ModelRef
 
 SERVER_NAME = "tfship"
-EXTENSIONS = ("binary_tensor_data",)  # Triton's HTTP binary tensor extension
+EXTENSIONS = ("binary_tensor_data", "model_configuration")  # Triton's names: binary HTTP tensors, ModelConfig
 DEFAULT_SIGNATURE = "serving_default"
 # Runtime name -> the platform string Triton/KServe use for that framework.
 PLATFORMS = {"saved_model": "tensorflow_savedmodel", "onnx": "onnxruntime_onnx", "tflite": "tensorflow_tflite"}

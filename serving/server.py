@@ -161,7 +161,9 @@ async def run_server(settings: ServerSettings) -> int:
 
     server = grpc.aio.server(
         interceptors=[AccessInterceptor(policy)],
-        options=[("grpc.max_receive_message_length", settings.max_message_bytes),
+        # gRPC itself may take up to twice --max-message-bytes: the handlers refuse anything above the limit
+        # with RESOURCE_EXHAUSTED naming the flag and both sizes (gRPC's own refusal names neither).
+        options=[("grpc.max_receive_message_length", min(2 * settings.max_message_bytes, (1 << 31) - 1)),
                  ("grpc.max_send_message_length", settings.max_message_bytes),
                  ("grpc.so_reuseport", 1 if settings.reuse_port else 0)])  # sharing a port only when asked
     health.servicer = add_services(server, dataplane, (add_inference_service(server, dataplane),))

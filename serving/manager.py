@@ -175,9 +175,10 @@ class ModelManager:
         log.info("model %s version %d AVAILABLE (%s)", model.config.name, version, type(served.runtime).__name__)
 
     def _load_blocking(self, path: Path) -> Runtime:
+        warmup = warmup_predicts(path)  # a damaged warm-up file refuses the version before anything loads
         runtime = REGISTRY.create(self._backend, path, self._options)
         runtime.load()
-        for signature_name, inputs in warmup_predicts(path):
+        for signature_name, inputs in warmup:
             try:
                 runtime.predict(inputs, signature_name)
             except Exception as err:

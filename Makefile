@@ -135,13 +135,23 @@ tensorboard: setup
 	@$(PY) -c "import tensorboard" 2>/dev/null || $(PY) -m pip install --quiet --disable-pip-version-check "tensorboard==2.21.0"
 	$(VENV)/bin/tensorboard --logdir $(TB_LOGDIR) --port $(TB_PORT)
 
-# ---------------------------------------------------------------- serving benchmark (bench/serve/)
-.PHONY: bench-serve
+# ---------------------------------------------------------------- benchmarks (bench/serve/, bench/pipeline/)
+.PHONY: bench-serve bench-pipeline
 
-# Closed-loop gRPC load (concurrency 1/8/32/64) against every backend, batching off/on, plus the in-process
-# limit, the identity-backend transport ceiling and the SO_REUSEPORT multi-process mode; results in
-# bench/results/serve-latest.{json,md,png}. BENCH_QUICK=1: short windows (~2 min); BENCH_PROFILE_S=N: py-spy.
+# Issue 14's serving table in one run: tfship (onnx batching / no batching, saved_model batching, identity)
+# against a bare grpc.aio server and a hand-written per-request ONNX Runtime server, REST :predict (row and
+# columnar) against bare aiohttp, --num-processes 1 vs 2; 3 alternating rounds, medians, PASS/MISS per
+# target. Results in bench/results/serve-latest.{json,md,png}. BENCH_QUICK=1: short windows, one round
+# (~3 min); BENCH_PROFILE_S=N: py-spy of the per-request path into bench/results/serve-profile.md.
 BENCH_QUICK ?=
 BENCH_PROFILE_S ?= 0
 bench-serve: setup
 	BENCH_QUICK=$(BENCH_QUICK) BENCH_PROFILE_S=$(BENCH_PROFILE_S) $(PY) -m bench.serve.run_bench --out bench/results
+
+# Stage time and peak memory (process + children) for wide MLPs of ~1, 30 and 300 MB of weights built
+# here: export, audit, each conversion, the parallel convert stage, validate, serve-check, publish, then
+# server load time, first-request latency and RSS per loaded version. bench/results/pipeline-latest.*.
+# BENCH_SIZES=1,30 picks sizes (MB); BENCH_QUICK=1 runs 1 MB only.
+BENCH_SIZES ?=
+bench-pipeline: setup
+	BENCH_QUICK=$(BENCH_QUICK) BENCH_SIZES=$(BENCH_SIZES) $(PY) -m bench.pipeline.run_bench --out bench/results

@@ -66,10 +66,15 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     a("--enable-batching", action="store_true", help="merge concurrent requests into one backend call")
     a("--batching-parameters-file", type=Path, help="TF Serving BatchingParameters text file (implies batching)")
     a("--max-message-bytes", type=int, default=64 << 20, help="largest request/response, bytes")
-    a("--max-batch-per-request", type=int, default=65536,
-      help="largest batch (dim 0) per request; 0 = unlimited (default: 65536)")
+    a("--max-batch-per-request", type=int, default=1024,
+      help="largest batch (dim 0) per request; 0 = unlimited (default: 1024)")
+    a("--max-request-memory-bytes", type=int, default=256 << 20,
+      help="largest inputs + outputs one request may hold, bytes; 0 = unlimited (default: 256 MiB)")
     a("--max-concurrent-requests", type=int, default=0, help="Predicts served at once; 0 = unlimited")
     a("--default-deadline-s", type=float, default=0.0, help="deadline when the client sets none; 0 = none")
+    a("--rest-api-timeout-in-ms", type=int, default=30000,
+      help="REST: headers and body must arrive within this time; idle connections close after it (TF Serving's "
+           "--rest_api_timeout_in_ms; default 30000)")
     a("--grace-period-s", type=float, default=10.0, help="SIGTERM: seconds in-flight requests get to finish")
     a("--tls-cert", type=Path, help="server certificate (PEM); enables TLS")
     a("--tls-key", type=Path, help="server private key (PEM)")

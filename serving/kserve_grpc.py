@@ -26,6 +26,7 @@ from serving.kserve_converters import (
     check_outputs,
     check_response_size,
     infer_options,
+    model_config,
     model_info,
     model_ref,
     ordered_outputs,
@@ -76,6 +77,19 @@ class InferenceServicer:
         for tensors, field in ((info.inputs, response.inputs), (info.outputs, response.outputs)):
             for tensor in tensors:
                 field.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
+        return response
+
+    @_rpc
+    async def ModelConfig(self, request, context):
+        meta = await self._dp.metadata(model_ref(request.name, request.version))
+        info = model_config(meta, self._dp.limits.max_batch_per_request)
+        response = kp.ModelConfigResponse()
+        config = response.config
+        config.name, config.platform, config.backend = info.name, info.platform, info.backend
+        config.max_batch_size = info.max_batch_size
+        for tensors, field in ((info.inputs, config.input), (info.outputs, config.output)):
+            for tensor in tensors:
+                field.add(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
         return response
 
     @_rpc

@@ -8,6 +8,7 @@ Routes (added to the same aiohttp app as `/v1`, so the same middleware answers e
   GET  /v2                                              server metadata
   GET  /v2/models/{name}[/versions/{version}]           model metadata
   GET  /v2/models/{name}[/versions/{version}]/ready     200 {"name", "ready": true} | 503 ... false | 404
+  GET  /v2/models/{name}[/versions/{version}]/config    Triton's model configuration (tfship's subset)
   POST /v2/models/{name}[/versions/{version}]/infer     inference
 
 Inference bodies are JSON (`inputs` with `name`, `shape`, `datatype` and `data` flat or nested), or
@@ -36,6 +37,7 @@ from serving.kserve_converters import (
     check_outputs,
     check_response_size,
     infer_options,
+    model_config,
     model_info,
     model_ref,
     ordered_outputs,
@@ -151,6 +153,10 @@ def _tensors(items) -> list[dict]:
     return [{"name": t.name, "datatype": t.datatype, "shape": t.shape} for t in items]
 
 
+def _config_tensors(items) -> list[dict]:
+    return [{"name": t.name, "data_type": t.data_type, "dims": t.dims} for t in items]
+
+
 def add_v2_routes(app: web.Application, dataplane: DataPlane) -> None:
     """Add the Open Inference Protocol's REST routes (see the module docstring) to `app`."""
     max_bytes = dataplane.limits.max_tensor_bytes
@@ -170,6 +176,12 @@ def add_v2_routes(app: web.Application, dataplane: DataPlane) -> None:
         info = model_info(await dataplane.metadata(ref), dataplane.available_versions(ModelRef(ref.name)))
         return web.json_response({"name": info.name, "versions": info.versions, "platform": info.platform,
                                   "inputs": _tensors(info.inputs), "outputs": _tensors(info.outputs)})
+
+    async def config(request: web.Request) -> web.Response:
+        info = model_config(await dataplane.metadata(_ref(request)), dataplane.limits.max_batch_per_request)
+        return web.json_response({"name": info.name, "platform": info.platform, "backend": info.backend,
+                                  "max_batch_size": info.max_batch_size, "input": _config_tensors(info.inputs),
+                                  "output": _config_tensors(info.outputs)})
 
     async def model_ready(request: web.Request) -> web.Response:
         ref = _ref(request)
@@ -202,6 +214,7 @@ def add_v2_routes(app: web.Application, dataplane: DataPlane) -> None:
     app.router.add_get("/v2", server_metadata)
     app.router.add_get(_MODEL, model_metadata)
     app.router.add_get(_MODEL + "/ready", model_ready)
+    app.router.add_get(_MODEL + "/config", config)
     app.router.add_post(_MODEL + "/infer", infer)
 
 

@@ -2,7 +2,7 @@
 
 Lifecycle (TF Serving-like): bind ports and write `--port-file`; load every configured model
 (health stays NOT_SERVING until then), then add `"ready": true` to the port file; poll the repository; on SIGTERM/SIGINT report NOT_SERVING,
-let in-flight requests finish within the grace period, unload, exit 0.
+let in-flight requests finish within the grace period, unload, exit 0 (`_drain`; SIGHUP does the same).
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ from serving.types import ServerLimits
 
 log = logging.getLogger(__name__)
 SERVING = health_pb2.HealthCheckResponse.SERVING
+DRAIN_LINGER_S = 0.25  # after the last admitted request: time to answer requests received but not dispatched
+UNLOAD_TIMEOUT_S = 5.0
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
@@ -153,13 +155,15 @@ async def run_server(settings: ServerSettings) -> int:
     manager = ModelManager(settings.backend, options, executor, _runtime_wrapper(settings, metrics), health.update,
                            metrics)
     limits = ServerLimits(settings.max_batch_per_request, settings.max_concurrent_requests, settings.default_deadline_s,
-                          settings.max_message_bytes)
+                          settings.max_message_bytes, settings.max_request_memory_bytes)
     dataplane = DataPlane(manager, executor, limits, metrics)
     health.names = manager.model_names
 
     server = grpc.aio.server(
         interceptors=[AccessInterceptor(policy)],
-        options=[("grpc.max_receive_message_length", settings.max_message_bytes),
+        # gRPC itself may take up to twice --max-message-bytes: the handlers refuse anything above the limit
+        # with RESOURCE_EXHAUSTED naming the flag and both sizes (gRPC's own refusal names neither).
+        options=[("grpc.max_receive_message_length", min(2 * settings.max_message_bytes, (1 << 31) - 1)),
                  ("grpc.max_send_message_length", settings.max_message_bytes),
                  ("grpc.so_reuseport", 1 if settings.reuse_port else 0)])  # sharing a port only when asked
     health.servicer = add_services(server, dataplane, (add_inference_service(server, dataplane),))
@@ -180,7 +184,7 @@ async def run_server(settings: ServerSettings) -> int:
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # SIGHUP drains too (nothing to reload)
         loop.add_signal_handler(sig, stop.set)
 
     await manager.apply_config(configs)
@@ -201,19 +205,46 @@ async def run_server(settings: ServerSettings) -> int:
                    if settings.model_config_file and settings.model_config_file_poll_wait_seconds > 0 else None)
     await stop.wait()
 
-    log.info("draining (grace %.1fs)", settings.grace_period_s)
-    health.draining = dataplane.draining = True
-    for name in list(health.ok):
-        await health.update(name, False)
-    await health.overall()
-    for task in (poll, config_poll):
-        if task:
-            task.cancel()
-    await server.stop(settings.grace_period_s)
-    for runner in (rest, metrics_site):
-        if runner:
-            await runner[0].cleanup()
-    await manager.unload_all()
+    await _drain(settings.grace_period_s, health, dataplane, server, [r for r in (rest, metrics_site) if r],
+                 [t for t in (poll, config_poll) if t])
+    await _bounded(manager.unload_all(), UNLOAD_TIMEOUT_S, "unloading models")
     executor.shutdown(wait=False, cancel_futures=True)
     log.info("stopped")
     return 0
+
+
+async def _drain(grace_s: float, health: _Health, dataplane: DataPlane, server: grpc.aio.Server, runners: list,
+                 polls: list[asyncio.Task]) -> None:
+    """SIGTERM/SIGINT/SIGHUP: answer every request that reached the server, within `grace_s` seconds in all.
+
+    Health turns NOT_SERVING and new requests are answered UNAVAILABLE (HTTP 503) at once, so clients retry
+    elsewhere, while the ports stay open; admitted requests finish; a short linger answers requests the
+    transports had received but not yet dispatched; then the ports close, anything still running is cancelled
+    when the grace period ends.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace_s
+    log.info("draining (grace %.1fs)", grace_s)
+    dataplane.gate.close()
+    health.draining = True
+    for name in list(health.ok):
+        await health.update(name, False)
+    await health.overall()
+    for task in polls:
+        task.cancel()
+    if not await dataplane.gate.wait_idle(deadline - loop.time()):
+        log.warning("grace period over with %d request(s) still running; cancelling them", dataplane.gate.active)
+    await asyncio.sleep(max(min(DRAIN_LINGER_S, deadline - loop.time()), 0))
+    await dataplane.gate.wait_idle(deadline - loop.time())
+    await server.stop(max(deadline - loop.time(), 0))
+    for runner in runners:
+        await _bounded(runner[0].cleanup(), max(deadline - loop.time(), 0) + 1, "closing HTTP connections")
+
+
+async def _bounded(awaitable, timeout_s: float, what: str) -> None:
+    """Await `awaitable` for at most `timeout_s` seconds (shutdown never waits longer), logging a timeout."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            await awaitable
+    except TimeoutError:
+        log.warning("%s took longer than %.1fs; going on with the shutdown", what, timeout_s)

@@ -76,7 +76,6 @@ def training_runtime(config: TrainSection, seed: int) -> Iterator[None]:
 
     `deterministic`: seeds Python, NumPy and TensorFlow (`keras.utils.set_random_seed`) and turns on
     `tf.config.experimental.enable_op_determinism`. `run_eagerly`: `tf.config.run_functions_eagerly(True)`.
-    `check_numerics`: `tf.debugging.enable_check_numerics()` (disabled again afterwards).
     """
     import keras
     import tensorflow as tf
@@ -89,13 +88,9 @@ def training_runtime(config: TrainSection, seed: int) -> Iterator[None]:
         tf.config.experimental.enable_op_determinism()
     if config.run_eagerly:
         tf.config.run_functions_eagerly(True)
-    if config.check_numerics:
-        tf.debugging.enable_check_numerics()
     try:
         yield
     finally:
-        if config.check_numerics:
-            tf.debugging.disable_check_numerics()
         tf.config.run_functions_eagerly(was_eager)
         if config.deterministic and not was_deterministic:
             tf_config.disable_op_determinism()

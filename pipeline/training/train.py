@@ -254,9 +254,10 @@ class _Loop:
 
         history = self._restore() if self.inputs.resume else []
         start = int(self.step.numpy())
-        from pipeline.training.train_checks import numerics_guard
+        from pipeline.training.train_checks import numerics_checked_tracing, numerics_guard
 
-        with numerics_guard(self.train.check_numerics, start + 1):  # the first call runs a real step
+        # The first call of the step runs a real step (then restored): errors name step start + 1.
+        with numerics_guard(self.train.check_numerics, start + 1), numerics_checked_tracing(self.train.check_numerics):
             steps, choice = self._build_step()
         folder = self.inputs.tensorboard_dir if self.train.tensorboard and self.runtime.is_chief else None
         board = TensorBoardLog(folder, self.train.log_every_steps, self.train.histogram_every_steps)
@@ -278,6 +279,7 @@ class _Loop:
                    "steps_per_second": round((int(self.step.numpy()) - start) / max(seconds, 1e-9), 2),
                    "notes": list(self.notes), "step_kind": {"kind": steps.kind.name, "last": self.kind_metrics},
                    "frozen": self._frozen_summary(), "sparse_gradients": steps.sparse_gradients,
+                   "sparse_update_ops": steps.sparse_update_ops() if not self.train.run_eagerly else [],
                    "debug": {"check_numerics": self.train.check_numerics, "assert_inputs": self.train.assert_inputs,
                              "run_eagerly": self.train.run_eagerly}}
         from pipeline.training.model import without_recompute

@@ -1,9 +1,11 @@
 """Debug switches of the training loop (`[train]`; costs in docs/training.md "Debugging").
 
 * `assert_inputs`: `tf.debugging.assert_*` on every training batch inside the tf.data pipeline.
-* `check_numerics`: `tf.debugging.enable_check_numerics()` (switched on and off by
-  `pipeline.distribute.training_runtime`); `numerics_error` turns TensorFlow's report into a
-  `StageError` naming the first op that produced NaN or Inf and where it was created.
+* `check_numerics`: `tf.debugging.enable_check_numerics()` while the train step is traced
+  (`numerics_checked_tracing`): the traced graph keeps a CheckNumerics op after every float op, and the
+  loop's own eager work (checkpoints hold NaN sentinels by design) stays unchecked; `numerics_guard`
+  turns TensorFlow's report into a `StageError` naming the first op that produced NaN or Inf and where
+  it was created.
 * `run_eagerly`: `tf.config.run_functions_eagerly(True)` (also in `training_runtime`).
 """
 
@@ -80,3 +82,18 @@ def numerics_guard(enabled: bool, step: int) -> Iterator[None]:
         if not enabled or "CheckNumerics" not in getattr(err, "message", str(err)):
             raise
         raise numerics_error(err, step) from err
+
+
+@contextlib.contextmanager
+def numerics_checked_tracing(enabled: bool) -> Iterator[None]:
+    """`tf.debugging.enable_check_numerics()` for the duration (functions traced inside keep the checks),
+    disabled again on exit."""
+    import tensorflow as tf
+
+    if enabled:
+        tf.debugging.enable_check_numerics()
+    try:
+        yield
+    finally:
+        if enabled:
+            tf.debugging.disable_check_numerics()

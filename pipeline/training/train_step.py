@@ -84,6 +84,13 @@ class StepFunctions:
         self.train_step = train_step
         self.predict_logits = predict_logits
 
+    def sparse_update_ops(self) -> list[str]:
+        """Scatter op types (`ResourceScatterSub`, ...) in the traced step: the optimizer updated some
+        variable row by row. Empty when every update is dense (e.g. global-norm clipping densified it)."""
+        graph = self.train_step.get_concrete_function().graph.as_graph_def()
+        nodes = [*graph.node, *(node for function in graph.library.function for node in function.node_def)]
+        return sorted({node.op for node in nodes if "Scatter" in node.op})
+
     def evaluate(self, inputs: np.ndarray, labels: np.ndarray, batch_size: int = 512) -> tuple[float, float]:
         """(mean cross-entropy loss in nats, top-1 accuracy as a fraction) of the model in inference mode."""
         correct, loss_sum = 0, 0.0

@@ -28,6 +28,26 @@ def log_of_zero_loss(y_true, y_pred, model):
     return tf.reduce_mean(tf.math.log(y_pred * 0.0))
 
 
+def _calls():
+    import tensorflow as tf
+
+    global _CALLS
+    if "_CALLS" not in globals():
+        _CALLS = tf.Variable(0.0, trainable=False, name="loss_calls")
+    return _CALLS
+
+
+def late_inf_loss(y_true, y_pred, model):
+    """Cross-entropy plus log(5 - calls): finite for 4 calls, -inf at the 5th (check-numerics test)."""
+    import keras
+    import tensorflow as tf
+
+    calls = _calls()
+    calls.assign_add(1.0)
+    ce = keras.ops.mean(keras.losses.sparse_categorical_crossentropy(y_true, y_pred, from_logits=True))
+    return ce + tf.math.log(5.0 - calls)
+
+
 def hinge_loss(y_true, y_pred, model):
     """A user loss: multi-class hinge on the logits, mean over the batch."""
     import keras
@@ -50,6 +70,7 @@ KINDS = {
     "adversarial": {"train.step.epsilon": 0.05},
     "custom_loss": {"train.step.loss": "tests.pipeline.test_train_kinds_e2e:hinge_loss"},
     "distillation": {},
+    "factory": {"train.step.factory": "tests.pipeline.test_step_kinds:class_weighted_factory"},
 }
 
 
@@ -66,7 +87,7 @@ def test_every_step_kind_trains_once_traced_under_xla_and_exports_forward_only(t
     result, splits = _train(tmp_path, overrides)
     summary = result.summary()
     assert result.train_step_traces == 1 and result.jit_compile is True
-    assert summary["step_kind"]["kind"] == kind
+    assert summary["step_kind"]["kind"] == ("class_weighted" if kind == "factory" else kind)
     for name, value in summary["step_kind"]["last"].items():
         assert np.isfinite(value), name
     if kind == "multi_loss":
@@ -91,6 +112,15 @@ def test_check_numerics_names_the_first_op_producing_inf_with_its_stack(tmp_path
 
     # switched off again afterwards: the same op on inf no longer raises
     assert np.isneginf(float(tf.function(lambda: tf.math.log(tf.constant(0.0)))()))
+
+
+def test_check_numerics_stays_in_the_traced_step_after_the_first_steps(tmp_path):
+    # The first call of the step (tracing, then restored) is call 1; loop step k is call k + 1: log(0) at step 4.
+    _calls().assign(0.0)  # created and reset outside the step, so the step itself creates no variable
+    with pytest.raises(StageError, match=r"op 'Log' produced NaN or Inf \(-Inf values, output 0\) at step 4; "
+                                         r"created at: .*test_train_kinds_e2e.py"):
+        _train(tmp_path, {"train.step.kind": "custom_loss", "train.check_numerics": True,
+                          "train.step.loss": "tests.pipeline.test_train_kinds_e2e:late_inf_loss"})
 
 
 def test_assert_inputs_passes_on_clean_data_and_is_reported(tmp_path):
@@ -164,6 +194,24 @@ def test_large_embedding_trains_with_indexed_slices_gradients(tmp_path):
     np.savez(tmp_path / "text.npz", tokens=tokens, label=labels)
     result, _ = _train(tmp_path, {"data.source": "npz", "data.path": str(tmp_path / "text.npz"),
                                   "data.batch_size": 32, "model.kind": "text", "model.vocab_size": 50_000,
-                                  "model.embedding_dim": 16, "train.optimizer": "sgd", "train.momentum": 0.0})
-    assert result.summary()["sparse_gradients"] == {"embedding/embeddings": "IndexedSlices"}
+                                  "model.embedding_dim": 16, "train.optimizer": "sgd", "train.momentum": 0.0,
+                                  "train.clip_global_norm": 0})
+    summary = result.summary()
+    assert summary["sparse_gradients"] == {"embedding/embeddings": "IndexedSlices"}
+    assert summary["sparse_update_ops"] == ["ResourceScatterSub"]  # applied row by row, never densified
     assert result.train_step_traces == 1
+    from pipeline.orchestration.report import training_details
+
+    assert "  - sparse gradient: `embedding/embeddings` trains with IndexedSlices (rows touched only), applied " \
+           "sparsely (ResourceScatterSub)" in training_details(summary)
+
+
+def test_sparse_gradient_is_reported_even_when_clipping_densifies_the_update(tmp_path):
+    rng = np.random.default_rng(1)
+    labels = rng.integers(0, 2, 128)
+    np.savez(tmp_path / "t.npz", tokens=rng.integers(1, 5000, (128, 4)).astype(np.int32), label=labels)
+    result, _ = _train(tmp_path, {"data.source": "npz", "data.path": str(tmp_path / "t.npz"), "data.batch_size": 32,
+                                  "model.kind": "text", "model.vocab_size": 5000, "model.embedding_dim": 8})
+    summary = result.summary()  # Adam + clip_global_norm = 5: the tape's gradient is sparse, the update dense
+    assert summary["sparse_gradients"] == {"embedding/embeddings": "IndexedSlices"}
+    assert summary["sparse_update_ops"] == []

@@ -2,7 +2,8 @@
 
 The SavedModel backend is covered by `test_kserve_api.py` (the session server); here the ONNX backend
 runs with dynamic batching on and the TFLite backend behind bearer tokens, each compared with the
-SavedModel called directly. The last test starts the server with the command line `make serve` runs.
+SavedModel called directly. Then the server started with the command line `make serve` runs, a TensorFlow-free server, and V2 over
+mutual TLS.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as tgrpc
@@ -168,3 +170,49 @@ def test_tensorflow_free_server_speaks_v2(repository, images):
         finally:
             grpc_client.close()
             http_client.close()
+
+
+def _certificates(folder: Path) -> Path:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate it signed (openssl CLI)."""
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True)
+
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+            "-subj", "/CN=oip-test-ca")
+    for name, extension in (("server", "subjectAltName=IP:127.0.0.1"), ("client", "extendedKeyUsage=clientAuth")):
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
+                "-subj", f"/CN={name}")
+        (folder / f"{name}.ext").write_text(extension + "\n")
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext")
+    return folder
+
+
+def test_v2_over_mutual_tls(repository, images, tmp_path):
+    """With --tls-cert/--tls-client-ca, tritonclient reaches V2 over TLS with a client certificate, not without."""
+    certs = _certificates(tmp_path)
+    ca, key, chain = ((certs / n).read_bytes() for n in ("ca.pem", "client.key", "client.pem"))
+    rows = images[:2]
+    want = saved_model_outputs(repository / MODEL / "2", {"image": rows})
+    with ServerProcess(repository, MODEL, backend="tflite", credentials=grpc.ssl_channel_credentials(ca, key, chain),
+                       extra_args=("--tls-cert", str(certs / "server.pem"), "--tls-key", str(certs / "server.key"),
+                                   "--tls-client-ca", str(certs / "ca.pem"))) as server:
+        assert server.rest_url.startswith("https://")
+        grpc_client = tgrpc.InferenceServerClient(server.grpc_target, ssl=True, root_certificates=str(certs / "ca.pem"),
+                                                   private_key=str(certs / "client.key"),
+                                                   certificate_chain=str(certs / "client.pem"))
+        http_client = thttp.InferenceServerClient(
+            server.rest_url.removeprefix("https://"), ssl=True,
+            ssl_options={"ca_certs": str(certs / "ca.pem"), "certfile": str(certs / "client.pem"),
+                         "keyfile": str(certs / "client.key")})
+        no_cert = tgrpc.InferenceServerClient(server.grpc_target, ssl=True, root_certificates=str(certs / "ca.pem"))
+        try:
+            _assert_close(grpc_client.infer(MODEL, [_input(tgrpc, rows)]), want)
+            _assert_close(http_client.infer(MODEL, [_input(thttp, rows)]), want)
+            with pytest.raises(InferenceServerException) as err:
+                no_cert.is_server_live(client_timeout=10)
+            assert err.value.status() == "StatusCode.UNAVAILABLE"  # handshake refused without a client certificate
+        finally:
+            for client in (grpc_client, http_client, no_cert):
+                client.close()

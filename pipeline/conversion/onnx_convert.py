@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from core.errors import ConversionError
+from core.processes import die_with_parent
 from signatures.contract import SignatureContract
 
 
@@ -50,7 +51,8 @@ def onnxslim_command(source: Path, output: Path) -> list[str]:
 def _run(command: list[str], what: str, timeout_s: float, reproduce: str) -> None:
     try:
         completed = subprocess.run(command, capture_output=True, text=True, timeout=max(1.0, timeout_s),
-                                   env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+                                   env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+                                   preexec_fn=die_with_parent())  # a killed run leaves no converter behind
     except subprocess.TimeoutExpired as err:
         raise ConversionError(f"onnx: {what} did not finish within {timeout_s:.0f} s; reproduce: {reproduce}") from err
     if completed.returncode < 0:

@@ -269,6 +269,7 @@ class DataPlane:
     async def metadata(self, ref: ModelRef) -> ModelMetadata:
         """TF Serving GetModelMetadata (`signature_def`): signatures of the targeted version."""
         served = self.manager.resolve(ref)
+        note_request(version=str(served.version))
         runtime = served.runtime.inner if isinstance(served.runtime, Batched) else served.runtime
         return ModelMetadata(ref.name, served.version, served.runtime.metadata(), runtime.name)
 

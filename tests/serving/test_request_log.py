@@ -99,7 +99,7 @@ def test_plain_log_line_is_json_after_the_logger_name(repository, images):
         lines = [ln for ln in server.stderr_tail(200).splitlines() if " tfship.requests: " in ln]
         entries = [json.loads(line.split(" tfship.requests: ", 1)[1]) for line in lines]
         assert [e["method"] for e in entries] == ["GetModelMetadata", "Predict"]  # the client reads the contract
-        assert entries[0]["model"] == MODEL and entries[0]["status"] == "OK"
+        assert (entries[0]["model"], entries[0]["version"], entries[0]["status"]) == (MODEL, "2", "OK")
         assert _fields(entries[1]) == {"protocol": "grpc", "method": "Predict", "model": MODEL, "version": "2",
                                   "signature": "serving_default", "status": "OK", "http_status": 200,
                                   "batch_rows": 3}

@@ -82,8 +82,10 @@ class ModelSection(_Section):
 class StepSection(_Section):
     """What the train step computes (`pipeline.step_kinds`; docs/training.md, one section per kind)."""
 
-    kind: Literal["standard", "multi_loss", "gradient_penalty", "distillation", "adversarial", "custom_loss"] = Field(
-        "standard", description="Step kind: the loss and the tape work of one step.")
+    kind: Literal["standard", "multi_loss", "gradient_penalty", "distillation", "adversarial", "custom_loss",
+                  "factory"] = Field("standard", description="Step kind: the loss and the tape work of one step.")
+    factory: str | None = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
+                                description="factory: `module:function(settings) -> step kind` (your own tape step).")
     losses: dict[Literal["cross_entropy", "label_smoothing", "logit_l2", "confidence_penalty"], float] = Field(
         {"cross_entropy": 1.0}, description="multi_loss: {loss name: weight}, all from one forward pass.")
     label_smoothing: float = Field(0.1, ge=0.0, lt=1.0, description="multi_loss: smoothing of `label_smoothing`.")

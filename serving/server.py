@@ -25,6 +25,7 @@ from serving.kserve_grpc import add_inference_service
 from serving.manager import ModelManager, check_config
 from serving.metrics import Metrics
 from serving.model_config import ModelConfig, check_model_name, from_repository, parse_model_server_config
+from serving.request_log import RequestLog
 from serving.runtimes import RuntimeOptions
 from serving.security import grpc_credentials, ssl_context, tls_material
 from serving.settings import ServerSettings
@@ -157,7 +158,7 @@ async def run_server(settings: ServerSettings) -> int:
                            metrics)
     limits = ServerLimits(settings.max_batch_per_request, settings.max_concurrent_requests, settings.default_deadline_s,
                           settings.max_message_bytes, settings.max_request_memory_bytes)
-    dataplane = DataPlane(manager, executor, limits, metrics)
+    dataplane = DataPlane(manager, executor, limits, metrics, RequestLog(settings.request_log_sampling_rate))
     health.names = manager.model_names
 
     server = grpc.aio.server(

@@ -25,6 +25,7 @@ from serving.manager import ModelManager
 from serving.memory import estimate_request_bytes, release_freed_memory
 from serving.metrics import Metrics
 from serving.model_config import ModelConfig
+from serving.request_log import RequestLog, note_request
 from serving.types import (
     InferenceRequest,
     InferenceResponse,
@@ -111,9 +112,12 @@ class DataPlane:
             `Batched` runtime is awaited directly, its own batch threads run the model.
         limits: per-request limits (`ServerLimits`).
         metrics: Prometheus metrics to update.
+        request_log: per-request structured lines (`serving.request_log`); default off. Transports open and
+            write the records; the data plane notes the version, signature and batch rows it resolved.
     """
 
-    def __init__(self, manager: ModelManager, executor: Executor, limits: ServerLimits, metrics: Metrics) -> None:
+    def __init__(self, manager: ModelManager, executor: Executor, limits: ServerLimits, metrics: Metrics,
+                 request_log: RequestLog | None = None) -> None:
         self.manager = manager
         self._executor = executor
         self._limits = limits
@@ -125,6 +129,7 @@ class DataPlane:
         self._row_seconds: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # runtime -> s per row
         self._releasing = False
         self.gate = RequestGate()
+        self.request_log = request_log or RequestLog()
 
     @property
     def draining(self) -> bool:
@@ -191,6 +196,7 @@ class DataPlane:
         if len(set(request.output_filter)) != len(request.output_filter):
             raise InvalidRequestError(f"output_filter {list(request.output_filter)} names an output twice")
         rows = batch_size(signature, request.inputs)
+        note_request(model=request.model.name, version=str(version), signature=signature.name, batch_rows=rows)
         if rows == 0:  # refused alike by every backend, batched or not (runtimes disagree on empty batches)
             raise InvalidRequestError("batch of 0 rows: send at least one row")
         limit = self._limits.max_batch_per_request
@@ -263,6 +269,7 @@ class DataPlane:
     async def metadata(self, ref: ModelRef) -> ModelMetadata:
         """TF Serving GetModelMetadata (`signature_def`): signatures of the targeted version."""
         served = self.manager.resolve(ref)
+        note_request(version=str(served.version))
         runtime = served.runtime.inner if isinstance(served.runtime, Batched) else served.runtime
         return ModelMetadata(ref.name, served.version, served.runtime.metadata(), runtime.name)
 

@@ -34,8 +34,10 @@ def _rpc(method):
 
     @functools.wraps(method)
     async def wrapper(self, request, context: grpc.aio.ServicerContext):
-        gate = getattr(getattr(self, "_dp", None), "gate", None)  # servicers hold their DataPlane as `_dp`
-        entered = False
+        dataplane = getattr(self, "_dp", None)  # servicers hold their DataPlane as `_dp`
+        gate = getattr(dataplane, "gate", None)
+        entered, status = False, "OK"
+        logged = _start_request_log(dataplane, method.__name__, request, context)
         try:
             if gate is not None:
                 gate.enter()  # UNAVAILABLE while draining
@@ -47,16 +49,30 @@ def _rpc(method):
                                              f"{request.limit} bytes")
             return await method(self, request, context)
         except TfshipError as err:
+            status = err.grpc_code
             await context.abort(grpc.StatusCode[err.grpc_code], str(err))
         except Exception:
+            status = "INTERNAL"
             incident = uuid.uuid4().hex[:12]
             log.exception("unexpected error in %s (incident %s)", method.__name__, incident)
             await context.abort(grpc.StatusCode.INTERNAL, f"internal server error (incident {incident})")
         finally:
             if entered:
                 gate.leave()
+            if logged is not None:
+                dataplane.request_log.finish(logged, status)
 
     return wrapper
+
+
+def _start_request_log(dataplane, method: str, request, context):
+    """Open this call's request-log record when the server logs requests and this one is sampled."""
+    request_log = getattr(dataplane, "request_log", None)
+    if request_log is None or request_log.sampling_rate <= 0.0:
+        return None
+    spec = getattr(request, "model_spec", None)
+    model = spec.name if spec is not None else getattr(request, "model_name", "") or getattr(request, "name", "")
+    return request_log.start("grpc", method, context.peer() or "", model if isinstance(model, str) else "")
 
 
 def _time_remaining(context) -> float | None:

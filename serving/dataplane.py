@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from concurrent.futures import Executor
 
 from core.errors import (
@@ -15,13 +16,16 @@ from core.errors import (
     InvalidRequestError,
     ResourceExhaustedError,
     TfshipError,
+    UnavailableError,
     UnimplementedError,
 )
 from serving.batching import Batched
 from serving.contract import batch_size, validate_inputs
 from serving.manager import ModelManager
+from serving.memory import estimate_request_bytes, release_freed_memory
 from serving.metrics import Metrics
 from serving.model_config import ModelConfig
+from serving.request_log import RequestLog, note_request
 from serving.types import (
     InferenceRequest,
     InferenceResponse,
@@ -32,11 +36,71 @@ from serving.types import (
     VersionStatus,
 )
 
+RELEASE_AFTER_BYTES = 16 << 20  # requests holding this much trigger a malloc_trim once answered
 UNKNOWN_MODEL_LABEL = "__unknown__"  # the `model` label of requests naming a model that is not configured
+
+
+# An unbatched model call expected to take less than this (seconds) runs on the event loop: handing it to a
+# worker thread and back costs more (two GIL hand-offs and a self-pipe wake-up, ~25 % of a one-core
+# server's time on the identity backend, bench/results/serve-profile.md).
+INLINE_CALL_BUDGET_S = 100e-6
+_EWMA = 0.2  # weight of the newest call in the per-row cost estimate
+
+
+class RequestGate:
+    """Counts the requests the transports are handling, and refuses new ones while the server drains.
+
+    Transports call `enter()` when a request reaches a handler and `leave()` once it is answered. After
+    `close()`, `enter()` raises `UnavailableError` (clients retry elsewhere) and `wait_idle()` returns once
+    every admitted request was answered.
+    """
+
+    def __init__(self) -> None:
+        self.active = 0
+        self.draining = False
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def enter(self) -> None:
+        """Admit one request; raises `UnavailableError` while draining."""
+        if self.draining:
+            raise UnavailableError("server is shutting down; retry on another replica")
+        self.active += 1
+        self._idle.clear()
+
+    def leave(self) -> None:
+        """One admitted request was answered."""
+        self.active -= 1
+        if self.active <= 0:
+            self._idle.set()
+
+    def close(self) -> None:
+        """Start draining: every later `enter()` raises `UnavailableError`."""
+        self.draining = True
+
+    async def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no admitted request is left (True) or `timeout_s` seconds passed (False)."""
+        try:
+            async with asyncio.timeout(max(timeout_s, 0.0)):
+                await self._idle.wait()
+            return True
+        except TimeoutError:
+            return False
 
 
 _METHOD_NAMES = {"Classify": ("classification", "tensorflow/serving/classify"),
                  "Regress": ("regression", "tensorflow/serving/regress")}
+
+
+def _check_response_size(outputs: dict, limit: int) -> None:
+    """Refuse outputs whose raw bytes alone exceed --max-message-bytes (no transport could send them); each
+    transport checks its exact encoded size too."""
+    size = 0
+    for array in outputs.values():
+        size += sum(len(v) for v in array.reshape(-1)) if array.dtype == object else array.nbytes
+    if size > limit:
+        raise ResourceExhaustedError(f"response of at least {size} bytes exceeds --max-message-bytes {limit} bytes; "
+                                     "ask for fewer rows or fewer outputs (output_filter)")
 
 
 class DataPlane:
@@ -48,9 +112,12 @@ class DataPlane:
             `Batched` runtime is awaited directly, its own batch threads run the model.
         limits: per-request limits (`ServerLimits`).
         metrics: Prometheus metrics to update.
+        request_log: per-request structured lines (`serving.request_log`); default off. Transports open and
+            write the records; the data plane notes the version, signature and batch rows it resolved.
     """
 
-    def __init__(self, manager: ModelManager, executor: Executor, limits: ServerLimits, metrics: Metrics) -> None:
+    def __init__(self, manager: ModelManager, executor: Executor, limits: ServerLimits, metrics: Metrics,
+                 request_log: RequestLog | None = None) -> None:
         self.manager = manager
         self._executor = executor
         self._limits = limits
@@ -59,7 +126,20 @@ class DataPlane:
         metrics.inflight.set_function(lambda: self._inflight)  # read at scrape time, not per request
         self._counters: dict[tuple[str, str, str], object] = {}  # labelled children, looked up once
         self._latencies: dict[str, object] = {}
-        self.draining = False  # set by the server on SIGTERM: readiness answers false from then on
+        self._row_seconds: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # runtime -> s per row
+        self._releasing = False
+        self.gate = RequestGate()
+        self.request_log = request_log or RequestLog()
+
+    @property
+    def draining(self) -> bool:
+        """The server is shutting down (SIGTERM): readiness answers false, new requests UNAVAILABLE."""
+        return self.gate.draining
+
+    @draining.setter
+    def draining(self, value: bool) -> None:
+        if value:
+            self.gate.close()
 
     @property
     def limits(self) -> ServerLimits:
@@ -116,6 +196,7 @@ class DataPlane:
         if len(set(request.output_filter)) != len(request.output_filter):
             raise InvalidRequestError(f"output_filter {list(request.output_filter)} names an output twice")
         rows = batch_size(signature, request.inputs)
+        note_request(model=request.model.name, version=str(version), signature=signature.name, batch_rows=rows)
         if rows == 0:  # refused alike by every backend, batched or not (runtimes disagree on empty batches)
             raise InvalidRequestError("batch of 0 rows: send at least one row")
         limit = self._limits.max_batch_per_request
@@ -124,12 +205,29 @@ class DataPlane:
         deadline = request.deadline
         if deadline is None and self._limits.default_deadline_s:
             deadline = time.monotonic() + self._limits.default_deadline_s
-        outputs = await self._run(runtime, request, deadline)
+        held = estimate_request_bytes(signature, request.inputs, rows)
+        cap = self._limits.max_request_memory_bytes
+        if cap and held > cap:
+            raise ResourceExhaustedError(f"request needs at least {held} bytes for its inputs and outputs ({rows} "
+                                         f"rows), above --max-request-memory-bytes {cap}; send fewer rows")
+        outputs = await self._run(runtime, request, deadline, rows or 1)
+        if held >= RELEASE_AFTER_BYTES:
+            self._release_memory()
         if request.output_filter:
             outputs = {k: outputs[k] for k in request.output_filter}
+        _check_response_size(outputs, self._limits.max_tensor_bytes)
         return InferenceResponse(request.model.name, version, request.signature_name, outputs)
 
-    async def _run(self, runtime, request: InferenceRequest, deadline: float | None) -> dict:
+    def _call(self, runtime, request: InferenceRequest, deadline: float | None, rows: int) -> dict:
+        """`runtime.predict`, timed: keeps the runtime's per-row cost estimate (seconds) up to date."""
+        started = time.perf_counter()
+        outputs = runtime.predict(request.inputs, request.signature_name, deadline=deadline)
+        per_row = (time.perf_counter() - started) / rows
+        previous = self._row_seconds.get(runtime)
+        self._row_seconds[runtime] = per_row if previous is None else previous + _EWMA * (per_row - previous)
+        return outputs
+
+    async def _run(self, runtime, request: InferenceRequest, deadline: float | None, rows: int) -> dict:
         cap = self._limits.max_concurrent_requests
         if cap and self._inflight >= cap:
             raise ResourceExhaustedError(f"{self._inflight} requests in flight; limit is {cap}")
@@ -139,9 +237,11 @@ class DataPlane:
         try:
             if isinstance(runtime, Batched):  # queue on the event loop; no executor thread parked per request
                 call = runtime.predict_async(request.inputs, request.signature_name, deadline=deadline)
+            elif self._row_seconds.get(runtime, INLINE_CALL_BUDGET_S) * rows < INLINE_CALL_BUDGET_S:
+                return self._call(runtime, request, deadline, rows)  # measured cheaper than the thread hop
             else:
-                call = asyncio.get_running_loop().run_in_executor(self._executor, lambda: runtime.predict(
-                    request.inputs, request.signature_name, deadline=deadline))
+                call = asyncio.get_running_loop().run_in_executor(self._executor, self._call, runtime, request,
+                                                                  deadline, rows)
             if deadline is None:
                 return await call
             try:
@@ -152,9 +252,24 @@ class DataPlane:
         finally:
             self._inflight -= 1
 
+    def _release_memory(self) -> None:
+        """Return freed heap pages to the OS after a large request, in the background (one at a time)."""
+        if self._releasing:
+            return
+        self._releasing = True
+
+        def release() -> None:
+            try:
+                release_freed_memory()
+            finally:
+                self._releasing = False
+
+        asyncio.get_running_loop().run_in_executor(self._executor, release)
+
     async def metadata(self, ref: ModelRef) -> ModelMetadata:
         """TF Serving GetModelMetadata (`signature_def`): signatures of the targeted version."""
         served = self.manager.resolve(ref)
+        note_request(version=str(served.version))
         runtime = served.runtime.inner if isinstance(served.runtime, Batched) else served.runtime
         return ModelMetadata(ref.name, served.version, served.runtime.metadata(), runtime.name)
 

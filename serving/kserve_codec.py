@@ -18,7 +18,7 @@ import struct
 import numpy as np
 
 from core.errors import InvalidRequestError, ResourceExhaustedError, UnimplementedError
-from serving.tensors import dtype_name
+from serving.tensors import MAX_RANK, dtype_name
 
 # KServe V2 datatype -> numpy dtype (BYTES: object arrays of bytes). BF16 is not served (no numpy dtype).
 DATATYPES: dict[str, np.dtype] = {
@@ -65,13 +65,15 @@ def numpy_dtype(datatype: str, name: str) -> np.dtype:
 
 
 def element_count(name: str, shape, datatype: str, max_bytes: int) -> int:
-    """Elements of `shape` after checking every dim is in [0, 2^31) and the decoded size fits `max_bytes`.
+    """Elements of `shape` after checking its rank (at most 64), every dim in [0, 2^31) and the decoded size.
 
     Raises:
-        InvalidRequestError: a negative or absurd dim.  ResourceExhaustedError: elements x item size
+        InvalidRequestError: more than 64 dims (numpy's limit), a negative or absurd dim.  ResourceExhaustedError: elements x item size
             (8 bytes per BYTES element) above `max_bytes` (the server's `--max-message-bytes`).
     """
     dims = [int(d) for d in shape]
+    if len(dims) > MAX_RANK:
+        raise InvalidRequestError(f"input {name!r}: shape has rank {len(dims)}; at most {MAX_RANK} dims")
     bad = [d for d in dims if d < 0 or d > MAX_DIM]
     if bad:
         raise InvalidRequestError(f"input {name!r}: shape {dims} has invalid dim {bad[0]}; every dim must be in "
@@ -240,7 +242,11 @@ def from_json(name: str, datatype: str, shape, data, max_bytes: int) -> np.ndarr
             _check_int_range(name, datatype, dtype, min(flat), max(flat))
         return np.array(flat, dtype=dtype).reshape(dims)
     _expect(name, datatype, flat, lambda v: type(v) in (int, float), "a number")
-    wide = np.array(flat, dtype=np.float64)
+    try:
+        wide = np.array(flat, dtype=np.float64)
+    except OverflowError as err:  # a JSON integer beyond any float
+        index = next((i for i, v in enumerate(flat) if type(v) is int and abs(v) > 2**1023), 0)
+        raise InvalidRequestError(f"input {name!r}: value at index {index} is out of range for {datatype}") from err
     with np.errstate(over="ignore"):
         array = wide.astype(dtype)
     overflow = np.isinf(array) & np.isfinite(wide)

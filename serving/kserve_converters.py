@@ -28,7 +28,7 @@ from serving.kserve_codec import datatype_for
 from serving.types import InferenceRequest, InferenceResponse, ModelMetadata, ModelRef
 
 SERVER_NAME = "tfship"
-EXTENSIONS = ("binary_tensor_data",)  # Triton's HTTP binary tensor extension
+EXTENSIONS = ("binary_tensor_data", "model_configuration")  # Triton's names: binary HTTP tensors, ModelConfig
 DEFAULT_SIGNATURE = "serving_default"
 # Runtime name -> the platform string Triton/KServe use for that framework.
 PLATFORMS = {"saved_model": "tensorflow_savedmodel", "onnx": "onnxruntime_onnx", "tflite": "tensorflow_tflite"}
@@ -104,6 +104,47 @@ def model_info(meta: ModelMetadata, versions: list[int]) -> ModelInfo:
         inputs=[_tensor(k, s) for k, s in signature.inputs.items()],
         outputs=[_tensor(k, s) for k, s in signature.outputs.items()],
     )
+
+
+@dataclass(frozen=True)
+class ConfigTensor:
+    """One input or output in Triton's model configuration: `TYPE_*` data type and dims (-1 variable)."""
+
+    name: str
+    data_type: str
+    dims: list[int]
+
+
+@dataclass(frozen=True)
+class ModelConfigInfo:
+    """Triton's ModelConfig as tfship fills it (the default signature, as in `model_info`)."""
+
+    name: str
+    platform: str
+    backend: str
+    max_batch_size: int
+    inputs: list[ConfigTensor]
+    outputs: list[ConfigTensor]
+
+
+def model_config(meta: ModelMetadata, max_batch_per_request: int) -> ModelConfigInfo:
+    """Triton's model configuration of the default signature.
+
+    When every input and output has a variable first dimension (the batch), `max_batch_size` is the
+    server's `--max-batch-per-request` (2^31 - 1 when unlimited) and dims leave the batch out, as Triton's
+    do; otherwise `max_batch_size` is 0 and dims are the full shapes.
+    """
+    info = model_info(meta, [])
+    tensors = info.inputs + info.outputs
+    batched = all(t.shape and t.shape[0] == -1 for t in tensors)
+    limit = min(max_batch_per_request or (1 << 31) - 1, (1 << 31) - 1)
+
+    def config(tensor: TensorMetadata) -> ConfigTensor:
+        data_type = "TYPE_STRING" if tensor.datatype == "BYTES" else f"TYPE_{tensor.datatype}"
+        return ConfigTensor(tensor.name, data_type, tensor.shape[1:] if batched else tensor.shape)
+
+    return ModelConfigInfo(info.name, info.platform, meta.backend, limit if batched else 0,
+                           [config(t) for t in info.inputs], [config(t) for t in info.outputs])
 
 
 @dataclass(frozen=True)

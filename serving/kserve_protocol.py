@@ -44,8 +44,10 @@ ModelInferRequest = protocol.message_class(_I + "ModelInferRequest")
 ModelInferResponse = protocol.message_class(_I + "ModelInferResponse")
 InferTensorContents = protocol.message_class(_I + "InferTensorContents")
 InferParameter = protocol.message_class(_I + "InferParameter")
+ModelConfigRequest = protocol.message_class(_I + "ModelConfigRequest")
+ModelConfigResponse = protocol.message_class(_I + "ModelConfigResponse")
 
-# method name -> (request class, response class): the protocol's six RPCs.
+# method name -> (request class, response class): the protocol's six RPCs and Triton's ModelConfig.
 METHODS: dict[str, tuple[type, type]] = {
     "ServerLive": (ServerLiveRequest, ServerLiveResponse),
     "ServerReady": (ServerReadyRequest, ServerReadyResponse),
@@ -53,4 +55,5 @@ METHODS: dict[str, tuple[type, type]] = {
     "ServerMetadata": (ServerMetadataRequest, ServerMetadataResponse),
     "ModelMetadata": (ModelMetadataRequest, ModelMetadataResponse),
     "ModelInfer": (ModelInferRequest, ModelInferResponse),
+    "ModelConfig": (ModelConfigRequest, ModelConfigResponse),
 }

@@ -17,15 +17,17 @@ import uuid
 from aiohttp import web
 from google.protobuf import json_format
 
-from core.errors import InvalidRequestError, ResourceExhaustedError, TfshipError
+from core.errors import InvalidRequestError, RequestTimeoutError, ResourceExhaustedError, TfshipError
 from serving import converters, protocol, rest_json
-from serving.dataplane import DataPlane
+from serving.dataplane import DataPlane, RequestGate
 from serving.kserve_rest import add_v2_routes
 from serving.metrics import CONTENT_TYPE, Metrics
+from serving.request_log import RequestLog
 from serving.security import AccessPolicy
 from serving.types import InferenceRequest, ModelRef
 
 log = logging.getLogger(__name__)
+OFF_LOOP_BYTES = 1 << 20  # bodies above this are parsed and converted in a thread, off the event loop
 _MAX_BYTES = web.AppKey("max_bytes", int)
 PROMETHEUS_PATH = "/monitoring/prometheus/metrics"  # TF Serving's path (--monitoring_config_file)
 _SPEC = r"{name:[^/:]+}{sel:(/versions/\d+|/labels/[^/:]+)?}"
@@ -40,22 +42,77 @@ def _ref(request: web.Request) -> ModelRef:
     return ModelRef(name)
 
 
-def _error_middleware(policy: AccessPolicy):
+def _error_middleware(policy: AccessPolicy, gate: RequestGate | None = None,
+                      request_log: RequestLog | None = None):
     @web.middleware
     async def middleware(request: web.Request, handler):
+        entered = False
+        logged = _start_request_log(request_log, request)
+        response = None
         try:
             policy.check(request.headers.get("Authorization", ""))
-            return await handler(request)
+            if gate is not None:
+                gate.enter()  # 503 while draining
+                entered = True
+            response = await handler(request)
         except web.HTTPException as err:
-            return _http_error(request, err)
+            response = _http_error(request, err)
         except TfshipError as err:
-            return web.json_response({"error": str(err)}, status=err.http_status)
+            response = web.json_response({"error": str(err)}, status=err.http_status)
+            response[_GRPC_CODE] = err.grpc_code
         except Exception:
             incident = uuid.uuid4().hex[:12]
             log.exception("unexpected REST error (incident %s)", incident)
-            return web.json_response({"error": f"internal server error (incident {incident})"}, status=500)
+            response = web.json_response({"error": f"internal server error (incident {incident})"}, status=500)
+        finally:
+            if entered:
+                gate.leave()
+            if logged is not None:
+                status = response.status if response is not None else 500
+                code = response.get(_GRPC_CODE) if response is not None else None
+                request_log.finish(logged, code or _CODE_OF_HTTP.get(status, "UNKNOWN"), status)
+        return response
 
     return middleware
+
+
+_GRPC_CODE = web.ResponseKey("grpc_code", str)
+# HTTP status -> gRPC code name for answers that carry no TfshipError (aiohttp's own refusals, success).
+_CODE_OF_HTTP = {200: "OK", 400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
+                 404: "NOT_FOUND", 408: "DEADLINE_EXCEEDED", 413: "RESOURCE_EXHAUSTED", 429: "RESOURCE_EXHAUSTED",
+                 500: "INTERNAL", 501: "UNIMPLEMENTED", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}
+
+
+def _start_request_log(request_log: RequestLog | None, request: web.Request):
+    """Open this request's log record when the server logs requests and this one is sampled."""
+    if request_log is None or request_log.sampling_rate <= 0.0:
+        return None
+    route = request.match_info.route
+    method = request.match_info.get("verb") or getattr(route.handler, "__name__", "") or request.method
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    peer_text = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else (request.remote or "")
+    return request_log.start("rest", method, peer_text, request.match_info.get("name", ""))
+
+
+async def read_body(request: web.Request, timeout_s: float) -> bytes:
+    """The request body, received within `timeout_s` seconds (TF Serving's --rest_api_timeout_in_ms).
+
+    Raises:
+        RequestTimeoutError: the client did not send the whole body in time (HTTP 408).
+    """
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await request.read()
+    except TimeoutError:
+        raise RequestTimeoutError(f"request body not received within {timeout_s:g} s "
+                                  "(--rest-api-timeout-in-ms); send the whole body at once") from None
+
+
+async def off_loop_if_large(size: int, function, *args):
+    """`function(*args)`, in a thread when the payload is large (`size` bytes): other requests keep flowing."""
+    if size > OFF_LOOP_BYTES:
+        return await asyncio.to_thread(function, *args)
+    return function(*args)
 
 
 def _http_error(request: web.Request, err: web.HTTPException) -> web.Response:
@@ -102,10 +159,13 @@ def _proto_json(message) -> dict:
 
 
 def build_app(dataplane: DataPlane, policy: AccessPolicy = AccessPolicy(), max_bytes: int = 64 << 20,
-              metrics: Metrics | None = None) -> web.Application:
+              metrics: Metrics | None = None, metrics_path: str = PROMETHEUS_PATH,
+              timeout_s: float = 30.0) -> web.Application:
     """The TF Serving REST API over `dataplane`, under `policy` (bearer tokens; default open).
 
-    With `metrics`, Prometheus text is also served at TF Serving's `/monitoring/prometheus/metrics`.
+    With `metrics`, Prometheus text is also served at `metrics_path` (TF Serving's `/monitoring/prometheus/metrics`
+    unless --monitoring_config_file names another). A request body must arrive within `timeout_s` seconds
+    (else HTTP 408).
     """
 
     async def status(request: web.Request) -> web.Response:
@@ -121,7 +181,8 @@ def build_app(dataplane: DataPlane, policy: AccessPolicy = AccessPolicy(), max_b
                                   "metadata": {"signature_def": _proto_json(defs)}})
 
     async def predict(request: web.Request) -> web.Response:
-        body = rest_json.parse_body(await request.read())
+        raw = await read_body(request, timeout_s)
+        body = await off_loop_if_large(len(raw), rest_json.parse_body, raw)
         ref = _ref(request)
         signature_name = rest_json.signature_name(body)
         output_filter = _output_filter(body)
@@ -129,7 +190,8 @@ def build_app(dataplane: DataPlane, policy: AccessPolicy = AccessPolicy(), max_b
         if signature_name not in meta.signatures:
             raise InvalidRequestError(f'Serving signature name: "{signature_name}" not found in signature def; '
                                       f"available: {sorted(meta.signatures)}")
-        inputs, rows = rest_json.request_inputs(body, meta.signatures[signature_name])
+        inputs, rows = await off_loop_if_large(len(raw), rest_json.request_inputs, body,
+                                               meta.signatures[signature_name])
         response = await dataplane.predict(InferenceRequest(
             model=ModelRef(ref.name, version=meta.version), inputs=inputs, signature_name=signature_name,
             output_filter=output_filter))
@@ -137,7 +199,7 @@ def build_app(dataplane: DataPlane, policy: AccessPolicy = AccessPolicy(), max_b
         return _json_response(rest_json.response_json(dict(response.outputs), rows, batch), max_bytes)
 
     async def unimplemented(request: web.Request) -> web.Response:
-        body = rest_json.parse_body(await request.read())
+        body = rest_json.parse_body(await read_body(request, timeout_s))
         name = rest_json.signature_name(body)
         examples = body.get("examples")
         if examples is None:
@@ -148,16 +210,17 @@ def build_app(dataplane: DataPlane, policy: AccessPolicy = AccessPolicy(), max_b
             raise InvalidRequestError(f"JSON Value: {rest_json.debug_string(body)} 'examples' {what}")
         await dataplane.unimplemented(request.match_info["verb"].capitalize(), _ref(request), name)
 
-    app = web.Application(middlewares=[_error_middleware(policy)], client_max_size=max_bytes)
+    app = web.Application(middlewares=[_error_middleware(policy, dataplane.gate, dataplane.request_log)],
+                          client_max_size=max_bytes)
     if metrics is not None:
-        app.router.add_get(PROMETHEUS_PATH, _metrics_handler(metrics))
+        app.router.add_get(metrics_path, _metrics_handler(metrics))
     app[_MAX_BYTES] = max_bytes
     base = "/v1/models/" + _SPEC
     app.router.add_get(base, status)
     app.router.add_get(base + "/metadata", metadata)
     app.router.add_post(base + ":predict", predict)
     app.router.add_post(base + ":{verb:classify|regress}", unimplemented)
-    add_v2_routes(app, dataplane)  # the Open Inference Protocol (KServe V2) on the same port
+    add_v2_routes(app, dataplane, lambda request: read_body(request, timeout_s))  # Open Inference Protocol
     return app
 
 
@@ -169,11 +232,15 @@ def _metrics_handler(metrics: Metrics):
     return handler
 
 
-async def _start(app: web.Application, host: str, port: int, ssl_context: ssl.SSLContext | None,
-                 reuse_port: bool = False) -> tuple[web.AppRunner, int]:
-    runner = web.AppRunner(app, access_log=None)
+async def _start(app: web.Application, settings, port: int, ssl_context: ssl.SSLContext | None
+                 ) -> tuple[web.AppRunner, int]:
+    timeout_s = settings.rest_api_timeout_in_ms / 1000
+    # keepalive_timeout also closes connections that never finish sending their headers (slow clients);
+    # shutdown_timeout bounds how long a SIGTERM waits for handlers (the grace period)
+    runner = web.AppRunner(app, access_log=None, keepalive_timeout=timeout_s,
+                           shutdown_timeout=settings.grace_period_s)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, ssl_context=ssl_context, reuse_port=reuse_port or None)
+    site = web.TCPSite(runner, settings.host, port, ssl_context=ssl_context, reuse_port=settings.reuse_port or None)
     await site.start()
     return runner, runner.addresses[0][1]
 
@@ -182,8 +249,10 @@ async def start_rest(dataplane: DataPlane, settings, policy: AccessPolicy, metri
                      ssl_context: ssl.SSLContext | None) -> tuple[web.AppRunner, int]:
     """Start the REST API on `settings.host:settings.rest_port` (0 = any free), HTTPS when `ssl_context` is
     given, under `policy`; returns (runner, bound port)."""
-    app = build_app(dataplane, policy, settings.max_message_bytes, metrics)
-    return await _start(app, settings.host, settings.rest_port, ssl_context, settings.reuse_port)
+    prometheus = settings.prometheus_path  # None: --monitoring_config_file turned it off
+    app = build_app(dataplane, policy, settings.max_message_bytes, metrics if prometheus else None,
+                    prometheus or PROMETHEUS_PATH, settings.rest_api_timeout_in_ms / 1000)
+    return await _start(app, settings, settings.rest_port, ssl_context)
 
 
 async def start_metrics(metrics: Metrics, settings, policy: AccessPolicy,
@@ -193,4 +262,4 @@ async def start_metrics(metrics: Metrics, settings, policy: AccessPolicy,
     app = web.Application(middlewares=[_error_middleware(policy)])
     app.router.add_get("/metrics", _metrics_handler(metrics))
     app.router.add_get(PROMETHEUS_PATH, _metrics_handler(metrics))
-    return await _start(app, settings.host, settings.metrics_port, ssl_context, settings.reuse_port)
+    return await _start(app, settings, settings.metrics_port, ssl_context)

@@ -57,6 +57,27 @@ def to_signature_def(signature: Signature):
     return proto
 
 
+def _serve_meta_graph(saved_model, path: Path):
+    if not saved_model.meta_graphs:
+        raise TfshipError(f"{path} holds no MetaGraphDef")
+    for candidate in saved_model.meta_graphs:
+        if "serve" in candidate.meta_info_def.tags:
+            return candidate
+    return saved_model.meta_graphs[0]
+
+
+def serving_tags(version_dir: Path) -> list[str]:
+    """The tag-set of the MetaGraph served (the first tagged `serve`, TF Serving's default
+    `--saved_model_tags`), to pass as `tf.saved_model.load(tags=...)`: a SavedModel with several
+    MetaGraphs (TF1 / Estimator `serve` + `train` + `eval`) loads only with one. TF-free."""
+    path = Path(version_dir) / "saved_model.pb"
+    try:
+        saved_model = protocol.SavedModel.FromString(path.read_bytes())
+    except (OSError, ValueError) as err:
+        raise TfshipError(f"cannot read SavedModel tags from {path}: {err}") from err
+    return sorted(_serve_meta_graph(saved_model, path).meta_info_def.tags)
+
+
 def read_saved_model_signatures(version_dir: Path) -> dict[str, Signature]:
     """Signatures of `<version_dir>/saved_model.pb` (first MetaGraph, the `serve` one), TF-free.
 
@@ -68,11 +89,5 @@ def read_saved_model_signatures(version_dir: Path) -> dict[str, Signature]:
         saved_model = protocol.SavedModel.FromString(path.read_bytes())
     except (OSError, ValueError) as err:
         raise TfshipError(f"cannot read SavedModel signatures from {path}: {err}") from err
-    if not saved_model.meta_graphs:
-        raise TfshipError(f"{path} holds no MetaGraphDef")
-    meta_graph = saved_model.meta_graphs[0]
-    for candidate in saved_model.meta_graphs:
-        if "serve" in candidate.meta_info_def.tags:
-            meta_graph = candidate
-            break
+    meta_graph = _serve_meta_graph(saved_model, path)
     return {name: from_signature_def(name, sd) for name, sd in meta_graph.signature_def.items()}

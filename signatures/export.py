@@ -57,13 +57,36 @@ def build_classifier_module(model, contract: SignatureContract):
     return module
 
 
-def read_signature_contracts(saved_model_dir: Path) -> dict[str, SignatureContract]:
-    """Read every `signature_def` of a SavedModel's serving meta-graph into contracts (no TF load).
+SERVE_TAGS = ("serve",)
+
+
+def select_meta_graph(proto, tags: tuple[str, ...] = SERVE_TAGS, where: str = "SavedModel"):
+    """The MetaGraph whose tag-set is exactly `tags` (TensorFlow's and TF Serving's rule; default `serve`).
+
+    A SavedModel with one MetaGraph that carries `serve` among its tags is accepted for the default too.
+    TF1 / Estimator exports hold several (`serve`, `train`, `eval`); the `serve` one is what servers load.
+
+    Raises:
+        ContractError: no MetaGraph has that tag-set; the message lists the tag-sets present and `--tags`.
+    """
+    wanted = set(tags)
+    for graph in proto.meta_graphs:
+        if set(graph.meta_info_def.tags) == wanted:
+            return graph
+    if tuple(tags) == SERVE_TAGS and len(proto.meta_graphs) == 1 and "serve" in proto.meta_graphs[0].meta_info_def.tags:
+        return proto.meta_graphs[0]
+    present = [sorted(g.meta_info_def.tags) for g in proto.meta_graphs]
+    raise ContractError(f"{where}: no MetaGraph tagged {sorted(wanted)}; it has tag-sets {present}; "
+                        "choose one with --tags (e.g. --tags serve,gpu)")
+
+
+def read_signature_contracts(saved_model_dir: Path, tags: tuple[str, ...] = SERVE_TAGS) -> dict[str, SignatureContract]:
+    """Read every `signature_def` of a SavedModel's MetaGraph tagged `tags` into contracts (no TF load).
 
     TensorFlow's internal `__saved_model_init_op` entry is not a serving signature and is skipped.
 
     Raises:
-        ContractError: when the directory holds no readable `saved_model.pb` with a `serve` tag.
+        ContractError: when the directory holds no readable `saved_model.pb` with a MetaGraph tagged `tags`.
     """
     from tensorflow.core.protobuf import saved_model_pb2
     import tensorflow as tf
@@ -74,9 +97,7 @@ def read_signature_contracts(saved_model_dir: Path) -> dict[str, SignatureContra
         proto.ParseFromString(path.read_bytes())
     except (OSError, Exception) as err:  # noqa: BLE001 - protobuf raises its own DecodeError
         raise ContractError(f"{path}: cannot read SavedModel: {err}") from err
-    graphs = [g for g in proto.meta_graphs if "serve" in g.meta_info_def.tags]
-    if not graphs:
-        raise ContractError(f"{path}: no meta-graph tagged 'serve'")
+    graph = select_meta_graph(proto, tags, str(path))
 
     def tensors(mapping) -> tuple[TensorContract, ...]:
         out = []
@@ -87,7 +108,7 @@ def read_signature_contracts(saved_model_dir: Path) -> dict[str, SignatureContra
         return tuple(out)
 
     return {name: SignatureContract(name, tensors(sig.inputs), tensors(sig.outputs))
-            for name, sig in graphs[0].signature_def.items() if not name.startswith("__")}
+            for name, sig in graph.signature_def.items() if not name.startswith("__")}
 
 
 def export_saved_model(module, contract: SignatureContract, export_dir: Path,
@@ -128,18 +149,22 @@ def export_saved_model(module, contract: SignatureContract, export_dir: Path,
     return ExportResult(export_dir, contract)
 
 
-def build_savedmodel_module(saved_model_dir: Path, contract: SignatureContract):
+def build_savedmodel_module(saved_model_dir: Path, contract: SignatureContract, tags: tuple[str, ...] | None = None):
     """Re-export an existing SavedModel's signature through a forward-only module.
 
-    The source is loaded with `tf.saved_model.load`; the new `serving_default` calls its signature
-    function with the contract's inputs and returns the contract's outputs by name (the source's
-    restored variables and resources are tracked, nothing else), so the audit, behaviour checks and
-    conversions run on exactly what the user shipped.
+    The source is loaded with `tf.saved_model.load` (the MetaGraph tagged `tags`, default `serve`); the
+    new `serving_default` calls its signature function with the contract's inputs and returns the
+    contract's outputs by name. Like Keras' own export (`saved_model_export_archive`,
+    `_filter_and_track_resources`), the module tracks only the variables the traced function captures and
+    the source's resources (lookup tables) and asset files, nothing else: optimizer slots, step counters
+    and other training state the user's module still holds are left behind, and the audit then judges
+    what is left. `module.dropped_variables` names the source variables that were not kept.
     """
     import tensorflow as tf
 
-    loaded = tf.saved_model.load(str(saved_model_dir))
+    loaded = tf.saved_model.load(str(saved_model_dir), tags=list(tags) if tags else None)
     function = loaded.signatures[contract.name]
+    kept, dropped, resources = _reachable_state(loaded, function)
     specs = {t.name: tf.TensorSpec([None if d is None else d for d in t.shape], tf.as_dtype(t.dtype), name=t.name)
              for t in contract.inputs}
 
@@ -148,7 +173,46 @@ def build_savedmodel_module(saved_model_dir: Path, contract: SignatureContract):
         return {t.name: tf.identity(result[t.name]) for t in contract.outputs}
 
     module = tf.Module(name="serving")
-    module.source = loaded
+    module.kept_variables = kept
+    module.resources = resources
+    module.dropped_variables = tuple(v.name for v in dropped)
     setattr(module, contract.name, tf.function(serve, input_signature=[specs], autograph=False))
     module.signature_names = (contract.name,)
     return module
+
+
+def _reachable_state(root, function) -> tuple[list, list, list]:
+    """(variables `function`'s outputs depend on, the other variables under `root`, resources + assets).
+
+    Capture lists over-state use (a TF1 signature is a pruned function that captures every variable of its
+    MetaGraph, optimizer slots included), so the graph is walked from the outputs (`signatures.reachable`)
+    and only the captures reached count. The handles of the others are swapped for a kept variable's handle
+    in `function`'s captured inputs (`ConcreteFunction.set_external_captures`): the function never reads
+    them, and a function that captures an untracked variable cannot be saved.
+    """
+    import tensorflow as tf
+    from tensorflow.saved_model.experimental import TrackableResource
+
+    from signatures.reachable import used_placeholders
+
+    captures = list(function.captured_inputs)
+    placeholders = [t.op.name for t in function.graph.internal_captures]
+    outputs = [t.name for t in function.outputs] + [op.name for op in function.graph.control_outputs]
+    used = used_placeholders(function.graph.as_graph_def(), outputs, set(placeholders))
+    used_ids = {id(c) for c, p in zip(captures, placeholders, strict=True) if p in used}
+    kept, dropped, resources, seen = [], [], [], set()
+    for trackable in tf.train.TrackableView(root).descendants():
+        if id(trackable) in seen:
+            continue
+        seen.add(id(trackable))
+        if isinstance(trackable, tf.Variable):
+            (kept if id(trackable.handle) in used_ids else dropped).append(trackable)
+        elif isinstance(trackable, (TrackableResource, tf.saved_model.Asset)):
+            resources.append(trackable)
+    unused = {id(v.handle) for v in dropped} & {id(c) for c in captures}
+    if unused:
+        stand_in = kept[0].handle if kept else tf.Variable(0.0, trainable=False, name="unused_capture").handle
+        if not kept:
+            kept.append(stand_in)
+        function.set_external_captures([stand_in if id(c) in unused else c for c in captures])
+    return kept, dropped, resources

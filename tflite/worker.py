@@ -88,6 +88,28 @@ def _build_converter(tf, saved_model_dir: str, options: TfliteOptions,
     return converter
 
 
+def _fixed_batch_attempt(tf, saved_model_dir: str, signature: dict[str, Any]) -> str:
+    """The `fixed_batch` recipe (`signatures.recurrent`): convert the signature traced at batch 1.
+
+    A recurrent layer's TensorList ops lower to builtins once every shape is static. The file is not
+    kept: a batch-1 model cannot serve batched requests. Returns the sentence for the refusal reason.
+    """
+    try:
+        loaded = tf.saved_model.load(saved_model_dir)
+        function = loaded.signatures[SIGNATURE_KEY]
+        specs = {name: tf.TensorSpec([1, *(None if d == -1 else d for d in spec["shape"][1:])],
+                                     tf.as_dtype(spec["dtype"]), name=name)
+                 for name, spec in signature["inputs"].items()}
+        fixed = tf.function(lambda feed: function(**feed), input_signature=[specs], autograph=False)
+        converter = tf.lite.TFLiteConverter.from_concrete_functions([fixed.get_concrete_function()], loaded)
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+        converter.convert()
+    except Exception as err:  # noqa: BLE001 - the converter raises ConverterError, ValueError, ...
+        return f"recipe 'fixed_batch' (batch 1) fails too: {type(err).__name__}: {_tail(str(err), 300)}"
+    return ("recipe 'fixed_batch' (batch 1) converts, but a batch-1 file cannot serve batched requests, so it "
+            "is not kept")
+
+
 def _check_representative(signature: dict[str, Any], samples: dict[str, np.ndarray] | None) -> str:
     """Empty when the samples fit the signature's inputs, else why not."""
     if samples is None:
@@ -126,13 +148,15 @@ def run_convert(saved_model_dir: str, output: str, options: TfliteOptions,
     """Convert one variant and write it to `output`; returns the report (see module docstring)."""
     import tensorflow as tf  # noqa: PLC0415  (only the convert step pays for TensorFlow)
 
-    from tflite.savedmodel_scan import find_float16_overflows, read_signature  # noqa: PLC0415
+    from tflite.savedmodel_scan import (  # noqa: PLC0415
+        file_initialised_tables, find_float16_overflows, read_signature)
 
     try:
         signature = read_signature(Path(saved_model_dir), SIGNATURE_KEY)
     except TfshipError as err:
         return {"status": "refused", "reason": str(err)}
-    report: dict[str, Any] = {"signature": signature, "flex_ops": []}
+    report: dict[str, Any] = {"signature": signature, "flex_ops": [],
+                              "table_files": file_initialised_tables(Path(saved_model_dir))}
     samples = _representative(representative)
     if options.mode is TfliteMode.FLOAT16:
         overflows = find_float16_overflows(Path(saved_model_dir))
@@ -156,11 +180,14 @@ def run_convert(saved_model_dir: str, output: str, options: TfliteOptions,
             return {**report, "status": "refused",
                     "reason": f"needs custom ops {custom} that neither TFLite builtins nor Flex provide"}
         if not select:
-            return {**report, "status": "refused",
-                    "reason": f"converter failed: {type(err).__name__}: {_tail(message)}"}
+            reason = f"converter failed: {type(err).__name__}: {_tail(message)}"
+            if "tensor list" in message.lower():
+                reason += "; " + _fixed_batch_attempt(tf, saved_model_dir, signature)
+            return {**report, "status": "refused", "reason": reason}
         if not options.allow_flex:
             return {**report, "status": "refused", "flex_ops": [f"Flex{op}" for op in select],
-                    "reason": f"needs Flex (select TF) ops {select}; set allow_flex to try SELECT_TF_OPS"}
+                    "reason": f"needs Flex (select TF) ops {select}; set convert.allow_flex = true "
+                              "(--set convert.allow_flex=true) to try SELECT_TF_OPS"}
         try:
             model = _build_converter(tf, saved_model_dir, options, samples, flex=True).convert()
         except Exception as flex_err:  # same converter, Flex allowed
@@ -198,8 +225,24 @@ def _contract_problems(contract, signature: dict[str, Any]) -> list[str]:
     return problems
 
 
-def run_smoke(model: str, signature: dict[str, Any], representative: str | None) -> dict[str, Any]:
-    """Load `model` in LiteRT, check its contract against the SavedModel signature, run it once."""
+def _litert_reason(err: Exception, table_files: list[str]) -> str:
+    """LiteRT's own message, plus why when a lookup table initialised from a file was left empty."""
+    reason = f"LiteRT could not run it: {_tail(str(err))}"
+    if table_files and "HASHTABLE" in str(err):
+        reason += (f"; the SavedModel initialises lookup table(s) from file(s) {table_files} "
+                   "(InitializeTableFromTextFileV2), which the TFLite converter does not carry over, so LiteRT "
+                   "finds the table empty. Build the lookup from an in-memory vocabulary (e.g. "
+                   "StringLookup(vocabulary=[...]) with the list itself) to convert it to TFLite")
+    return reason
+
+
+def run_smoke(model: str, signature: dict[str, Any], representative: str | None,
+              table_files: list[str] = ()) -> dict[str, Any]:
+    """Load `model` in LiteRT, check its contract against the SavedModel signature, run it once.
+
+    `table_files`: asset files lookup tables are initialised from (named in the reason when LiteRT
+    fails on an uninitialised `HASHTABLE`).
+    """
     from tflite.runner import LiteRtRunner  # noqa: PLC0415
 
     histogram = op_histogram(Path(model).read_bytes())
@@ -215,7 +258,7 @@ def run_smoke(model: str, signature: dict[str, Any], representative: str | None)
         feed = _smoke_inputs(runner.contract(), _representative(representative))
         outputs = runner.run(feed)
     except (TfshipError, ValueError, RuntimeError) as err:
-        return {"status": "refused", "reason": f"LiteRT could not run it: {_tail(str(err))}"}
+        return {"status": "refused", "reason": _litert_reason(err, list(table_files))}
     batch = len(next(iter(feed.values())))
     for name, value in outputs.items():
         declared = signature["outputs"][name]["shape"]
@@ -252,8 +295,9 @@ def main(argv: list[str] | None = None) -> int:
         options = TfliteOptions.from_mapping(json.loads(args.options))
         report = run_convert(args.saved_model, args.output, options, args.representative)
     else:
-        signature = json.loads(Path(args.signature).read_text())["signature"]
-        report = run_smoke(args.model, signature, args.representative)
+        converted = json.loads(Path(args.signature).read_text())
+        report = run_smoke(args.model, converted["signature"], args.representative,
+                           converted.get("table_files", []))
     text = json.dumps(report, indent=2, sort_keys=True)
     if args.report:
         Path(args.report).write_text(text)

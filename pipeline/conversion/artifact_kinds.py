@@ -7,6 +7,8 @@ serve-check (when it has a serving backend), `convert.required`, the reports and
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pipeline.conversion.artifacts import ArtifactKind, ConversionJob, VariantOutcome, register_artifact_kind
 from core.errors import TfshipError
 
@@ -25,7 +27,7 @@ def convert_onnx(job: ConversionJob) -> VariantOutcome:
     path = job.version_dir / "model.onnx"
     try:
         done = convert_to_onnx(job.version_dir, path, job.contract, job.settings.onnx_opset, job.sample,
-                               job.settings.timeout_seconds, job.settings.onnx_simplify)
+                               job.settings.timeout_seconds, job.settings.onnx_simplify, job.settings.size_limit_bytes)
     except TfshipError as err:
         return VariantOutcome("onnx", "refused", str(err))
     return VariantOutcome("onnx", "produced", "", str(path), done.size_bytes, round(done.seconds, 2),
@@ -33,22 +35,44 @@ def convert_onnx(job: ConversionJob) -> VariantOutcome:
 
 
 def tflite_converter(mode: str):
-    """The converter of one TFLite mode (`tflite.convert.convert_tflite`, child processes)."""
+    """The converter of one TFLite mode (`tflite.convert.convert_tflite`, child processes), with the recipes
+    for recurrent layers: the SavedModel as exported (`default`), else its unrolled copy (`unrolled`)."""
 
     def convert(job: ConversionJob) -> VariantOutcome:
+        from pipeline.conversion.large_models import tflite_refusal
+        from signatures.recurrent import FUSED_LSTM_NOTE, TENSOR_LIST_FAILURE
         from tflite.convert import convert_tflite
         from tflite.modes import TfliteMode, TfliteOptions
 
-        options = TfliteOptions(mode=TfliteMode(mode), representative_samples=job.settings.representative_samples)
-        done = convert_tflite(job.version_dir, job.version_dir / tflite_filename(mode), options, job.calibration,
-                              job.settings.timeout_seconds)
-        return VariantOutcome(f"tflite_{mode}", done.status, done.reason, str(done.path or ""), done.size_bytes,
-                              round(done.seconds, 2), done.reproduce_command)
+        settings, name = job.settings, f"tflite_{mode}"
+        options = TfliteOptions(mode=TfliteMode(mode), representative_samples=settings.representative_samples,
+                                allow_flex=settings.allow_flex)
+        path = job.version_dir / tflite_filename(mode)
+        refusal = tflite_refusal(job.version_dir, settings.size_limit_bytes)  # before any converter process starts
+        if refusal:
+            return VariantOutcome(name, "refused", refusal)
+        done = convert_tflite(job.version_dir, path, options, job.calibration, settings.timeout_seconds)
+        recipe, reason = "default", done.reason
+        if done.status == "refused" and TENSOR_LIST_FAILURE in done.reason.lower():
+            tried = [f"recipe 'default' (dynamic batch): {done.reason}"]
+            unrolled = job.tflite_sources.get("unrolled")
+            if unrolled:
+                done = convert_tflite(Path(unrolled), path, options, job.calibration, settings.timeout_seconds)
+                recipe = "unrolled"
+                tried.append(f"recipe 'unrolled' (recurrent layers with unroll=True): {done.reason or 'produced'}")
+            else:
+                tried.append("recipe 'unrolled' not available: " + (job.tflite_sources.get("unrolled_reason")
+                                                                     or "the model has no Keras recurrent layer"))
+            tried.append(FUSED_LSTM_NOTE)
+            reason = "" if done.status == "produced" else "; ".join(tried)
+        return VariantOutcome(name, done.status, reason, str(done.path or ""), done.size_bytes,
+                              round(done.seconds, 2), done.reproduce_command, recipe)
 
     return convert
 
 
-register_artifact_kind(ArtifactKind("onnx", "onnx", "float32", "model.onnx", lambda settings: True, convert_onnx))
+register_artifact_kind(ArtifactKind("onnx", "onnx", "float32", "model.onnx", lambda settings: True, convert_onnx,
+                                    companions=("model.onnx.data",)))  # external weights past 2 GiB
 for _mode in TFLITE_MODES:
     register_artifact_kind(ArtifactKind(
         f"tflite_{_mode}", "tflite", _mode, tflite_filename(_mode),

@@ -61,6 +61,7 @@ class VariantOutcome:
     size_bytes: int = 0
     seconds: float = 0.0
     reproduce_command: str = ""
+    recipe: str = ""
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,8 @@ class ConversionJob:
     version_dir: the folder holding the exported SavedModel (artifacts are written beside it);
     contract: its `serving_default` contract; settings: the `[convert]` section; calibration:
     {input name: [N, ...]} from the training split (int8's `representative_dataset`); sample: one real
-    input batch each artifact is run on once before it counts.
+    input batch each artifact is run on once before it counts; tflite_sources: the TFLite recipes'
+    sources the export stage wrote (`{"unrolled": SavedModel folder or None, "unrolled_reason": str}`).
     """
 
     version_dir: Path
@@ -78,6 +80,7 @@ class ConversionJob:
     settings: Any
     calibration: dict[str, np.ndarray]
     sample: dict[str, np.ndarray]
+    tflite_sources: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -88,7 +91,8 @@ class ArtifactKind:
         name: artifact name used in reports, `convert.required` and the manifest (e.g. `tflite_int8`).
         backend: the serving runtime that runs it (`serving.runtimes.REGISTRY` name), or "" when none.
         mode: tolerance family judged by the parity gate (`float32`, `float16`, `dynamic_range`, `int8`).
-        filename: the file it writes into the version folder.
+        filename: the file (or folder) it writes into the version folder.
+        companions: other files that belong to it (e.g. `model.onnx.data`, ONNX external weights).
         enabled: whether the `[convert]` section asks for it.
         convert: converts `job.version_dir`'s SavedModel into `job.version_dir / filename`.
         runtime_options: `serving.runtimes.RuntimeOptions` fields that select this file.
@@ -105,6 +109,12 @@ class ArtifactKind:
     runtime_options: Mapping[str, Any] = field(default_factory=dict)
     serve_flags: tuple[str, ...] = ()
     runner: Callable[[Path], Runner] | None = None
+    companions: tuple[str, ...] = ()
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """Every file name it occupies in the version folder."""
+        return (self.filename, *self.companions)
 
     def artifact(self, version_dir: Path) -> Artifact:
         """This kind's artifact inside `version_dir`."""
@@ -142,6 +152,15 @@ def enabled_kinds(settings) -> list[ArtifactKind]:
 def known_artifact_names() -> tuple[str, ...]:
     """`saved_model` and every registered kind's name (what `convert.required` may list)."""
     return (SAVED_MODEL, *artifact_kinds())
+
+
+def as_text(value: np.ndarray) -> np.ndarray:
+    """Bytes / object / unicode arrays as a numpy unicode array (UTF-8 decoded); other arrays unchanged."""
+    value = np.asarray(value)
+    if value.dtype.kind not in "OSU":
+        return value
+    flat = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in value.ravel()]
+    return np.array(flat, dtype=str).reshape(value.shape)
 
 
 def _wire_form(value: np.ndarray) -> np.ndarray:
@@ -188,3 +207,10 @@ def open_runner(artifact: Artifact) -> Runner:
     if kind is not None and kind.runner is not None:
         return kind.runner(artifact.path)
     return RuntimeRunner(artifact, kind.runtime_options if kind else None)
+
+
+def saved_model_runner(path: Path) -> Runner:
+    """The SavedModel at `path` run as the gate runs its reference (the serving runtime), string outputs as
+    numpy unicode text (`as_text`)."""
+    runner = open_runner(Artifact(SAVED_MODEL, "saved_model", "float32", Path(path)))
+    return lambda inputs: {name: as_text(value) for name, value in runner(inputs).items()}

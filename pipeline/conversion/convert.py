@@ -9,6 +9,7 @@ is not produced is left out of the version with its reason (the SavedModel is al
 from __future__ import annotations
 
 import os
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,15 +42,37 @@ def remove_stale_artifacts(version_dir: Path) -> None:
     """Delete every registered kind's file (and temp files of a killed conversion) before converting again,
     so nothing from an earlier conversion can pass for this one's."""
     for kind in artifact_kinds().values():
-        (version_dir / kind.filename).unlink(missing_ok=True)
+        for name in kind.files:
+            path = version_dir / name
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
     for leftover in version_dir.glob(".*"):
         if leftover.is_file():
             leftover.unlink()
 
 
+def conversion_workers(settings: ConvertSection, jobs: int) -> int:
+    """Conversions run at once: `convert.max_workers`, 0 = the cores this process may use; at most `jobs`."""
+    return max(1, min(jobs, settings.max_workers or len(os.sched_getaffinity(0))))
+
+
 def convert_artifacts(version_dir: Path, contract: SignatureContract, settings: ConvertSection,
-                      calibration_inputs: dict[str, np.ndarray], sample: dict[str, np.ndarray]) -> ConvertResult:
-    """Write every enabled kind's file next to the SavedModel (conversions run side by side).
+                      calibration_inputs: dict[str, np.ndarray], sample: dict[str, np.ndarray],
+                      tflite_sources: dict[str, Any] | None = None) -> ConvertResult:
+    """Write every enabled kind's file next to the SavedModel (conversions run side by side, at most
+    `convert.max_workers` at once).
+
+    TFLite recipes (`signatures.recurrent`): each variant converts the SavedModel as exported (`default`);
+    when the converter cannot lower a recurrent layer's TensorList ops and `tflite_sources["unrolled"]`
+    names an unrolled copy's SavedModel, the variant is converted from that (`unrolled`). The recipe used,
+    and every recipe tried with its error, are in the outcome (`recipe`, `reason`).
+
+    TFLite recipes (`signatures.recurrent`): each variant converts the SavedModel as exported (`default`);
+    when the converter cannot lower a recurrent layer's TensorList ops and `tflite_sources["unrolled"]`
+    names an unrolled copy's SavedModel, the variant is converted from that (`unrolled`). The recipe used,
+    and every recipe tried with its error, are in the outcome (`recipe`, `reason`).
 
     Args:
         version_dir: folder holding the exported SavedModel; artifacts are written beside it.
@@ -61,9 +84,9 @@ def convert_artifacts(version_dir: Path, contract: SignatureContract, settings: 
         Every outcome; never raises for a conversion that fails (see `raise_if_required_missing`).
     """
     remove_stale_artifacts(version_dir)
-    job = ConversionJob(version_dir, contract, settings, calibration_inputs, sample)
+    job = ConversionJob(version_dir, contract, settings, calibration_inputs, sample, dict(tflite_sources or {}))
     kinds = enabled_kinds(settings)
-    with ThreadPoolExecutor(max_workers=max(1, min(len(kinds), os.cpu_count() or 1))) as pool:
+    with ThreadPoolExecutor(max_workers=conversion_workers(settings, len(kinds))) as pool:
         outcomes = list(pool.map(lambda kind: kind.convert(job), kinds))
     artifacts = [kind.artifact(version_dir) for kind, outcome in zip(kinds, outcomes) if outcome.status == "produced"]
     return ConvertResult(tuple(artifacts), tuple(outcomes))

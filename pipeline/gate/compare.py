@@ -24,6 +24,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipeline.conversion.artifacts import as_text
+
+__all__ = ["ERROR_BIN_EDGES", "OutputParity", "Tolerance", "as_text", "compare_output", "compare_outputs", "failures",
+           "saturation"]
+
 # Absolute-error histogram bins: [0, 1e-9), [1e-9, 1e-8), ..., [1e1, inf).
 ERROR_BIN_EDGES = (0.0, *(10.0 ** e for e in range(-9, 2)), float("inf"))
 # How far (fraction of the output's range) beyond an artifact's extreme value a reference value must lie to
@@ -89,15 +94,6 @@ def error_histogram(error: np.ndarray) -> tuple[int, ...]:
     """Counts of absolute errors in the `ERROR_BIN_EDGES` bins."""
     counts, _ = np.histogram(np.asarray(error, dtype=np.float64).ravel(), bins=np.array(ERROR_BIN_EDGES))
     return tuple(int(c) for c in counts)
-
-
-def as_text(value: np.ndarray) -> np.ndarray:
-    """Bytes / object / unicode arrays as a numpy unicode array (UTF-8 decoded); other arrays unchanged."""
-    value = np.asarray(value)
-    if value.dtype.kind not in "OSU":
-        return value
-    flat = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in value.ravel()]
-    return np.array(flat, dtype=str).reshape(value.shape)
 
 
 def saturation(got: np.ndarray, want: np.ndarray, bound: float, scale: float = 1.0) -> str:

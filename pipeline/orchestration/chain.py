@@ -108,7 +108,7 @@ def _data(ctx: StageContext):
     if ctx.request is not None:
         from pipeline.export_only.user_model import load_user_model
 
-        return load_user_model(ctx.request.model)
+        return load_user_model(ctx.request.model, ctx.request.custom_objects)
     from pipeline.data.splits import load_split_arrays
 
     ctx.data = load_split_arrays(ctx.config.data, ctx.config.run.seed)
@@ -132,7 +132,8 @@ def _load_trained(ctx: StageContext):
 
 def _export(ctx: StageContext):
     if ctx.request is not None:
-        exported, ctx.data = steps.export_user_stage(ctx.config, ctx.run, ctx.values["data"], ctx.request.data)
+        exported, ctx.data = steps.export_user_stage(ctx.config, ctx.run, ctx.values["data"], ctx.request.data,
+                                                     ctx.request.tags)
         return exported
     trained = ctx.values.get("train")
     model = getattr(trained, "model", trained)
@@ -177,7 +178,7 @@ CHAIN: tuple[Stage, ...] = (
     Stage("data", (), (), _data, _summarise_data),
     Stage("train", ("data",), ("train.json",), _train, lambda r: r.summary(), _load_trained,
           lambda run: (run.root / "model.keras").is_file() and _json(run, "train.json") is not None, True),
-    Stage("export", ("data", "train"), ("audit.json",), _export, _summarise_export,
+    Stage("export", ("data", "train"), ("audit.json", "export.json", "data.json"), _export, _summarise_export,
           complete=lambda run: (run.artifacts / "saved_model.pb").is_file() and _passed(run, "audit.json"),
           rewrites_artifacts=True),
     Stage("convert", ("export",), ("convert.json",), lambda ctx: steps.convert_stage(ctx.config, ctx.run,

@@ -90,8 +90,9 @@ def artifact_outcomes(conversions: list[dict[str, Any]], parity: dict[str, Any] 
 
 
 def left_out_files(outcomes: list[ArtifactOutcome]) -> list[str]:
-    """File names (in the version folder) of the artifacts left out."""
-    return [o.file for o in outcomes if o.status == LEFT_OUT and o.file]
+    """File names (in the version folder) of the artifacts left out, companions included (`model.onnx.data`)."""
+    kinds = artifact_kinds()
+    return [name for o in outcomes if o.status == LEFT_OUT and o.artifact in kinds for name in kinds[o.artifact].files]
 
 
 def run_status(outcomes: list[ArtifactOutcome]) -> RunStatus:

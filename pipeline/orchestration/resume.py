@@ -72,7 +72,10 @@ def resume_pipeline(reference: str | Path, config: PipelineConfig, progress=None
     stored = json.loads((run.root / "config.json").read_text(encoding="utf-8"))
     request = None
     if "export_only" in stored:
-        request = ExportOnlyRequest(stored["export_only"]["model"], Path(stored["export_only"]["data"]))
+        stored_request = stored["export_only"]
+        request = ExportOnlyRequest(stored_request["model"], Path(stored_request["data"]),
+                                    tuple(stored_request.get("tags", ("serve",))),
+                                    tuple(stored_request.get("custom_objects", ())))
     ctx = StageContext(config, run, config.publish.repository, request=request, progress=progress,
                        resume_training=True)
     return execute(ctx, on_stage, resume=True)

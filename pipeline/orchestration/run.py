@@ -191,7 +191,8 @@ def run_export_only(config: PipelineConfig, repository: Path, request: ExportOnl
     """
     run = RunFolder.create(config.run.runs_dir, config.run.model_name)
     run.write_json("config.json", config.model_dump(mode="json", by_alias=True)
-                   | {"export_only": {"model": request.model, "data": str(Path(request.data).resolve())}})
+                   | {"export_only": {"model": request.model, "data": str(Path(request.data).resolve()),
+                                      "tags": list(request.tags), "custom_objects": list(request.custom_objects)}})
     return execute(StageContext(config, run, repository, request=request), on_stage)
 
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.conversion.artifacts import SAVED_MODEL, Artifact, artifact_kinds, open_runner
-from pipeline.gate.compare import as_text
+from pipeline.conversion.artifacts import as_text
 from pipeline.config import PipelineConfig
 from pipeline.conversion.convert import ConvertResult, convert_artifacts, raise_if_required_missing
 from pipeline.data.splits import DatasetSplits
-from core.errors import StageError
+from core.errors import ContractError, StageError
 from pipeline.orchestration.outcomes import artifact_outcomes, left_out_files, run_status
 from pipeline.orchestration.publish import (PublishResult, git_commit, library_versions, publish_version, write_golden_set,
                               write_warmup_requests)
@@ -80,11 +80,13 @@ def _audit_and_prove(config: PipelineConfig, run: RunFolder, contract: Signature
     return ExportOutcome(contract, audit, behaviour)
 
 
-def export_user_stage(config: PipelineConfig, run: RunFolder, model, data_path: Path) -> tuple[ExportOutcome, EvalData]:
+def export_user_stage(config: PipelineConfig, run: RunFolder, model, data_path: Path,
+                      tags: tuple[str, ...] = ("serve",)) -> tuple[ExportOutcome, EvalData]:
     """Export-only mode: export a user's Keras model (or re-export a SavedModel), audit and prove it.
 
     The contract comes from the model (`signatures.keras_export.contract_from_keras`; a SavedModel keeps
-    its `serving_default`); mixed-precision models are exported as a float32 copy. Extra signatures come
+    the `serving_default` of its MetaGraph tagged `tags`, and only the variables that signature uses are
+    re-exported); mixed-precision models are exported as a float32 copy. Extra signatures come
     from `[export] extra_signatures`. `data_path` is read for this contract (`pipeline.export_only.user_model`).
 
     Raises:
@@ -96,10 +98,13 @@ def export_user_stage(config: PipelineConfig, run: RunFolder, model, data_path: 
     from signatures.layers import keras_layers
 
     if isinstance(model, Path):
-        contract = read_signature_contracts(model)["serving_default"]
+        contract = _user_saved_model_contract(model, tags)
         data = load_user_data(data_path, contract, config.convert.representative_samples, config.run.seed,
-                          config.data.classes)
-        export_saved_model(build_savedmodel_module(model, contract), contract, run.artifacts)
+                              config.data.classes)
+        module = build_savedmodel_module(model, contract, tags)
+        export_saved_model(module, contract, run.artifacts)
+        run.write_json("data.json", data.summary() | {"tags": list(tags),
+                                                      "variables_left_out": list(module.dropped_variables)})
         return _audit_and_prove(config, run, contract, data.inputs, None, None), data
     model = float32_copy(model)
     contract = contract_from_keras(model)
@@ -109,8 +114,17 @@ def export_user_stage(config: PipelineConfig, run: RunFolder, model, data_path: 
     export_saved_model(build_keras_module(model, contract, extras), contract, run.artifacts,
                        tuple(extra_contract(contract, name, outs) for name, outs in extras.items()))
     run.write_json("data.json", data.summary())
+    run.write_json("export.json", {"recurrent": _write_recipe_sources(run, model, contract)})
     return _audit_and_prove(config, run, contract, data.inputs, [w.path for w in model.weights],
                             keras_layers(model)), data
+
+
+def _user_saved_model_contract(folder: Path, tags: tuple[str, ...]) -> SignatureContract:
+    contracts = read_signature_contracts(folder, tags)
+    if "serving_default" not in contracts:
+        raise ContractError(f"--model {folder}: the MetaGraph tagged {list(tags)} has no 'serving_default' signature; "
+                         f"it has {sorted(contracts)}")
+    return contracts["serving_default"]
 
 
 def train_step_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits, progress=None,
@@ -135,6 +149,11 @@ def train_step_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSpli
 def export_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits, model=None) -> ExportOutcome:
     """Export the trained model's `serving_default` SavedModel into `artifacts/`, then audit it.
 
+    A model trained under `mixed_bfloat16` / `mixed_float16` is exported as its float32 copy
+    (`signatures.keras_export.float32_copy`, as export-only mode does): the SavedModel, ONNX and TFLite files
+    then compute in float32, so they convert (ONNX has no bfloat16 Conv) and agree with each other at
+    float32 tolerances; `export.json` records the precision trained and exported.
+
     Raises:
         ContractError: the written signature differs from the contract.
         AuditError: the SavedModel holds gradient, optimizer or training-only ops or variables.
@@ -146,11 +165,19 @@ def export_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits, 
         if not model_path.is_file():
             raise StageError(f"export: {model_path} does not exist; run the train stage first")
         model = keras.models.load_model(model_path)
+    from signatures.keras_export import float32_copy, low_precision_layers
     from signatures.layers import keras_layers
+
+    trained_policies = sorted(set(low_precision_layers(model).values()))
+    model = float32_copy(model)
+    record = {"trained_precision": trained_policies or ["float32"], "exported_precision": "float32",
+              "float32_copy": bool(trained_policies)}
 
     contract = classifier_contract(model.inputs[0].name, tuple(splits.train.images.shape[1:]),
                                    len(splits.class_names), str(model.inputs[0].dtype))
     export_saved_model(build_classifier_module(model, contract), contract, run.artifacts)
+    recurrent = _write_recipe_sources(run, model, contract, lambda clone: build_classifier_module(clone, contract))
+    run.write_json("export.json", record | {"recurrent": recurrent})
     return _audit_and_prove(config, run, contract, _test_inputs(contract, splits), [w.path for w in model.weights],
                             keras_layers(model))
 
@@ -172,9 +199,26 @@ def convert_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits 
     contract = read_contract(run)
     data = as_eval_data(config, contract, splits)
     sample = {name: value[:8] for name, value in data.inputs.items()}
-    result = convert_artifacts(run.artifacts, contract, config.convert, data.calibration, sample)
+    result = convert_artifacts(run.artifacts, contract, config.convert, data.calibration, sample,
+                               _tflite_sources(run))
     run.write_json("convert.json", result.to_json())
     return raise_if_required_missing(result, config.convert.required)
+
+
+def _tflite_sources(run: RunFolder) -> dict:
+    """The TFLite recipes' sources the export stage wrote (`export.json` -> `recurrent`)."""
+    path = run.root / "export.json"
+    recurrent = json.loads(path.read_text()).get("recurrent", {}) if path.is_file() else {}
+    source = recurrent.get("unrolled_source")
+    return {"unrolled": source if source and Path(source).is_dir() else None,
+            "unrolled_reason": recurrent.get("reason", "")}
+
+
+def _write_recipe_sources(run: RunFolder, model, contract: SignatureContract, build_module=None) -> dict:
+    """An unrolled copy of a recurrent model for the TFLite converter (`signatures.recurrent`); its record."""
+    from signatures.recurrent import write_unrolled_source
+
+    return write_unrolled_source(model, contract, run.root / "tflite_sources" / "unrolled", build_module)
 
 
 def produced_artifacts(run: RunFolder) -> tuple[Artifact, list[Artifact]]:

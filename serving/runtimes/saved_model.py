@@ -10,7 +10,7 @@ import numpy as np
 
 from serving.contract import Signature
 from serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions, input_rejected
-from serving.signature_defs import read_saved_model_signatures
+from serving.signature_defs import read_saved_model_signatures, serving_tags
 
 
 class SavedModelRuntime(Runtime):
@@ -36,7 +36,7 @@ class SavedModelRuntime(Runtime):
             import tensorflow as tf
 
             self._signatures = read_saved_model_signatures(self.version_dir)
-            self._loaded = tf.saved_model.load(str(self.version_dir))
+            self._loaded = tf.saved_model.load(str(self.version_dir), tags=serving_tags(self.version_dir))
         except Exception as err:
             raise RuntimeLoadError(f"cannot load SavedModel {self.version_dir}: {err}") from err
         self._functions = dict(self._loaded.signatures)

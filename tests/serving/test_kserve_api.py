@@ -21,6 +21,9 @@ from conftest import MODEL, saved_model_outputs
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
+from serving.settings import ServerSettings
+
+EXTENSIONS = ["binary_tensor_data", "model_configuration"]
 DIGITS_METADATA = {
     "inputs": [{"name": "image", "datatype": "FP32", "shape": [-1, 8, 8, 1]}],
     "outputs": [{"name": "logits", "datatype": "FP32", "shape": [-1, 10]},
@@ -70,7 +73,7 @@ def test_grpc_health_and_metadata(grpc_client):
     for version in ("", "1", "2", "stable", "canary"):
         assert grpc_client.is_model_ready(MODEL, version), version
     assert grpc_client.get_server_metadata(as_json=True)["name"] == "tfship"
-    assert grpc_client.get_server_metadata(as_json=True)["extensions"] == ["binary_tensor_data"]
+    assert grpc_client.get_server_metadata(as_json=True)["extensions"] == EXTENSIONS
     meta = grpc_client.get_model_metadata(MODEL, as_json=True)
     assert (meta["name"], meta["versions"], meta["platform"]) == (MODEL, ["1", "2"], "tensorflow_savedmodel")
     assert _by_name(_int_shapes(meta["inputs"])) == _by_name(DIGITS_METADATA["inputs"])
@@ -89,7 +92,7 @@ def test_http_health_and_metadata(http_client, server):
     assert http_client.is_server_live() and http_client.is_server_ready()
     assert http_client.is_model_ready(MODEL) and http_client.is_model_ready(MODEL, "stable")
     assert not http_client.is_model_ready("nope")
-    assert http_client.get_server_metadata()["extensions"] == ["binary_tensor_data"]
+    assert http_client.get_server_metadata()["extensions"] == EXTENSIONS
     meta = http_client.get_model_metadata(MODEL, "1")
     assert (meta["name"], meta["versions"], meta["platform"]) == (MODEL, ["1", "2"], "tensorflow_savedmodel")
     assert _by_name(meta["inputs"]) == _by_name(DIGITS_METADATA["inputs"])
@@ -99,6 +102,23 @@ def test_http_health_and_metadata(http_client, server):
     assert _http(f"{server.rest_url}/v2/models/{MODEL}/versions/2/ready") == (200, {"name": MODEL, "ready": True})
     status, body = _http(f"{server.rest_url}/v2/models/nope")
     assert status == 404 and body["error"].startswith("Servable not found for request: Latest(nope)")
+
+
+def test_model_config_over_grpc_and_http(grpc_client, http_client):
+    """Triton's model configuration (tfship's subset): batch dimension left out, max_batch_size the row limit."""
+    rows = ServerSettings.model_fields["max_batch_per_request"].default  # the session server's row limit
+    want = {"name": MODEL, "platform": "tensorflow_savedmodel", "backend": "saved_model", "max_batch_size": rows,
+            "input": [{"name": "image", "data_type": "TYPE_FP32", "dims": [8, 8, 1]}],
+            "output": [{"name": "class_id", "data_type": "TYPE_INT64", "dims": []},
+                       {"name": "logits", "data_type": "TYPE_FP32", "dims": [10]},
+                       {"name": "probabilities", "data_type": "TYPE_FP32", "dims": [10]}]}
+    config = grpc_client.get_model_config(MODEL, "1", as_json=True)["config"]
+    config["input"] = [{**t, "dims": [int(d) for d in t["dims"]]} for t in config["input"]]
+    config["output"] = sorted(({**t, "dims": [int(d) for d in t.get("dims", [])]} for t in config["output"]),
+                              key=lambda t: t["name"])
+    assert config == want
+    config = http_client.get_model_config(MODEL)
+    assert {**config, "output": sorted(config["output"], key=lambda t: t["name"])} == want
 
 
 @pytest.mark.parametrize(("version", "served"), [("", 2), ("1", 1), ("stable", 1), ("canary", 2)])
@@ -173,6 +193,15 @@ def test_http_json_body_as_the_protocol_documents(server, repository):
     assert status == 200
     assert answer == {"model_name": MODEL, "model_version": "1", "id": "7",
                       "outputs": [{"name": "class_id", "datatype": "INT64", "shape": [1], "data": want.tolist()}]}
+
+
+def test_large_json_body_is_decoded_right(http_client, repository):
+    """A JSON body above 1 MiB (1024 rows), which the server parses and decodes in a thread."""
+    rows = np.random.default_rng(1).random((1024, 8, 8, 1), dtype=np.float32)
+    result = http_client.infer(MODEL, [_grpc_input(thttp, rows, binary_data=False)],
+                               outputs=[thttp.InferRequestedOutput("class_id", binary_data=False)])
+    want = saved_model_outputs(repository / MODEL / "2", {"image": rows})["class_id"]
+    np.testing.assert_array_equal(result.as_numpy("class_id"), want)
 
 
 def test_signature_parameter_selects_another_signature(grpc_client, http_client, repository):

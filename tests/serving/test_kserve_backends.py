@@ -2,7 +2,8 @@
 
 The SavedModel backend is covered by `test_kserve_api.py` (the session server); here the ONNX backend
 runs with dynamic batching on and the TFLite backend behind bearer tokens, each compared with the
-SavedModel called directly. The last test starts the server with the command line `make serve` runs.
+SavedModel called directly. Then the server started with the command line `make serve` runs, a TensorFlow-free server, and V2 over
+mutual TLS.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as tgrpc
@@ -55,9 +57,11 @@ def _clients(server):
             thttp.InferenceServerClient(server.rest_url.removeprefix("http://")))
 
 
-def test_onnx_backend_with_batching(repository, images):
-    want = saved_model_outputs(repository / MODEL / "2", {"image": images})
-    with ServerProcess(repository, MODEL, backend="onnx", extra_args=("--enable-batching",)) as server:
+def test_onnx_backend_with_batching_and_row_limit(repository, images):
+    rows = images[:4]
+    want = saved_model_outputs(repository / MODEL / "2", {"image": rows})
+    with ServerProcess(repository, MODEL, backend="onnx",
+                       extra_args=("--enable-batching", "--max-batch-per-request", "4")) as server:
         grpc_client, http_client = _clients(server)
         try:
             batches = f'tfship_batch_size_count{{model="{MODEL}"}}'
@@ -65,9 +69,16 @@ def test_onnx_backend_with_batching(repository, images):
             assert grpc_client.get_model_metadata(MODEL, as_json=True)["platform"] == PLATFORMS["onnx"]
             assert http_client.get_model_metadata(MODEL)["platform"] == PLATFORMS["onnx"]
             assert grpc_client.is_model_ready(MODEL) and http_client.is_server_ready()
-            _assert_close(grpc_client.infer(MODEL, [_input(tgrpc, images)]), want)
-            _assert_close(http_client.infer(MODEL, [_input(thttp, images, binary=False)]), want)
+            _assert_close(grpc_client.infer(MODEL, [_input(tgrpc, rows)]), want)
+            _assert_close(http_client.infer(MODEL, [_input(thttp, rows, binary=False)]), want)
             assert _metric(server.metrics_url, batches) == before + 2  # both went through the batcher
+            with pytest.raises(InferenceServerException) as err:
+                grpc_client.infer(MODEL, [_input(tgrpc, images)])
+            assert err.value.status() == "StatusCode.INVALID_ARGUMENT"
+            assert "batch of 5 rows exceeds the per-request limit of 4" in err.value.message()
+            with pytest.raises(InferenceServerException) as err:
+                http_client.infer(MODEL, [_input(thttp, images)])
+            assert err.value.status() == "400" and "batch of 5 rows exceeds" in err.value.message()
         finally:
             grpc_client.close()
             http_client.close()
@@ -141,3 +152,67 @@ def test_tritonclient_against_make_serve(repository, images):
         process.send_signal(signal.SIGINT)  # Ctrl-C, as a `make serve` user stops it
         _, stderr = process.communicate(timeout=60)
     assert process.returncode == 0, stderr.decode(errors="replace")[-2000:]
+
+
+@pytest.mark.slow
+def test_tensorflow_free_server_speaks_v2(repository, images):
+    """The edge install (no TensorFlow) serves V2 too: messages come from the committed descriptor."""
+    from edge_venv import ensure_edge_venv
+
+    rows = images[:2]
+    want = saved_model_outputs(repository / MODEL / "2", {"image": rows})
+    with ServerProcess(repository, MODEL, backend="tflite", python=str(ensure_edge_venv())) as server:
+        grpc_client, http_client = _clients(server)
+        try:
+            assert grpc_client.get_model_metadata(MODEL, as_json=True)["platform"] == PLATFORMS["tflite"]
+            _assert_close(grpc_client.infer(MODEL, [_input(tgrpc, rows)]), want)
+            _assert_close(http_client.infer(MODEL, [_input(thttp, rows)]), want)
+        finally:
+            grpc_client.close()
+            http_client.close()
+
+
+def _certificates(folder: Path) -> Path:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate it signed (openssl CLI)."""
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True)
+
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+            "-subj", "/CN=oip-test-ca")
+    for name, extension in (("server", "subjectAltName=IP:127.0.0.1"), ("client", "extendedKeyUsage=clientAuth")):
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
+                "-subj", f"/CN={name}")
+        (folder / f"{name}.ext").write_text(extension + "\n")
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext")
+    return folder
+
+
+def test_v2_over_mutual_tls(repository, images, tmp_path):
+    """With --tls-cert/--tls-client-ca, tritonclient reaches V2 over TLS with a client certificate, not without."""
+    certs = _certificates(tmp_path)
+    ca, key, chain = ((certs / n).read_bytes() for n in ("ca.pem", "client.key", "client.pem"))
+    rows = images[:2]
+    want = saved_model_outputs(repository / MODEL / "2", {"image": rows})
+    with ServerProcess(repository, MODEL, backend="tflite", credentials=grpc.ssl_channel_credentials(ca, key, chain),
+                       extra_args=("--tls-cert", str(certs / "server.pem"), "--tls-key", str(certs / "server.key"),
+                                   "--tls-client-ca", str(certs / "ca.pem"))) as server:
+        assert server.rest_url.startswith("https://")
+        grpc_client = tgrpc.InferenceServerClient(server.grpc_target, ssl=True, root_certificates=str(certs / "ca.pem"),
+                                                   private_key=str(certs / "client.key"),
+                                                   certificate_chain=str(certs / "client.pem"))
+        http_client = thttp.InferenceServerClient(
+            server.rest_url.removeprefix("https://"), ssl=True,
+            ssl_options={"ca_certs": str(certs / "ca.pem"), "certfile": str(certs / "client.pem"),
+                         "keyfile": str(certs / "client.key")})
+        no_cert = tgrpc.InferenceServerClient(server.grpc_target, ssl=True, root_certificates=str(certs / "ca.pem"))
+        try:
+            _assert_close(grpc_client.infer(MODEL, [_input(tgrpc, rows)]), want)
+            _assert_close(http_client.infer(MODEL, [_input(thttp, rows)]), want)
+            with pytest.raises(InferenceServerException) as err:
+                no_cert.is_server_live(client_timeout=10)
+            assert err.value.status() == "StatusCode.UNAVAILABLE"  # handshake refused without a client certificate
+        finally:
+            for client in (grpc_client, http_client, no_cert):
+                client.close()

@@ -49,6 +49,19 @@ def test_messages_match_tritonclient_field_by_field():
     assert sorted(m.name for m in service.methods) == sorted(kp.METHODS)
 
 
+def test_model_config_subset_matches_tritonclients():
+    """ModelConfig and its tensors: each field tfship declares has Triton's number and type."""
+    from tritonclient.grpc import model_config_pb2
+
+    for name in ("ModelConfig", "ModelInput", "ModelOutput"):
+        ours = _fields(kp.protocol.POOL.FindMessageTypeByName(f"inference.{name}"))
+        theirs = _fields(model_config_pb2.DESCRIPTOR.message_types_by_name[name])
+        assert ours == {k: theirs[k] for k in ours}, name
+    ours = kp.protocol.POOL.FindEnumTypeByName("inference.DataType")
+    theirs = model_config_pb2.DESCRIPTOR.enum_types_by_name["DataType"]
+    assert [(v.name, v.number) for v in ours.values] == [(v.name, v.number) for v in theirs.values]
+
+
 def test_descriptor_declares_what_the_proto_file_does():
     """The committed .desc and .proto name the same messages and fields (regenerate one from the other)."""
     text = (kp.DESCRIPTOR_SET.parent / "open_inference.proto").read_text()

@@ -206,6 +206,9 @@ class ValidateSection(_Section):
     int8_tolerance: float = Field(
         1e-1, gt=0.0, description="Full-int8 TFLite: largest |artifact - SavedModel| of every float output, as a "
         "fraction of max(1, max |SavedModel output|).")
+    quantized_outlier_fraction: float = Field(
+        1e-3, ge=0.0, lt=0.1, description="Dynamic-range and int8: share of an output's elements allowed beyond its "
+        "bound (held-out values a little outside the calibrated range), e.g. 0.001 = 0.1 %.")
     quantized_max_accuracy_drop_points: float = Field(
         1.0, ge=0.0, description="Allowed accuracy loss of dynamic-range and int8 artifacts, percentage points.")
     batch_sizes: tuple[int, ...] = Field((1, 7, 64), min_length=1, description="Batch sizes each artifact is run at.")

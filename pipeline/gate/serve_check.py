@@ -4,8 +4,9 @@ For each artifact that passed the parity gate (the SavedModel, ONNX and every TF
 float16, dynamic-range, int8), a real server process is started on a free loopback port over the private
 candidate repository with the backend and flags that serve that file (`--backend tflite --tflite-file
 model_int8.tflite`), made ready by `grpc.health.v1` (never by sleeping), sent real `PredictRequest`s with
-held-out inputs at several batch sizes, and its answers are compared by output name with the SavedModel's
-by the one comparison (`pipeline.gate.compare.compare_outputs`) at the artifact's mode's tolerance. Only then
+held-out inputs at several batch sizes, and its answers (all requests together, so each output's range is the
+same as in validate) are compared by output name with the SavedModel's by the one comparison
+(`pipeline.gate.compare.compare_outputs`) at the artifact's mode's tolerance. Only then
 is an artifact published (TFX's "blessed" model). An artifact whose check fails is left out with its
 reason; the stage fails only when the SavedModel or a required artifact fails. The SavedModel's server
 (slowest to start: it imports TensorFlow) runs beside the others, two servers at a time.
@@ -72,20 +73,21 @@ def _check_one(repository: Path, model_name: str, version: int, target: ServeTar
     from serving.launcher import ServerProcess
 
     started = time.perf_counter()
-    worst, requests, problems, offset = 0.0, 0, [], 0
+    worst, problems, answers, offset = 0.0, [], [], 0
     try:
         with ServerProcess(repository, model_name, backend=target.backend, extra_args=target.serve_flags) as server:
             with PredictClient(server.grpc_target) as client:
                 for batch_size in batch_sizes:
                     batch = {k: v[offset:offset + batch_size] for k, v in inputs.items()}
-                    want = {k: v[offset:offset + batch_size] for k, v in expected.items()}
                     offset += batch_size
-                    rows = compare_outputs(client.predict(model_name, batch, version=version), want, target.tolerance)
-                    requests += 1
-                    problems += [f"batch of {batch_size}: {text}" for text in failures(rows)]
-                    worst = max([worst, *(r.max_abs_error for r in rows if not r.exact)])
+                    answers.append(client.predict(model_name, batch, version=version))
+        got = {name: np.concatenate([np.asarray(a[name]) for a in answers]) for name in answers[0]}
+        rows = compare_outputs(got, {k: v[:offset] for k, v in expected.items()}, target.tolerance)
+        problems += failures(rows)
+        worst = max([worst, *(r.max_abs_error for r in rows if not r.exact)])
     except Exception as err:  # noqa: BLE001 - any server or RPC failure is this artifact's verdict, with its cause
         problems.append(f"{type(err).__name__}: {err}")
+    requests = len(answers)
     reason = "; ".join(problems)
     return {"backend": target.backend, "flags": list(target.serve_flags), "passed": not problems,
             "reason": f"serve-check [{target.backend}{' ' + ' '.join(target.serve_flags) if target.serve_flags else ''}]"

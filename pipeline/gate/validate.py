@@ -11,6 +11,8 @@ Outputs are matched by name, never by position, and judged by the one comparison
 | dynamic_range | `dynamic_range_tolerance` * scale (2 % of the output's range) |
 | int8 | `int8_tolerance` * scale (10 % of the output's range) |
 
+(quantized modes: at most `quantized_outlier_fraction` (0.1 %) of an output's elements may lie beyond it.)
+
 Integer outputs are equal (index outputs tie-aware), strings equal; an output pinned at a quantization
 limit the reference goes beyond is `saturated` and fails. Then the task metric (`pipeline.gate.task_metric`):
 accuracy may drop at most `max_accuracy_drop_points` (float modes) or `quantized_max_accuracy_drop_points`
@@ -132,9 +134,9 @@ def tolerance_for(mode: str, settings: ValidateSection) -> Tolerance:
     if mode == "float16":
         return Tolerance(settings.float16_tolerance, settings.float16_tolerance)
     if mode == "dynamic_range":
-        return Tolerance(settings.dynamic_range_tolerance, 0.0)
+        return Tolerance(settings.dynamic_range_tolerance, 0.0, settings.quantized_outlier_fraction)
     if mode == "int8":
-        return Tolerance(settings.int8_tolerance, 0.0)
+        return Tolerance(settings.int8_tolerance, 0.0, settings.quantized_outlier_fraction)
     return Tolerance(settings.atol, settings.rtol)
 
 

@@ -32,7 +32,7 @@ import numpy as np
 from core.errors import DeadlineExceededError, InvalidRequestError, ResourceExhaustedError
 from serving.batch_results import join_parts, settle
 from serving.batching_parameters import BatchingParameters
-from serving.contract import Signature
+from core.contract import Signature
 from serving.runtimes.base import Runtime
 
 __all__ = ["PEAK_WINDOW_S", "Batched", "BatchingParameters"]

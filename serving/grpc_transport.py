@@ -19,7 +19,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from core.errors import InvalidRequestError, TfshipError
-from serving import converters, protocol
+from core import protocol
+from serving import converters
 from serving.dataplane import DataPlane
 from serving.model_config import from_proto
 from serving.security import AccessPolicy

@@ -20,8 +20,9 @@ from aiohttp import web
 from google.protobuf import json_format
 
 from core.errors import InvalidRequestError, TfshipError
-from serving import converters, protocol
-from serving.contract import Signature
+from core import protocol
+from serving import converters
+from core.contract import Signature
 from serving.dataplane import DataPlane
 from serving.metrics import CONTENT_TYPE, Metrics
 from serving.security import AccessPolicy

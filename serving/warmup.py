@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from core.errors import TfshipError
-from serving import protocol
+from core import protocol
 from serving.tensors import from_tensor_proto
 
 WARMUP_FILE = Path("assets.extra") / "tf_serving_warmup_requests"

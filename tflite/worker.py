@@ -23,7 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from core.contract import Signature
 from core.errors import TfshipError
+from core.saved_model import read_signatures
 from tflite.inspect import flex_ops, op_histogram
 from tflite.modes import TfliteMode, TfliteOptions
 
@@ -88,11 +90,11 @@ def _build_converter(tf, saved_model_dir: str, options: TfliteOptions,
     return converter
 
 
-def _check_representative(signature: dict[str, Any], samples: dict[str, np.ndarray] | None) -> str:
+def _check_representative(signature: Signature, samples: dict[str, np.ndarray] | None) -> str:
     """Empty when the samples fit the signature's inputs, else why not."""
     if samples is None:
         return "int8 needs representative inputs (none were given)"
-    wanted, given = set(signature["inputs"]), set(samples)
+    wanted, given = set(signature.inputs), set(samples)
     if wanted != given:
         return (f"representative inputs must be exactly the signature inputs {sorted(wanted)}; "
                 f"got {sorted(given)}")
@@ -107,13 +109,17 @@ def run_convert(saved_model_dir: str, output: str, options: TfliteOptions,
     """Convert one variant and write it to `output`; returns the report (see module docstring)."""
     import tensorflow as tf  # noqa: PLC0415  (only the convert step pays for TensorFlow)
 
-    from tflite.savedmodel_scan import find_float16_overflows, read_signature  # noqa: PLC0415
+    from tflite.savedmodel_scan import find_float16_overflows  # noqa: PLC0415
 
     try:
-        signature = read_signature(Path(saved_model_dir), SIGNATURE_KEY)
+        signatures = read_signatures(Path(saved_model_dir))
     except TfshipError as err:
         return {"status": "refused", "reason": str(err)}
-    report: dict[str, Any] = {"signature": signature, "flex_ops": []}
+    if SIGNATURE_KEY not in signatures:
+        return {"status": "refused", "reason": f"SavedModel {saved_model_dir!r} has no signature {SIGNATURE_KEY!r}; "
+                                               f"it has {sorted(signatures)}"}
+    signature = signatures[SIGNATURE_KEY]
+    report: dict[str, Any] = {"signature": signature.to_json(), "flex_ops": []}
     samples = _representative(representative)
     if options.mode is TfliteMode.FLOAT16:
         overflows = find_float16_overflows(Path(saved_model_dir))
@@ -161,22 +167,22 @@ def _smoke_inputs(contract, samples: dict[str, np.ndarray] | None) -> dict[str, 
     return feed
 
 
-def _contract_problems(contract, signature: dict[str, Any]) -> list[str]:
+def _contract_problems(contract, signature: Signature) -> list[str]:
     problems = []
     for side, tensors in (("inputs", contract.inputs), ("outputs", contract.outputs)):
-        names = sorted(t.name for t in tensors)
-        if names != sorted(signature[side]):
-            problems.append(f"{side} are {names}; the SavedModel's are {sorted(signature[side])}")
+        names, specs = sorted(t.name for t in tensors), getattr(signature, side)
+        if names != sorted(specs):
+            problems.append(f"{side} are {names}; the SavedModel's are {sorted(specs)}")
             continue
         for tensor in tensors:
-            declared = signature[side][tensor.name]["shape"]
-            if declared and declared[0] == -1 and tensor.shape_signature[:1] != (-1,):
+            declared = specs[tensor.name].shape
+            if declared and declared[0] is None and tensor.shape_signature[:1] != (-1,):
                 problems.append(f"{side[:-1]} {tensor.name!r} lost its dynamic batch dimension: "
                                 f"shape_signature {list(tensor.shape_signature)}")
     return problems
 
 
-def run_smoke(model: str, signature: dict[str, Any], representative: str | None) -> dict[str, Any]:
+def run_smoke(model: str, signature: Signature, representative: str | None) -> dict[str, Any]:
     """Load `model` in LiteRT, check its contract against the SavedModel signature, run it once."""
     from tflite.runner import LiteRtRunner  # noqa: PLC0415
 
@@ -196,8 +202,8 @@ def run_smoke(model: str, signature: dict[str, Any], representative: str | None)
         return {"status": "refused", "reason": f"LiteRT could not run it: {_tail(str(err))}"}
     batch = len(next(iter(feed.values())))
     for name, value in outputs.items():
-        declared = signature["outputs"][name]["shape"]
-        if declared and declared[0] == -1 and (value.ndim == 0 or value.shape[0] != batch):
+        declared = signature.outputs[name].shape
+        if declared and declared[0] is None and (value.ndim == 0 or value.shape[0] != batch):
             return {"status": "refused",
                     "reason": f"output {name!r} has shape {list(value.shape)} for a batch of {batch}"}
         if value.dtype.kind == "f" and not np.all(np.isfinite(value)):
@@ -230,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         options = TfliteOptions.from_mapping(json.loads(args.options))
         report = run_convert(args.saved_model, args.output, options, args.representative)
     else:
-        signature = json.loads(Path(args.signature).read_text())["signature"]
+        signature = Signature.from_json(json.loads(Path(args.signature).read_text())["signature"])
         report = run_smoke(args.model, signature, args.representative)
     text = json.dumps(report, indent=2, sort_keys=True)
     if args.report:

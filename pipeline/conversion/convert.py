@@ -20,7 +20,7 @@ from pipeline.config import ConvertSection
 from core.errors import ConversionError, TfshipError
 from pipeline.conversion.onnx_convert import convert_to_onnx
 from pipeline.gate.runners import Artifact
-from signatures.contract import SignatureContract
+from core.contract import Signature
 
 REQUIRED_TFLITE_MODE = "float32"
 
@@ -55,7 +55,7 @@ class ConvertResult:
         return [o.__dict__ for o in self.outcomes]
 
 
-def convert_artifacts(version_dir: Path, contract: SignatureContract, settings: ConvertSection,
+def convert_artifacts(version_dir: Path, contract: Signature, settings: ConvertSection,
                       calibration_inputs: dict[str, np.ndarray], sample: dict[str, np.ndarray]) -> ConvertResult:
     """Write `model.onnx` and the configured `model*.tflite` files next to the SavedModel.
 

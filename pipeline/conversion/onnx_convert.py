@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from core.errors import ConversionError
-from signatures.contract import SignatureContract
+from core.contract import Signature
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ def _unknown_ops(model) -> list[str]:
     return sorted(unknown)
 
 
-def check_onnx_artifact(path: Path, contract: SignatureContract, sample: dict[str, np.ndarray]) -> None:
+def check_onnx_artifact(path: Path, contract: Signature, sample: dict[str, np.ndarray]) -> None:
     """Full `onnx.checker` check, no unconverted TF ops, names equal to the contract, one ORT run.
 
     Args:
@@ -96,7 +96,7 @@ def check_onnx_artifact(path: Path, contract: SignatureContract, sample: dict[st
         raise ConversionError(f"{path}: tf2onnx left unconverted TensorFlow ops: {', '.join(unknown)}")
     input_names = [i.name for i in model.graph.input]
     output_names = [o.name for o in model.graph.output]
-    want_in = [t.name for t in contract.inputs]
+    want_in = list(contract.input_names())
     want_out = list(contract.output_names())
     if sorted(input_names) != sorted(want_in) or sorted(output_names) != sorted(want_out):
         raise ConversionError(f"{path}: ONNX names inputs {input_names} outputs {output_names}; "
@@ -117,7 +117,7 @@ def check_onnx_artifact(path: Path, contract: SignatureContract, sample: dict[st
             raise ConversionError(f"{path}: output '{name}' holds NaN or Inf on a real input batch")
 
 
-def convert_to_onnx(saved_model_dir: Path, output: Path, contract: SignatureContract, opset: int,
+def convert_to_onnx(saved_model_dir: Path, output: Path, contract: Signature, opset: int,
                     sample: dict[str, np.ndarray], timeout_s: float, simplify: bool = False) -> OnnxResult:
     """Convert a SavedModel signature to ONNX in a child process, then check the artifact.
 

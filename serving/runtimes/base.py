@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from core.errors import ConfigError, FailedPreconditionError
-from serving.contract import Signature
+from core.contract import Signature
 
 
 class RuntimeLoadError(FailedPreconditionError):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from serving.contract import Signature, TensorSpec
+from core.contract import Signature, TensorSpec
 from serving.runtimes.base import Runtime, RuntimeLoadError
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from serving.contract import Signature, TensorSpec
+from core.contract import Signature, TensorSpec
 from serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions
-from serving.signature_defs import read_saved_model_signatures
+from core.saved_model import read_signatures
 
 _ORT_TYPES = {
     "tensor(float)": "float32", "tensor(double)": "float64", "tensor(float16)": "float16",
@@ -62,7 +62,7 @@ class OnnxRuntime(Runtime):
             outputs={o.name: _spec(o) for o in self._session.get_outputs()},
         )
         if (self.version_dir / "saved_model.pb").is_file():
-            declared = read_saved_model_signatures(self.version_dir).get("serving_default")
+            declared = read_signatures(self.version_dir, include_internal=True).get("serving_default")
             if declared and set(declared.inputs) == set(own.inputs) and set(declared.outputs) == set(own.outputs):
                 return declared
         return own

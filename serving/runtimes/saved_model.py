@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from serving.contract import Signature
+from core.contract import Signature
 from serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions
-from serving.signature_defs import read_saved_model_signatures
+from core.saved_model import read_signatures
 
 
 class SavedModelRuntime(Runtime):
@@ -35,7 +35,7 @@ class SavedModelRuntime(Runtime):
         try:
             import tensorflow as tf
 
-            self._signatures = read_saved_model_signatures(self.version_dir)
+            self._signatures = read_signatures(self.version_dir, include_internal=True)
             self._loaded = tf.saved_model.load(str(self.version_dir))
         except Exception as err:
             raise RuntimeLoadError(f"cannot load SavedModel {self.version_dir}: {err}") from err

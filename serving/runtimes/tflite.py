@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 
-from serving.contract import Signature, TensorSpec
+from core.contract import Signature, TensorSpec
 from serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions
-from serving.signature_defs import read_saved_model_signatures
-from serving.tensors import dtype_name
+from core.saved_model import read_signatures
+from core.dtypes import dtype_name
 
 
 class TfliteRuntime(Runtime):
@@ -59,7 +59,7 @@ class TfliteRuntime(Runtime):
     def _contract(self) -> dict[str, Signature]:
         declared = {}
         if (self.version_dir / "saved_model.pb").is_file():
-            declared = read_saved_model_signatures(self.version_dir)
+            declared = read_signatures(self.version_dir, include_internal=True)
         out = {}
         for key, runner in self._runners.items():
             own = Signature(name=key, inputs=_specs(runner.get_input_details()),

@@ -288,7 +288,7 @@ def test_cancelled_async_request_is_dropped_from_the_queue(onnx_runtime):
 def test_server_batches_merge_under_concurrent_load(repository, tmp_path):
     import grpc
 
-    from serving import protocol
+    from core import protocol
     from serving.launcher import ServerProcess
     from serving.tensors import to_tensor_proto
 

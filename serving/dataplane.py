@@ -17,7 +17,6 @@ from core.errors import (
     TfshipError,
     UnimplementedError,
 )
-from serving.batching import Batched
 from serving.contract import batch_size, validate_inputs
 from serving.manager import ModelManager
 from serving.metrics import Metrics
@@ -39,8 +38,8 @@ class DataPlane:
 
     Args:
         manager: resolves model references to loaded versions.
-        executor: threads running unbatched backend calls (the event loop never blocks on a model); a
-            `Batched` runtime is awaited directly, its own batch threads run the model.
+        executor: threads for the runtimes' blocking calls (`Runtime.predict_async` runs `predict` there, so
+            the event loop never blocks on a model; a batching runtime uses its own batch threads).
         limits: per-request limits (`ServerLimits`).
         metrics: Prometheus metrics to update.
     """
@@ -131,11 +130,8 @@ class DataPlane:
             raise DeadlineExceededError("deadline exceeded before the request reached the model")
         self._inflight += 1
         try:
-            if isinstance(runtime, Batched):  # queue on the event loop; no executor thread parked per request
-                call = runtime.predict_async(request.inputs, request.signature_name, deadline=deadline)
-            else:
-                call = asyncio.get_running_loop().run_in_executor(self._executor, lambda: runtime.predict(
-                    request.inputs, request.signature_name, deadline=deadline))
+            call = runtime.predict_async(request.inputs, request.signature_name, deadline=deadline,
+                                         executor=self._executor)
             if deadline is None:
                 return await call
             try:

@@ -54,6 +54,16 @@ def worker_args(settings: ServerSettings) -> list[str]:
     return args
 
 
+def _entry_module() -> str:
+    """The module this process was started with (`python -m X`), so each worker registers the same backends.
+
+    `serving` when started otherwise (the `tfship` console script).
+    """
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    name = spec.name.removesuffix(".__main__") if spec is not None else ""
+    return name or "serving"
+
+
 def run_workers(settings: ServerSettings) -> int:
     """Run `settings.num_processes` workers until SIGTERM/SIGINT; returns the exit code."""
     stop = threading.Event()
@@ -62,7 +72,7 @@ def run_workers(settings: ServerSettings) -> int:
     with tempfile.TemporaryDirectory(prefix="tfship-workers-") as tmp:
         files = [Path(tmp) / f"worker-{i}.json" for i in range(settings.num_processes)]
         base = worker_args(settings)
-        procs = [subprocess.Popen([sys.executable, "-m", "serving", "serve", *base, "--port-file", str(f)])
+        procs = [subprocess.Popen([sys.executable, "-m", _entry_module(), "serve", *base, "--port-file", str(f)])
                  for f in files]
         log.info("started %d workers: %s", len(procs), [p.pid for p in procs])
         failed = _supervise(settings, procs, files, stop)

@@ -200,10 +200,11 @@ def run_smoke(model: str, signature: Signature, representative: str | None) -> d
         outputs = runner.run(feed)
     except (TfshipError, ValueError, RuntimeError) as err:
         return {"status": "refused", "reason": f"LiteRT could not run it: {_tail(str(err))}"}
-    batch = len(next(iter(feed.values())))
+    sized = [len(value) for value in feed.values() if np.ndim(value) > 0]
+    batch = sized[0] if sized else None  # None: every input is a scalar, no batch dimension to check
     for name, value in outputs.items():
         declared = signature.outputs[name].shape
-        if declared and declared[0] is None and (value.ndim == 0 or value.shape[0] != batch):
+        if batch is not None and declared and declared[0] is None and (value.ndim == 0 or value.shape[0] != batch):
             return {"status": "refused",
                     "reason": f"output {name!r} has shape {list(value.shape)} for a batch of {batch}"}
         if value.dtype.kind == "f" and not np.all(np.isfinite(value)):

@@ -30,6 +30,8 @@ from bench.serve.models import ROOT, ModelInfo, load_infos, request_bytes
 from core.errors import TfshipError
 
 BACKENDS = ("saved_model", "onnx", "tflite")
+# Servers start through this module: `python -m serving` with the benchmark-only `identity` backend registered.
+SERVER_MODULE = "bench.serve.identity"
 SERVER_CPU, LOADGEN_CPU = 0, 1
 THREAD_FLAGS = ("--intra-op-threads", "1", "--inter-op-threads", "1")
 BATCHING = """max_batch_size { value: 32 }
@@ -142,7 +144,8 @@ def serve_case(
     server_cpu, loadgen_cpu = _cores()
     batching_file = plan.work / "batching.txt" if batching else None
     with _pinned({server_cpu}):
-        server = ServerProcess(plan.work / "repo", model, backend, _server_args(batching_file), env=_env())
+        server = ServerProcess(plan.work / "repo", model, backend, _server_args(batching_file), env=_env(),
+                               module=SERVER_MODULE)
         server.__enter__()
     try:
         profiler = _start_profiler(server.process.pid, profile_to, plan) if profile_to else None
@@ -221,7 +224,7 @@ def multiprocess_case(plan: Plan, model: str, backend: str, request_file: Path) 
     tag = {"mode": "multiprocess", "model": model, "backend": backend, "batching": True, "servers": cores}
     args = [*_server_args(plan.work / "batching.txt"), "--num-processes", str(cores)]
     try:
-        with ServerProcess(plan.work / "repo", model, backend, args, env=_env()) as server:
+        with ServerProcess(plan.work / "repo", model, backend, args, env=_env(), module=SERVER_MODULE) as server:
             workers = [_Worker(w["pid"], f"http://127.0.0.1:{w['metrics']}") for w in server.ports["workers"]]
             rows = run_loadgen(plan, server.grpc_target, request_file, workers, levels=(32, 64), channels=8)
         return [{**tag, **r} for r in rows]

@@ -7,7 +7,9 @@ requests against `metadata()` before calling `predict()`, so backends may assume
 from __future__ import annotations
 
 import abc
+import asyncio
 from collections.abc import Mapping
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,12 +63,33 @@ class Runtime(abc.ABC):
         """Load the artifact; raise `RuntimeLoadError` (with the cause) if it cannot be served."""
 
     @abc.abstractmethod
-    def predict(self, inputs: Mapping[str, np.ndarray], signature_name: str = "serving_default",
-                *, deadline: float | None = None) -> dict[str, np.ndarray]:
-        """Run one signature. `inputs`: alias -> array, batch on dim 0; returns alias -> array (all outputs).
+    def predict(self, inputs: Mapping[str, np.ndarray],
+                signature_name: str = "serving_default") -> dict[str, np.ndarray]:
+        """Run one signature on the calling thread.
 
-        `deadline` (time.monotonic() seconds) matters only to queueing wrappers such as `Batched`.
+        Args:
+            inputs: alias -> array (batch on dim 0), already validated against `metadata()`.
+            signature_name: which signature to run.
+
+        Returns:
+            alias -> array, every output of the signature.
         """
+
+    async def predict_async(self, inputs: Mapping[str, np.ndarray], signature_name: str = "serving_default", *,
+                            deadline: float | None = None, executor: Executor | None = None) -> dict[str, np.ndarray]:
+        """Run one signature for the event loop: by default `predict()` on a thread of `executor`.
+
+        Queueing wrappers override this (`serving.batching.Batched` awaits its slice of a merged call on the
+        loop, no thread parked per request) and use `deadline` (`time.monotonic()` seconds) to drop a request
+        that expired while queued; the default ignores it (the data plane times the call out itself).
+
+        Args:
+            inputs: as `predict()`.
+            signature_name: as `predict()`.
+            deadline: when the caller stops waiting, `time.monotonic()` seconds; None = no deadline.
+            executor: threads for the blocking call; None = the loop's default executor.
+        """
+        return await asyncio.get_running_loop().run_in_executor(executor, self.predict, inputs, signature_name)
 
     @abc.abstractmethod
     def metadata(self) -> dict[str, Signature]:

@@ -67,8 +67,8 @@ class OnnxRuntime(Runtime):
                 return declared
         return own
 
-    def predict(self, inputs: Mapping[str, np.ndarray], signature_name: str = "serving_default",
-                *, deadline: float | None = None) -> dict[str, np.ndarray]:
+    def predict(self, inputs: Mapping[str, np.ndarray],
+                signature_name: str = "serving_default") -> dict[str, np.ndarray]:
         names = list(self._signature.outputs)
         values = self._session.run(names, dict(inputs))
         return dict(zip(names, values))

@@ -42,8 +42,8 @@ class SavedModelRuntime(Runtime):
         self._functions = dict(self._loaded.signatures)
         self.ready = True
 
-    def predict(self, inputs: Mapping[str, np.ndarray], signature_name: str = "serving_default",
-                *, deadline: float | None = None) -> dict[str, np.ndarray]:
+    def predict(self, inputs: Mapping[str, np.ndarray],
+                signature_name: str = "serving_default") -> dict[str, np.ndarray]:
         import tensorflow as tf
 
         fn = self._functions[signature_name]

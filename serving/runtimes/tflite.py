@@ -69,8 +69,8 @@ class TfliteRuntime(Runtime):
             out[key] = match if ok else own
         return out
 
-    def predict(self, inputs: Mapping[str, np.ndarray], signature_name: str = "serving_default",
-                *, deadline: float | None = None) -> dict[str, np.ndarray]:
+    def predict(self, inputs: Mapping[str, np.ndarray],
+                signature_name: str = "serving_default") -> dict[str, np.ndarray]:
         with self._lock:
             outputs = self._runners[signature_name](**inputs)
             return {k: np.array(v, copy=True) for k, v in outputs.items()}

@@ -15,17 +15,23 @@ PYTEST_ARGS ?=
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup pipeline test test-fast serve query inspect clean lint
+.PHONY: setup tfjs-setup pipeline test test-fast serve query inspect clean lint
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml requirements.lock
+$(STAMP): pyproject.toml requirements.lock requirements-nodeps.lock
 	@command -v $(PYTHON) >/dev/null || { echo "tfship needs $(PYTHON) on PATH"; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade "pip>=24"
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.lock
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-nodeps.lock
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
+
+# The TF.js converter's own venv (.venv-tfjs, requirements-tfjs.lock; why: tfjs/venv.py) and the Node.js
+# runner's packages (tfjs/node, npm ci). Built on first use by a config with `convert.tfjs = true`.
+tfjs-setup: setup
+	$(PY) -m tfjs.venv
 
 pipeline: setup
 	$(TFSHIP) run --config $(CONFIG) --repository $(REPOSITORY)
@@ -50,7 +56,7 @@ lint: setup
 	$(PY) -m ruff check pipeline signatures serving tflite tests
 
 clean:
-	rm -rf runs models .pytest_cache .hypothesis .venv-edge bench/work
+	rm -rf runs models .pytest_cache .hypothesis .venv-edge .venv-tfjs tfjs/node/node_modules bench/work
 
 # ---------------------------------------------------------------- containers (deploy/README.md)
 # Docker targets drive the engine through `python -m deploy` (= `tfship deploy`). Where no
@@ -129,13 +135,23 @@ tensorboard: setup
 	@$(PY) -c "import tensorboard" 2>/dev/null || $(PY) -m pip install --quiet --disable-pip-version-check "tensorboard==2.21.0"
 	$(VENV)/bin/tensorboard --logdir $(TB_LOGDIR) --port $(TB_PORT)
 
-# ---------------------------------------------------------------- serving benchmark (bench/serve/)
-.PHONY: bench-serve
+# ---------------------------------------------------------------- benchmarks (bench/serve/, bench/pipeline/)
+.PHONY: bench-serve bench-pipeline
 
-# Closed-loop gRPC load (concurrency 1/8/32/64) against every backend, batching off/on, plus the in-process
-# limit, the identity-backend transport ceiling and the SO_REUSEPORT multi-process mode; results in
-# bench/results/serve-latest.{json,md,png}. BENCH_QUICK=1: short windows (~2 min); BENCH_PROFILE_S=N: py-spy.
+# Issue 14's serving table in one run: tfship (onnx batching / no batching, saved_model batching, identity)
+# against a bare grpc.aio server and a hand-written per-request ONNX Runtime server, REST :predict (row and
+# columnar) against bare aiohttp, --num-processes 1 vs 2; 3 alternating rounds, medians, PASS/MISS per
+# target. Results in bench/results/serve-latest.{json,md,png}. BENCH_QUICK=1: short windows, one round
+# (~3 min); BENCH_PROFILE_S=N: py-spy of the per-request path into bench/results/serve-profile.md.
 BENCH_QUICK ?=
 BENCH_PROFILE_S ?= 0
 bench-serve: setup
 	BENCH_QUICK=$(BENCH_QUICK) BENCH_PROFILE_S=$(BENCH_PROFILE_S) $(PY) -m bench.serve.run_bench --out bench/results
+
+# Stage time and peak memory (process + children) for wide MLPs of ~1, 30 and 300 MB of weights built
+# here: export, audit, each conversion, the parallel convert stage, validate, serve-check, publish, then
+# server load time, first-request latency and RSS per loaded version. bench/results/pipeline-latest.*.
+# BENCH_SIZES=1,30 picks sizes (MB); BENCH_QUICK=1 runs 1 MB only.
+BENCH_SIZES ?=
+bench-pipeline: setup
+	BENCH_QUICK=$(BENCH_QUICK) BENCH_SIZES=$(BENCH_SIZES) $(PY) -m bench.pipeline.run_bench --out bench/results

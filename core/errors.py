@@ -91,6 +91,10 @@ class UnauthenticatedError(TfshipError):
     """The request carries no valid bearer token."""
 
 
+class RequestTimeoutError(TfshipError):
+    """The client did not send its whole request in time (a slow or stalled REST body): HTTP 408."""
+
+
 class PermissionDeniedError(TfshipError):
     """The caller is authenticated but may not make this call (e.g. an admin call with an inference token)."""
 
@@ -122,11 +126,12 @@ class ErrorStatus:
 
     grpc_code: str
     exit_code: int = CLI_EXIT_CODE
+    http: int | None = None  # an HTTP status of its own, where TF Serving's mapping has no fitting one
 
     @property
     def http_status(self) -> int:
-        """HTTP status code: TF Serving's REST mapping of `grpc_code`."""
-        return HTTP_STATUS_OF_GRPC_CODE[self.grpc_code]
+        """HTTP status code: `http` when set, else TF Serving's REST mapping of `grpc_code`."""
+        return self.http or HTTP_STATUS_OF_GRPC_CODE[self.grpc_code]
 
 
 # The one table. Lookup walks the class's MRO, so a subclass defined elsewhere (e.g. the runtimes'
@@ -143,6 +148,7 @@ STATUS_TABLE: dict[type[TfshipError], ErrorStatus] = {
     DeadlineExceededError: ErrorStatus("DEADLINE_EXCEEDED"),
     UnauthenticatedError: ErrorStatus("UNAUTHENTICATED"),
     PermissionDeniedError: ErrorStatus("PERMISSION_DENIED"),
+    RequestTimeoutError: ErrorStatus("DEADLINE_EXCEEDED", http=408),  # the client was slow, not the server
     UnimplementedError: ErrorStatus("UNIMPLEMENTED"),
 }
 

@@ -16,7 +16,7 @@ from core.contract import Signature, TensorSpec
 from core.dtypes import data_type_of_dtype_name, dtype_name_of_data_type
 from core.errors import ContractError
 
-SERVE_TAG = "serve"
+SERVE_TAGS = ("serve",)
 _CACHE_SIZE = 8
 _cache: dict[tuple[str, int, int], object] = {}
 _lock = threading.Lock()
@@ -45,33 +45,62 @@ def read_saved_model(saved_model_dir: Path):
     return proto
 
 
-def serving_meta_graph(saved_model_dir: Path):
-    """The first MetaGraphDef tagged `serve` (TF Serving's default tag set), as a message.
+def select_meta_graph(saved_model, tags: tuple[str, ...] = SERVE_TAGS, where: str = "SavedModel"):
+    """The MetaGraph whose tag-set is exactly `tags` (TensorFlow's and TF Serving's rule; default `serve`).
+
+    A SavedModel with one MetaGraph that carries `serve` among its tags is accepted for the default too.
+    TF1 / Estimator exports hold several (`serve`, `train`, `eval`); the `serve` one is what servers load.
 
     Raises:
-        ContractError: the file is unreadable or no MetaGraph carries the `serve` tag (names the tags found).
+        ContractError: no MetaGraph has that tag-set; the message lists the tag-sets present and `--tags`.
     """
-    saved_model = read_saved_model(saved_model_dir)
-    for meta_graph in saved_model.meta_graphs:
-        if SERVE_TAG in meta_graph.meta_info_def.tags:
-            return meta_graph
-    found = [list(g.meta_info_def.tags) for g in saved_model.meta_graphs]
-    raise ContractError(f"{Path(saved_model_dir) / 'saved_model.pb'}: no meta-graph tagged {SERVE_TAG!r} "
-                        f"(tag sets: {found})")
+    wanted = set(tags)
+    for graph in saved_model.meta_graphs:
+        if set(graph.meta_info_def.tags) == wanted:
+            return graph
+    graphs = saved_model.meta_graphs
+    if tuple(tags) == SERVE_TAGS and len(graphs) == 1 and SERVE_TAGS[0] in graphs[0].meta_info_def.tags:
+        return graphs[0]
+    present = [sorted(g.meta_info_def.tags) for g in graphs]
+    raise ContractError(f"{where}: no MetaGraph tagged {sorted(wanted)}; it has tag-sets {present}; "
+                        "choose one with --tags (e.g. --tags serve,gpu)")
 
 
-def read_signatures(saved_model_dir: Path, include_internal: bool = False) -> dict[str, Signature]:
-    """Every `signature_def` of the serving MetaGraph as `Signature`s, by signature name.
+def serving_meta_graph(saved_model_dir: Path, tags: tuple[str, ...] = SERVE_TAGS):
+    """The MetaGraphDef of `<saved_model_dir>/saved_model.pb` tagged `tags` (see `select_meta_graph`).
+
+    Raises:
+        ContractError: the file is unreadable or holds no such MetaGraph.
+    """
+    return select_meta_graph(read_saved_model(saved_model_dir), tags,
+                             str(Path(saved_model_dir) / "saved_model.pb"))
+
+
+def serving_tags(saved_model_dir: Path, tags: tuple[str, ...] = SERVE_TAGS) -> list[str]:
+    """The tag-set of the MetaGraph served, to pass as `tf.saved_model.load(tags=...)`.
+
+    A SavedModel with several MetaGraphs (TF1 / Estimator `serve` + `train` + `eval`) loads only with one.
+
+    Raises:
+        ContractError: see `serving_meta_graph`.
+    """
+    return sorted(serving_meta_graph(saved_model_dir, tags).meta_info_def.tags)
+
+
+def read_signatures(saved_model_dir: Path, tags: tuple[str, ...] = SERVE_TAGS,
+                    include_internal: bool = False) -> dict[str, Signature]:
+    """Every `signature_def` of the MetaGraph tagged `tags` as `Signature`s, by signature name.
 
     Args:
         saved_model_dir: folder holding `saved_model.pb`.
+        tags: the MetaGraph's tag-set (`select_meta_graph`).
         include_internal: also return TensorFlow's `__saved_model_init_op` entries (TF Serving's
             GetModelMetadata reports them; the pipeline does not).
 
     Raises:
         ContractError: see `serving_meta_graph`.
     """
-    meta_graph = serving_meta_graph(saved_model_dir)
+    meta_graph = serving_meta_graph(saved_model_dir, tags)
     return {name: from_signature_def(name, sd) for name, sd in meta_graph.signature_def.items()
             if include_internal or not name.startswith("__")}
 

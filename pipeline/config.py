@@ -79,8 +79,34 @@ class ModelSection(_Section):
     recompute: tuple[str, ...] = Field((), description="Layer names recomputed in the backward pass (tf.recompute_grad).")
 
 
+class StepSection(_Section):
+    """What the train step computes (`pipeline.step_kinds`; docs/training.md, one section per kind)."""
+
+    kind: Literal["standard", "multi_loss", "gradient_penalty", "distillation", "adversarial", "custom_loss"] = Field(
+        "standard", description="Step kind: the loss and the tape work of one step.")
+    losses: dict[Literal["cross_entropy", "label_smoothing", "logit_l2", "confidence_penalty"], float] = Field(
+        {"cross_entropy": 1.0}, description="multi_loss: {loss name: weight}, all from one forward pass.")
+    label_smoothing: float = Field(0.1, ge=0.0, lt=1.0, description="multi_loss: smoothing of `label_smoothing`.")
+    penalty_weight: float = Field(0.1, ge=0.0, description="gradient_penalty: weight of mean ||dCE/dx||^2.")
+    teacher: Path | None = Field(None, description="distillation: the teacher, a .keras file (frozen).")
+    temperature: float = Field(2.0, gt=0.0, description="distillation: softmax temperature.")
+    alpha: float = Field(0.5, ge=0.0, le=1.0, description="distillation: weight of the hard-label cross-entropy.")
+    epsilon: float = Field(0.05, gt=0.0, description="adversarial: FGSM step in input units.")
+    adversarial_weight: float = Field(0.5, ge=0.0, le=1.0, description="adversarial: weight of the FGSM loss.")
+    loss: str | None = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
+                             description="custom_loss: `module:function(y_true, y_pred, model) -> scalar`.")
+
+
 class TrainSection(_Section):
     """The custom training loop (`pipeline.training.train`)."""
+
+    step: StepSection = Field(StepSection(), description="The step kind and its settings ([train.step]).")
+    freeze: tuple[str, ...] = Field((), description="Layer names or fnmatch patterns not trained (trainable = "
+                                    "False: no gradient, no optimizer slots; BatchNormalization in inference mode).")
+    check_numerics: bool = Field(False, description="Debug: tf.debugging.enable_check_numerics while training "
+                                 "(the first op giving NaN/Inf is named with its stack; step runs without XLA).")
+    assert_inputs: bool = Field(False, description="Debug: tf.debugging.assert_* on every training batch "
+                                "(finite inputs, shape, labels in [0, classes)).")
 
     epochs: int = Field(15, ge=1, le=10000, description="Passes over the training split.")
     learning_rate: float = Field(3e-3, gt=0.0, le=10.0, description="Peak learning rate.")
@@ -89,7 +115,8 @@ class TrainSection(_Section):
     momentum: float = Field(0.9, ge=0.0, lt=1.0, description="SGD momentum.")
     schedule: Literal["constant", "cosine"] = Field("constant", description="Learning-rate schedule after warm-up.")
     warmup_steps: int = Field(0, ge=0, description="Linear warm-up from 0 over this many optimizer steps.")
-    clip_global_norm: float | None = Field(5.0, gt=0.0, description="Clip gradients to this global norm; none: off.")
+    clip_global_norm: float | None = Field(5.0, ge=0.0, description="Clip gradients to this global norm; 0: off "
+                                           "(clipping densifies sparse embedding gradients).")
     accumulation_steps: int = Field(1, ge=1, le=1024, description="Average gradients over N steps per update.")
     mixed_precision: Literal["float32", "mixed_bfloat16", "mixed_float16"] = Field(
         "float32", description="Keras dtype policy of the built-in layers; float16 adds a LossScaleOptimizer.")
@@ -130,7 +157,12 @@ class ConvertSection(_Section):
     tflite_modes: tuple[Literal["float32", "float16", "dynamic_range", "int8"], ...] = Field(
         ("float32",), min_length=1, description="TFLite variants to produce.")
     representative_samples: int = Field(200, ge=1, description="Calibration samples for int8 (representative_dataset).")
+    tfjs_modes: tuple[Literal["float32", "float16", "uint8"], ...] = Field(
+        (), description="TF.js graph models to produce (tfjs/, tfjs_float16/, tfjs_uint8/; weights as float32, "
+        "float16 or uint8), each proven in Node.js; empty: none (the converter needs .venv-tfjs and Node.js >= 20).")
     timeout_seconds: float = Field(300.0, gt=0.0, description="Per-conversion time limit, seconds.")
+    allow_flex: bool = Field(False, description="TFLite: when builtins cannot express the graph, retry with "
+                             "SELECT_TF_OPS (Flex); the file is kept only if LiteRT runs it.")
 
 
 class ValidateSection(_Section):

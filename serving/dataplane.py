@@ -15,10 +15,12 @@ from core.errors import (
     InvalidRequestError,
     ResourceExhaustedError,
     TfshipError,
+    UnavailableError,
     UnimplementedError,
 )
 from serving.contract import batch_size, validate_inputs
 from serving.manager import ModelManager
+from serving.memory import estimate_request_bytes, release_freed_memory
 from serving.metrics import Metrics
 from serving.model_config import ModelConfig
 from serving.types import (
@@ -27,10 +29,57 @@ from serving.types import (
     ModelMetadata,
     ModelRef,
     ServerLimits,
+    VersionState,
     VersionStatus,
 )
 
+RELEASE_AFTER_BYTES = 16 << 20  # requests holding this much trigger a malloc_trim once answered
 UNKNOWN_MODEL_LABEL = "__unknown__"  # the `model` label of requests naming a model that is not configured
+
+
+class RequestGate:
+    """Counts the requests the transports are handling, and refuses new ones while the server drains.
+
+    Transports call `enter()` when a request reaches a handler and `leave()` once it is answered. After
+    `close()`, `enter()` raises `UnavailableError` (clients retry elsewhere) and `wait_idle()` returns once
+    every admitted request was answered.
+    """
+
+    def __init__(self) -> None:
+        self.active = 0
+        self.draining = False
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def enter(self) -> None:
+        """Admit one request; raises `UnavailableError` while draining."""
+        if self.draining:
+            raise UnavailableError("server is shutting down; retry on another replica")
+        self.active += 1
+        self._idle.clear()
+
+    def leave(self) -> None:
+        """One admitted request was answered."""
+        self.active -= 1
+        if self.active <= 0:
+            self._idle.set()
+
+    def close(self) -> None:
+        """Start draining: every later `enter()` raises `UnavailableError`."""
+        self.draining = True
+
+    async def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no admitted request is left (True) or `timeout_s` seconds passed (False)."""
+        try:
+            async with asyncio.timeout(max(timeout_s, 0.0)):
+                await self._idle.wait()
+            return True
+        except TimeoutError:
+            return False
+
+
+_METHOD_NAMES = {"Classify": ("classification", "tensorflow/serving/classify"),
+                 "Regress": ("regression", "tensorflow/serving/regress")}
 
 
 class DataPlane:
@@ -38,8 +87,8 @@ class DataPlane:
 
     Args:
         manager: resolves model references to loaded versions.
-        executor: threads for the runtimes' blocking calls (`Runtime.predict_async` runs `predict` there, so
-            the event loop never blocks on a model; a batching runtime uses its own batch threads).
+        executor: threads for the runtimes' blocking calls (`Runtime.predict_async` decides per call: measured
+            cheap calls run on the event loop, the others on these threads; a batching runtime uses its own).
         limits: per-request limits (`ServerLimits`).
         metrics: Prometheus metrics to update.
     """
@@ -53,6 +102,18 @@ class DataPlane:
         metrics.inflight.set_function(lambda: self._inflight)  # read at scrape time, not per request
         self._counters: dict[tuple[str, str, str], object] = {}  # labelled children, looked up once
         self._latencies: dict[str, object] = {}
+        self._releasing = False
+        self.gate = RequestGate()
+
+    @property
+    def draining(self) -> bool:
+        """The server is shutting down (SIGTERM): readiness answers false, new requests UNAVAILABLE."""
+        return self.gate.draining
+
+    @draining.setter
+    def draining(self, value: bool) -> None:
+        if value:
+            self.gate.close()
 
     @property
     def limits(self) -> ServerLimits:
@@ -117,7 +178,14 @@ class DataPlane:
         deadline = request.deadline
         if deadline is None and self._limits.default_deadline_s:
             deadline = time.monotonic() + self._limits.default_deadline_s
+        held = estimate_request_bytes(signature, request.inputs, rows)
+        cap = self._limits.max_request_memory_bytes
+        if cap and held > cap:
+            raise ResourceExhaustedError(f"request needs at least {held} bytes for its inputs and outputs ({rows} "
+                                         f"rows), above --max-request-memory-bytes {cap}; send fewer rows")
         outputs = await self._run(runtime, request, deadline)
+        if held >= RELEASE_AFTER_BYTES:
+            self._release_memory()
         if request.output_filter:
             outputs = {k: outputs[k] for k in request.output_filter}
         return InferenceResponse(request.model.name, version, request.signature_name, outputs)
@@ -142,10 +210,45 @@ class DataPlane:
         finally:
             self._inflight -= 1
 
+    def _release_memory(self) -> None:
+        """Return freed heap pages to the OS after a large request, in the background (one at a time)."""
+        if self._releasing:
+            return
+        self._releasing = True
+
+        def release() -> None:
+            try:
+                release_freed_memory()
+            finally:
+                self._releasing = False
+
+        asyncio.get_running_loop().run_in_executor(self._executor, release)
+
     async def metadata(self, ref: ModelRef) -> ModelMetadata:
         """TF Serving GetModelMetadata (`signature_def`): signatures of the targeted version."""
         served = self.manager.resolve(ref)
-        return ModelMetadata(ref.name, served.version, served.runtime.metadata())
+        runtime = served.runtime.inner if isinstance(served.runtime, Batched) else served.runtime
+        return ModelMetadata(ref.name, served.version, served.runtime.metadata(), runtime.name)
+
+    def server_ready(self) -> bool:
+        """Open Inference Protocol ServerReady: not draining and every configured model has a version AVAILABLE."""
+        names = self.manager.model_names()
+        return not self.draining and bool(names) and all(self._available(ModelRef(n)) for n in names)
+
+    def model_ready(self, ref: ModelRef) -> bool:
+        """Open Inference Protocol ModelReady: the targeted version (latest: any) is AVAILABLE.
+
+        Raises:
+            ModelNotFoundError: unknown model, version or label.
+        """
+        return not self.draining and bool(self._available(ref))
+
+    def _available(self, ref: ModelRef) -> list[int]:
+        return [s.version for s in self.manager.statuses(ref) if s.state is VersionState.AVAILABLE]
+
+    def available_versions(self, ref: ModelRef) -> list[int]:
+        """AVAILABLE versions of the model `ref` names (all of them when it names none), ascending."""
+        return self._available(ref)
 
     async def model_status(self, ref: ModelRef) -> list[VersionStatus]:
         """TF Serving GetModelStatus: state of every version of the model (or of one version/label)."""
@@ -155,7 +258,23 @@ class DataPlane:
         """TF Serving HandleReloadConfigRequest: serve exactly `configs` from now on."""
         await self.manager.apply_config(configs)
 
-    async def unimplemented(self, method: str) -> None:
-        """Classify/Regress/MultiInference: tfship models export Predict signatures only."""
+    async def unimplemented(self, method: str, ref: ModelRef | None = None,
+                            signature_name: str = "serving_default") -> None:
+        """Classify/Regress/MultiInference: tfship runs Predict signatures only.
+
+        With `ref` (Classify/Regress naming a model), TF Serving's checks come first: unknown model or
+        version NOT_FOUND; a missing signature or one whose method_name is not `tensorflow/serving/
+        classify|regress` INVALID_ARGUMENT (TF Serving's wording, as with --enable_signature_method_name_check).
+        Then UNIMPLEMENTED.
+        """
+        if ref is not None and method in _METHOD_NAMES:
+            signatures = self.manager.resolve(ref).runtime.metadata()
+            signature = signatures.get(signature_name or "serving_default")
+            if signature is None:
+                raise InvalidRequestError(f"No signature was found with the name: {signature_name}")
+            kind, wanted = _METHOD_NAMES[method]
+            if signature.method_name != wanted:
+                raise InvalidRequestError(f"Expected {kind} signature method_name to be {wanted}. Was: "
+                                          f"{signature.method_name} (call Predict for this signature)")
         raise UnimplementedError(f"{method} is not implemented by tfship: models export Predict signatures "
                                  "only; call Predict (tensorflow.serving.PredictionService/Predict)")

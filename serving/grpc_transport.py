@@ -8,6 +8,7 @@ Handlers are registered generically by full method name, so no TensorFlow-genera
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import uuid
@@ -26,6 +27,7 @@ from serving.model_config import from_proto
 from serving.security import AccessPolicy
 
 log = logging.getLogger(__name__)
+OFF_LOOP_BYTES = 1 << 20  # payloads above this are decoded/encoded in a thread, off the event loop
 
 
 def _rpc(method):
@@ -33,7 +35,12 @@ def _rpc(method):
 
     @functools.wraps(method)
     async def wrapper(self, request, context: grpc.aio.ServicerContext):
+        gate = getattr(getattr(self, "_dp", None), "gate", None)  # servicers hold their DataPlane as `_dp`
+        entered = False
         try:
+            if gate is not None:
+                gate.enter()  # UNAVAILABLE while draining
+                entered = True
             if isinstance(request, _Undecodable):
                 raise InvalidRequestError(f"request is not a valid {request.type_name} message: {request.error}")
             return await method(self, request, context)
@@ -43,6 +50,9 @@ def _rpc(method):
             incident = uuid.uuid4().hex[:12]
             log.exception("unexpected error in %s (incident %s)", method.__name__, incident)
             await context.abort(grpc.StatusCode.INTERNAL, f"internal server error (incident {incident})")
+        finally:
+            if entered:
+                gate.leave()
 
     return wrapper
 
@@ -60,8 +70,15 @@ class PredictionServicer:
 
     @_rpc
     async def Predict(self, request, context):
-        response = await self._dp.predict(converters.predict_request(request, _time_remaining(context),
-                                                                     self._dp.limits.max_tensor_bytes))
+        decode = functools.partial(converters.predict_request, request, _time_remaining(context),
+                                   self._dp.limits.max_tensor_bytes)
+        if request.ByteSize() > OFF_LOOP_BYTES:  # a big payload never holds up the other requests
+            inference = await asyncio.to_thread(decode)
+        else:
+            inference = decode()
+        response = await self._dp.predict(inference)
+        if sum(a.nbytes for a in response.outputs.values()) > OFF_LOOP_BYTES:
+            return await asyncio.to_thread(converters.predict_response, response)
         return converters.predict_response(response)
 
     @_rpc
@@ -70,15 +87,21 @@ class PredictionServicer:
 
     @_rpc
     async def Classify(self, request, context):
-        await self._dp.unimplemented("Classify")
+        await self._dp.unimplemented("Classify", *_spec_of(request))
 
     @_rpc
     async def Regress(self, request, context):
-        await self._dp.unimplemented("Regress")
+        await self._dp.unimplemented("Regress", *_spec_of(request))
 
     @_rpc
     async def MultiInference(self, request, context):
         await self._dp.unimplemented("MultiInference")
+
+
+def _spec_of(request) -> tuple:
+    """(ModelRef or None when no model is named, signature_name) of a Classify/Regress request."""
+    spec = request.model_spec
+    return (converters.model_ref(spec) if spec.name else None), spec.signature_name
 
 
 class ModelServicer:
@@ -181,10 +204,12 @@ class HealthServicer(health.aio.HealthServicer):
         return await super().Check(request, context)
 
 
-def add_services(server: grpc.aio.Server, dataplane: DataPlane) -> health.aio.HealthServicer:
+def add_services(server: grpc.aio.Server, dataplane: DataPlane,
+                 other_services: tuple[str, ...] = ()) -> health.aio.HealthServicer:
     """Register PredictionService, ModelService, grpc.health.v1 and reflection on `server`.
 
-    Returns the health servicer; the overall service "" and each model name start NOT_SERVING.
+    `other_services`: names of services already registered (e.g. `inference.GRPCInferenceService`) that
+    reflection lists too. Returns the health servicer; "" and each model name start NOT_SERVING.
     """
     server.add_generic_rpc_handlers((
         _handler(protocol.PREDICTION_SERVICE, PredictionServicer(dataplane), protocol.PREDICTION_METHODS),
@@ -192,7 +217,7 @@ def add_services(server: grpc.aio.Server, dataplane: DataPlane) -> health.aio.He
     ))
     health_servicer = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    names = (protocol.PREDICTION_SERVICE, protocol.MODEL_SERVICE,
+    names = (protocol.PREDICTION_SERVICE, protocol.MODEL_SERVICE, *other_services,
              health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME)
     _add_to_pool(health_pb2.DESCRIPTOR, reflection_pb2.DESCRIPTOR)
     reflection.enable_server_reflection(names, server, pool=protocol.POOL)

@@ -22,7 +22,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.errors import ConfigError, ModelNotFoundError, TfshipError, UnavailableError
+from core.errors import ConfigError, InvalidRequestError, ModelNotFoundError, TfshipError, UnavailableError
 from serving.model_config import ModelConfig
 from serving.runtimes import REGISTRY, Runtime, RuntimeOptions
 from serving.types import ModelRef, VersionState, VersionStatus
@@ -212,15 +212,15 @@ class ModelManager:
         """The AVAILABLE version a request targets.
 
         Raises:
-            ModelNotFoundError: unknown model, version or label (TF Serving: NOT_FOUND).
+            ModelNotFoundError: unknown model or version (TF Serving: NOT_FOUND).
+            InvalidRequestError: unknown version label (TF Serving: INVALID_ARGUMENT).
             UnavailableError: the model is known but no version is AVAILABLE yet.
         """
         model = self._model(ref.name)
         available = {s.version: s for s in self._available(model)}
         if ref.label is not None:
             if ref.label not in model.config.labels:
-                raise ModelNotFoundError(f"Servable not found for request: {ref.describe()}: unknown version label "
-                                         f"{ref.label!r}; labels: {sorted(model.config.labels)}")
+                raise _unknown_label(ref, model.config.labels)
             ref = ModelRef(ref.name, model.config.labels[ref.label])
         if ref.version is not None:
             if ref.version not in available:
@@ -241,7 +241,7 @@ class ModelManager:
         model = self._model(ref.name)
         version = model.config.labels.get(ref.label) if ref.label is not None else ref.version
         if ref.label is not None and version is None:
-            raise ModelNotFoundError(f"unknown version label {ref.label!r} for model {ref.name!r}")
+            raise _unknown_label(ref, model.config.labels)
         if version is not None:
             if version not in model.versions:
                 raise ModelNotFoundError(f"Could not find version {version} of model {ref.name}")
@@ -366,3 +366,9 @@ def _versions_on_disk(base_path: Path) -> list[int]:
 
 async def _ignore(name: str, available: bool) -> None:
     return None
+
+
+def _unknown_label(ref: ModelRef, labels) -> InvalidRequestError:
+    """TF Serving's answer to a label the model does not define: INVALID_ARGUMENT (not NOT_FOUND)."""
+    return InvalidRequestError(f"Unrecognized servable version label: {ref.label} (model {ref.name!r}; labels: "
+                               f"{sorted(labels)})")

@@ -9,26 +9,26 @@ Routes: `GET /v1/models/{name}[/versions/{v}|/labels/{l}]` (status), `.../metada
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import logging
 import ssl
 import uuid
 
-import numpy as np
 from aiohttp import web
 from google.protobuf import json_format
 
-from core.errors import InvalidRequestError, TfshipError
 from core import protocol
-from serving import converters
-from core.contract import Signature
-from serving.dataplane import DataPlane
+from core.errors import InvalidRequestError, RequestTimeoutError, ResourceExhaustedError, TfshipError
+from serving import converters, rest_json
+from serving.dataplane import DataPlane, RequestGate
+from serving.kserve_rest import add_v2_routes
 from serving.metrics import CONTENT_TYPE, Metrics
 from serving.security import AccessPolicy
 from serving.types import InferenceRequest, ModelRef
 
 log = logging.getLogger(__name__)
+OFF_LOOP_BYTES = 1 << 20  # bodies above this are parsed and converted in a thread, off the event loop
+_MAX_BYTES = web.AppKey("max_bytes", int)
 PROMETHEUS_PATH = "/monitoring/prometheus/metrics"  # TF Serving's path (--monitoring_config_file)
 _SPEC = r"{name:[^/:]+}{sel:(/versions/\d+|/labels/[^/:]+)?}"
 
@@ -42,81 +42,66 @@ def _ref(request: web.Request) -> ModelRef:
     return ModelRef(name)
 
 
-def _error_middleware(policy: AccessPolicy):
+def _error_middleware(policy: AccessPolicy, gate: RequestGate | None = None):
     @web.middleware
     async def middleware(request: web.Request, handler):
+        entered = False
         try:
             policy.check(request.headers.get("Authorization", ""))
+            if gate is not None:
+                gate.enter()  # 503 while draining
+                entered = True
             return await handler(request)
         except web.HTTPException as err:
-            return web.json_response({"error": err.reason}, status=err.status)
+            return _http_error(request, err)
         except TfshipError as err:
             return web.json_response({"error": str(err)}, status=err.http_status)
         except Exception:
             incident = uuid.uuid4().hex[:12]
             log.exception("unexpected REST error (incident %s)", incident)
             return web.json_response({"error": f"internal server error (incident {incident})"}, status=500)
+        finally:
+            if entered:
+                gate.leave()
 
     return middleware
 
 
-def _decode(value, dtype: str):
-    if isinstance(value, dict) and set(value) == {"b64"}:
-        return base64.b64decode(value["b64"])
-    if isinstance(value, list):
-        return [_decode(v, dtype) for v in value]
-    if dtype == "string" and isinstance(value, str):
-        return value.encode()
-    return value
+async def read_body(request: web.Request, timeout_s: float) -> bytes:
+    """The request body, received within `timeout_s` seconds (TF Serving's --rest_api_timeout_in_ms).
 
-
-def _array(key: str, value, signature: Signature) -> np.ndarray:
-    spec = signature.inputs.get(key)
-    if spec is None:  # validation names it as an unexpected input; its value is never decoded
-        return np.empty(0)
+    Raises:
+        RequestTimeoutError: the client did not send the whole body in time (HTTP 408).
+    """
     try:
-        decoded = _decode(value, spec.dtype)
-        return np.array(decoded, dtype=object if spec.dtype == "string" else spec.dtype)
-    except (TypeError, ValueError, OverflowError) as err:
-        raise InvalidRequestError(f"input {key!r}: cannot convert JSON value to {spec.describe()}: {err}") from err
+        async with asyncio.timeout(timeout_s):
+            return await request.read()
+    except TimeoutError:
+        raise RequestTimeoutError(f"request body not received within {timeout_s:g} s "
+                                  "(--rest-api-timeout-in-ms); send the whole body at once") from None
 
 
-def _inputs(body: dict, signature: Signature) -> tuple[dict[str, np.ndarray], bool]:
-    """Arrays from a predict body and whether it used the row (`instances`) format."""
-    if ("instances" in body) == ("inputs" in body):
-        raise InvalidRequestError("request body needs exactly one of 'instances' (row) or 'inputs' (columnar)")
-    single = next(iter(signature.inputs)) if len(signature.inputs) == 1 else None
-    if "inputs" in body:
-        data = body["inputs"]
-        if not isinstance(data, dict) or set(data) == {"b64"}:  # one input's value, not a map of named inputs
-            if single is None:
-                raise InvalidRequestError(f"signature {signature.name!r} has inputs {sorted(signature.inputs)}: "
-                                          "'inputs' must be an object naming them")
-            data = {single: data}
-        return {k: _array(k, v, signature) for k, v in data.items()}, False
-    rows = body["instances"]
-    if not isinstance(rows, list) or not rows:
-        raise InvalidRequestError("'instances' must be a non-empty list of rows")
-    if all(isinstance(r, dict) and "b64" not in r for r in rows):
-        keys = set(rows[0])
-        if any(set(r) != keys for r in rows):
-            raise InvalidRequestError("every instance must name the same inputs")
-        return {k: _array(k, [r[k] for r in rows], signature) for k in keys}, True
-    if single is None:
-        raise InvalidRequestError(f"signature {signature.name!r} has inputs {sorted(signature.inputs)}: "
-                                  "each instance must be an object naming them")
-    return {single: _array(single, rows, signature)}, True
+async def off_loop_if_large(size: int, function, *args):
+    """`function(*args)`, in a thread when the payload is large (`size` bytes): other requests keep flowing."""
+    if size > OFF_LOOP_BYTES:
+        return await asyncio.to_thread(function, *args)
+    return function(*args)
 
 
-def _signature_name(body: dict) -> str:
-    name = body.get("signature_name") or "serving_default"
-    if not isinstance(name, str):
-        raise InvalidRequestError(f"'signature_name' must be a string, got {json.dumps(name)[:100]}")
-    return name
+def _http_error(request: web.Request, err: web.HTTPException) -> web.Response:
+    """aiohttp's own refusals in TF Serving's shape: no route / wrong method is 400 `Malformed request`."""
+    if err.status in (404, 405):
+        return web.json_response({"error": f"Malformed request: {request.method} {request.path}"}, status=400)
+    if err.status == 413:
+        limit = request.app.get(_MAX_BYTES)
+        size = f"{request.content_length} bytes" if request.content_length else "above the limit"
+        return web.json_response({"error": f"request body of {size} exceeds --max-message-bytes {limit} bytes"},
+                                 status=413)
+    return web.json_response({"error": err.reason}, status=err.status)
 
 
 def _output_filter(body: dict) -> tuple[str, ...]:
-    """`output_filter` as a tuple of names; a single string is a one-name list."""
+    """`output_filter` as a tuple of names; a single string is a one-name list (a tfship extension)."""
     names = body.get("output_filter")
     if names is None:
         return ()
@@ -127,93 +112,87 @@ def _output_filter(body: dict) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _jsonable(array):
-    if isinstance(array, np.generic):
-        return _bytes_json(array.item())
-    if not isinstance(array, np.ndarray):
-        return _bytes_json(array)
-    if array.dtype == object:
-        return [_jsonable(a) for a in array] if array.ndim else _bytes_json(array.item())
-    return array.tolist()
+def _json_response(payload: dict, max_bytes: int, status: int = 200) -> web.Response:
+    """Serialise `payload` (NaN/Infinity as TF Serving writes them); refuse a body above `max_bytes`.
+
+    Raises:
+        ResourceExhaustedError: the JSON body is larger than --max-message-bytes (names both sizes).
+    """
+    text = json.dumps(payload, separators=(",", ":"))
+    if len(text) > max_bytes:
+        raise ResourceExhaustedError(f"response of {len(text)} bytes (JSON) exceeds --max-message-bytes "
+                                     f"{max_bytes}; ask for fewer rows or outputs (output_filter)")
+    return web.Response(text=text, status=status, content_type="application/json")
 
 
-def _bytes_json(value):
-    if isinstance(value, bytes):
-        try:
-            return value.decode()
-        except UnicodeDecodeError:
-            return {"b64": base64.b64encode(value).decode()}
-    return value
-
-
-def _outputs(outputs: dict[str, np.ndarray], rows: bool) -> dict:
-    if not rows:
-        if len(outputs) == 1:
-            return {"outputs": _jsonable(next(iter(outputs.values())))}
-        return {"outputs": {k: _jsonable(v) for k, v in outputs.items()}}
-    if len(outputs) == 1:
-        return {"predictions": _jsonable(next(iter(outputs.values())))}
-    n = len(next(iter(outputs.values())))
-    return {"predictions": [{k: _jsonable(v[i]) for k, v in outputs.items()} for i in range(n)]}
+def _proto_json(message) -> dict:
+    """A proto as TF Serving's REST handler prints it: proto field names, fields without presence included."""
+    return json_format.MessageToDict(message, always_print_fields_with_no_presence=True,
+                                     preserving_proto_field_name=True)
 
 
 def build_app(dataplane: DataPlane, policy: AccessPolicy = AccessPolicy(), max_bytes: int = 64 << 20,
-              metrics: Metrics | None = None) -> web.Application:
+              metrics: Metrics | None = None, metrics_path: str = PROMETHEUS_PATH,
+              timeout_s: float = 30.0) -> web.Application:
     """The TF Serving REST API over `dataplane`, under `policy` (bearer tokens; default open).
 
-    With `metrics`, Prometheus text is also served at TF Serving's `/monitoring/prometheus/metrics`.
+    With `metrics`, Prometheus text is also served at `metrics_path` (TF Serving's `/monitoring/prometheus/metrics`
+    unless --monitoring_config_file names another). A request body must arrive within `timeout_s` seconds
+    (else HTTP 408).
     """
 
     async def status(request: web.Request) -> web.Response:
         statuses = await dataplane.model_status(_ref(request))
-        proto = converters.status_response(statuses)
-        return web.json_response(json_format.MessageToDict(proto, always_print_fields_with_no_presence=True))
+        return web.json_response(_proto_json(converters.status_response(statuses)))
 
     async def metadata(request: web.Request) -> web.Response:
         meta = await dataplane.metadata(_ref(request))
         proto = converters.metadata_response(meta)
         defs = protocol.SignatureDefMap()
         proto.metadata["signature_def"].Unpack(defs)
-        return web.json_response({
-            "model_spec": {"name": meta.model_name, "signature_name": "", "version": str(meta.version)},
-            "metadata": {"signature_def": json_format.MessageToDict(defs)},
-        })
+        return web.json_response({"model_spec": _proto_json(proto.model_spec),
+                                  "metadata": {"signature_def": _proto_json(defs)}})
 
     async def predict(request: web.Request) -> web.Response:
-        try:
-            body = json.loads(await request.read())
-        except ValueError as err:
-            raise InvalidRequestError(f"request body is not JSON: {err}") from err
-        except RecursionError as err:
-            raise InvalidRequestError("request body JSON is nested too deeply") from err
-        if not isinstance(body, dict):
-            raise InvalidRequestError("request body must be a JSON object")
+        raw = await read_body(request, timeout_s)
+        body = await off_loop_if_large(len(raw), rest_json.parse_body, raw)
         ref = _ref(request)
-        signature_name, output_filter = _signature_name(body), _output_filter(body)
+        signature_name = rest_json.signature_name(body)
+        output_filter = _output_filter(body)
         meta = await dataplane.metadata(ref)
         if signature_name not in meta.signatures:
-            raise InvalidRequestError(f"Serving signature name: {signature_name!r} not found in signature def; "
+            raise InvalidRequestError(f'Serving signature name: "{signature_name}" not found in signature def; '
                                       f"available: {sorted(meta.signatures)}")
-        try:
-            inputs, rows = _inputs(body, meta.signatures[signature_name])
-        except RecursionError as err:
-            raise InvalidRequestError("input values are nested too deeply") from err
+        inputs, rows = await off_loop_if_large(len(raw), rest_json.request_inputs, body,
+                                               meta.signatures[signature_name])
         response = await dataplane.predict(InferenceRequest(
             model=ModelRef(ref.name, version=meta.version), inputs=inputs, signature_name=signature_name,
             output_filter=output_filter))
-        return web.json_response(_outputs(dict(response.outputs), rows))
+        batch = len(body["instances"]) if rows else None
+        return _json_response(rest_json.response_json(dict(response.outputs), rows, batch), max_bytes)
 
     async def unimplemented(request: web.Request) -> web.Response:
-        await dataplane.unimplemented(request.match_info["verb"].capitalize())
+        body = rest_json.parse_body(await read_body(request, timeout_s))
+        name = rest_json.signature_name(body)
+        examples = body.get("examples")
+        if examples is None:
+            raise InvalidRequestError(f"JSON Value: {rest_json.debug_string(body)} When method is "
+                                      f"{request.match_info['verb']}, key 'examples' is expected and was not found")
+        if not isinstance(examples, list) or not examples:
+            what = "value to be an list/array" if not isinstance(examples, list) else "value is an empty array"
+            raise InvalidRequestError(f"JSON Value: {rest_json.debug_string(body)} 'examples' {what}")
+        await dataplane.unimplemented(request.match_info["verb"].capitalize(), _ref(request), name)
 
-    app = web.Application(middlewares=[_error_middleware(policy)], client_max_size=max_bytes)
+    app = web.Application(middlewares=[_error_middleware(policy, dataplane.gate)], client_max_size=max_bytes)
     if metrics is not None:
-        app.router.add_get(PROMETHEUS_PATH, _metrics_handler(metrics))
+        app.router.add_get(metrics_path, _metrics_handler(metrics))
+    app[_MAX_BYTES] = max_bytes
     base = "/v1/models/" + _SPEC
     app.router.add_get(base, status)
     app.router.add_get(base + "/metadata", metadata)
     app.router.add_post(base + ":predict", predict)
     app.router.add_post(base + ":{verb:classify|regress}", unimplemented)
+    add_v2_routes(app, dataplane)  # the Open Inference Protocol (KServe V2) on the same port
     return app
 
 
@@ -225,11 +204,15 @@ def _metrics_handler(metrics: Metrics):
     return handler
 
 
-async def _start(app: web.Application, host: str, port: int, ssl_context: ssl.SSLContext | None,
-                 reuse_port: bool = False) -> tuple[web.AppRunner, int]:
-    runner = web.AppRunner(app, access_log=None)
+async def _start(app: web.Application, settings, port: int, ssl_context: ssl.SSLContext | None
+                 ) -> tuple[web.AppRunner, int]:
+    timeout_s = settings.rest_api_timeout_in_ms / 1000
+    # keepalive_timeout also closes connections that never finish sending their headers (slow clients);
+    # shutdown_timeout bounds how long a SIGTERM waits for handlers (the grace period)
+    runner = web.AppRunner(app, access_log=None, keepalive_timeout=timeout_s,
+                           shutdown_timeout=settings.grace_period_s)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, ssl_context=ssl_context, reuse_port=reuse_port or None)
+    site = web.TCPSite(runner, settings.host, port, ssl_context=ssl_context, reuse_port=settings.reuse_port or None)
     await site.start()
     return runner, runner.addresses[0][1]
 
@@ -238,8 +221,10 @@ async def start_rest(dataplane: DataPlane, settings, policy: AccessPolicy, metri
                      ssl_context: ssl.SSLContext | None) -> tuple[web.AppRunner, int]:
     """Start the REST API on `settings.host:settings.rest_port` (0 = any free), HTTPS when `ssl_context` is
     given, under `policy`; returns (runner, bound port)."""
-    app = build_app(dataplane, policy, settings.max_message_bytes, metrics)
-    return await _start(app, settings.host, settings.rest_port, ssl_context, settings.reuse_port)
+    prometheus = settings.prometheus_path  # None: --monitoring_config_file turned it off
+    app = build_app(dataplane, policy, settings.max_message_bytes, metrics if prometheus else None,
+                    prometheus or PROMETHEUS_PATH, settings.rest_api_timeout_in_ms / 1000)
+    return await _start(app, settings, settings.rest_port, ssl_context)
 
 
 async def start_metrics(metrics: Metrics, settings, policy: AccessPolicy,
@@ -249,4 +234,4 @@ async def start_metrics(metrics: Metrics, settings, policy: AccessPolicy,
     app = web.Application(middlewares=[_error_middleware(policy)])
     app.router.add_get("/metrics", _metrics_handler(metrics))
     app.router.add_get(PROMETHEUS_PATH, _metrics_handler(metrics))
-    return await _start(app, settings.host, settings.metrics_port, ssl_context, settings.reuse_port)
+    return await _start(app, settings, settings.metrics_port, ssl_context)

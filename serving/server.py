@@ -2,7 +2,7 @@
 
 Lifecycle (TF Serving-like): bind ports and write `--port-file`; load every configured model
 (health stays NOT_SERVING until then), then add `"ready": true` to the port file; poll the repository; on SIGTERM/SIGINT report NOT_SERVING,
-let in-flight requests finish within the grace period, unload, exit 0.
+let in-flight requests finish within the grace period, unload, exit 0 (`_drain`; SIGHUP does the same).
 """
 
 from __future__ import annotations
@@ -18,12 +18,13 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2
 
-from core.errors import ConfigError
+from core.errors import ConfigError, TfshipError
 from serving.dataplane import DataPlane
 from serving.grpc_transport import AccessInterceptor, add_services
+from serving.kserve_grpc import add_inference_service
 from serving.manager import ModelManager, check_config
 from serving.metrics import Metrics
-from serving.model_config import ModelConfig, from_repository, parse_model_server_config
+from serving.model_config import ModelConfig, check_model_name, from_repository, parse_model_server_config
 from serving.runtimes import RuntimeOptions
 from serving.security import grpc_credentials, ssl_context, tls_material
 from serving.settings import ServerSettings
@@ -31,6 +32,8 @@ from serving.types import ServerLimits
 
 log = logging.getLogger(__name__)
 SERVING = health_pb2.HealthCheckResponse.SERVING
+DRAIN_LINGER_S = 0.25  # after the last admitted request: time to answer requests received but not dispatched
+UNLOAD_TIMEOUT_S = 5.0
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
@@ -42,9 +45,37 @@ def model_configs(settings: ServerSettings) -> list[ModelConfig]:
         except OSError as err:
             raise ConfigError(f"cannot read --model-config-file {settings.model_config_file}: {err}") from err
         return parse_model_server_config(text, str(settings.model_config_file))
+    if settings.model_base_path:  # TF Serving's --model_name + --model_base_path (the model's own folder)
+        check_model_name(settings.model_name)
+        return [ModelConfig(name=settings.model_name, base_path=settings.model_base_path)]
     if settings.repository and settings.model_name:
         return from_repository(settings.repository, settings.model_name)
-    raise ConfigError("give --model-config-file, or --repository and --model-name")
+    raise ConfigError("give --model-config-file, --model_base_path (and --model_name), or --repository and "
+                      "--model-name")
+
+
+async def poll_model_config_file(settings: ServerSettings, manager: ModelManager) -> None:
+    """Re-read `--model-config-file` every `--model_config_file_poll_wait_seconds` and apply it when its text
+    changed (TF Serving's behaviour); a file that does not parse is logged and the running config kept."""
+    path, interval = settings.model_config_file, settings.model_config_file_poll_wait_seconds
+    last = path.read_text() if path.is_file() else ""
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            text = path.read_text()
+        except OSError as err:
+            log.error("cannot read --model-config-file %s; the running config stays: %s", path, err)
+            continue
+        if text == last:
+            continue
+        last = text  # a bad file is reported once, not on every poll
+        try:
+            configs = parse_model_server_config(text, str(path))
+            await manager.apply_config(configs)
+        except TfshipError as err:
+            log.error("--model-config-file %s not applied; the running config stays: %s", path, err)
+            continue
+        log.info("applied the changed --model-config-file %s: models %s", path, [c.name for c in configs])
 
 
 def _runtime_wrapper(settings: ServerSettings, metrics: Metrics):
@@ -124,7 +155,7 @@ async def run_server(settings: ServerSettings) -> int:
     manager = ModelManager(settings.backend, options, executor, _runtime_wrapper(settings, metrics), health.update,
                            metrics)
     limits = ServerLimits(settings.max_batch_per_request, settings.max_concurrent_requests, settings.default_deadline_s,
-                          settings.max_message_bytes)
+                          settings.max_message_bytes, settings.max_request_memory_bytes)
     dataplane = DataPlane(manager, executor, limits, metrics)
     health.names = manager.model_names
 
@@ -133,7 +164,7 @@ async def run_server(settings: ServerSettings) -> int:
         options=[("grpc.max_receive_message_length", settings.max_message_bytes),
                  ("grpc.max_send_message_length", settings.max_message_bytes),
                  ("grpc.so_reuseport", 1 if settings.reuse_port else 0)])  # sharing a port only when asked
-    health.servicer = add_services(server, dataplane)
+    health.servicer = add_services(server, dataplane, (add_inference_service(server, dataplane),))
     grpc_port = _bind_grpc(server, settings, grpc_credentials(tls))
     await server.start()
     await health.overall()
@@ -151,7 +182,7 @@ async def run_server(settings: ServerSettings) -> int:
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # SIGHUP drains too (nothing to reload)
         loop.add_signal_handler(sig, stop.set)
 
     await manager.apply_config(configs)
@@ -168,20 +199,50 @@ async def run_server(settings: ServerSettings) -> int:
         _write_port_file(settings.port_file, {**ports, "ready": True})
     poll = (asyncio.create_task(manager.poll_forever(settings.file_system_poll_wait_seconds))
             if settings.file_system_poll_wait_seconds > 0 else None)
+    config_poll = (asyncio.create_task(poll_model_config_file(settings, manager))
+                   if settings.model_config_file and settings.model_config_file_poll_wait_seconds > 0 else None)
     await stop.wait()
 
-    log.info("draining (grace %.1fs)", settings.grace_period_s)
+    await _drain(settings.grace_period_s, health, dataplane, server, [r for r in (rest, metrics_site) if r],
+                 [t for t in (poll, config_poll) if t])
+    await _bounded(manager.unload_all(), UNLOAD_TIMEOUT_S, "unloading models")
+    executor.shutdown(wait=False, cancel_futures=True)
+    log.info("stopped")
+    return 0
+
+
+async def _drain(grace_s: float, health: _Health, dataplane: DataPlane, server: grpc.aio.Server, runners: list,
+                 polls: list[asyncio.Task]) -> None:
+    """SIGTERM/SIGINT/SIGHUP: answer every request that reached the server, within `grace_s` seconds in all.
+
+    Health turns NOT_SERVING and new requests are answered UNAVAILABLE (HTTP 503) at once, so clients retry
+    elsewhere, while the ports stay open; admitted requests finish; a short linger answers requests the
+    transports had received but not yet dispatched; then the ports close, anything still running is cancelled
+    when the grace period ends.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace_s
+    log.info("draining (grace %.1fs)", grace_s)
+    dataplane.gate.close()
     health.draining = True
     for name in list(health.ok):
         await health.update(name, False)
     await health.overall()
-    if poll:
-        poll.cancel()
-    await server.stop(settings.grace_period_s)
-    for runner in (rest, metrics_site):
-        if runner:
-            await runner[0].cleanup()
-    await manager.unload_all()
-    executor.shutdown(wait=False, cancel_futures=True)
-    log.info("stopped")
-    return 0
+    for task in polls:
+        task.cancel()
+    if not await dataplane.gate.wait_idle(deadline - loop.time()):
+        log.warning("grace period over with %d request(s) still running; cancelling them", dataplane.gate.active)
+    await asyncio.sleep(max(min(DRAIN_LINGER_S, deadline - loop.time()), 0))
+    await dataplane.gate.wait_idle(deadline - loop.time())
+    await server.stop(max(deadline - loop.time(), 0))
+    for runner in runners:
+        await _bounded(runner[0].cleanup(), max(deadline - loop.time(), 0) + 1, "closing HTTP connections")
+
+
+async def _bounded(awaitable, timeout_s: float, what: str) -> None:
+    """Await `awaitable` for at most `timeout_s` seconds (shutdown never waits longer), logging a timeout."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            await awaitable
+    except TimeoutError:
+        log.warning("%s took longer than %.1fs; going on with the shutdown", what, timeout_s)

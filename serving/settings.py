@@ -16,6 +16,12 @@ class ServerSettings(BaseModel):
     repository: Path | None = Field(None, description="Model repository (<repository>/<model_name>/<version>/).")
     model_name: str | None = Field(None, description="Model served from --repository.")
     model_config_file: Path | None = Field(None, description="TF Serving ModelServerConfig text file.")
+    model_config_file_poll_wait_seconds: float = Field(0.0, ge=0, description="Re-read --model-config-file every "
+                                                       "N seconds and apply changes (TF Serving); 0 = never.")
+    model_base_path: Path | None = Field(None, description="The model's own folder of versions (TF Serving's "
+                                                           "--model_base_path), served as --model-name.")
+    prometheus_path: str | None = Field("/monitoring/prometheus/metrics", description="Prometheus text on the "
+                                        "REST port at this path (--monitoring_config_file); None = not served.")
     backend: str = Field("auto", description="Runtime backend: `auto` or a name in the runtime registry.")
     tflite_file: str = Field("model.tflite", description="TFLite artifact served by the tflite backend.")
     host: str = Field("127.0.0.1", description="Address every port binds to.")
@@ -30,10 +36,14 @@ class ServerSettings(BaseModel):
     enable_batching: bool = Field(False, description="Merge concurrent requests (Batched runtime).")
     batching_parameters_file: Path | None = Field(None, description="TF Serving BatchingParameters text file.")
     max_message_bytes: int = Field(64 << 20, ge=1024, description="Largest gRPC/REST message, bytes.")
-    max_batch_per_request: int = Field(65536, ge=0, description="Largest batch (dim 0) per request; 0 = unlimited "
-                                                                "(default 65536: bounds one request's outputs).")
+    max_batch_per_request: int = Field(1024, ge=0, description="Largest batch (dim 0) per request; 0 = unlimited "
+                                                               "(default 1024: a serving-sized batch).")
+    max_request_memory_bytes: int = Field(256 << 20, ge=0, description="Largest inputs + outputs one request may "
+                                                                       "hold, bytes; 0 = unlimited.")
     max_concurrent_requests: int = Field(0, ge=0, description="Predicts at once; 0 = unlimited.")
     default_deadline_s: float = Field(0.0, ge=0, description="Deadline when the client sets none; 0 = none.")
+    rest_api_timeout_in_ms: int = Field(30000, ge=1, description="REST: a request's headers and body must arrive "
+                                                                  "within this time; idle connections close after it.")
     grace_period_s: float = Field(10.0, ge=0, description="SIGTERM: time in-flight requests get to finish.")
     tls_cert: Path | None = Field(None, description="Server certificate (PEM); enables TLS.")
     tls_key: Path | None = Field(None, description="Server private key (PEM).")

@@ -59,6 +59,7 @@ class ModelMetadata:
     model_name: str
     version: int
     signatures: Mapping[str, Signature]
+    backend: str = ""  # the runtime's registry name (`saved_model`, `onnx`, `tflite`)
 
 
 class VersionState(enum.Enum):
@@ -92,9 +93,11 @@ class ServerLimits:
         default_deadline_s: deadline applied when the client sets none, seconds; 0 = none.
         max_tensor_bytes: largest decoded input tensor, bytes (the server passes --max-message-bytes): bounds
             TensorProtos whose few values "fill" a large shape.
+        max_request_memory_bytes: largest inputs + outputs one Predict may hold, bytes; 0 = unlimited.
     """
 
     max_batch_per_request: int = 0
     max_concurrent_requests: int = 0
     default_deadline_s: float = 0.0
     max_tensor_bytes: int = 64 << 20
+    max_request_memory_bytes: int = 0

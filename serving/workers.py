@@ -67,7 +67,7 @@ def _entry_module() -> str:
 def run_workers(settings: ServerSettings) -> int:
     """Run `settings.num_processes` workers until SIGTERM/SIGINT; returns the exit code."""
     stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *_: stop.set())
     with tempfile.TemporaryDirectory(prefix="tfship-workers-") as tmp:
         files = [Path(tmp) / f"worker-{i}.json" for i in range(settings.num_processes)]

@@ -118,18 +118,22 @@ def export_saved_model(module, contract: Signature, export_dir: Path,
     return ExportResult(export_dir, contract)
 
 
-def build_savedmodel_module(saved_model_dir: Path, contract: Signature):
+def build_savedmodel_module(saved_model_dir: Path, contract: Signature, tags: tuple[str, ...] | None = None):
     """Re-export an existing SavedModel's signature through a forward-only module.
 
-    The source is loaded with `tf.saved_model.load`; the new `serving_default` calls its signature
-    function with the contract's inputs and returns the contract's outputs by name (the source's
-    restored variables and resources are tracked, nothing else), so the audit, behaviour checks and
-    conversions run on exactly what the user shipped.
+    The source is loaded with `tf.saved_model.load` (the MetaGraph tagged `tags`, default `serve`); the
+    new `serving_default` calls its signature function with the contract's inputs and returns the
+    contract's outputs by name. Like Keras' own export (`saved_model_export_archive`,
+    `_filter_and_track_resources`), the module tracks only the variables the traced function captures and
+    the source's resources (lookup tables) and asset files, nothing else: optimizer slots, step counters
+    and other training state the user's module still holds are left behind, and the audit then judges
+    what is left. `module.dropped_variables` names the source variables that were not kept.
     """
     import tensorflow as tf
 
-    loaded = tf.saved_model.load(str(saved_model_dir))
+    loaded = tf.saved_model.load(str(saved_model_dir), tags=list(tags) if tags else None)
     function = loaded.signatures[contract.name]
+    kept, dropped, resources = _reachable_state(loaded, function)
     specs = {t.name: tf_tensor_spec(t) for t in contract.inputs.values()}
 
     def serve(feed):
@@ -137,7 +141,46 @@ def build_savedmodel_module(saved_model_dir: Path, contract: Signature):
         return {name: tf.identity(result[name]) for name in contract.outputs}
 
     module = tf.Module(name="serving")
-    module.source = loaded
+    module.kept_variables = kept
+    module.resources = resources
+    module.dropped_variables = tuple(v.name for v in dropped)
     setattr(module, contract.name, tf.function(serve, input_signature=[specs], autograph=False))
     module.signature_names = (contract.name,)
     return module
+
+
+def _reachable_state(root, function) -> tuple[list, list, list]:
+    """(variables `function`'s outputs depend on, the other variables under `root`, resources + assets).
+
+    Capture lists over-state use (a TF1 signature is a pruned function that captures every variable of its
+    MetaGraph, optimizer slots included), so the graph is walked from the outputs (`signatures.reachable`)
+    and only the captures reached count. The handles of the others are swapped for a kept variable's handle
+    in `function`'s captured inputs (`ConcreteFunction.set_external_captures`): the function never reads
+    them, and a function that captures an untracked variable cannot be saved.
+    """
+    import tensorflow as tf
+    from tensorflow.saved_model.experimental import TrackableResource
+
+    from signatures.reachable import used_placeholders
+
+    captures = list(function.captured_inputs)
+    placeholders = [t.op.name for t in function.graph.internal_captures]
+    outputs = [t.name for t in function.outputs] + [op.name for op in function.graph.control_outputs]
+    used = used_placeholders(function.graph.as_graph_def(), outputs, set(placeholders))
+    used_ids = {id(c) for c, p in zip(captures, placeholders, strict=True) if p in used}
+    kept, dropped, resources, seen = [], [], [], set()
+    for trackable in tf.train.TrackableView(root).descendants():
+        if id(trackable) in seen:
+            continue
+        seen.add(id(trackable))
+        if isinstance(trackable, tf.Variable):
+            (kept if id(trackable.handle) in used_ids else dropped).append(trackable)
+        elif isinstance(trackable, (TrackableResource, tf.saved_model.Asset)):
+            resources.append(trackable)
+    unused = {id(v.handle) for v in dropped} & {id(c) for c in captures}
+    if unused:
+        stand_in = kept[0].handle if kept else tf.Variable(0.0, trainable=False, name="unused_capture").handle
+        if not kept:
+            kept.append(stand_in)
+        function.set_external_captures([stand_in if id(c) in unused else c for c in captures])
+    return kept, dropped, resources

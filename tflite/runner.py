@@ -78,6 +78,29 @@ def _tensor(name: str, details: dict) -> LiteRtTensor:
     return LiteRtTensor(name, dtype, shape, float(scales[0]), int(zero_points[0]))
 
 
+def _as_utf8_bytes(name: str, value: np.ndarray) -> np.ndarray:
+    """A string input as a numpy bytes array (UTF-8), whether it arrived as `str`, `bytes` or objects of either.
+
+    LiteRT declares string tensors as `numpy.bytes_` (`|S0`); TensorFlow encodes `str` as UTF-8, so the same
+    text gives the same bytes in both.
+
+    Raises:
+        InvalidRequestError: an element is neither `str` nor `bytes` (e.g. a number in a text input).
+    """
+    if value.dtype.kind == "S":
+        return np.ascontiguousarray(value)
+    flat = []
+    for item in value.ravel():
+        if isinstance(item, bytes):
+            flat.append(item)
+        elif isinstance(item, str):
+            flat.append(item.encode("utf-8"))
+        else:
+            raise InvalidRequestError(f"input {name!r} is a string tensor; got an element of type "
+                                      f"{type(item).__name__} ({item!r}); send str or bytes")
+    return np.array(flat, dtype=np.bytes_).reshape(value.shape) if flat else value.astype(np.bytes_)
+
+
 class LiteRtRunner:
     """One LiteRT interpreter bound to one signature of a `.tflite` file.
 
@@ -127,6 +150,7 @@ class LiteRtRunner:
 
         Inputs are resized to the shapes given (LiteRT `ResizeInputTensor` + `AllocateTensors`, as
         `SignatureRunner.__call__` does), so any batch size works where the batch dimension is -1.
+        String inputs (LiteRT `|S0`) take numpy `str`, `bytes` or object arrays of either (sent as UTF-8).
         Float inputs fed to an int8/uint8 model input are quantized with that input's scale and zero
         point (`q = round(x / scale) + zero_point`, clipped to the integer range). Quantized outputs are
         dequantized with their own scale and zero point to float32 (`(q - zero_point) * scale`), so float
@@ -167,6 +191,11 @@ class LiteRtRunner:
                 want not in (-1, got) for want, got in zip(expected, value.shape, strict=True)):
             raise InvalidRequestError(
                 f"input {spec.name!r} has shape {list(value.shape)}; expected {list(expected)} (-1 = any)")
+        if spec.dtype.kind in "SOU":
+            return _as_utf8_bytes(spec.name, value)
+        if value.dtype.kind in "SOU":
+            raise InvalidRequestError(f"input {spec.name!r} holds text ({value.dtype}); expected numbers of "
+                                      f"dtype {spec.dtype}")
         if spec.quantized and value.dtype.kind == "f":
             info = np.iinfo(spec.dtype)
             quantized = np.round(value.astype(np.float64) / spec.scale) + spec.zero_point

@@ -14,7 +14,7 @@ import tensorflow as tf
 from tensorflow.core.framework import tensor_pb2
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
-from core.saved_model import serving_meta_graph
+from core.saved_model import read_saved_model, serving_meta_graph
 
 FLOAT16_MAX = 65504.0
 _OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
@@ -86,3 +86,27 @@ def find_float16_overflows(saved_model_dir: Path, limit: float = FLOAT16_MAX) ->
                 found.append(Overflow("constant", f"{scope}/{node.name}", peak))
     unique = {(o.kind, o.name): o for o in found}  # one variable can sit under several checkpoint keys
     return sorted(unique.values(), key=lambda o: -o.max_abs)
+
+
+FILE_TABLE_INIT_OPS = ("InitializeTableFromTextFile", "InitializeTableFromTextFileV2")
+
+
+def file_initialised_tables(saved_model_dir: Path) -> list[str]:
+    """Asset file names that lookup tables are initialised from (`InitializeTableFromTextFileV2`).
+
+    The TFLite converter keeps the `HASHTABLE` ops but has no builtin that reads a text file, so LiteRT
+    finds such a table empty ("hashtable need to be initialized before using"). Returns the asset
+    files of the SavedModel's `assets/` folder (sorted), or `["<unknown file>"]` when the op exists but
+    names no asset; empty when no table is initialised from a file.
+    """
+    proto = read_saved_model(saved_model_dir)
+    found = False
+    for meta in proto.meta_graphs:
+        nodes = list(meta.graph_def.node)
+        for function in meta.graph_def.library.function:
+            nodes.extend(function.node_def)
+        found = found or any(node.op in FILE_TABLE_INIT_OPS for node in nodes)
+    if not found:
+        return []
+    assets = sorted(p.name for p in (saved_model_dir / "assets").glob("*") if p.is_file())
+    return assets or ["<unknown file>"]

@@ -109,7 +109,7 @@ def run_convert(saved_model_dir: str, output: str, options: TfliteOptions,
     """Convert one variant and write it to `output`; returns the report (see module docstring)."""
     import tensorflow as tf  # noqa: PLC0415  (only the convert step pays for TensorFlow)
 
-    from tflite.savedmodel_scan import find_float16_overflows  # noqa: PLC0415
+    from tflite.savedmodel_scan import file_initialised_tables, find_float16_overflows  # noqa: PLC0415
 
     try:
         signatures = read_signatures(Path(saved_model_dir))
@@ -119,7 +119,8 @@ def run_convert(saved_model_dir: str, output: str, options: TfliteOptions,
         return {"status": "refused", "reason": f"SavedModel {saved_model_dir!r} has no signature {SIGNATURE_KEY!r}; "
                                                f"it has {sorted(signatures)}"}
     signature = signatures[SIGNATURE_KEY]
-    report: dict[str, Any] = {"signature": signature.to_json(), "flex_ops": []}
+    report: dict[str, Any] = {"signature": signature.to_json(), "flex_ops": [],
+                              "table_files": file_initialised_tables(Path(saved_model_dir))}
     samples = _representative(representative)
     if options.mode is TfliteMode.FLOAT16:
         overflows = find_float16_overflows(Path(saved_model_dir))
@@ -144,7 +145,8 @@ def run_convert(saved_model_dir: str, output: str, options: TfliteOptions,
                     "reason": f"converter failed: {type(err).__name__}: {_tail(message)}"}
         if not options.allow_flex:
             return {**report, "status": "refused", "flex_ops": [f"Flex{op}" for op in select],
-                    "reason": f"needs Flex (select TF) ops {select}; set allow_flex to try SELECT_TF_OPS"}
+                    "reason": f"needs Flex (select TF) ops {select}; set convert.allow_flex = true "
+                              "(--set convert.allow_flex=true) to try SELECT_TF_OPS"}
         try:
             model = _build_converter(tf, saved_model_dir, options, samples, flex=True).convert()
         except Exception as flex_err:  # same converter, Flex allowed
@@ -182,8 +184,24 @@ def _contract_problems(contract, signature: Signature) -> list[str]:
     return problems
 
 
-def run_smoke(model: str, signature: Signature, representative: str | None) -> dict[str, Any]:
-    """Load `model` in LiteRT, check its contract against the SavedModel signature, run it once."""
+def _litert_reason(err: Exception, table_files: list[str]) -> str:
+    """LiteRT's own message, plus why when a lookup table initialised from a file was left empty."""
+    reason = f"LiteRT could not run it: {_tail(str(err))}"
+    if table_files and "HASHTABLE" in str(err):
+        reason += (f"; the SavedModel initialises lookup table(s) from file(s) {table_files} "
+                   "(InitializeTableFromTextFileV2), which the TFLite converter does not carry over, so LiteRT "
+                   "finds the table empty. Build the lookup from an in-memory vocabulary (e.g. "
+                   "StringLookup(vocabulary=[...]) with the list itself) to convert it to TFLite")
+    return reason
+
+
+def run_smoke(model: str, signature: Signature, representative: str | None,
+              table_files: list[str] = ()) -> dict[str, Any]:
+    """Load `model` in LiteRT, check its contract against the SavedModel signature, run it once.
+
+    `table_files`: asset files lookup tables are initialised from (named in the reason when LiteRT
+    fails on an uninitialised `HASHTABLE`).
+    """
     from tflite.runner import LiteRtRunner  # noqa: PLC0415
 
     histogram = op_histogram(Path(model).read_bytes())
@@ -199,7 +217,7 @@ def run_smoke(model: str, signature: Signature, representative: str | None) -> d
         feed = _smoke_inputs(runner.contract(), _representative(representative))
         outputs = runner.run(feed)
     except (TfshipError, ValueError, RuntimeError) as err:
-        return {"status": "refused", "reason": f"LiteRT could not run it: {_tail(str(err))}"}
+        return {"status": "refused", "reason": _litert_reason(err, list(table_files))}
     sized = [len(value) for value in feed.values() if np.ndim(value) > 0]
     batch = sized[0] if sized else None  # None: every input is a scalar, no batch dimension to check
     for name, value in outputs.items():
@@ -237,8 +255,9 @@ def main(argv: list[str] | None = None) -> int:
         options = TfliteOptions.from_mapping(json.loads(args.options))
         report = run_convert(args.saved_model, args.output, options, args.representative)
     else:
-        signature = Signature.from_json(json.loads(Path(args.signature).read_text())["signature"])
-        report = run_smoke(args.model, signature, args.representative)
+        converted = json.loads(Path(args.signature).read_text())
+        report = run_smoke(args.model, Signature.from_json(converted["signature"]), args.representative,
+                           converted.get("table_files", []))
     text = json.dumps(report, indent=2, sort_keys=True)
     if args.report:
         Path(args.report).write_text(text)

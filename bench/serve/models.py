@@ -2,7 +2,7 @@
 
 * `digits`: the published digits CNN (`models/digits/<latest>/`: saved_model + model.onnx + model.tflite),
   copied; when none is published, a tiny CNN with the same contract is built here.
-* `mlp`: the heavier model: 784 -> 1024 -> 1024 -> 1024 -> 10 (ReLU, softmax), ~2.9 M multiply-adds
+* `mlp`: the heavier model: 784 -> 4 x 1024 -> 10 (ReLU, softmax), ~4 M multiply-adds
   per row, saved with `tf.saved_model.save` (serving_default: `x` float32[?,784] -> `probabilities`),
   converted with tf2onnx (opset 17) and TFLiteConverter; both conversions are checked against TF.
 * `identity_<model>`: the same input contract served by the `identity` backend (transport ceiling).
@@ -111,12 +111,13 @@ def _convert(version_dir: Path, alias: str, shape: tuple[int, ...]) -> None:
         raise RuntimeError(f"conversion check failed for {version_dir}: {failures}")
 
 
-def build_mlp(version_dir: Path, width: int = 1024, depth: int = 3) -> ModelInfo:
+def build_mlp(version_dir: Path, width: int = 1024, depth: int = 4) -> ModelInfo:
     """The heavy model: 784 -> `depth` x `width` ReLU -> 10 softmax, random weights (seed 0)."""
     info = ModelInfo(
         "mlp", "x", (784,), "built", macs_per_row=784 * width + (depth - 1) * width * width + width * 10
     )
-    if _complete(version_dir):
+    spec = version_dir / "bench_spec.txt"  # an older run's folder with another shape is rebuilt
+    if _complete(version_dir) and spec.is_file() and spec.read_text() == f"{width}x{depth}":
         return info
     import keras
 
@@ -126,6 +127,7 @@ def build_mlp(version_dir: Path, width: int = 1024, depth: int = 3) -> ModelInfo
     shutil.rmtree(version_dir, ignore_errors=True)
     _save_keras(model, version_dir, "x", (784,))
     _convert(version_dir, "x", (784,))
+    spec.write_text(f"{width}x{depth}")
     return info
 
 

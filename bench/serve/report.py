@@ -1,175 +1,201 @@
-"""Results of `bench.serve.run_bench`: targets, JSON, Markdown table and plot.
+"""Results of `bench.serve.run_bench`: medians of the rounds, issue 14's targets, JSON, Markdown, plot.
 
-Rows (`doc["rows"]`) are dicts with `mode` (`server`, `identity`, `multiprocess`, `inprocess`),
-`model`, `backend`, `batching` and the load generator's fields (`inferences_per_s`, `latency_ms`
-in milliseconds, `server_cpu`/`loadgen_cpu` in cores, `errors`), or for `inprocess` rows `batch`
-and `inferences_per_s`.
+Rows (`doc["rows"]`) are the load generator's dicts (`inferences_per_s`, `latency_ms` in ms, `server_cpu`
+in cores, `errors`) tagged with `mode` (`grpc`, `rest`, `multiprocess`), `model`, `case` and `repeat`,
+or in-process rows (`mode` `inprocess`, `batch`, `inferences_per_s`). Every figure shown is the median
+over the rounds of one run; targets are ratios inside that run (absolute rates vary between machines).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+GRPC_ROWS = (("ort", "hand-written grpcio + ONNX Runtime, per request"), ("onnx_batching", "tfship onnx, batching"),
+             ("onnx", "tfship onnx, no batching"), ("saved_model_batching", "tfship saved_model, batching"))
+REST_ROWS = (("rest_bare", "bare aiohttp, prebuilt reply"), ("rest_row", "tfship onnx batching, row (instances)"),
+             ("rest_columnar", "tfship onnx batching, columnar (inputs)"))
+MODELS = (("digits", "small"), ("mlp", "heavy"))
+
+
+def uptime() -> str:
+    """`uptime`'s line (load averages), '' where it cannot run."""
+    try:
+        return subprocess.run(["uptime"], check=False, capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return ""
 
 
 def host_info() -> dict:
-    """CPU count, 1-minute load average (a busy machine makes every figure noisy), git commit."""
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], check=False, capture_output=True, text=True, cwd=ROOT
-        ).stdout.strip()
-    except OSError:
-        commit = ""
-    return {
-        "cpus": os.cpu_count(),
-        "affinity": sorted(os.sched_getaffinity(0)),
-        "loadavg_1m": os.getloadavg()[0],
-        "git_commit": commit,
-    }
+    """CPU count, affinity, 1-minute load average (a busy machine makes every figure noisy), git commit."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=False, capture_output=True, text=True,
+                            cwd=ROOT).stdout.strip()
+    return {"cpus": os.cpu_count(), "affinity": sorted(os.sched_getaffinity(0)), "loadavg_1m": os.getloadavg()[0],
+            "git_commit": commit}
 
 
-def _find(rows, **want) -> dict | None:
-    return next((r for r in rows if all(r.get(k) == v for k, v in want.items())), None)
-
-
-def targets(rows: list[dict]) -> list[dict]:
-    """The issue's targets, evaluated per backend (reported, never asserted)."""
-    out = []
-    for backend in sorted({r["backend"] for r in rows if r["mode"] == "server"}):
-        on = _find(rows, mode="server", model="mlp", backend=backend, batching=True, concurrency=32)
-        off = _find(rows, mode="server", model="mlp", backend=backend, batching=False, concurrency=32)
-        if on and off and on.get("latency_ms"):
-            ratio = on["inferences_per_s"] / max(off["inferences_per_s"], 1e-9)
-            tail = on["latency_ms"]["p99"] / on["latency_ms"]["p50"]
-            out += [
-                {
-                    "target": f"mlp/{backend} batching c=32 >= 4000 inf/s",
-                    "value": on["inferences_per_s"],
-                    "met": on["inferences_per_s"] >= 4000,
-                },
-                {
-                    "target": f"mlp/{backend} batching on/off at c=32 >= 1.8x",
-                    "value": ratio,
-                    "met": ratio >= 1.8,
-                },
-                {"target": f"mlp/{backend} batching c=32 p99 <= 3x p50", "value": tail, "met": tail <= 3},
-            ]
-        on1 = _find(rows, mode="server", model="digits", backend=backend, batching=True, concurrency=1)
-        off1 = _find(rows, mode="server", model="digits", backend=backend, batching=False, concurrency=1)
-        if on1 and off1:
-            ratio = on1["inferences_per_s"] / max(off1["inferences_per_s"], 1e-9)
-            out.append(
-                {
-                    "target": f"digits/{backend} c=1 batching on/off >= 0.95 (no slower; 5% noise allowance)",
-                    "value": ratio,
-                    "met": ratio >= 0.95,
-                }
-            )
+def medians(rows: list[dict]) -> dict[tuple, dict]:
+    """(mode, model, case, concurrency) -> median inf/s, p50, p99 (ms), server CPU and the round count."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r.get("mode") in ("grpc", "rest", "multiprocess") and "error" not in r:
+            key = (r["mode"], r["model"], r["case"] if r["mode"] != "multiprocess" else r["processes"], r["concurrency"])
+            groups.setdefault(key, []).append(r)
+    out = {}
+    for key, rs in groups.items():
+        lat = [r["latency_ms"] for r in rs if r.get("latency_ms")]
+        out[key] = {"inf_s": statistics.median(r["inferences_per_s"] for r in rs),
+                    "p50": statistics.median(l["p50"] for l in lat) if lat else 0.0,
+                    "p99": statistics.median(l["p99"] for l in lat) if lat else 0.0,
+                    "server_cpu": statistics.median(r["server_cpu"] or 0 for r in rs),
+                    "rows_per_call": statistics.median(r.get("mean_batch_rows") or 0 for r in rs),
+                    "errors": sum(r["errors"] for r in rs), "rounds": len(rs)}
     return out
 
 
+def inprocess(rows: list[dict], model: str, batch: int) -> float | None:
+    """Median in-process inferences/s of ONNX Runtime on `model` at `batch` rows."""
+    values = [r["inferences_per_s"] for r in rows if r.get("mode") == "inprocess" and r["model"] == model
+              and r["batch"] == batch]
+    return statistics.median(values) if values else None
+
+
+def _rate(m: dict, *key) -> float | None:
+    return m[key]["inf_s"] if key in m else None
+
+
+def _target(name: str, value: float | None, goal: float, higher: bool = True) -> dict:
+    met = value is not None and (value >= goal if higher else value <= goal)
+    return {"target": name, "value": value, "goal": goal, "met": met}
+
+
+def targets(rows: list[dict], levels: tuple[int, ...]) -> tuple[list[dict], dict]:
+    """Issue 14's targets as PASS/MISS rows, plus the one-core limit's parts."""
+    m, out = medians(rows), []
+    for c in levels:
+        bare, ident = _rate(m, "grpc", "mlp", "bare", c), _rate(m, "grpc", "mlp", "identity", c)
+        out.append(_target(f"identity / bare grpc.aio, heavy payload, c={c}", ident / bare if bare and ident else None,
+                           0.90))
+    for c in levels:
+        ort, tf = _rate(m, "grpc", "digits", "ort", c), _rate(m, "grpc", "digits", "onnx_batching", c)
+        out.append(_target(f"small: tfship onnx batching / hand-written ORT, c={c}", tf / ort if ort and tf else None,
+                           1.0))
+    bare32, model32 = _rate(m, "grpc", "mlp", "bare", 32), inprocess(rows, "mlp", 32)
+    limit = 1 / (1 / bare32 + 1 / model32) if bare32 and model32 else None
+    heavy = m.get(("grpc", "mlp", "onnx_batching", 32))
+    out.append(_target("heavy: tfship onnx batching c=32 / one-core limit",
+                       heavy["inf_s"] / limit if heavy and limit else None, 0.90))
+    out.append(_target("heavy: tfship onnx batching c=32 p99 / p50", heavy["p99"] / heavy["p50"] if heavy and
+                       heavy["p50"] else None, 3.0, higher=False))
+    on1, off1 = _rate(m, "grpc", "mlp", "onnx_batching", 1), _rate(m, "grpc", "mlp", "onnx", 1)
+    out.append(_target("heavy c=1: batching / no batching (no loss; 5 % noise allowance)",
+                       on1 / off1 if on1 and off1 else None, 0.95))
+    return out, {"bare_c32": bare32, "inprocess_b32": model32, "limit": limit}
+
+
+def _cell(value: float | None, fmt: str = "{:,.0f}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def _rate_table(m: dict, mode: str, cases, levels, ratio_to: str | None = None) -> list[str]:
+    head = [f"{size} c={c}" for _, size in MODELS for c in levels]
+    lines = ["| server | " + " | ".join(head) + " |", "|---|" + "---:|" * len(head)]
+    for case, label in cases:
+        cells = []
+        for model, _ in MODELS:
+            for c in levels:
+                value, base = _rate(m, mode, model, case, c), _rate(m, mode, model, ratio_to, c) if ratio_to else None
+                extra = f" ({value / base:.2f}x)" if value and base and case != ratio_to else ""
+                cells.append(_cell(value) + extra)
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def markdown(doc: dict) -> str:
-    """The result document as Markdown: conditions, targets, one table per mode."""
-    rows, host = doc["rows"], doc["host"]
-    plan = doc["plan"]
-    lines = [
-        f"# Serving benchmark ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(doc['started']))})",
-        "",
-        (
-            f"git {host['git_commit']}, {host['cpus']} CPUs, load average at end {host['loadavg_1m']:.2f}; "
-            f"window {plan['window_s']} s after {plan['warmup_s']} s warm-up; server pinned to core 0 "
-            f"(flags {' '.join(doc['server_flags'])}), load generator to core 1; batch-1 requests."
-        ),
-        "",
-        "## Targets (reported, not asserted)",
-        "",
-        "| target | value | met |",
-        "|---|---:|:---:|",
-    ]
-    lines += [f"| {t['target']} | {t['value']:.2f} | {'yes' if t['met'] else 'no'} |" for t in doc["targets"]]
-    lines += [
-        "",
-        "## Server (closed loop)",
-        "",
-        (
-            "| model | backend | batching | conc. | inf/s | p50 ms | p90 ms | p99 ms | errors | rows/call "
-            "| server CPU | loadgen CPU |"
-        ),
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in rows:
-        if r["mode"] not in ("server", "identity", "multiprocess") or "error" in r:
-            continue
-        lat = r.get("latency_ms") or {}
-        backend = "identity" if r["mode"] == "identity" else r["backend"]
-        backend += f" x{r['servers']} procs" if r["mode"] == "multiprocess" else ""
-        lines.append(
-            f"| {r['model']} | {backend} | {'on' if r['batching'] else 'off'} | {r['concurrency']} | "
-            f"{r['inferences_per_s']:.0f} | {lat.get('p50', 0):.2f} | {lat.get('p90', 0):.2f} | "
-            f"{lat.get('p99', 0):.2f} | {r['errors']} | {r['mean_batch_rows'] or 0:.1f} | {r['server_cpu'] or 0:.2f} | {r['loadgen_cpu']:.2f} |"
-        )
+    """The result document as Markdown: conditions, targets, the issue's tables, latencies."""
+    rows, host, plan = doc["rows"], doc["host"], doc["plan"]
+    levels = tuple(plan["levels"])
+    m = medians(rows)
+    lines = [f"# Serving benchmark ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(doc['started']))})", "",
+             f"git {host['git_commit']}, {host['cpus']} CPUs; {plan['repeats']} alternating round(s), median shown; "
+             f"window {plan['window_s']} s after {plan['warmup_s']} s warm-up per level; server pinned to one core "
+             f"({' '.join(doc['server_flags'])}), load generator to the other; batch-1 requests, closed loop. "
+             f"Batching: max 32, 1 ms, 1 batch thread.", "",
+             f"Machine load: before `{host.get('uptime_before', '')}`; after `{host.get('uptime_after', '')}`.", "",
+             "## Targets (ratios inside this run)", "", "| target | value | goal | |", "|---|---:|---:|:---:|"]
+    for t in doc["targets"]:
+        lines.append(f"| {t['target']} | {_cell(t['value'], '{:.2f}')} | {'>=' if t['goal'] != 3.0 else '<='} "
+                     f"{t['goal']:.2f} | {'PASS' if t['met'] else 'MISS'} |")
+    lim = doc["limit"]
+    lines += ["", f"One-core limit (heavy, c=32) = 1 / (1/bare + 1/in-process) = 1 / (1/{_cell(lim['bare_c32'])} + "
+                  f"1/{_cell(lim['inprocess_b32'])}) = **{_cell(lim['limit'])}** inferences/s.", "",
+              "## gRPC Predict, inferences/s (ratio to the hand-written server)", ""]
+    lines += _rate_table(m, "grpc", GRPC_ROWS, levels, ratio_to="ort")
+    lines += ["", "## Transport alone: identity backend vs bare grpc.aio (requests/s, ratio to bare)", ""]
+    lines += _rate_table(m, "grpc", (("bare", "bare grpc.aio, prebuilt reply"), ("identity", "tfship identity")),
+                         levels, ratio_to="bare")
+    if any(k[0] == "rest" for k in m):
+        lines += ["", "## REST :predict JSON, inferences/s (ratio to bare aiohttp)", ""]
+        lines += _rate_table(m, "rest", REST_ROWS, levels, ratio_to="rest_bare")
+    lines += _multiprocess(m)
+    lines += ["", "## Latency and server CPU (medians)", "",
+              "| mode | model | case | c | inf/s | p50 ms | p99 ms | p99/p50 | rows/call | server CPU | errors |",
+              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for (mode, model, case, c), v in sorted(m.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        tail = v["p99"] / v["p50"] if v["p50"] else 0
+        lines.append(f"| {mode} | {model} | {case} | {c} | {v['inf_s']:,.0f} | {v['p50']:.2f} | {v['p99']:.2f} | "
+                     f"{tail:.2f} | {v['rows_per_call']:.1f} | {v['server_cpu']:.2f} | {v['errors']} |")
+    lines += ["", "## In-process (ONNX Runtime, one thread, server core; median)", "", "| model | batch | inf/s |",
+              "|---|---:|---:|"]
+    lines += [f"| {model} | {b} | {_cell(inprocess(rows, model, b))} |" for model, _ in MODELS for b in (1, 32)]
     failed = [r for r in rows if "error" in r]
-    lines += [f"\nFailed case {r['mode']} {r['model']}/{r['backend']}: {r['error']}" for r in failed]
-    lines += [
-        "",
-        "## In-process limit (no RPC, one thread, core 0)",
-        "",
-        "| model | backend | batch | inf/s | ms per call |",
-        "|---|---|---:|---:|---:|",
-    ]
-    lines += [
-        f"| {r['model']} | {r['backend']} | {r['batch']} | {r['inferences_per_s']:.0f} | {r['call_ms']:.3f} |"
-        for r in rows
-        if r["mode"] == "inprocess"
-    ]
+    lines += [f"\nFailed case {r['mode']} {r['model']}/{r.get('case')}: {r['error']}" for r in failed]
     return "\n".join(lines) + "\n"
 
 
+def _multiprocess(m: dict) -> list[str]:
+    keys = sorted(k for k in m if k[0] == "multiprocess")
+    if not keys:
+        return []
+    lines = ["", "## --num-processes (mlp, onnx batching, nothing pinned, 8 connections)", "",
+             "| processes | c | inf/s | gain per added process |", "|---:|---:|---:|---:|"]
+    for _, model, procs, c in keys:
+        one = m.get(("multiprocess", model, 1, c))
+        gain = (m[("multiprocess", model, procs, c)]["inf_s"] / one["inf_s"] - 1) / (procs - 1) if one and procs > 1 else None
+        lines.append(f"| {procs} | {c} | {m[('multiprocess', model, procs, c)]['inf_s']:,.0f} | "
+                     f"{_cell(gain and gain * 100, '{:+.0f} %')} |")
+    lines += ["", "On this 2-core machine the load generator shares the two cores with both workers, so a second "
+              "process can add at most what the load generator leaves free. On a host with N free cores (load "
+              "generated elsewhere) each process is an independent event loop and model session on its own core, "
+              "so throughput should grow close to N x one process until the NIC or memory bandwidth binds."]
+    return lines
+
+
 def plot(doc: dict, path: Path) -> None:
-    """inferences/s vs concurrency, one panel per model; dashed: in-process batch 32 and identity ceiling."""
+    """inferences/s vs concurrency: one panel per model (gRPC) plus one for REST; dashed: one-core limit."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = doc["rows"]
-    models = sorted({r["model"] for r in rows})
-    fig, axes = plt.subplots(1, len(models), figsize=(6.5 * len(models), 4.5), squeeze=False)
-    for ax, model in zip(axes[0], models):
-        series = sorted(
-            {
-                (r["mode"], r["backend"], r["batching"])
-                for r in rows
-                if r["model"] == model and r["mode"] in ("server", "identity") and "error" not in r
-            }
-        )
-        for mode, backend, batching in series:
-            pts = sorted(
-                (r["concurrency"], r["inferences_per_s"])
-                for r in rows
-                if r["model"] == model
-                and (r["mode"], r["backend"], r.get("batching")) == (mode, backend, batching)
-            )
-            label = (
-                f"{'identity' if mode == 'identity' else backend} {'batched' if batching else 'per-request'}"
-            )
-            ax.plot(*zip(*pts), marker="o", linestyle=":" if mode == "identity" else "-", label=label)
-        for r in rows:
-            if r["model"] == model and r["mode"] == "inprocess" and r["batch"] == 32:
-                ax.axhline(r["inferences_per_s"], linestyle="--", linewidth=0.8, color="grey")
-                ax.text(1, r["inferences_per_s"], f" in-process {r['backend']} b32", fontsize=7, va="bottom")
-        ax.set(
-            title=f"{model}: server on 1 core, batch-1 requests",
-            xscale="log",
-            yscale="log",
-            xlabel="concurrency (requests in flight)",
-            ylabel="inferences/s",
-        )
+    m = medians(doc["rows"])
+    panels = [("grpc", model) for model, _ in MODELS] + [("rest", model) for model, _ in MODELS
+                                                        if any(k[:2] == ("rest", model) for k in m)]
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False)
+    for ax, (mode, model) in zip(axes[0], panels):
+        for case in sorted({k[2] for k in m if k[:2] == (mode, model)}):
+            pts = sorted((k[3], v["inf_s"]) for k, v in m.items() if k[:3] == (mode, model, case))
+            ref = case in ("bare", "ort", "rest_bare")
+            ax.plot(*zip(*pts), marker="o", linestyle="--" if ref else "-", label=case)
+        if (mode, model) == ("grpc", "mlp") and doc["limit"]["limit"]:
+            ax.axhline(doc["limit"]["limit"], color="grey", linewidth=0.8, linestyle=":")
+            ax.text(1, doc["limit"]["limit"], " one-core limit", fontsize=7, va="bottom")
+        ax.set(title=f"{model} ({mode})", xscale="log", xlabel="concurrency", ylabel="inferences/s")
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -178,15 +204,11 @@ def plot(doc: dict, path: Path) -> None:
 
 def write(doc: dict, out: Path) -> list[Path]:
     """Add targets; write serve-<timestamp>.json, serve-latest.json/.md/.png under `out`; returns the paths."""
-    doc = {**doc, "targets": targets(doc["rows"])}
+    found, limit = targets(doc["rows"], tuple(doc["plan"]["levels"]))
+    doc = {**doc, "targets": found, "limit": limit}
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(doc["started"]))
     text = json.dumps(doc, indent=1, default=str)
-    paths = [
-        out / f"serve-{stamp}.json",
-        out / "serve-latest.json",
-        out / "serve-latest.md",
-        out / "serve-latest.png",
-    ]
+    paths = [out / f"serve-{stamp}.json", out / "serve-latest.json", out / "serve-latest.md", out / "serve-latest.png"]
     for p in paths[:2]:
         tmp = p.with_suffix(".json.tmp")
         tmp.write_text(text)

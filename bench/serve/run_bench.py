@@ -1,16 +1,20 @@
-"""`make bench-serve`: the serving benchmark, end to end.
+"""`make bench-serve`: tfship's serving path against its two references, measured in one run.
 
-For each model (digits CNN, 1024-wide MLP) and backend (saved_model, onnx, tflite), with batching
-off and on: a `python -m serving` server pinned to core 0 and a load generator process
-(`bench.serve.loadgen`) pinned to core 1 run batch-1 Predicts at each concurrency level. Two
-references are measured in the same run: the in-process limit (`bench.serve.inprocess`, same
-runtime, no RPC, batch 1 and 32, core 0) and the transport ceiling (`identity` backend, same
-server). Then a multi-process mode (one server per core sharing the port via SO_REUSEPORT) and,
-optionally, a py-spy profile of the server's per-request path.
+Per model (`digits`, the small CNN; `mlp`, 784 -> 4x1024 -> 10) every server below is started once,
+pinned to the server core, and kept up; then `--repeats` rounds each load every server in turn
+(alternating, so a noisy minute hits all of them alike) with batch-1 `Predict` calls at each
+concurrency level from a load generator pinned to the other core (`bench.serve.loadgen`):
 
-Windows: `--warmup-s`/`--window-s` (env `BENCH_WARMUP_S`/`BENCH_WINDOW_S`); `--quick` (env
-`BENCH_QUICK=1`) shortens them. Writes `<out>/serve-<timestamp>.json`, `serve-latest.json`,
-`serve-latest.md`, `serve-latest.png` (and `serve-profile.md` with `--profile`).
+* `bare`: 60-line `grpc.aio` server answering with prebuilt bytes (tfship's identity reply);
+* `identity`: tfship with its `identity` backend (transport and tfship's per-request code, no model);
+* `ort`: hand-written per-request ONNX Runtime grpcio server (`bench.serve.ort_server`);
+* `onnx_batching`, `onnx`, `saved_model_batching`: tfship (batching max 32, 1 ms, 1 batch thread);
+* REST `:predict` JSON, row (`instances`) and columnar (`inputs`), against a bare aiohttp server
+  (`bench.serve.bare_rest`) answering with tfship's prebuilt reply.
+
+Each round also measures the in-process limit (ONNX Runtime, one thread, batch 1 and 32). After the
+rounds: `--num-processes 2` against one process (nothing pinned), and, with `--profile-s`, py-spy.
+Report: `bench.serve.report` (medians of the rounds; JSON, Markdown, plot in `--out`).
 """
 
 from __future__ import annotations
@@ -26,306 +30,175 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.serve import report
+from bench.serve.endpoints import (
+    THREAD_FLAGS,
+    ReferenceEndpoint,
+    TfshipEndpoint,
+    child_env,
+    grpc_reply,
+    rest_bodies,
+    rest_reply,
+)
 from bench.serve.models import ROOT, ModelInfo, load_infos, request_bytes
-from core.errors import TfshipError
 
-BACKENDS = ("saved_model", "onnx", "tflite")
-# Servers start through this module: `python -m serving` with the benchmark-only `identity` backend registered.
-SERVER_MODULE = "bench.serve.identity"
-SERVER_CPU, LOADGEN_CPU = 0, 1
-THREAD_FLAGS = ("--intra-op-threads", "1", "--inter-op-threads", "1")
 BATCHING = """max_batch_size { value: 32 }
-batch_timeout_micros { value: 2000 }
+batch_timeout_micros { value: 1000 }
 max_enqueued_batches { value: 100 }
 num_batch_threads { value: 1 }
 """
+TFSHIP_CASES = (("identity", "identity", False), ("onnx_batching", "onnx", True), ("onnx", "onnx", False),
+                ("saved_model_batching", "saved_model", True))
 
 
 @dataclass(frozen=True)
 class Plan:
-    """What to run. Times in seconds; `levels`: concurrency levels."""
+    """What to run. Times in seconds; `levels`: concurrency levels; `repeats`: alternating rounds."""
 
     work: Path
     out: Path
     warmup_s: float
     window_s: float
     levels: tuple[int, ...]
+    repeats: int
     models: tuple[str, ...]
-    backends: tuple[str, ...]
     multiprocess: bool
+    rest: bool
     profile_s: float
     quick: bool
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    return env
-
-
-def _cores() -> tuple[int, int]:
-    """(server core, load generator core); both 0 on a one-core machine."""
+def cores() -> tuple[int, int]:
+    """(server core, load generator core); both the same on a one-core machine."""
     cpus = sorted(os.sched_getaffinity(0))
     return (cpus[0], cpus[1]) if len(cpus) > 1 else (cpus[0], cpus[0])
 
 
-@contextlib.contextmanager
-def _pinned(cpus: set[int] | None):
-    """Pin this process to `cpus` meanwhile, so children started inside inherit the affinity."""
-    before = os.sched_getaffinity(0)
-    if cpus:
-        os.sched_setaffinity(0, cpus)
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, before)
-
-
-def _server_args(batching_file: Path | None, port: int | None = None) -> list[str]:
-    args = ["--rest-port", "-1", "--file-system-poll-wait-seconds", "0", *THREAD_FLAGS]
-    if batching_file:
-        args += ["--batching-parameters-file", str(batching_file)]
-    if port is not None:
-        args += ["--port", str(port)]
-    return args
-
-
-def run_loadgen(
-    plan: Plan,
-    target: str,
-    request_file: Path,
-    servers: list,
-    levels=None,
-    cpu: int | None = None,
-    channels: int = 1,
-) -> list[dict]:
-    """Run `bench.serve.loadgen` in its own process; returns its per-level dicts."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "bench.serve.loadgen",
-        "--target",
-        target,
-        "--request-file",
-        str(request_file),
-        "--concurrency",
-        ",".join(str(c) for c in (levels or plan.levels)),
-        "--warmup-s",
-        str(plan.warmup_s),
-        "--window-s",
-        str(plan.window_s),
-        "--channels",
-        str(channels),
-        *(f"--server-pid={s.process.pid}" for s in servers),
-        *(f"--metrics-url={s.metrics_url}" for s in servers if s.metrics_url),
-    ]
+def loadgen(plan: Plan, endpoint, request_file: Path, *, rest_url: str | None = None, levels=None,
+            cpu: int | None = None, channels: int = 1) -> list[dict]:
+    """Run `bench.serve.loadgen` against `endpoint` in its own process; returns its per-level dicts."""
+    levels = levels or plan.levels
+    cmd = [sys.executable, "-m", "bench.serve.loadgen", "--request-file", str(request_file),
+           "--concurrency", ",".join(map(str, levels)), "--warmup-s", str(plan.warmup_s),
+           "--window-s", str(plan.window_s), "--channels", str(channels),
+           *(f"--server-pid={p}" for p in endpoint.pids), *(f"--metrics-url={u}" for u in endpoint.metrics_urls)]
+    cmd += ["--rest-url", rest_url] if rest_url else ["--target", endpoint.grpc_target]
     if cpu is not None:
         cmd.append(f"--cpu={cpu}")
-    budget = 60 + len(levels or plan.levels) * (plan.warmup_s + plan.window_s) * 2
-    done = subprocess.run(cmd, check=False, capture_output=True, text=True, env=_env(), timeout=budget)
+    budget = 60 + len(levels) * (plan.warmup_s + plan.window_s) * 2
+    done = subprocess.run(cmd, check=False, capture_output=True, text=True, env=child_env(), timeout=budget)
     if done.returncode != 0:
         raise RuntimeError(f"loadgen failed ({done.returncode}): {done.stderr[-2000:]}")
     return json.loads(done.stdout)
 
 
-def serve_case(
-    plan: Plan,
-    model: str,
-    backend: str,
-    batching: bool,
-    request_file: Path,
-    rows: int = 1,
-    profile_to: Path | None = None,
-) -> list[dict]:
-    """Start one pinned server, load it at every level; rows tagged with model/backend/batching."""
-    from serving.launcher import ServerProcess
-
-    server_cpu, loadgen_cpu = _cores()
-    batching_file = plan.work / "batching.txt" if batching else None
-    with _pinned({server_cpu}):
-        server = ServerProcess(plan.work / "repo", model, backend, _server_args(batching_file), env=_env(),
-                               module=SERVER_MODULE)
-        server.__enter__()
-    try:
-        profiler = _start_profiler(server.process.pid, profile_to, plan) if profile_to else None
-        rows_out = run_loadgen(plan, server.grpc_target, request_file, [server], cpu=loadgen_cpu)
-        if profiler:
-            profiler.wait(timeout=plan.profile_s + 60)
-    finally:
-        server.__exit__(None, None, None)
-    tag = {"mode": "server", "model": model, "backend": backend, "batching": batching}
-    return [{**tag, **r} for r in rows_out]
-
-
-def _start_profiler(pid: int, out: Path, plan: Plan) -> subprocess.Popen:
-    """py-spy record of `pid` in raw (collapsed-stack) format, starting after the first warm-up."""
-    py_spy = Path(sys.executable).with_name("py-spy")
-    time.sleep(plan.warmup_s + 0.5)  # loadgen process start + warm-up: profile the steady state
-    return subprocess.Popen(
-        [
-            str(py_spy),
-            "record",
-            "--pid",
-            str(pid),
-            "--duration",
-            str(int(plan.profile_s)),
-            "--rate",
-            "250",
-            "--format",
-            "raw",
-            "--output",
-            str(out),
-            "--nonblocking",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-
-def inprocess_case(plan: Plan, info: ModelInfo, backend: str) -> list[dict]:
-    """The in-process limit of `backend` on `info` (batch 1 and 32, pinned to the server core)."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "bench.serve.inprocess",
-        "--version-dir",
-        str(plan.work / "repo" / info.name / "1"),
-        "--backend",
-        backend,
-        "--alias",
-        info.input_alias,
-        "--shape",
-        ",".join(map(str, info.input_shape)),
-        "--batch",
-        "1,32",
-        "--warmup-s",
-        str(plan.warmup_s),
-        "--window-s",
-        str(plan.window_s),
-        f"--cpu={_cores()[0]}",
-        *THREAD_FLAGS,
-    ]
-    done = subprocess.run(cmd, check=False, capture_output=True, text=True, env=_env(), timeout=300)
+def inprocess(plan: Plan, info: ModelInfo, backend: str = "onnx") -> list[dict]:
+    """The in-process limit of `backend` on `info` (batch 1 and 32, one thread, server core)."""
+    cmd = [sys.executable, "-m", "bench.serve.inprocess", "--version-dir", str(plan.work / "repo" / info.name / "1"),
+           "--backend", backend, "--alias", info.input_alias, "--shape", ",".join(map(str, info.input_shape)),
+           "--batch", "1,32", "--warmup-s", str(plan.warmup_s), "--window-s", str(plan.window_s),
+           f"--cpu={cores()[0]}", *THREAD_FLAGS]
+    done = subprocess.run(cmd, check=False, capture_output=True, text=True, env=child_env(), timeout=300)
     if done.returncode != 0:
         raise RuntimeError(f"inprocess {info.name}/{backend} failed: {done.stderr[-2000:]}")
-    return [
-        {"mode": "inprocess", "model": info.name, "backend": backend, **r}
-        for r in json.loads(done.stdout.strip().splitlines()[-1])
-    ]
+    return [{"mode": "inprocess", "model": info.name, "backend": backend, **r}
+            for r in json.loads(done.stdout.strip().splitlines()[-1])]
 
 
-def multiprocess_case(plan: Plan, model: str, backend: str, request_file: Path) -> list[dict]:
-    """`serve --num-processes <cores>`: worker processes sharing one port (SO_REUSEPORT), load from many
-    connections; nothing pinned (the load generator shares the cores). A failure is recorded, not raised."""
-    from serving.launcher import ServerProcess
+def _model_files(plan: Plan, info: ModelInfo) -> dict[str, Path]:
+    """Request files of `info`: gRPC (model, identity) and REST bodies (row, columnar)."""
+    import numpy as np
 
-    cores = len(os.sched_getaffinity(0))
-    tag = {"mode": "multiprocess", "model": model, "backend": backend, "batching": True, "servers": cores}
-    args = [*_server_args(plan.work / "batching.txt"), "--num-processes", str(cores)]
-    try:
-        with ServerProcess(plan.work / "repo", model, backend, args, env=_env(), module=SERVER_MODULE) as server:
-            workers = [_Worker(w["pid"], f"http://127.0.0.1:{w['metrics']}") for w in server.ports["workers"]]
-            rows = run_loadgen(plan, server.grpc_target, request_file, workers, levels=(32, 64), channels=8)
-        return [{**tag, **r} for r in rows]
-    except (TfshipError, RuntimeError, OSError, subprocess.TimeoutExpired) as err:
-        return [{**tag, "error": f"{type(err).__name__}: {str(err)[-600:]}"}]
+    files = {"grpc": plan.work / f"request_{info.name}.bin", "identity": plan.work / f"request_identity_{info.name}.bin"}
+    files["grpc"].write_bytes(request_bytes(info.name, info.input_alias, info.input_shape))
+    files["identity"].write_bytes(request_bytes(f"identity_{info.name}", info.input_alias, info.input_shape))
+    row = np.random.default_rng(0).random(info.input_shape, dtype=np.float32).tolist()
+    for fmt, body in rest_bodies(info.input_alias, row).items():
+        files[f"rest_{fmt}"] = plan.work / f"request_{info.name}_{fmt}.json"
+        files[f"rest_{fmt}"].write_bytes(body)
+    return files
 
 
-@dataclass(frozen=True)
-class _Worker:
-    """What `run_loadgen` reads of a server: its pid (CPU time) and metrics URL (batch sizes)."""
+def model_rounds(plan: Plan, info: ModelInfo) -> list[dict]:
+    """Start every server for `info`, then `plan.repeats` alternating rounds over them; tagged rows."""
+    server_cpu, loadgen_cpu = cores()
+    files, repo, batching = _model_files(plan, info), plan.work / "repo", plan.work / "batching.txt"
+    rows: list[dict] = []
+    with contextlib.ExitStack() as stack:
+        grpc_cases = {}
+        for case, backend, batched in TFSHIP_CASES:
+            name = f"identity_{info.name}" if backend == "identity" else info.name
+            endpoint = TfshipEndpoint(repo, name, backend, batching if batched else None, server_cpu)
+            grpc_cases[case] = (stack.enter_context(endpoint), files["identity" if case == "identity" else "grpc"])
+        reply = plan.work / f"reply_identity_{info.name}.bin"
+        reply.write_bytes(grpc_reply(grpc_cases["identity"][0].grpc_target, files["identity"].read_bytes()))
+        grpc_cases["bare"] = (stack.enter_context(ReferenceEndpoint("bare_server", ["--response-file", str(reply)],
+                                                                    server_cpu)), files["identity"])
+        onnx_file = repo / info.name / "1" / "model.onnx"
+        grpc_cases["ort"] = (stack.enter_context(ReferenceEndpoint("ort_server", ["--model", str(onnx_file)],
+                                                                   server_cpu)), files["grpc"])
+        rest_cases = {}
+        if plan.rest:
+            tfship = grpc_cases["onnx_batching"][0]
+            rest_cases = {f"rest_{fmt}": (tfship, files[f"rest_{fmt}"], tfship.rest_url()) for fmt in ("row", "columnar")}
+            body = plan.work / f"reply_rest_{info.name}.json"
+            body.write_bytes(rest_reply(tfship.rest_url(), files["rest_row"].read_bytes()))
+            bare = stack.enter_context(ReferenceEndpoint("bare_rest", ["--response-file", str(body)], server_cpu))
+            rest_cases["rest_bare"] = (bare, files["rest_row"], bare.rest_url(info.name))
+        for repeat in range(plan.repeats):
+            print(f"[bench-serve] {info.name} round {repeat + 1}/{plan.repeats}", flush=True)
+            rows += [{**r, "repeat": repeat} for r in inprocess(plan, info)]
+            for case, (endpoint, request) in grpc_cases.items():
+                rows += [{"mode": "grpc", "model": info.name, "case": case, "repeat": repeat, **r}
+                         for r in loadgen(plan, endpoint, request, cpu=loadgen_cpu)]
+            for case, (endpoint, request, url) in rest_cases.items():
+                rows += [{"mode": "rest", "model": info.name, "case": case, "repeat": repeat, **r}
+                         for r in loadgen(plan, endpoint, request, rest_url=url, cpu=loadgen_cpu)]
+    return rows
 
-    pid: int
-    metrics_url: str
 
-    @property
-    def process(self) -> _Worker:
-        return self
+def multiprocess(plan: Plan, info: ModelInfo) -> list[dict]:
+    """tfship onnx batching as one process and as `--num-processes 2` (SO_REUSEPORT), nothing pinned, 8
+    connections. A failure is recorded, not raised."""
+    files, rows = _model_files(plan, info), []
+    for processes in (1, 2):
+        extra = ("--num-processes", str(processes)) if processes > 1 else ()
+        tag = {"mode": "multiprocess", "model": info.name, "case": "onnx_batching", "processes": processes}
+        try:
+            with TfshipEndpoint(plan.work / "repo", info.name, "onnx", plan.work / "batching.txt", None, extra) as ep:
+                rows += [{**tag, **r} for r in loadgen(plan, ep, files["grpc"], levels=(32, 64), channels=8)]
+        except (RuntimeError, OSError, subprocess.TimeoutExpired, Exception) as err:  # noqa: BLE001 - recorded
+            rows.append({**tag, "error": f"{type(err).__name__}: {str(err)[-600:]}"})
+    return rows
 
 
 def prepare(plan: Plan) -> list[ModelInfo]:
-    """Build the model repository (child process: TensorFlow stays out of this one) and the request files."""
-    subprocess.run(
-        [sys.executable, "-m", "bench.serve.models", "--work", str(plan.work)],
-        check=True,
-        env=_env(),
-        stdout=subprocess.DEVNULL,
-    )
+    """Build the model repository (child process: TensorFlow stays out of this one)."""
+    subprocess.run([sys.executable, "-m", "bench.serve.models", "--work", str(plan.work)], check=True,
+                   env=child_env(), stdout=subprocess.DEVNULL)
     (plan.work / "batching.txt").write_text(BATCHING)
-    infos = [i for i in load_infos(plan.work) if i.name in plan.models]
-    for info in infos:
-        for name in (info.name, f"identity_{info.name}"):
-            (plan.work / f"request_{name}.bin").write_bytes(
-                request_bytes(name, info.input_alias, info.input_shape)
-            )
-    return infos
+    return [i for i in load_infos(plan.work) if i.name in plan.models]
 
 
 def run(plan: Plan) -> dict:
     """Every case of `plan`; returns the result document (see `report.write`)."""
     infos = prepare(plan)
-    started, rows = time.time(), []
+    started, uptime_before, rows = time.time(), report.uptime(), []
     for info in infos:
-        request = plan.work / f"request_{info.name}.bin"
-        for backend in plan.backends:
-            rows += inprocess_case(plan, info, backend)
-            for batching in (False, True):
-                print(
-                    f"[bench-serve] {info.name} {backend} batching={'on' if batching else 'off'}", flush=True
-                )
-                rows += serve_case(plan, info.name, backend, batching, request)
-        for batching in (False, True):
-            rows += [
-                {**r, "model": info.name, "mode": "identity"}
-                for r in serve_case(
-                    plan,
-                    f"identity_{info.name}",
-                    "identity",
-                    batching,
-                    plan.work / f"request_identity_{info.name}.bin",
-                )
-            ]
-    if plan.multiprocess and "mlp" in plan.models:
-        print("[bench-serve] multi-process (SO_REUSEPORT)", flush=True)
-        rows += multiprocess_case(plan, "mlp", "onnx", plan.work / "request_mlp.bin")
+        rows += model_rounds(plan, info)
+    heavy = [i for i in infos if i.name == "mlp"]
+    if plan.multiprocess and heavy:
+        print("[bench-serve] --num-processes 1 vs 2", flush=True)
+        rows += multiprocess(plan, heavy[0])
     profile = None
-    if plan.profile_s > 0:
-        profile = profile_cases(plan)
-    return {
-        "schema": "tfship.bench.serve/1",
-        "started": started,
-        "seconds": time.time() - started,
-        "host": report.host_info(),
-        "plan": {k: str(v) if isinstance(v, Path) else v for k, v in vars(plan).items()},
-        "batching_parameters": BATCHING,
-        "server_flags": list(THREAD_FLAGS),
-        "models": [vars(i) for i in infos],
-        "rows": rows,
-        "profile": profile,
-    }
+    if plan.profile_s > 0 and heavy:
+        from bench.serve.profile import profile_cases
 
-
-def profile_cases(plan: Plan) -> dict:
-    """py-spy the server under concurrency 32: identity (pure per-request path) and mlp/onnx batched."""
-    from bench.serve import profile
-
-    cases = {}
-    for name, model, backend, batching in (
-        ("identity_mlp", "identity_mlp", "identity", False),
-        ("mlp_onnx_batched", "mlp", "onnx", True),
-    ):
-        raw = plan.work / f"profile_{name}.txt"
-        raw.unlink(missing_ok=True)
-        longer = Plan(**{**vars(plan), "levels": (32,), "window_s": plan.profile_s + 2})
-        rows = serve_case(
-            longer, model, backend, batching, plan.work / f"request_{model}.bin", profile_to=raw
-        )
-        cases[name] = {"rows": rows, "top": profile.summarise(raw) if raw.exists() else None}
-    path = plan.out / "serve-profile.md"
-    kept = path.read_text().split(profile.GENERATED)[0] if path.exists() else ""  # hand-written findings
-    path.write_text(kept + profile.GENERATED + "\n" + profile.markdown(cases))
-    return cases
+        profile = profile_cases(plan, heavy[0])
+    return {"schema": "tfship.bench.serve/2", "started": started, "seconds": time.time() - started,
+            "host": {**report.host_info(), "uptime_before": uptime_before, "uptime_after": report.uptime()},
+            "plan": {k: str(v) if isinstance(v, Path) else v for k, v in vars(plan).items()},
+            "batching_parameters": BATCHING, "server_flags": list(THREAD_FLAGS),
+            "models": [vars(i) for i in infos], "rows": rows, "profile": profile}
 
 
 def parse(argv: list[str] | None = None) -> Plan:
@@ -334,40 +207,29 @@ def parse(argv: list[str] | None = None) -> Plan:
     p = argparse.ArgumentParser(prog="python -m bench.serve.run_bench", description=__doc__.splitlines()[0])
     p.add_argument("--work", type=Path, default=ROOT / "bench" / "work")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
-    p.add_argument("--quick", action="store_true", default=quick, help="short windows (env BENCH_QUICK=1)")
+    p.add_argument("--quick", action="store_true", default=quick, help="short windows, one round (BENCH_QUICK=1)")
     p.add_argument("--warmup-s", type=float, default=float(os.environ.get("BENCH_WARMUP_S", "0")) or None)
     p.add_argument("--window-s", type=float, default=float(os.environ.get("BENCH_WINDOW_S", "0")) or None)
-    p.add_argument("--concurrency", default=os.environ.get("BENCH_CONCURRENCY", "1,8,32,64"))
+    p.add_argument("--repeats", type=int, default=int(os.environ.get("BENCH_REPEATS", "0")) or None)
+    p.add_argument("--concurrency", default=os.environ.get("BENCH_CONCURRENCY", "1,8,32"))
     p.add_argument("--models", default=os.environ.get("BENCH_MODELS", "digits,mlp"))
-    p.add_argument("--backends", default=os.environ.get("BENCH_BACKENDS", ",".join(BACKENDS)))
     p.add_argument("--no-multiprocess", action="store_true")
-    p.add_argument(
-        "--profile-s",
-        type=float,
-        default=float(os.environ.get("BENCH_PROFILE_S", "0")),
-        help="seconds of py-spy per profiled case; 0 = no profile",
-    )
+    p.add_argument("--no-rest", action="store_true")
+    p.add_argument("--profile-s", type=float, default=float(os.environ.get("BENCH_PROFILE_S", "0")),
+                   help="seconds of py-spy per profiled case; 0 = no profile")
     a = p.parse_args(argv)
-    return Plan(
-        work=a.work,
-        out=a.out,
-        warmup_s=a.warmup_s or (0.2 if a.quick else 1.0),
-        window_s=a.window_s or (0.5 if a.quick else 3.0),
-        levels=tuple(int(c) for c in a.concurrency.split(",")),
-        models=tuple(a.models.split(",")),
-        backends=tuple(a.backends.split(",")),
-        multiprocess=not a.no_multiprocess,
-        profile_s=a.profile_s,
-        quick=a.quick,
-    )
+    return Plan(work=a.work, out=a.out, warmup_s=a.warmup_s or (0.2 if a.quick else 0.7),
+                window_s=a.window_s or (0.5 if a.quick else 2.0), levels=tuple(int(c) for c in a.concurrency.split(",")),
+                repeats=a.repeats or (1 if a.quick else 3), models=tuple(a.models.split(",")),
+                multiprocess=not a.no_multiprocess, rest=not a.no_rest, profile_s=a.profile_s, quick=a.quick)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI entry point: run, then write JSON, Markdown and the plot; prints the Markdown path."""
+    """CLI entry point: run, then write JSON, Markdown and the plot; prints the Markdown."""
     plan = parse(argv)
     plan.out.mkdir(parents=True, exist_ok=True)
-    doc = run(plan)
-    paths = report.write(doc, plan.out)
+    paths = report.write(run(plan), plan.out)
+    print(paths[2].read_text())
     print("\n".join(str(p) for p in paths))
     return 0
 

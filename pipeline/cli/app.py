@@ -30,6 +30,11 @@ def build_parser() -> argparse.ArgumentParser:
                      "returning a keras.Model (training is skipped; needs --data)")
     run.add_argument("--data", type=Path, help="export-only: validation/calibration data (NPZ with x/y or one "
                      "array per input, CSV with a label column, or an image folder <root>/<class>/<file>)")
+    run.add_argument("--tags", default="serve", metavar="TAG[,TAG]", help="export-only: the SavedModel MetaGraph "
+                     "tag-set to export (default: serve), e.g. --tags serve,gpu")
+    run.add_argument("--custom-objects", action="append", default=[], metavar="MODULE",
+                     help="export-only: import MODULE before loading a .keras/.h5 file, so the custom layers it "
+                          "registers (@keras.saving.register_keras_serializable) load (repeatable)")
     run.add_argument("--resume", metavar="RUN", help="resume RUN (run folder or run id): stages whose outputs are "
                      "complete and valid are skipped, training continues from its latest checkpoint")
     run.set_defaults(func=commands.cmd_run)

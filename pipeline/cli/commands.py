@@ -48,8 +48,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         with _progress() as progress:
             result = resume_pipeline(args.resume, config, progress, _print_stage)
     elif getattr(args, "model", None):
-        result = run_export_only(config, config.publish.repository, ExportOnlyRequest(args.model, args.data),
-                                 _print_stage)
+        tags = tuple(t.strip() for t in args.tags.split(",") if t.strip())
+        if not tags:
+            raise ConfigError(f"tfship run: --tags {args.tags!r} names no tag; e.g. --tags serve")
+        request = ExportOnlyRequest(args.model, args.data, tags, tuple(args.custom_objects))
+        result = run_export_only(config, config.publish.repository, request, _print_stage)
     else:
         with _progress() as progress:
             result = run_pipeline(config, config.publish.repository, progress, _print_stage)

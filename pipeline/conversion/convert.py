@@ -82,7 +82,8 @@ def convert_artifacts(version_dir: Path, contract: Signature, settings: ConvertS
                                done.reproduce_command), Artifact("onnx", "onnx", "float32", path))
 
     def tflite_variant(mode: str) -> tuple[VariantOutcome, Artifact | None]:
-        options = TfliteOptions(mode=TfliteMode(mode), representative_samples=settings.representative_samples)
+        options = TfliteOptions(mode=TfliteMode(mode), representative_samples=settings.representative_samples,
+                                allow_flex=settings.allow_flex)
         path = version_dir / tflite_filename(mode)
         done = convert_tflite(version_dir, path, options, calibration_inputs, settings.timeout_seconds)
         outcome = VariantOutcome(f"tflite_{mode}", done.status, done.reason, str(done.path or ""), done.size_bytes,

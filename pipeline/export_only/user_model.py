@@ -12,6 +12,7 @@ All rows serve validation; a seeded subset of at most `convert.representative_sa
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 import zipfile
 from dataclasses import dataclass
@@ -46,15 +47,54 @@ class EvalData:
                 "labels": self.labels is not None, "calibration_rows": len(next(iter(self.calibration.values())))}
 
 
-def load_user_model(spec: str):
-    """Load `spec` as a Keras model, or return the SavedModel folder's Path for re-export.
+def import_custom_objects(modules: tuple[str, ...]) -> None:
+    """Import each `--custom-objects` module, so the Keras classes it registers
+    (`@keras.saving.register_keras_serializable`) are known before a `.keras` file is loaded.
 
     Raises:
-        ConfigError: the path does not exist, the factory cannot be imported or does not return a
-            `keras.Model`, or the file cannot be loaded (the cause is kept).
+        ConfigError: a module cannot be imported (the cause is kept).
+    """
+    if modules and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as err:  # noqa: BLE001 - user code
+            raise ConfigError(f"--custom-objects {name}: cannot import it: {type(err).__name__}: {err}") from err
+
+
+_UNKNOWN_CLASS = re.compile(r"Could not locate (?:class|function) '([^']+)'|Unknown (?:layer|object)[^'\"]*['\"]([^'\"]+)")
+
+
+def _keras_load_error(spec: str, err: Exception, modules: tuple[str, ...]) -> ConfigError:
+    text = " ".join(f"{type(err).__name__}: {err}".split())
+    match = _UNKNOWN_CLASS.search(text)
+    if match is None:
+        return ConfigError(f"--model {spec}: Keras cannot load it: {text}")
+    tried = f"; imported {list(modules)}, which did not register it" if modules else ""
+    return ConfigError(
+        f"--model {spec}: Could not locate class '{match.group(1) or match.group(2)}' (a custom class Keras does "
+        f"not know{tried}). Give the module that defines and registers it "
+        "(@keras.saving.register_keras_serializable) with --custom-objects package.module (imported before "
+        "loading), or pass --model package.module:function, a factory that builds or loads the model itself")
+
+
+def load_user_model(spec: str, custom_objects: tuple[str, ...] = ()):
+    """Load `spec` as a Keras model, or return the SavedModel folder's Path for re-export.
+
+    Args:
+        spec: a `.keras` / `.h5` file, a SavedModel folder or `package.module:function`.
+        custom_objects: modules imported first (`--custom-objects`): they register the custom layers the
+            file names.
+
+    Raises:
+        ConfigError: the path does not exist, a custom-objects module or the factory cannot be imported,
+            the factory does not return a `keras.Model`, or the file cannot be loaded (the cause is kept; an
+            unknown custom class names `--custom-objects` and the `module:function` route).
     """
     import keras
 
+    import_custom_objects(tuple(custom_objects))
     path = Path(spec)
     if path.is_dir():
         if not (path / "saved_model.pb").is_file():
@@ -66,7 +106,7 @@ def load_user_model(spec: str):
         try:
             return keras.models.load_model(path, compile=False)
         except Exception as err:  # noqa: BLE001 - Keras raises many types on bad files
-            raise ConfigError(f"--model {spec}: Keras cannot load it: {type(err).__name__}: {err}") from err
+            raise _keras_load_error(spec, err, tuple(custom_objects)) from err
     if ":" not in spec:
         raise ConfigError(f"--model {spec}: expected a .keras/.h5 file, a SavedModel folder or module:function")
     module_name, function_name = spec.rsplit(":", 1)
@@ -82,9 +122,21 @@ def load_user_model(spec: str):
     return model
 
 
+def _as_text(name: str, array: np.ndarray, where: str) -> np.ndarray:
+    """A text input as numpy unicode, whether the file holds `str`, UTF-8 `bytes` or objects of either."""
+    from pipeline.gate.runners import as_text
+
+    if array.dtype.kind not in "OSU":
+        raise DatasetError(f"{where}: input '{name}' is a string input; the array holds {array.dtype} values")
+    try:
+        return as_text(array)
+    except UnicodeDecodeError as err:
+        raise DatasetError(f"{where}: input '{name}' holds bytes that are not UTF-8 text: {err}") from err
+
+
 def _coerce(name: str, array: np.ndarray, dtype: str, shape: tuple | None, where: str) -> np.ndarray:
     if dtype == "string":
-        array = np.asarray(array).astype(str)
+        array = _as_text(name, np.asarray(array), where)
     else:
         array = np.asarray(array).astype(dtype)
     if shape is not None and (array.ndim != len(shape)
@@ -179,7 +231,13 @@ def load_user_data(path: Path | str, contract: Signature, calibration_rows: int,
 
 @dataclass(frozen=True)
 class ExportOnlyRequest:
-    """`tfship run --model SPEC --data PATH`: the model to export and the data to validate/calibrate on."""
+    """`tfship run --model SPEC --data PATH`: the model to export and the data to validate/calibrate on.
+
+    tags: the SavedModel MetaGraph tag-set to export (`--tags`, default `serve`); custom_objects: modules
+    imported before a Keras file is loaded (`--custom-objects`).
+    """
 
     model: str
     data: Path
+    tags: tuple[str, ...] = ("serve",)
+    custom_objects: tuple[str, ...] = ()

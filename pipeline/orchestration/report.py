@@ -75,6 +75,27 @@ def _plots(run: RunFolder, parity: dict[str, Any]) -> list[str]:
     return figures + _error_histograms(run, rows, parity.get("error_bin_edges", []), plt)
 
 
+def training_details(train: dict[str, Any] | None) -> list[str]:
+    """Report lines for the step kind, frozen layers, sparse gradients and debug switches (train.json)."""
+    if not train or "step_kind" not in train:
+        return []
+    kind = train["step_kind"]
+    metrics = ", ".join(f"{name} {value:.4g}" for name, value in kind.get("last", {}).items())
+    lines = [f"  - step kind: `{kind['kind']}`" + (f" (last step: {metrics})" if metrics else "")]
+    frozen = train.get("frozen", {})
+    if frozen.get("layers"):
+        lines.append(f"  - frozen layers: {', '.join(frozen['layers'])} ({len(frozen['weights'])} weights; "
+                     f"optimizer slots for them: {len(frozen['optimizer_slots_for_frozen_weights'])})")
+    for path, kind_name in train.get("sparse_gradients", {}).items():
+        ops = train.get("sparse_update_ops") or []
+        applied = f"applied sparsely ({', '.join(ops)})" if ops else "applied densely by the optimizer"
+        lines.append(f"  - sparse gradient: `{path}` trains with {kind_name} (rows touched only), {applied}")
+    switches = [name for name, on in train.get("debug", {}).items() if on]
+    if switches:
+        lines.append(f"  - debug switches on: {', '.join(switches)}")
+    return lines
+
+
 def write_report(run: RunFolder, summary: dict[str, Any]) -> tuple[Path, Path]:
     """Write `report.json` and `report.md` (+ PNG plots: metric, size, latency, error histogram per output)
     into the run folder; return both paths."""
@@ -88,7 +109,7 @@ def write_report(run: RunFolder, summary: dict[str, Any]) -> tuple[Path, Path]:
                   f"`{summary.get('export_only', {}).get('data')}` (training skipped)")
     metric = parity.get("metric", "accuracy_%")
     lines = [f"# tfship run report", "", f"- run: `{summary['run']}`", f"- published: `{summary['published']}`",
-             f"- audit: {'passed' if summary['audit_passed'] else 'FAILED'}", train_line,
+             f"- audit: {'passed' if summary['audit_passed'] else 'FAILED'}", train_line, *training_details(train),
              f"- task metric: {metric} on output `{parity.get('metric_output')}` against "
              f"{parity.get('label_source', 'labels')}; SavedModel: {parity.get('reference_metric', float('nan')):.4g}",
              "", f"| artifact | mode | size | size vs tflite float32 | {metric} | agreement % | latency b1 ms "

@@ -88,10 +88,10 @@ def run_export_only(config: PipelineConfig, repository: Path, request: ExportOnl
     run.write_json("config.json", config.model_dump(mode="json", by_alias=True)
                    | {"export_only": {"model": request.model, "data": str(request.data)}})
     stage = StageRunner(run, on_stage)
-    model = stage("data", lambda: load_user_model(request.model),
+    model = stage("data", lambda: load_user_model(request.model, request.custom_objects),
                   lambda m: {"model": request.model, "kind": type(m).__name__})
     stage.skip("train", f"--model {request.model} given: export-only")
-    exported, data = stage("export", lambda: steps.export_user_stage(config, run, model, request.data),
+    exported, data = stage("export", lambda: steps.export_user_stage(config, run, model, request.data, request.tags),
                            lambda pair: _summarise_export(pair[0]) | {"data": pair[1].summary()})
     converted = stage("convert", lambda: steps.convert_stage(config, run, data),
                       lambda c: {o.name: o.status for o in c.outcomes})

@@ -17,7 +17,7 @@ import numpy as np
 from pipeline.config import PipelineConfig
 from pipeline.conversion.convert import ConvertResult, convert_artifacts, tflite_filename
 from pipeline.data.splits import DatasetSplits
-from core.errors import StageError
+from core.errors import ContractError, StageError
 from pipeline.orchestration.publish import (PublishResult, git_commit, library_versions, publish_version, write_golden_set,
                               write_warmup_requests)
 from pipeline.gate.runners import Artifact
@@ -77,11 +77,13 @@ def _audit_and_prove(config: PipelineConfig, run: RunFolder, contract: Signature
     return ExportOutcome(contract, audit, behaviour)
 
 
-def export_user_stage(config: PipelineConfig, run: RunFolder, model, data_path: Path) -> tuple[ExportOutcome, EvalData]:
+def export_user_stage(config: PipelineConfig, run: RunFolder, model, data_path: Path,
+                      tags: tuple[str, ...] = ("serve",)) -> tuple[ExportOutcome, EvalData]:
     """Export-only mode: export a user's Keras model (or re-export a SavedModel), audit and prove it.
 
     The contract comes from the model (`signatures.keras_export.contract_from_keras`; a SavedModel keeps
-    its `serving_default`); mixed-precision models are exported as a float32 copy. Extra signatures come
+    the `serving_default` of its MetaGraph tagged `tags`, and only the variables that signature uses are
+    re-exported); mixed-precision models are exported as a float32 copy. Extra signatures come
     from `[export] extra_signatures`. `data_path` is read for this contract (`pipeline.export_only.user_model`).
 
     Raises:
@@ -93,10 +95,13 @@ def export_user_stage(config: PipelineConfig, run: RunFolder, model, data_path: 
     from signatures.layers import keras_layers
 
     if isinstance(model, Path):
-        contract = read_signatures(model)["serving_default"]
+        contract = _user_saved_model_contract(model, tags)
         data = load_user_data(data_path, contract, config.convert.representative_samples, config.run.seed,
-                          config.data.classes)
-        export_saved_model(build_savedmodel_module(model, contract), contract, run.artifacts)
+                              config.data.classes)
+        module = build_savedmodel_module(model, contract, tags)
+        export_saved_model(module, contract, run.artifacts)
+        run.write_json("data.json", data.summary() | {"tags": list(tags),
+                                                      "variables_left_out": list(module.dropped_variables)})
         return _audit_and_prove(config, run, contract, data.inputs, None, None), data
     model = float32_copy(model)
     contract = contract_from_keras(model)
@@ -108,6 +113,14 @@ def export_user_stage(config: PipelineConfig, run: RunFolder, model, data_path: 
     run.write_json("data.json", data.summary())
     return _audit_and_prove(config, run, contract, data.inputs, [w.path for w in model.weights],
                             keras_layers(model)), data
+
+
+def _user_saved_model_contract(folder: Path, tags: tuple[str, ...]) -> Signature:
+    contracts = read_signatures(folder, tags)
+    if "serving_default" not in contracts:
+        raise ContractError(f"--model {folder}: the MetaGraph tagged {list(tags)} has no 'serving_default' signature; "
+                         f"it has {sorted(contracts)}")
+    return contracts["serving_default"]
 
 
 def train_step_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits, progress=None,

@@ -139,6 +139,11 @@ class _Loop:
                 precision=config.train.mixed_precision)
             self.optimizer = build_optimizer(
                 config.train, total_optimizer_updates(self.total_steps, config.train.accumulation_steps))
+            from pipeline.training.freeze import freeze_layers
+            from pipeline.training.step_kinds import build_step_kind
+
+            self.frozen = freeze_layers(self.model, config.train.freeze)  # before the optimizer: no slots for them
+            self.step_kind = build_step_kind(config.train.step, len(splits.class_names))
             # Create the slot variables up front: a tf.function that creates variables is traced twice.
             self.optimizer.build(self.model.trainable_variables)
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
@@ -148,6 +153,10 @@ class _Loop:
         per_call = config.data.batch_size if self.runtime.kind == "default" else self.batch
         self.dataset = make_dataset(splits.train, per_call, training=True, seed=config.run.seed,
                                     shuffle_buffer=config.data.shuffle_buffer, cache=config.data.cache, repeat=True)
+        if config.train.assert_inputs:
+            from pipeline.training.train_checks import input_assertions
+
+            self.dataset = self.dataset.map(input_assertions(len(splits.class_names), splits.train.images.shape[1:]))
         self._make_iterator()
         tracked = {"model": self.model, "optimizer": self.optimizer, "step": self.step, "sums": self.sums,
                    "early": self.early}
@@ -215,12 +224,15 @@ class _Loop:
         if self.runtime.kind != "default" and setting is not False:
             setting = False
             forced = f"XLA off under the {self.runtime.kind} strategy (the step's all-reduce runs outside XLA)"
+        elif self.train.check_numerics and setting is not False:
+            setting, forced = False, "XLA off under check_numerics (its CheckNumerics ops run outside XLA)"
         else:
             forced = None
 
         def build(jit: bool):
             return StepFunctions(self.model, self.optimizer, self.runtime.strategy, jit_compile=jit,
-                                 signature=self.signature, eval_spec=self.eval_spec, global_batch=self.batch)
+                                 signature=self.signature, eval_spec=self.eval_spec, global_batch=self.batch,
+                                 kind=self.step_kind)
 
         if self.train.run_eagerly:
             return build(False), XlaChoice(False, "run_eagerly: tf.function runs eagerly (debug), no trace, no XLA")
@@ -242,11 +254,16 @@ class _Loop:
 
         history = self._restore() if self.inputs.resume else []
         start = int(self.step.numpy())
-        steps, choice = self._build_step()
+        from pipeline.training.train_checks import numerics_checked_tracing, numerics_guard
+
+        # The first call of the step runs a real step (then restored): errors name step start + 1.
+        with numerics_guard(self.train.check_numerics, start + 1), numerics_checked_tracing(self.train.check_numerics):
+            steps, choice = self._build_step()
         folder = self.inputs.tensorboard_dir if self.train.tensorboard and self.runtime.is_chief else None
         board = TensorBoardLog(folder, self.train.log_every_steps, self.train.histogram_every_steps)
         task = self.progress.add_task("train", total=self.total_steps, completed=start) if self.progress else None
         started = time.perf_counter()
+        self.kind_metrics: dict[str, float] = {}
         stopped_early = self._steps(steps, board, history, task, start)
         seconds = time.perf_counter() - started
         checkpoint_path = self._save(history)
@@ -260,7 +277,11 @@ class _Loop:
                    "optimizer_updates": int(self.optimizer.iterations.numpy()), "deterministic": self.train.deterministic,
                    "stopped_early": stopped_early, "resumed_from_step": start if self.inputs.resume else None,
                    "steps_per_second": round((int(self.step.numpy()) - start) / max(seconds, 1e-9), 2),
-                   "notes": list(self.notes)}
+                   "notes": list(self.notes), "step_kind": {"kind": steps.kind.name, "last": self.kind_metrics},
+                   "frozen": self._frozen_summary(), "sparse_gradients": steps.sparse_gradients,
+                   "sparse_update_ops": steps.sparse_update_ops() if not self.train.run_eagerly else [],
+                   "debug": {"check_numerics": self.train.check_numerics, "assert_inputs": self.train.assert_inputs,
+                             "run_eagerly": self.train.run_eagerly}}
         from pipeline.training.model import without_recompute
 
         details["recompute"] = list(self.inputs.config.model.recompute)
@@ -275,7 +296,8 @@ class _Loop:
         float16 = self.train.mixed_precision == "mixed_float16"
         for step in range(start + 1, self.total_steps + 1):
             images, labels = next(self.iterator)
-            loss, correct, norm, nonfinite = steps.train_step(images, labels)
+            loss, correct, norm, nonfinite, metrics = self._call_step(steps, images, labels, step)
+            self.kind_metrics = {name: round(float(value), 6) for name, value in metrics.items()}
             loss_value, flags = float(loss), nonfinite.numpy()
             if not math.isfinite(loss_value) or (flags.any() and not float16):
                 bad = steps.variable_names[int(np.argmax(flags > 0))] if flags.any() else "none (the loss itself)"
@@ -286,7 +308,8 @@ class _Loop:
             if step % self.train.log_every_steps == 0 and board.folder is not None:
                 board.step(step, {"loss": loss_value, "accuracy": float(correct) / self.batch,
                                   "learning_rate": current_learning_rate(self.optimizer),
-                                  "gradient_global_norm": float(norm), "loss_scale": loss_scale(self.optimizer)},
+                                  "gradient_global_norm": float(norm), "loss_scale": loss_scale(self.optimizer),
+                                  **self.kind_metrics},
                            self.model.trainable_variables)
             if self.progress is not None:
                 self.progress.update(task, advance=1, description=f"train step {step}/{self.total_steps} "
@@ -305,6 +328,20 @@ class _Loop:
             if every and step % every == 0 and step < self.total_steps:
                 self._save(history)
         return False
+
+    def _frozen_summary(self) -> dict:
+        from pipeline.training.freeze import frozen_weights, slots_for
+
+        weights = frozen_weights(self.model, self.frozen)
+        return {"layers": self.frozen, "weights": [w.path for w in weights],
+                "optimizer_slots_for_frozen_weights": slots_for(self.optimizer, weights),
+                "optimizer_variables": len(self.optimizer.variables)}
+
+    def _call_step(self, steps, images, labels, step: int):
+        from pipeline.training.train_checks import numerics_guard
+
+        with numerics_guard(self.train.check_numerics, step):
+            return steps.train_step(images, labels)
 
     def _end_epoch(self, steps, board, history: list[EpochMetrics], sums, step: int) -> bool:
         validation = self.inputs.splits.validation

@@ -4,7 +4,8 @@ The step is one `tf.function` with an explicit `input_signature` (`None` batch d
 device) and `reduce_retracing=False`, so it is traced exactly once; the count comes from a Python
 side effect that only runs while tracing. It runs under the training strategy (`strategy.run`),
 scales the loss for `mixed_float16`, and returns the loss, the correct-prediction count, the
-global norm of the (unscaled) gradients and a per-variable non-finite flag.
+global norm of the (unscaled) gradients, a per-variable non-finite flag and the step kind's metrics
+(`pipeline.step_kinds`: what the step computes is the kind's; measuring and applying is the step's).
 """
 
 from __future__ import annotations
@@ -30,29 +31,31 @@ class StepFunctions:
             specs under a distribution strategy).
         eval_spec: `tf.TensorSpec` of one inference batch, batch dimension None.
         global_batch: samples per step across replicas (the loss is averaged over it).
+        kind: the step kind (`pipeline.step_kinds`); default `StandardStep()`.
     """
 
-    def __init__(self, model, optimizer, strategy, *, jit_compile: bool, signature, eval_spec, global_batch: int):
-        import keras
+    def __init__(self, model, optimizer, strategy, *, jit_compile: bool, signature, eval_spec, global_batch: int,
+                 kind=None):
         import tensorflow as tf
+
+        from pipeline.training.step_kinds import StandardStep, StepContext
 
         self.traces = 0
         self.jit_compile = jit_compile
         self.model = model
+        self.kind = kind if kind is not None else StandardStep()
         variables = list(model.trainable_variables)
         self.variable_names = [v.path for v in variables]
+        self.sparse_gradients: dict[str, str] = {}  # variable path -> gradient type, recorded while tracing
         scaled_loss = hasattr(optimizer, "dynamic_scale")
+        context = StepContext(lambda per_example: tf.nn.compute_average_loss(per_example, global_batch_size=global_batch),
+                              optimizer.scale_loss, strategy.num_replicas_in_sync)
 
         def replica_step(inputs, labels):
-            with tf.GradientTape() as tape:
-                logits = tf.cast(model(inputs, training=True), tf.float32)
-                per_example = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
-                loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
-                if model.losses:
-                    loss += tf.nn.scale_regularization_loss(tf.add_n([tf.cast(x, tf.float32) for x in model.losses]))
-                scaled = optimizer.scale_loss(loss)
-            gradients = tape.gradient(scaled, variables)
-            gradients = [g if g is not None else tf.zeros_like(v) for g, v in zip(gradients, variables)]
+            out = self.kind(model, inputs, labels, variables, context)
+            gradients = [g if g is not None else tf.zeros_like(v) for g, v in zip(out.gradients, variables)]
+            self.sparse_gradients = {v.path: type(g).__name__ for g, v in zip(gradients, variables)
+                                     if isinstance(g, tf.IndexedSlices)}
             unscale = 1.0 / tf.cast(optimizer.dynamic_scale, tf.float32) if scaled_loss else 1.0
             # Embedding gradients are IndexedSlices: their `values` carry the norm and the non-finite check.
             true_gradients = [tf.cast(g.values if isinstance(g, tf.IndexedSlices) else g, tf.float32) * unscale
@@ -61,17 +64,18 @@ class StepFunctions:
             nonfinite = tf.stack([1.0 - tf.cast(tf.reduce_all(tf.math.is_finite(g)), tf.float32)
                                   for g in true_gradients])
             optimizer.apply(gradients, variables)
-            correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, axis=-1), labels), tf.float32))
-            return loss, correct, norm, nonfinite
+            correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(out.logits, axis=-1), labels), tf.float32))
+            metrics = {name: tf.cast(out.metrics[name], tf.float32) for name in self.kind.metric_names}
+            return tf.cast(out.loss, tf.float32), correct, norm, nonfinite, metrics
 
         @tf.function(input_signature=signature, jit_compile=jit_compile, reduce_retracing=False)
         def train_step(inputs, labels):
             self.traces += 1  # Python side effect: runs only while tracing.
-            loss, correct, norm, nonfinite = strategy.run(replica_step, args=(inputs, labels))
-            total = tf.distribute.ReduceOp.SUM
+            loss, correct, norm, nonfinite, metrics = strategy.run(replica_step, args=(inputs, labels))
+            total, mean = tf.distribute.ReduceOp.SUM, tf.distribute.ReduceOp.MEAN
             return (strategy.reduce(total, loss, axis=None), strategy.reduce(total, correct, axis=None),
-                    strategy.reduce(tf.distribute.ReduceOp.MEAN, norm, axis=None),
-                    strategy.reduce(total, nonfinite, axis=None))
+                    strategy.reduce(mean, norm, axis=None), strategy.reduce(total, nonfinite, axis=None),
+                    {name: strategy.reduce(mean, value, axis=None) for name, value in metrics.items()})
 
         @tf.function(input_signature=[eval_spec])
         def predict_logits(inputs):
@@ -79,6 +83,13 @@ class StepFunctions:
 
         self.train_step = train_step
         self.predict_logits = predict_logits
+
+    def sparse_update_ops(self) -> list[str]:
+        """Scatter op types (`ResourceScatterSub`, ...) in the traced step: the optimizer updated some
+        variable row by row. Empty when every update is dense (e.g. global-norm clipping densified it)."""
+        graph = self.train_step.get_concrete_function().graph.as_graph_def()
+        nodes = [*graph.node, *(node for function in graph.library.function for node in function.node_def)]
+        return sorted({node.op for node in nodes if "Scatter" in node.op})
 
     def evaluate(self, inputs: np.ndarray, labels: np.ndarray, batch_size: int = 512) -> tuple[float, float]:
         """(mean cross-entropy loss in nats, top-1 accuracy as a fraction) of the model in inference mode."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import time
 from collections.abc import Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -15,12 +16,31 @@ from pathlib import Path
 
 import numpy as np
 
-from core.errors import ConfigError, FailedPreconditionError
 from core.contract import Signature
+from core.errors import ConfigError, FailedPreconditionError, InvalidRequestError
+
+# A model call expected to take less than this (seconds) runs on the event loop: handing it to a worker
+# thread and back costs more (two GIL hand-offs and a self-pipe wake-up, ~25 % of a one-core server's time
+# on the identity backend, bench/results/serve-profile.md).
+INLINE_CALL_BUDGET_S = 100e-6
+_EWMA = 0.2  # weight of the newest call in the per-row cost estimate
 
 
 class RuntimeLoadError(FailedPreconditionError):
     """A model version failed to load (missing artifact, backend error); the previous version keeps serving."""
+
+
+class ModelInputError(InvalidRequestError):
+    """The backend refused an input value while running the model (an embedding id past the table, a bad
+    index): INVALID_ARGUMENT with the backend's own message, as TF Serving answers TensorFlow's
+    InvalidArgumentError. Real server faults stay INTERNAL."""
+
+
+def input_rejected(backend: str, inputs: Mapping[str, np.ndarray], err: Exception | str) -> ModelInputError:
+    """`ModelInputError` naming the inputs sent and the backend's message (e.g. `indices[0,0] = 10 is not in
+    [0, 10)`); callers `raise input_rejected(...) from err`."""
+    return ModelInputError(f"{backend} rejected the value of input(s) {sorted(inputs)} while running the model: "
+                           f"{str(err).strip()}")
 
 
 @dataclass(frozen=True)
@@ -62,6 +82,8 @@ class Runtime(abc.ABC):
     def load(self) -> None:
         """Load the artifact; raise `RuntimeLoadError` (with the cause) if it cannot be served."""
 
+    _seconds_per_row: float | None = None  # measured cost of `predict` (moving average), None before a call
+
     @abc.abstractmethod
     def predict(self, inputs: Mapping[str, np.ndarray],
                 signature_name: str = "serving_default") -> dict[str, np.ndarray]:
@@ -77,11 +99,13 @@ class Runtime(abc.ABC):
 
     async def predict_async(self, inputs: Mapping[str, np.ndarray], signature_name: str = "serving_default", *,
                             deadline: float | None = None, executor: Executor | None = None) -> dict[str, np.ndarray]:
-        """Run one signature for the event loop: by default `predict()` on a thread of `executor`.
+        """Run one signature for the event loop; the data plane's only way to call a runtime.
 
-        Queueing wrappers override this (`serving.batching.Batched` awaits its slice of a merged call on the
-        loop, no thread parked per request) and use `deadline` (`time.monotonic()` seconds) to drop a request
-        that expired while queued; the default ignores it (the data plane times the call out itself).
+        The default runs `predict()` on a thread of `executor`, or on the event loop itself once calls are
+        measured cheaper than `INLINE_CALL_BUDGET_S` for this many rows (the thread hop would cost more).
+        Queueing wrappers override it by composition (`serving.batching.Batched` awaits its slice of a
+        merged call, no thread parked per request) and use `deadline` to drop a request that expired while
+        queued; the default ignores it (the data plane times the call out itself).
 
         Args:
             inputs: as `predict()`.
@@ -89,7 +113,21 @@ class Runtime(abc.ABC):
             deadline: when the caller stops waiting, `time.monotonic()` seconds; None = no deadline.
             executor: threads for the blocking call; None = the loop's default executor.
         """
-        return await asyncio.get_running_loop().run_in_executor(executor, self.predict, inputs, signature_name)
+        rows = _rows(inputs)
+        estimate = self._seconds_per_row
+        if estimate is not None and estimate * rows < INLINE_CALL_BUDGET_S:
+            return self._timed_predict(inputs, signature_name, rows)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(executor, self._timed_predict, inputs, signature_name, rows)
+
+    def _timed_predict(self, inputs: Mapping[str, np.ndarray], signature_name: str, rows: int) -> dict:
+        """`predict()`, timed: keeps the per-row cost estimate (seconds) up to date."""
+        started = time.perf_counter()
+        outputs = self.predict(inputs, signature_name)
+        per_row = (time.perf_counter() - started) / rows
+        previous = self._seconds_per_row
+        self._seconds_per_row = per_row if previous is None else previous + _EWMA * (per_row - previous)
+        return outputs
 
     @abc.abstractmethod
     def metadata(self) -> dict[str, Signature]:
@@ -137,3 +175,11 @@ class RuntimeRegistry:
                 return cls(version_dir, options)
         raise RuntimeLoadError(f"no backend among {self.names()} can serve {version_dir} "
                                "(need saved_model.pb with TensorFlow installed, model.onnx or model.tflite)")
+
+
+def _rows(inputs: Mapping[str, np.ndarray]) -> int:
+    """Rows of a request (dim 0 of its first non-scalar input); 1 when every input is a scalar."""
+    for array in inputs.values():
+        if np.ndim(array) > 0:
+            return max(int(np.shape(array)[0]), 1)
+    return 1

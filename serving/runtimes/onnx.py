@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
 from core.contract import Signature, TensorSpec
-from serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions
+from serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions, input_rejected
 from core.saved_model import read_signatures
 
+_INDEX_ERROR = re.compile(r"out of (data )?bounds|out of range|invalid indice|not in \[", re.IGNORECASE)
 _ORT_TYPES = {
     "tensor(float)": "float32", "tensor(double)": "float64", "tensor(float16)": "float16",
     "tensor(int8)": "int8", "tensor(int16)": "int16", "tensor(int32)": "int32", "tensor(int64)": "int64",
@@ -70,7 +72,12 @@ class OnnxRuntime(Runtime):
     def predict(self, inputs: Mapping[str, np.ndarray],
                 signature_name: str = "serving_default") -> dict[str, np.ndarray]:
         names = list(self._signature.outputs)
-        values = self._session.run(names, dict(inputs))
+        try:
+            values = self._session.run(names, dict(inputs))
+        except Exception as err:
+            if _is_input_error(err):
+                raise input_rejected("ONNX Runtime", inputs, err) from err
+            raise
         return dict(zip(names, values))
 
     def metadata(self) -> dict[str, Signature]:
@@ -79,6 +86,14 @@ class OnnxRuntime(Runtime):
     def unload(self) -> None:
         self._session = None
         super().unload()
+
+
+def _is_input_error(err: Exception) -> bool:
+    """ONNX Runtime's INVALID_ARGUMENT status, or a RuntimeException from an index check (GatherND's
+    `invalid indice found`); anything else is a server fault."""
+    kind = type(err).__name__
+    text = str(err)
+    return kind == "InvalidArgument" or (kind == "RuntimeException" and _INDEX_ERROR.search(text) is not None)
 
 
 def _spec(node) -> TensorSpec:

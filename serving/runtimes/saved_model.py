@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from core.contract import Signature
-from serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions
-from core.saved_model import read_signatures
+from serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions, input_rejected
+from core.saved_model import read_signatures, serving_tags
 
 
 class SavedModelRuntime(Runtime):
@@ -36,7 +36,7 @@ class SavedModelRuntime(Runtime):
             import tensorflow as tf
 
             self._signatures = read_signatures(self.version_dir, include_internal=True)
-            self._loaded = tf.saved_model.load(str(self.version_dir))
+            self._loaded = tf.saved_model.load(str(self.version_dir), tags=serving_tags(self.version_dir))
         except Exception as err:
             raise RuntimeLoadError(f"cannot load SavedModel {self.version_dir}: {err}") from err
         self._functions = dict(self._loaded.signatures)
@@ -47,7 +47,10 @@ class SavedModelRuntime(Runtime):
         import tensorflow as tf
 
         fn = self._functions[signature_name]
-        outputs = fn(**{k: tf.constant(v) for k, v in inputs.items()})
+        try:
+            outputs = fn(**{k: tf.constant(v) for k, v in inputs.items()})
+        except tf.errors.InvalidArgumentError as err:  # a value the graph refuses (TF Serving: INVALID_ARGUMENT)
+            raise input_rejected("TensorFlow", inputs, err.message) from err
         return {k: v.numpy() for k, v in outputs.items()}
 
     def metadata(self) -> dict[str, Signature]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -10,9 +11,13 @@ from pathlib import Path
 import numpy as np
 
 from core.contract import Signature, TensorSpec
-from serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions
+from serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions, input_rejected
 from core.saved_model import read_signatures
 from core.dtypes import dtype_name
+
+
+# LiteRT kernels' messages for an input value they refuse (GATHER: "gather index out of bounds").
+_INDEX_ERROR = re.compile(r"index out of bounds|out of range|indices? .*(out of bounds|not in)", re.IGNORECASE)
 
 
 class TfliteRuntime(Runtime):
@@ -31,6 +36,7 @@ class TfliteRuntime(Runtime):
         self._runners: dict = {}
         self._signatures: dict[str, Signature] = {}
         self._lock = threading.Lock()
+        self._last_error = ""
 
     @property
     def path(self) -> Path:
@@ -72,8 +78,19 @@ class TfliteRuntime(Runtime):
     def predict(self, inputs: Mapping[str, np.ndarray],
                 signature_name: str = "serving_default") -> dict[str, np.ndarray]:
         with self._lock:
-            outputs = self._runners[signature_name](**inputs)
+            try:
+                outputs = self._runners[signature_name](**inputs)
+            except RuntimeError as err:  # LiteRT reports kernel failures as RuntimeError("... failed to invoke")
+                text = self._new_error_text(str(err))
+                if _INDEX_ERROR.search(text):
+                    raise input_rejected("LiteRT", inputs, text) from err
+                raise
             return {k: np.array(v, copy=True) for k, v in outputs.items()}
+
+    def _new_error_text(self, text: str) -> str:
+        """This call's part of LiteRT's error text (its error reporter keeps earlier calls' messages)."""
+        previous, self._last_error = self._last_error, text
+        return text[len(previous):] if previous and text.startswith(previous) else text
 
     def metadata(self) -> dict[str, Signature]:
         return dict(self._signatures)

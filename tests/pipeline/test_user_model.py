@@ -107,3 +107,16 @@ def test_config_accepts_the_new_sections():
                                 "validate.task": "regression", "convert.onnx_simplify": True})
     assert config.export.extra_signatures == {"predict_proba": ("probabilities",)}
     assert config.parity.task == "regression" and config.convert.onnx_simplify
+
+
+def test_text_inputs_load_from_str_or_utf8_bytes(tmp_path):
+    contract = Signature.of("serving_default", (TensorSpec(name="city", dtype="string", shape=(None, 1)),), ())
+    cities = np.array([["paris"], ["são paulo"], ["oslo"]])
+    np.savez(tmp_path / "bytes.npz", city=np.char.encode(cities, "utf-8"), y=np.array([0, 1, 2]))
+    np.savez(tmp_path / "text.npz", city=cities, y=np.array([0, 1, 2]))
+    for name in ("bytes.npz", "text.npz"):
+        data = load_user_data(tmp_path / name, contract, 2, 0)
+        assert data.inputs["city"].dtype.kind == "U" and data.inputs["city"].tolist() == cities.tolist(), name
+    np.savez(tmp_path / "numbers.npz", city=np.array([[1.0], [2.0]]))
+    with pytest.raises(DatasetError, match=r"input 'city' is a string input; the array holds float64"):
+        load_user_data(tmp_path / "numbers.npz", contract, 2, 0)

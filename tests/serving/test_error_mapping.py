@@ -19,6 +19,7 @@ KINDS = {
     "UnavailableError": "UNAVAILABLE", "ResourceExhaustedError": "RESOURCE_EXHAUSTED",
     "DeadlineExceededError": "DEADLINE_EXCEEDED", "UnauthenticatedError": "UNAUTHENTICATED",
     "UnimplementedError": "UNIMPLEMENTED", "ConfigError": "INVALID_ARGUMENT", "TfshipError": "INTERNAL",
+    "PermissionDeniedError": "PERMISSION_DENIED", "RequestTimeoutError": "DEADLINE_EXCEEDED",
     "FailedPreconditionError": "FAILED_PRECONDITION",
 }
 

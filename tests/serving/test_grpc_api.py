@@ -118,7 +118,8 @@ GOOD = np.zeros((2, 8, 8, 1), np.float32)
 ERROR_CASES = {
     "unknown model": ({"model_name": "nope", "inputs": {"image": GOOD}}, "NOT_FOUND", "nope"),
     "unknown version": ({"model_name": MODEL, "inputs": {"image": GOOD}, "version": 7}, "NOT_FOUND", "7"),
-    "unknown label": ({"model_name": MODEL, "inputs": {"image": GOOD}, "version_label": "gold"}, "NOT_FOUND", "gold"),
+    "unknown label": ({"model_name": MODEL, "inputs": {"image": GOOD}, "version_label": "gold"}, "INVALID_ARGUMENT",
+                      "Unrecognized servable version label: gold"),
     "unknown signature": ({"model_name": MODEL, "inputs": {"image": GOOD}, "signature_name": "nope"},
                           "INVALID_ARGUMENT", "nope"),
     "missing input": ({"model_name": MODEL, "inputs": {}}, "INVALID_ARGUMENT", "missing input(s) ['image']"),

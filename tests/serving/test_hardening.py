@@ -241,13 +241,14 @@ def test_rest_malformed_bodies(hardened):
     def post(**body):
         return _rest(hard, json.dumps(body).encode())
 
-    assert post(instances=row, signature_name=["a"]) == (400, "'signature_name' must be a string, got [\"a\"]")
+    assert post(instances=row, signature_name=["a"]) == (
+        400, "JSON Value: [\"a\"] not formatted correctly. 'signature_name' key must be a string value.")
     assert post(instances=row, signature_name={"a": 1})[0] == 400
     assert post(instances=row, output_filter=5) == (400, "'output_filter' must be a list of output names, got 5")
     status, text = post(instances=row, output_filter="logits")
     assert status == 200 and len(json.loads(text)["predictions"][0]) == 10  # logits only, not split into letters
     status, text = post(inputs={"images": row})
-    assert status == 400 and "unexpected input(s) ['images']" in text and "image: float32" in text
+    assert status == 400 and "does not have named input: images" in text and "image: float32[?,8,8,1]" in text
     status, text = _rest(hard, b'{"instances": ' + b"[" * 100000 + b"]" * 100000 + b"}")
     assert status == 400 and "nested too deeply" in text
     assert _rest(hard, json.dumps({"instances": row}).encode(), bearer=False)[0] == 401

@@ -12,7 +12,7 @@ import pytest
 from conftest import MODEL, saved_model_outputs
 
 from core.contract import Signature, TensorSpec
-from serving.rest import _inputs, _outputs
+from serving.rest_json import request_inputs, response_json
 
 
 def _http(url: str, body: dict | bytes | None = None) -> tuple[int, dict]:
@@ -32,8 +32,8 @@ def test_status_and_metadata(server):
                                                                                   ("2", "AVAILABLE")]
     status, body = _http(f"{server.rest_url}/v1/models/{MODEL}/versions/1/metadata")
     assert status == 200 and body["model_spec"] == {"name": MODEL, "signature_name": "", "version": "1"}
-    image = body["metadata"]["signature_def"]["signatureDef"]["serving_default"]["inputs"]["image"]
-    assert image["dtype"] == "DT_FLOAT" and [d["size"] for d in image["tensorShape"]["dim"]] == ["-1", "8", "8", "1"]
+    image = body["metadata"]["signature_def"]["signature_def"]["serving_default"]["inputs"]["image"]
+    assert image["dtype"] == "DT_FLOAT" and [d["size"] for d in image["tensor_shape"]["dim"]] == ["-1", "8", "8", "1"]
 
 
 def test_predict_row_and_columnar_formats(server, repository, images):
@@ -58,10 +58,12 @@ def test_predict_row_and_columnar_formats(server, repository, images):
     ("/v1/models/nope:predict", {"instances": [[0]]}, 404, "nope"),
     (f"/v1/models/{MODEL}/versions/9:predict", {"instances": [[0]]}, 404, "9"),
     (f"/v1/models/{MODEL}:predict", {"instances": [[[0.0]]]}, 400, "expected rank 4"),
-    (f"/v1/models/{MODEL}:predict", {"instances": [], "inputs": []}, 400, "exactly one of"),
-    (f"/v1/models/{MODEL}:predict", b"{not json", 400, "not JSON"),
+    (f"/v1/models/{MODEL}:predict", {"instances": [], "inputs": []}, 400, "only one of 'inputs' or 'instances'"),
+    (f"/v1/models/{MODEL}:predict", b"{not json", 400, "JSON Parse error"),
     (f"/v1/models/{MODEL}:predict", {"signature_name": "nope", "instances": [[0]]}, 400, "nope"),
-    (f"/v1/models/{MODEL}:classify", {"examples": []}, 501, "Classify"),
+    (f"/v1/models/{MODEL}:classify", {"examples": []}, 400, "'examples' value is an empty array"),
+    (f"/v1/models/{MODEL}:regress", {"examples": [{"x": 1.0}]}, 400,
+     "Expected regression signature method_name to be tensorflow/serving/regress. Was: tensorflow/serving/predict"),
 ])
 def test_errors_are_json_with_status(server, images, path, body, code, fragment):
     status, answer = _http(server.rest_url + path, body)
@@ -74,8 +76,8 @@ def test_b64_strings_decode_and_encode():
     signature = Signature("s", inputs={"text": TensorSpec("string", (None,)), "n": TensorSpec("int64", (None,))},
                           outputs={})
     raw = b"\xff\x00bytes"
-    arrays, rows = _inputs({"instances": [{"text": {"b64": base64.b64encode(raw).decode()}, "n": 3},
+    arrays, rows = request_inputs({"instances": [{"text": {"b64": base64.b64encode(raw).decode()}, "n": 3},
                                           {"text": "plain", "n": 4}]}, signature)
     assert rows and arrays["text"].tolist() == [raw, b"plain"] and arrays["n"].dtype == np.int64
-    encoded = _outputs({"text": np.array([raw, b"ok"], dtype=object)}, rows=False)
+    encoded = response_json({"text": np.array([raw, b"ok"], dtype=object)}, rows=False)
     assert encoded == {"outputs": [{"b64": base64.b64encode(raw).decode()}, "ok"]}

@@ -1,0 +1,51 @@
+"""Wide MLPs of a chosen weight size for `make bench-pipeline`, built here (no downloads).
+
+`build(size_mb, folder)` writes `<folder>/model.keras` (784 -> 4 x width ReLU -> 10 softmax, width
+chosen so the float32 weights are about `size_mb` MB) and `<folder>/data.npz` (`x` float32 [256, 784],
+`y` the model's own argmax, so every float artifact scores 100 % and a quantized one's drop is its
+own). The last layer is scaled by 8 so the classes are well separated and quantization does not flip
+near-ties. Run in a child process (it imports TensorFlow).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+INPUTS, DEPTH, CLASSES, ROWS = 784, 4, 10, 256
+
+
+def width_for(size_mb: float) -> int:
+    """Hidden width whose float32 weights are closest to `size_mb` MB (1 MB = 10^6 bytes)."""
+    params = size_mb * 1e6 / 4
+    # (DEPTH - 1) w^2 + (INPUTS + CLASSES + DEPTH) w - params = 0
+    a, b = DEPTH - 1, INPUTS + CLASSES + DEPTH
+    return max(8, int((-b + math.sqrt(b * b + 4 * a * params)) / (2 * a)))
+
+
+def build(size_mb: float, folder: Path) -> dict:
+    """Write the model and data for `size_mb`; returns {width, params, weight_bytes}."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    width = width_for(size_mb)
+    layers = [keras.Input((INPUTS,), name="x")] + [keras.layers.Dense(width, activation="relu")
+                                                   for _ in range(DEPTH)]
+    model = keras.Sequential(layers + [keras.layers.Dense(CLASSES, activation="softmax")])
+    last = model.layers[-1]
+    last.kernel.assign(last.kernel.numpy() * 8.0)
+    x = np.random.default_rng(0).random((ROWS, INPUTS), dtype=np.float32)
+    y = np.argmax(model.predict(x, verbose=0), axis=1).astype(np.int64)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save(folder / "model.keras")
+    np.savez(folder / "data.npz", x=x, y=y)
+    params = int(sum(np.prod(w.shape) for w in model.weights))
+    return {"width": width, "params": params, "weight_bytes": params * 4}
+
+
+if __name__ == "__main__":
+    print("RESULT " + json.dumps(build(float(sys.argv[1]), Path(sys.argv[2]))))

@@ -1,0 +1,173 @@
+"""`make bench-pipeline`: time and peak memory of every pipeline stage for models of ~1, 30 and 300 MB.
+
+For each size a wide MLP is built here (`bench.pipeline.models`, no downloads), then every stage runs
+alone in its own child process (`bench.pipeline.stage`) while this process samples the resident
+memory of that child and all its descendants (`bench.pipeline.memory`, converters' own child
+processes included): export (+ audit and behaviour checks), the audit alone, each conversion (ONNX,
+TFLite float32 / float16 / dynamic_range / int8), the whole convert stage with its conversions side by
+side, validate, serve-check, publish. Then the published version is served by each backend: load
+time (process start to grpc health SERVING), first-request latency and server RSS, less the RSS of the
+same server serving the `identity` backend (RSS per loaded version).
+
+Writes `<out>/pipeline-latest.{json,md,png}` and `pipeline-<timestamp>.json`. `--sizes 1,30` (env
+`BENCH_SIZES`) picks the sizes in MB; `--quick` (env `BENCH_QUICK=1`) runs 1 MB only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.pipeline import report
+from bench.pipeline.memory import TreeSampler, rss_bytes
+
+ROOT = Path(__file__).resolve().parents[2]
+STAGES = ("export", "audit", "onnx", "tflite_float32", "tflite_float16", "tflite_dynamic_range", "tflite_int8",
+          "convert", "validate", "serve_check", "publish")
+BACKENDS = ("saved_model", "onnx", "tflite")
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    return env
+
+
+def measured(cmd: list[str], timeout_s: float) -> dict:
+    """Run `cmd`, sampling its process tree's RSS; returns wall seconds, peak RSS bytes, exit code, RESULT."""
+    started = time.perf_counter()
+    log = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-pipeline-{os.getpid()}.log"
+    with open(log, "w+b") as sink:
+        process = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=_env())
+        with TreeSampler(process.pid) as sampler:
+            try:
+                code = process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                code = process.wait()
+        sink.seek(0)
+        text = sink.read().decode(errors="replace")
+    result = next((json.loads(line[7:]) for line in text.splitlines() if line.startswith("RESULT ")), None)
+    return {"wall_s": time.perf_counter() - started, "peak_rss": sampler.peak_bytes, "returncode": code,
+            "result": result, "tail": "" if code == 0 else "\n".join(text.splitlines()[-12:])}
+
+
+def run_size(size_mb: float, work: Path, timeout_s: float, skip: dict[str, str]) -> dict:
+    """Build the `size_mb` model, run every stage and the server checks; returns its record."""
+    folder = work / f"{size_mb:g}mb"
+    shutil.rmtree(folder, ignore_errors=True)
+    built = measured([sys.executable, "-m", "bench.pipeline.models", str(size_mb), str(folder)], timeout_s)
+    record = {"size_mb": size_mb, "build": built, "stages": {}, "serve": {}, "skipped": {}}
+    if built["returncode"] != 0:
+        record["error"] = f"model build failed: {built['tail']}"
+        return record
+    record["model"] = {**(built["result"] or {}), **_model_info(folder)}
+    base = [sys.executable, "-m", "bench.pipeline.stage", "--run", str(folder / "run"), "--model",
+            str(folder / "model.keras"), "--data", str(folder / "data.npz"), "--repository", str(folder / "repo"),
+            "--timeout-s", str(timeout_s)]
+    for stage in STAGES:
+        if stage in skip:
+            record["skipped"][stage] = skip[stage]
+            continue
+        print(f"[bench-pipeline] {size_mb:g} MB: {stage}", flush=True)
+        record["stages"][stage] = measured([*base[:3], stage, *base[3:]], timeout_s * 2 + 120)
+        if record["stages"][stage]["returncode"] != 0 and stage in ("export", "validate", "serve_check"):
+            record["error"] = f"{stage} failed: {record['stages'][stage]['tail']}"
+            return record
+    published = folder / "repo" / "wide"
+    if published.is_dir():
+        record["serve"] = serve_checks(folder / "repo", work)
+    return record
+
+
+def _model_info(folder: Path) -> dict:
+    import numpy as np
+
+    keras_bytes = (folder / "model.keras").stat().st_size
+    with np.load(folder / "data.npz") as data:
+        rows = int(data["x"].shape[0])
+    return {"keras_file_bytes": keras_bytes, "rows": rows}
+
+
+def serve_checks(repository: Path, work: Path) -> dict:
+    """Per backend: seconds to SERVING, first Predict latency (ms), server RSS, RSS over the identity server."""
+    from serving.launcher import ServerProcess
+
+    identity = work / "identity_repo" / "wide" / "1"
+    identity.mkdir(parents=True, exist_ok=True)
+    (identity / "identity.json").write_text(json.dumps({"inputs": {"x": {"dtype": "float32", "shape": [None, 784]}}}))
+    out = {}
+    for backend in ("identity", *BACKENDS):
+        repo = work / "identity_repo" if backend == "identity" else repository
+        started = time.perf_counter()
+        try:
+            with ServerProcess(repo, "wide", backend, ["--rest-port", "-1"], env=_env(), startup_timeout_s=600,
+                               module="bench.serve.identity") as server:  # serving + the benchmark's identity
+                load_s = time.perf_counter() - started
+                first_ms = _first_request_ms(server.grpc_target)
+                out[backend] = {"load_s": load_s, "first_request_ms": first_ms, "rss": rss_bytes(server.process.pid)}
+        except Exception as err:  # noqa: BLE001 - recorded in the report
+            out[backend] = {"error": f"{type(err).__name__}: {str(err)[-500:]}"}
+    base = out.get("identity", {}).get("rss")
+    for backend in BACKENDS:
+        if base and "rss" in out[backend]:
+            out[backend]["rss_over_identity"] = out[backend]["rss"] - base
+    return out
+
+
+def _first_request_ms(target: str) -> float:
+    import numpy as np
+
+    from serving.client import PredictClient
+
+    x = np.random.default_rng(1).random((1, 784), dtype=np.float32)
+    with PredictClient(target, timeout_s=120) as client:
+        started = time.perf_counter()
+        client.predict("wide", {"x": x})
+        return (time.perf_counter() - started) * 1e3
+
+
+def parse(argv=None) -> argparse.Namespace:
+    quick = os.environ.get("BENCH_QUICK", "") not in ("", "0")
+    p = argparse.ArgumentParser(prog="python -m bench.pipeline.run_bench", description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default=os.environ.get("BENCH_SIZES") or ("1" if quick else "1,30,300"),
+                   help="weight sizes in MB, comma-separated")
+    p.add_argument("--work", type=Path, default=ROOT / "bench" / "work" / "pipeline")
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    p.add_argument("--timeout-s", type=float, default=float(os.environ.get("BENCH_STAGE_TIMEOUT_S", "600")),
+                   help="per-conversion time limit (the pipeline's convert.timeout_seconds)")
+    p.add_argument("--skip-300-convert", action="store_true", default=False,
+                   help="at 300 MB skip the whole convert stage (each conversion is still measured alone)")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    """CLI entry point: run every size, write JSON, Markdown and the plot; print the Markdown."""
+    args = parse(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    started, before, sizes = time.time(), report.uptime(), [float(s) for s in args.sizes.split(",")]
+    records = []
+    for size in sizes:
+        # At the largest size the parallel convert stage repeats every conversion measured alone just
+        # before; it is skipped there (its figures are the sum/overlap of the ones above) to bound the run.
+        skip = {"convert": "the conversions were each measured alone above; repeating all of them side by side "
+                "at this size would double the run's longest part"} if size >= 300 and args.skip_300_convert else {}
+        records.append(run_size(size, args.work, args.timeout_s, skip))
+    doc = {"schema": "tfship.bench.pipeline/1", "started": started, "seconds": time.time() - started,
+           "host": {**report.host_info(), "uptime_before": before, "uptime_after": report.uptime()},
+           "records": records}
+    paths = report.write(doc, args.out)
+    print(paths[2].read_text())
+    print("\n".join(map(str, paths)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

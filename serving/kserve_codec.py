@@ -1,0 +1,299 @@
+"""Open Inference Protocol (KServe V2) tensors <-> numpy arrays, for gRPC and REST alike (no TensorFlow).
+
+Three request encodings decode here, each checked before anything large is allocated:
+  * typed `InferTensorContents` (gRPC): the one `*_contents` field of the datatype, values range-checked;
+  * raw bytes (gRPC `raw_input_contents`, Triton's HTTP binary tensor extension): row-major little-endian
+    values; BYTES elements each preceded by a 4-byte little-endian length;
+  * JSON `data` (REST): flat or nested lists, each value type- and range-checked against the datatype.
+Every decoder raises `InvalidRequestError` naming the input, the datatype and what was wrong, and
+`ResourceExhaustedError` when the shape decodes to more than `--max-message-bytes`. Unlike TF Serving's
+TensorProto, a V2 tensor never broadcasts: the value count must equal the shape's element count.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+
+import numpy as np
+
+from core.errors import InvalidRequestError, ResourceExhaustedError, UnimplementedError
+from serving.tensors import MAX_RANK, dtype_name
+
+# KServe V2 datatype -> numpy dtype (BYTES: object arrays of bytes). BF16 is not served (no numpy dtype).
+DATATYPES: dict[str, np.dtype] = {
+    "BOOL": np.dtype(np.bool_), "INT8": np.dtype(np.int8), "INT16": np.dtype(np.int16),
+    "INT32": np.dtype(np.int32), "INT64": np.dtype(np.int64), "UINT8": np.dtype(np.uint8),
+    "UINT16": np.dtype(np.uint16), "UINT32": np.dtype(np.uint32), "UINT64": np.dtype(np.uint64),
+    "FP16": np.dtype(np.float16), "FP32": np.dtype(np.float32), "FP64": np.dtype(np.float64),
+    "BYTES": np.dtype(object),
+}
+# tfship's dtype names (`serving.tensors.dtype_name`, signature specs) -> datatype.
+_BY_DTYPE_NAME = {("string" if dt.kind == "O" else dt.name): name for name, dt in DATATYPES.items()}
+# The InferTensorContents field carrying each datatype (FP16 has none: raw contents only).
+CONTENTS_FIELD = {
+    "BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
+    "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents", "UINT32": "uint_contents",
+    "UINT64": "uint64_contents", "FP32": "fp32_contents", "FP64": "fp64_contents", "BYTES": "bytes_contents",
+}
+_ALL_CONTENTS_FIELDS = tuple(sorted(set(CONTENTS_FIELD.values())))
+MAX_DIM = (1 << 31) - 1
+_LENGTH = struct.Struct("<I")
+
+
+def datatype_for(dtype: np.dtype | str) -> str:
+    """The V2 datatype of a numpy dtype or tfship dtype name (`float32` -> `FP32`, `string` -> `BYTES`).
+
+    Raises:
+        UnimplementedError: the dtype has no V2 datatype (e.g. complex64, bfloat16).
+    """
+    name = dtype if isinstance(dtype, str) else dtype_name(dtype)
+    found = _BY_DTYPE_NAME.get(name)
+    if found is None:
+        raise UnimplementedError(f"dtype {name} has no Open Inference Protocol datatype; supported: "
+                                 f"{sorted(_BY_DTYPE_NAME)}")
+    return found
+
+
+def numpy_dtype(datatype: str, name: str) -> np.dtype:
+    """numpy dtype for input `name`'s `datatype`; `InvalidRequestError` naming the supported ones otherwise."""
+    found = DATATYPES.get(datatype)
+    if found is None:
+        raise InvalidRequestError(f"input {name!r}: datatype {datatype!r} is not supported; supported: "
+                                  f"{', '.join(DATATYPES)}")
+    return found
+
+
+def element_count(name: str, shape, datatype: str, max_bytes: int) -> int:
+    """Elements of `shape` after checking its rank (at most 64), every dim in [0, 2^31) and the decoded size.
+
+    Raises:
+        InvalidRequestError: more than 64 dims (numpy's limit), a negative or absurd dim.  ResourceExhaustedError: elements x item size
+            (8 bytes per BYTES element) above `max_bytes` (the server's `--max-message-bytes`).
+    """
+    dims = [int(d) for d in shape]
+    if len(dims) > MAX_RANK:
+        raise InvalidRequestError(f"input {name!r}: shape has rank {len(dims)}; at most {MAX_RANK} dims")
+    bad = [d for d in dims if d < 0 or d > MAX_DIM]
+    if bad:
+        raise InvalidRequestError(f"input {name!r}: shape {dims} has invalid dim {bad[0]}; every dim must be in "
+                                  f"[0, {MAX_DIM}]")
+    count = math.prod(dims)
+    size = count * DATATYPES[datatype].itemsize
+    if size > max_bytes:
+        raise ResourceExhaustedError(f"input {name!r}: shape {dims} of {datatype} decodes to {size} bytes, above "
+                                     f"the limit of {max_bytes} bytes (--max-message-bytes)")
+    return count
+
+
+def from_raw(name: str, datatype: str, shape, data: bytes, max_bytes: int) -> np.ndarray:
+    """Decode raw tensor bytes (row-major, little-endian; BYTES length-prefixed) into an array of `shape`.
+
+    Raises:
+        InvalidRequestError: unknown datatype, bad shape, byte count that disagrees with the shape, a BOOL
+            byte other than 0/1, a BYTES length running past the end.  ResourceExhaustedError: see
+            `element_count`.
+    """
+    dtype = numpy_dtype(datatype, name)
+    count = element_count(name, shape, datatype, max_bytes)
+    dims = tuple(int(d) for d in shape)
+    if datatype == "BYTES":
+        return deserialize_bytes(name, data, count).reshape(dims)
+    if len(data) != count * dtype.itemsize:
+        raise InvalidRequestError(f"input {name!r}: shape {list(dims)} of {datatype} needs {count * dtype.itemsize} "
+                                  f"bytes of raw contents, got {len(data)}")
+    if datatype == "BOOL":
+        octets = np.frombuffer(data, dtype=np.uint8)
+        if octets.size and octets.max() > 1:
+            raise InvalidRequestError(f"input {name!r}: BOOL raw contents must be bytes 0 or 1, got "
+                                      f"{int(octets.max())}")
+        return octets.view(np.bool_).reshape(dims)
+    return np.frombuffer(data, dtype=dtype.newbyteorder("<")).astype(dtype, copy=False).reshape(dims)
+
+
+def deserialize_bytes(name: str, data: bytes, count: int) -> np.ndarray:
+    """`count` BYTES elements, each a 4-byte little-endian length then that many bytes, filling `data` exactly."""
+    values, offset, end = [], 0, len(data)
+    for index in range(count):
+        if offset + 4 > end:
+            raise InvalidRequestError(f"input {name!r}: BYTES raw contents end after {index} of {count} elements")
+        (length,) = _LENGTH.unpack_from(data, offset)
+        offset += 4
+        if offset + length > end:
+            raise InvalidRequestError(f"input {name!r}: BYTES element {index} declares {length} bytes; only "
+                                      f"{end - offset} remain")
+        values.append(bytes(data[offset:offset + length]))
+        offset += length
+    if offset != end:
+        raise InvalidRequestError(f"input {name!r}: BYTES raw contents hold {end - offset} bytes after the "
+                                  f"{count} elements of the shape")
+    array = np.empty(count, dtype=object)
+    array[:] = values
+    return array
+
+
+def serialize_bytes(array: np.ndarray) -> bytes:
+    """BYTES raw form: each element (bytes, or str as UTF-8) preceded by its 4-byte little-endian length."""
+    parts = []
+    for value in np.asarray(array, dtype=object).reshape(-1):
+        raw = value if isinstance(value, bytes) else str(value).encode()
+        parts.append(_LENGTH.pack(len(raw)))
+        parts.append(raw)
+    return b"".join(parts)
+
+
+def from_contents(name: str, datatype: str, shape, contents, max_bytes: int) -> np.ndarray:
+    """Decode typed `InferTensorContents` for input `name` into an array of `shape`.
+
+    Raises:
+        InvalidRequestError: unknown datatype, FP16 (raw only), values in another datatype's field, a value
+            count that disagrees with the shape, a value out of the datatype's range.
+        ResourceExhaustedError: see `element_count`.
+    """
+    dtype = numpy_dtype(datatype, name)
+    count = element_count(name, shape, datatype, max_bytes)
+    field = CONTENTS_FIELD.get(datatype)
+    if field is None:
+        raise InvalidRequestError(f"input {name!r}: {datatype} has no typed contents field; send it in "
+                                  "raw_input_contents")
+    stray = [f for f in _ALL_CONTENTS_FIELDS if f != field and len(getattr(contents, f))]
+    if stray:
+        raise InvalidRequestError(f"input {name!r}: datatype {datatype} carries its values in contents.{field}; "
+                                  f"got contents.{stray[0]}")
+    values = getattr(contents, field)
+    if len(values) != count:
+        raise InvalidRequestError(f"input {name!r}: shape {[int(d) for d in shape]} needs {count} values, got "
+                                  f"{len(values)} in contents.{field}")
+    dims = tuple(int(d) for d in shape)
+    if datatype == "BYTES":
+        array = np.empty(count, dtype=object)
+        array[:] = list(values)
+        return array.reshape(dims)
+    wide = np.array(values, dtype=np.float64 if dtype.kind == "f" else np.int64 if dtype.kind in "ib"
+                    else np.uint64)
+    if dtype.kind in "iu" and wide.size:
+        _check_int_range(name, datatype, dtype, int(wide.min()), int(wide.max()))
+    return wide.astype(dtype).reshape(dims)
+
+
+def _check_int_range(name: str, datatype: str, dtype: np.dtype, low: int, high: int) -> None:
+    info = np.iinfo(dtype)
+    if low < info.min or high > info.max:
+        bad = low if low < info.min else high
+        raise InvalidRequestError(f"input {name!r}: value {bad} is out of range for {datatype} "
+                                  f"[{info.min}, {info.max}]")
+
+
+def fill_contents(contents, array: np.ndarray) -> None:
+    """Write `array`'s values, flattened row-major, into the typed field of an empty `InferTensorContents`.
+
+    Raises:
+        UnimplementedError: FP16 (and any dtype without a typed field); callers send those raw.
+    """
+    datatype = datatype_for(array.dtype)
+    field = CONTENTS_FIELD.get(datatype)
+    if field is None:
+        raise UnimplementedError(f"{datatype} has no typed contents field (raw contents only)")
+    flat = np.asarray(array).reshape(-1)
+    if datatype == "BYTES":
+        getattr(contents, field).extend(v if isinstance(v, bytes) else str(v).encode() for v in flat)
+    else:
+        getattr(contents, field).extend(flat.tolist())
+
+
+def to_raw(array: np.ndarray) -> bytes:
+    """Raw V2 form of an output: row-major little-endian values, or length-prefixed BYTES elements."""
+    array = np.asarray(array)
+    if datatype_for(array.dtype) == "BYTES":
+        return serialize_bytes(array)
+    return np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
+
+
+def from_json(name: str, datatype: str, shape, data, max_bytes: int) -> np.ndarray:
+    """Decode a REST input's JSON `data` (flat or nested lists, row-major) into an array of `shape`.
+
+    BOOL takes JSON true/false; integer datatypes JSON integers within range; FP* JSON numbers that stay
+    finite in the datatype; BYTES JSON strings (sent as UTF-8).
+
+    Raises:
+        InvalidRequestError: a value of the wrong JSON type or out of range (named with its flat index), a
+            count that disagrees with the shape, data nested too deeply.  ResourceExhaustedError: see
+            `element_count`.
+    """
+    dtype = numpy_dtype(datatype, name)
+    count = element_count(name, shape, datatype, max_bytes)
+    flat = _flatten(name, data)
+    if len(flat) != count:
+        raise InvalidRequestError(f"input {name!r}: shape {[int(d) for d in shape]} needs {count} values, got "
+                                  f"{len(flat)} in 'data'")
+    dims = tuple(int(d) for d in shape)
+    kind = dtype.kind
+    if kind == "O":
+        _expect(name, datatype, flat, lambda v: type(v) is str, "a string")
+        array = np.empty(count, dtype=object)
+        array[:] = [v.encode() for v in flat]
+        return array.reshape(dims)
+    if kind == "b":
+        _expect(name, datatype, flat, lambda v: type(v) is bool, "true or false")
+        return np.array(flat, dtype=np.bool_).reshape(dims)
+    if kind in "iu":
+        _expect(name, datatype, flat, lambda v: type(v) is int, "an integer")
+        if flat:
+            _check_int_range(name, datatype, dtype, min(flat), max(flat))
+        return np.array(flat, dtype=dtype).reshape(dims)
+    _expect(name, datatype, flat, lambda v: type(v) in (int, float), "a number")
+    try:
+        wide = np.array(flat, dtype=np.float64)
+    except OverflowError as err:  # a JSON integer beyond any float
+        index = next((i for i, v in enumerate(flat) if type(v) is int and abs(v) > 2**1023), 0)
+        raise InvalidRequestError(f"input {name!r}: value at index {index} is out of range for {datatype}") from err
+    with np.errstate(over="ignore"):
+        array = wide.astype(dtype)
+    overflow = np.isinf(array) & np.isfinite(wide)
+    if overflow.any():
+        index = int(np.argmax(overflow))
+        raise InvalidRequestError(f"input {name!r}: value {flat[index]} at index {index} is out of range for "
+                                  f"{datatype}")
+    return array.reshape(dims)
+
+
+def _flatten(name: str, data) -> list:
+    if not isinstance(data, list):
+        raise InvalidRequestError(f"input {name!r}: 'data' must be a JSON array, got {type(data).__name__}")
+    if not any(isinstance(v, list) for v in data):
+        return data
+    flat: list = []
+    stack = [iter(data)]
+    while stack:  # iterative: nesting depth costs no Python stack
+        for value in stack[-1]:
+            if isinstance(value, list):
+                stack.append(iter(value))
+                break
+            flat.append(value)
+        else:
+            stack.pop()
+    return flat
+
+
+def _expect(name: str, datatype: str, flat: list, ok, wanted: str) -> None:
+    for index, value in enumerate(flat):
+        if not ok(value):
+            shown = repr(value) if not isinstance(value, str) else f'"{value[:40]}"'
+            raise InvalidRequestError(f"input {name!r}: {datatype} value at index {index} must be {wanted}, got "
+                                      f"{shown} ({type(value).__name__})")
+
+
+def to_json(name: str, array: np.ndarray) -> list:
+    """An output's values flattened row-major as JSON values (BYTES as UTF-8 strings).
+
+    Raises:
+        InvalidRequestError: a BYTES output holds bytes that are not UTF-8 (ask for it with binary_data).
+    """
+    flat = np.asarray(array).reshape(-1)
+    if flat.dtype.kind not in "OSU":
+        return flat.tolist()
+    try:
+        return [v.decode() if isinstance(v, bytes) else str(v) for v in flat]
+    except UnicodeDecodeError as err:
+        raise InvalidRequestError(f"output {name!r} holds bytes that are not UTF-8 and cannot be JSON strings; "
+                                  "request it with parameters {\"binary_data\": true}") from err

@@ -1,0 +1,233 @@
+"""REST transport for the Open Inference Protocol (KServe V2) under `/v2`, on the TF Serving REST port.
+
+Routes (added to the same aiohttp app as `/v1`, so the same middleware answers errors as
+`{"error": "..."}` with the error's HTTP status, and the same auth, TLS and body-size limit apply):
+
+  GET  /v2/health/live                                  200 {"live": true}
+  GET  /v2/health/ready                                 200 {"ready": true} | 503 {"ready": false}
+  GET  /v2                                              server metadata
+  GET  /v2/models/{name}[/versions/{version}]           model metadata
+  GET  /v2/models/{name}[/versions/{version}]/ready     200 {"name", "ready": true} | 503 ... false | 404
+  GET  /v2/models/{name}[/versions/{version}]/config    Triton's model configuration (tfship's subset)
+  POST /v2/models/{name}[/versions/{version}]/infer     inference
+
+Inference bodies are JSON (`inputs` with `name`, `shape`, `datatype` and `data` flat or nested), or
+Triton's binary tensor extension: the header `Inference-Header-Content-Length: N` says the first N bytes
+are the JSON, and each input with `parameters.binary_data_size` takes its raw bytes, in input order, from
+what follows. Outputs requested with `parameters.binary_data: true` (or all, with the request parameter
+`binary_data_output: true`) come back the same way, with `parameters.binary_data_size`. gzip/deflate
+request bodies (`Content-Encoding`) are accepted and responses compressed when `Accept-Encoding` asks.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from aiohttp import web
+from aiohttp.web_response import ContentCoding
+
+from core.errors import InvalidRequestError
+from serving.dataplane import DataPlane
+from serving.kserve_codec import datatype_for, from_json, from_raw, to_json, to_raw
+from serving.kserve_converters import (
+    EXTENSIONS,
+    SERVER_NAME,
+    check_inputs,
+    check_outputs,
+    check_response_size,
+    infer_options,
+    model_config,
+    model_info,
+    model_ref,
+    ordered_outputs,
+    predict_request,
+    server_version,
+    signature_of,
+)
+from serving.types import ModelRef
+
+HEADER_LENGTH = "Inference-Header-Content-Length"
+_MODEL = r"/v2/models/{name}{sel:(/versions/[^/]+)?}"
+
+
+def _ref(request: web.Request) -> ModelRef:
+    sel = request.match_info.get("sel") or ""
+    return model_ref(request.match_info["name"], sel[len("/versions/"):] if sel else "")
+
+
+def _object(value, what: str) -> dict:
+    if not isinstance(value, dict):
+        raise InvalidRequestError(f"{what} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _list(value, what: str) -> list:
+    if not isinstance(value, list):
+        raise InvalidRequestError(f"{what} must be a JSON array, got {type(value).__name__}")
+    return value
+
+
+def _split_body(request: web.Request, body: bytes) -> tuple[dict, bytes]:
+    """The JSON header and the binary section after it (Triton's binary tensor extension)."""
+    header = request.headers.get(HEADER_LENGTH)
+    length = len(body)
+    if header is not None:
+        if not header.isascii() or not header.isdigit() or int(header) > len(body):
+            raise InvalidRequestError(f"{HEADER_LENGTH} must be an integer in [0, {len(body)}] (the body's size), "
+                                      f"got {header[:40]!r}")
+        length = int(header)
+    try:
+        parsed = json.loads(body[:length])
+    except (ValueError, RecursionError) as err:
+        raise InvalidRequestError(f"inference request JSON does not parse: {str(err)[:200]}") from err
+    return _object(parsed, "the inference request"), body[length:]
+
+
+def _decode_inputs(items: list, binary: bytes, max_bytes: int) -> list:
+    """(name, datatype, array) per request input, from JSON `data` or the binary section."""
+    decoded, offset = [], 0
+    for index, item in enumerate(items):
+        item = _object(item, f"inputs[{index}]")
+        name, datatype, shape = item.get("name"), item.get("datatype"), item.get("shape")
+        if not isinstance(name, str) or not isinstance(datatype, str):
+            raise InvalidRequestError(f"inputs[{index}] needs a string 'name' and 'datatype'")
+        if not isinstance(shape, list) or not all(type(d) is int for d in shape):
+            raise InvalidRequestError(f"input {name!r}: 'shape' must be a JSON array of integers, got "
+                                      f"{json.dumps(shape)[:100]}")
+        size = _object(item.get("parameters", {}), f"input {name!r} parameters").get("binary_data_size")
+        if size is None:
+            if "data" not in item:
+                raise InvalidRequestError(f"input {name!r} needs 'data' or parameters.binary_data_size")
+            decoded.append((name, datatype, from_json(name, datatype, shape, item["data"], max_bytes)))
+            continue
+        if type(size) is not int or size < 0 or offset + size > len(binary):
+            raise InvalidRequestError(f"input {name!r}: binary_data_size {size!r} does not fit the "
+                                      f"{len(binary) - offset} bytes of binary data left")
+        decoded.append((name, datatype, from_raw(name, datatype, shape, binary[offset:offset + size], max_bytes)))
+        offset += size
+    if offset != len(binary):
+        raise InvalidRequestError(f"{len(binary) - offset} bytes of binary data follow the inputs' "
+                                  "binary_data_size; check Inference-Header-Content-Length")
+    return decoded
+
+
+def _requested_outputs(body: dict, default_binary: bool) -> tuple[list[str], dict[str, bool]]:
+    names, binary = [], {}
+    for index, item in enumerate(_list(body.get("outputs", []), "'outputs'")):
+        item = _object(item, f"outputs[{index}]")
+        name = item.get("name")
+        if not isinstance(name, str):
+            raise InvalidRequestError(f"outputs[{index}] needs a string 'name'")
+        params = _object(item.get("parameters", {}), f"output {name!r} parameters")
+        if "classification" in params:
+            raise InvalidRequestError(f"output {name!r}: the classification extension is not supported; "
+                                      "request the output itself")
+        choice = params.get("binary_data", default_binary)
+        if not isinstance(choice, bool):
+            raise InvalidRequestError(f"output {name!r}: parameters.binary_data must be true or false")
+        names.append(name)
+        binary[name] = choice
+    return names, binary
+
+
+def _encode(result, tensors: list[tuple[str, np.ndarray]], binary: dict[str, bool], default_binary: bool,
+            request_id) -> tuple[dict, list[bytes]]:
+    outputs, blobs = [], []
+    for name, array in tensors:
+        entry = {"name": name, "datatype": datatype_for(array.dtype), "shape": list(array.shape)}
+        if binary.get(name, default_binary):
+            blob = to_raw(array)
+            entry["parameters"] = {"binary_data_size": len(blob)}
+            blobs.append(blob)
+        else:
+            entry["data"] = to_json(name, array)
+        outputs.append(entry)
+    body = {"model_name": result.model_name, "model_version": str(result.version), "outputs": outputs}
+    if request_id is not None:
+        body["id"] = request_id
+    return body, blobs
+
+
+def _tensors(items) -> list[dict]:
+    return [{"name": t.name, "datatype": t.datatype, "shape": t.shape} for t in items]
+
+
+def _config_tensors(items) -> list[dict]:
+    return [{"name": t.name, "data_type": t.data_type, "dims": t.dims} for t in items]
+
+
+def add_v2_routes(app: web.Application, dataplane: DataPlane) -> None:
+    """Add the Open Inference Protocol's REST routes (see the module docstring) to `app`."""
+    max_bytes = dataplane.limits.max_tensor_bytes
+
+    async def live(request: web.Request) -> web.Response:
+        return web.json_response({"live": True})
+
+    async def ready(request: web.Request) -> web.Response:
+        up = dataplane.server_ready()
+        return web.json_response({"ready": up}, status=200 if up else 503)
+
+    async def server_metadata(request: web.Request) -> web.Response:
+        return web.json_response({"name": SERVER_NAME, "version": server_version(), "extensions": list(EXTENSIONS)})
+
+    async def model_metadata(request: web.Request) -> web.Response:
+        ref = _ref(request)
+        info = model_info(await dataplane.metadata(ref), dataplane.available_versions(ModelRef(ref.name)))
+        return web.json_response({"name": info.name, "versions": info.versions, "platform": info.platform,
+                                  "inputs": _tensors(info.inputs), "outputs": _tensors(info.outputs)})
+
+    async def config(request: web.Request) -> web.Response:
+        info = model_config(await dataplane.metadata(_ref(request)), dataplane.limits.max_batch_per_request)
+        return web.json_response({"name": info.name, "platform": info.platform, "backend": info.backend,
+                                  "max_batch_size": info.max_batch_size, "input": _config_tensors(info.inputs),
+                                  "output": _config_tensors(info.outputs)})
+
+    async def model_ready(request: web.Request) -> web.Response:
+        ref = _ref(request)
+        up = dataplane.model_ready(ref)
+        return web.json_response({"name": ref.name, "ready": up}, status=200 if up else 503)
+
+    async def infer(request: web.Request) -> web.Response:
+        body, binary = _split_body(request, await request.read())
+        params = _object(body.get("parameters", {}), "'parameters'")
+        default_binary = params.get("binary_data_output", False)
+        if not isinstance(default_binary, bool):
+            raise InvalidRequestError("parameter 'binary_data_output' must be true or false")
+        request_id = body.get("id")
+        if request_id is not None and not isinstance(request_id, str):
+            raise InvalidRequestError(f"'id' must be a string, got {json.dumps(request_id)[:100]}")
+        options = infer_options(params)
+        meta = await dataplane.metadata(_ref(request))
+        signature = signature_of(meta.signatures, options.signature_name)
+        decoded = _decode_inputs(_list(body.get("inputs"), "'inputs'"), binary, max_bytes)
+        names, binary_choice = _requested_outputs(body, default_binary)
+        inputs, outputs = check_inputs(signature, decoded), check_outputs(signature, names)
+        result = await dataplane.predict(predict_request(meta, options, inputs, outputs))
+        tensors = ordered_outputs(result, signature, outputs)
+        check_response_size(tensors, max_bytes)
+        payload, blobs = _encode(result, tensors, binary_choice, default_binary, request_id)
+        return _response(request, payload, blobs)
+
+    app.router.add_get("/v2/health/live", live)
+    app.router.add_get("/v2/health/ready", ready)
+    app.router.add_get("/v2", server_metadata)
+    app.router.add_get(_MODEL, model_metadata)
+    app.router.add_get(_MODEL + "/ready", model_ready)
+    app.router.add_get(_MODEL + "/config", config)
+    app.router.add_post(_MODEL + "/infer", infer)
+
+
+def _response(request: web.Request, payload: dict, blobs: list[bytes]) -> web.Response:
+    header = json.dumps(payload, separators=(",", ":")).encode()
+    if blobs:
+        response = web.Response(body=b"".join([header, *blobs]), content_type="application/octet-stream",
+                                headers={HEADER_LENGTH: str(len(header))})
+    else:
+        response = web.Response(body=header, content_type="application/json")
+    accepted = request.headers.get("Accept-Encoding", "")
+    for coding in (ContentCoding.gzip, ContentCoding.deflate):  # what tritonclient can decompress
+        if coding.value in accepted:
+            response.enable_compression(coding)
+            break
+    return response

@@ -1,0 +1,307 @@
+"""TF Serving's REST JSON <-> numpy, following `tensorflow_serving/util/json_tensor.cc` (no TensorFlow).
+
+Requests: `instances` (row format; one value or one object per row) or `inputs` (columnar; one value
+or an object naming the inputs). Each leaf must be of the JSON type the signature's dtype takes:
+float/double/half take numbers (also `NaN`, `Infinity`), integer dtypes take whole JSON numbers inside
+the dtype's range (`1.7` or `3000000000` for int32 are refused), bool takes `true`/`false`, string
+takes a string or `{"b64": "..."}`. Anything else is INVALID_ARGUMENT with TF Serving's wording,
+prefixed by the input it concerns: `input 'x': JSON Value: 1.7 Type: Number is not of expected type: int32`.
+
+Responses: row requests answer `{"predictions": ...}` and need every output to share dim 0 (a scalar
+output or one with another first dimension is INVALID_ARGUMENT naming it); columnar requests answer
+`{"outputs": ...}`. One output drops its name. Outputs whose alias ends in `_bytes` are written as
+`{"b64": ...}`; other strings as text (tfship deviation: bytes that are not UTF-8 are written as
+`{"b64": ...}` too, where TF Serving would write invalid JSON). Floats are written as the shortest
+decimal that reads back to the same value in the output's dtype, `NaN`/`Infinity`/`-Infinity` as
+TF Serving writes them.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Mapping
+
+import numpy as np
+
+from core.errors import InvalidRequestError
+from core.contract import Signature
+
+_DEBUG_CHARS = 256  # TF Serving's kMaxJsonDebugStringBytes
+BYTES_SUFFIX = "_bytes"
+
+# numpy dtype name -> TF Serving's DataTypeString (what its messages call the type).
+_TF_TYPE_NAMES = {"float32": "float", "float64": "double", "float16": "half", "string": "string", "bool": "bool"}
+_INT_RANGES = {name: (int(np.iinfo(name).min), int(np.iinfo(name).max))
+               for name in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")}
+
+
+def debug_string(value) -> str:
+    """Compact JSON of `value`, cut at 256 characters (TF Serving's JsonValueToDebugString)."""
+    try:
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text[:_DEBUG_CHARS]
+
+
+def json_type(value) -> str:
+    """TF Serving's name for a JSON value's type (`Null`, `True`, `False`, `Number`, `String`, `Array`, `Object`)."""
+    if value is None:
+        return "Null"
+    if value is True:
+        return "True"
+    if value is False:
+        return "False"
+    if isinstance(value, int | float):
+        return "Number"
+    if isinstance(value, str):
+        return "String"
+    return "Array" if isinstance(value, list) else "Object"
+
+
+def parse_body(raw: bytes) -> dict:
+    """Parse a request body; NaN/Infinity tokens are accepted as TF Serving does.
+
+    Raises:
+        InvalidRequestError: empty body, JSON syntax error (with its offset), a body that is not an
+            object or nests too deeply.
+    """
+    if not raw.strip():
+        raise InvalidRequestError("JSON Parse error: The document is empty")
+    try:
+        body = json.loads(raw)
+    except UnicodeDecodeError as err:
+        raise InvalidRequestError(f"JSON Parse error: body is not UTF-8 at offset: {err.start}") from err
+    except json.JSONDecodeError as err:
+        raise InvalidRequestError(f"JSON Parse error: {err.msg} at offset: {err.pos}") from err
+    except RecursionError as err:
+        raise InvalidRequestError("JSON Parse error: the document is nested too deeply") from err
+    if not isinstance(body, dict):
+        raise InvalidRequestError(f"JSON Value: {debug_string(body)} Is not object")
+    return body
+
+
+def signature_name(body: dict) -> str:
+    """`signature_name` of a body (`serving_default` when absent or empty); must be a JSON string."""
+    name = body.get("signature_name")
+    if name is not None and not isinstance(name, str):
+        raise InvalidRequestError(f"JSON Value: {debug_string(name)} not formatted correctly. "
+                                  "'signature_name' key must be a string value.")
+    return name or "serving_default"
+
+
+def _type_error(value, dtype: str) -> InvalidRequestError:
+    return InvalidRequestError(f"JSON Value: {debug_string(value)} Type: {json_type(value)} is not of expected "
+                               f"type: {_TF_TYPE_NAMES.get(dtype, dtype)}")
+
+
+def _dense_shape(value) -> list[int]:
+    shape = []
+    while isinstance(value, list):
+        shape.append(len(value))
+        if not value:
+            break
+        value = value[0]
+    return shape
+
+
+def _flatten(value, level: int, shape: list[int], out: list) -> None:
+    """Collect the leaves of `value` in row-major order, checking every list has the size of its level."""
+    if not isinstance(value, list):
+        if level != len(shape):
+            raise InvalidRequestError(f"JSON Value: {debug_string(value)} found at incorrect level: {level + 1} in "
+                                      f"the JSON DOM. Expected at level: {len(shape)}")
+        out.append(value)
+        return
+    if level >= len(shape):
+        raise InvalidRequestError(f"Encountered list at unexpected level: {level} expected < {len(shape)}")
+    if len(value) != shape[level]:
+        raise InvalidRequestError(f"Encountered list at unexpected size: {len(value)} at level: {level} "
+                                  f"expected size: {shape[level]}")
+    if level == len(shape) - 1 and not any(isinstance(v, list) for v in value):
+        out.extend(value)
+        return
+    for item in value:
+        _flatten(item, level + 1, shape, out)
+
+
+def _string_leaf(value) -> bytes:
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, dict):
+        if set(value) != {"b64"} or not isinstance(value["b64"], str):
+            raise InvalidRequestError(f"JSON Value: {debug_string(value)} not formatted correctly for base64 data")
+        try:
+            return base64.b64decode(value["b64"], validate=True)
+        except (binascii.Error, ValueError) as err:
+            raise InvalidRequestError("Unable to base64 decode") from err
+    raise _type_error(value, "string")
+
+
+def _typed_leaves(leaves: list, dtype: str) -> np.ndarray:
+    """numpy array of `dtype` from JSON leaves; raises the first leaf's type error."""
+    if dtype == "string":
+        return np.array([_string_leaf(v) for v in leaves] or [], dtype=object)
+    kinds = set(map(type, leaves))
+    if dtype == "bool":
+        if kinds <= {bool}:
+            return np.array(leaves, dtype=bool)
+        raise _type_error(next(v for v in leaves if type(v) is not bool), dtype)
+    if dtype in _INT_RANGES:
+        low, high = _INT_RANGES[dtype]
+        if kinds <= {int}:
+            if leaves and (min(leaves) < low or max(leaves) > high):
+                raise _type_error(next(v for v in leaves if not low <= v <= high), dtype)
+            return np.array(leaves, dtype=dtype)
+        raise _type_error(next(v for v in leaves if type(v) is not int), dtype)
+    if dtype in ("float16", "float32", "float64"):
+        if kinds <= {int, float}:
+            return np.array(leaves, dtype=dtype)
+        raise _type_error(next(v for v in leaves if type(v) not in (int, float)), dtype)
+    raise InvalidRequestError(f"Conversion of JSON Value: {debug_string(leaves[:1])} to type: {dtype} "
+                              "is not supported by the REST API")
+
+
+def decode_tensor(name: str, value, dtype: str) -> np.ndarray:
+    """One input's JSON value as an array of the signature's `dtype` (shape from the nesting).
+
+    Raises:
+        InvalidRequestError: ragged lists, a leaf of the wrong JSON type or out of the dtype's range,
+            bad base64; the message starts with `input '<name>':`.
+    """
+    try:
+        shape = _dense_shape(value)
+        leaves: list = []
+        _flatten(value, 0, shape, leaves)
+        return _typed_leaves(leaves, dtype).reshape(shape)
+    except InvalidRequestError as err:
+        raise InvalidRequestError(f"input {name!r}: {err}") from err
+    except RecursionError as err:
+        raise InvalidRequestError(f"input {name!r}: value is nested too deeply") from err
+
+
+def _is_named_object(value) -> bool:
+    return isinstance(value, dict) and not (set(value) == {"b64"})
+
+
+def _spec_dtype(signature: Signature, name: str) -> str:
+    spec = signature.inputs.get(name)
+    if spec is None:
+        expected = ", ".join(f"{k}: {s.describe()}" for k, s in sorted(signature.inputs.items()))
+        raise InvalidRequestError(f"JSON object: does not have named input: {name}; signature {signature.name!r} "
+                                  f"inputs: {{{expected}}}")
+    return spec.dtype
+
+
+def _row_inputs(rows: list, signature: Signature) -> dict[str, np.ndarray]:
+    if not _is_named_object(rows[0]):
+        if len(signature.inputs) != 1:
+            raise InvalidRequestError("instances is a plain list, but expecting list of objects as multiple input "
+                                      f"tensors required as per signature {signature.name!r}: "
+                                      f"{sorted(signature.inputs)}")
+        if any(_is_named_object(r) for r in rows):
+            index = next(i for i, r in enumerate(rows) if _is_named_object(r))
+            raise InvalidRequestError(f"Expecting value/list but got object at item {index} of input list")
+        (name,) = signature.inputs
+        return {name: decode_tensor(name, rows, signature.inputs[name].dtype)}
+    names = set(rows[0])
+    for index, row in enumerate(rows):
+        if not _is_named_object(row):
+            raise InvalidRequestError(f"Expecting object but got list at item {index} of input list")
+        if set(row) != names:
+            raise InvalidRequestError(f"Failed to process element: {index} of 'instances' list. JSON object: "
+                                      f"{debug_string(row)} keys must be equal to: {','.join(sorted(names))}")
+    return {name: decode_tensor(name, [r[name] for r in rows], _spec_dtype(signature, name)) for name in rows[0]}
+
+
+def _columnar_inputs(data, signature: Signature) -> dict[str, np.ndarray]:
+    if not _is_named_object(data):
+        if len(signature.inputs) != 1:
+            raise InvalidRequestError("inputs is a plain value/list, but expecting an object as multiple input "
+                                      f"tensors required as per signature {signature.name!r}: "
+                                      f"{sorted(signature.inputs)}")
+        (name,) = signature.inputs
+        return {name: decode_tensor(name, data, signature.inputs[name].dtype)}
+    return {name: decode_tensor(name, value, _spec_dtype(signature, name)) for name, value in data.items()}
+
+
+def request_inputs(body: dict, signature: Signature) -> tuple[dict[str, np.ndarray], bool]:
+    """Input arrays of a predict body and whether it used the row (`instances`) format.
+
+    Raises:
+        InvalidRequestError: both or neither of `instances`/`inputs`, `instances` not a non-empty list,
+            rows that disagree, an unknown input name, or a value the dtype does not take.
+    """
+    if "instances" in body and "inputs" in body:
+        raise InvalidRequestError(f"JSON Value: {debug_string(body)} Not formatted correctly expecting only one of "
+                                  "'inputs' or 'instances' keys to exist")
+    if "instances" in body:
+        rows = body["instances"]
+        if not isinstance(rows, list):
+            raise InvalidRequestError(f"JSON Value: {debug_string(rows)} Expecting 'instances' to be an list/array")
+        if not rows:
+            raise InvalidRequestError("JSON Value: [] No values in 'instances' array")
+        return _row_inputs(rows, signature), True
+    if "inputs" in body:
+        return _columnar_inputs(body["inputs"], signature), False
+    raise InvalidRequestError("Missing 'inputs' or 'instances' key")
+
+
+def _leaf_values(name: str, array: np.ndarray):
+    """Nested lists (or a scalar) of JSON values for `array`."""
+    kind = array.dtype.kind
+    if kind == "f":
+        # Shortest decimal that round-trips in the array's own dtype (float32 0.2 -> 0.2, not 0.2000000029...).
+        return array.astype(str).astype(np.float64).tolist() if array.dtype != np.float64 else array.tolist()
+    if kind in "iub":
+        return array.tolist()
+    if kind in "OSU":
+        as_b64 = name.endswith(BYTES_SUFFIX)
+        flat = np.empty(array.size, dtype=object)
+        flat[:] = [_string_json(v, as_b64) for v in array.reshape(-1).tolist()]
+        return flat.reshape(array.shape).tolist()
+    raise InvalidRequestError(f"output {name!r}: Failed to write JSON value for tensor type: {array.dtype} "
+                              "(the REST API has no JSON form for it; use gRPC Predict)")
+
+
+def _string_json(value, as_b64: bool):
+    raw = value if isinstance(value, bytes) else str(value).encode()
+    if not as_b64:
+        try:
+            return raw.decode()
+        except UnicodeDecodeError:
+            pass
+    return {"b64": base64.b64encode(raw).decode()}
+
+
+def response_json(outputs: Mapping[str, np.ndarray], rows: bool, batch: int | None = None) -> dict:
+    """`{"predictions": ...}` (row request) or `{"outputs": ...}` (columnar) for Predict outputs.
+
+    `batch`: the row request's number of instances; every output's dim 0 must equal it (None: the first
+    output's dim 0, as TF Serving compares outputs with each other).
+
+    Raises:
+        InvalidRequestError: row format with a scalar output (`Tensor name: y has no shape information`)
+            or outputs whose first dimensions differ (`Tensor name: y has inconsistent batch size: 1
+            expecting: 5`); no outputs at all.
+    """
+    if not outputs:
+        raise InvalidRequestError("Cannot convert empty tensor map to JSON")
+    arrays = {k: np.asarray(v) for k, v in outputs.items()}
+    if not rows:
+        values = {k: _leaf_values(k, a) for k, a in arrays.items()}
+        return {"outputs": next(iter(values.values())) if len(values) == 1 else values}
+    for name, array in arrays.items():
+        if array.ndim == 0:
+            raise InvalidRequestError(f"Tensor name: {name} has no shape information (a scalar output cannot be "
+                                      "split into rows; send the request in columnar format, 'inputs')")
+        if batch is not None and array.shape[0] != batch:
+            raise InvalidRequestError(f"Tensor name: {name} has inconsistent batch size: {array.shape[0]} expecting: "
+                                      f"{batch} (send the request in columnar format, 'inputs', to get every output)")
+        batch = array.shape[0] if batch is None else batch
+    values = {k: _leaf_values(k, a) for k, a in arrays.items()}
+    if len(values) == 1:
+        return {"predictions": next(iter(values.values()))}
+    return {"predictions": [{k: v[i] for k, v in values.items()} for i in range(batch)]}

@@ -106,6 +106,11 @@ class Batched(Runtime):
     def metadata(self) -> dict[str, Signature]:
         return self.inner.metadata()
 
+    @property
+    def backend(self) -> str:
+        """The wrapped runtime's backend name (batching is not a backend)."""
+        return self.inner.backend
+
     def stop(self) -> None:
         """Stop the batch threads after the queued requests ran; the wrapped runtime stays loaded."""
         with self._cond:

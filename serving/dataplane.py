@@ -227,8 +227,7 @@ class DataPlane:
     async def metadata(self, ref: ModelRef) -> ModelMetadata:
         """TF Serving GetModelMetadata (`signature_def`): signatures of the targeted version."""
         served = self.manager.resolve(ref)
-        runtime = served.runtime.inner if isinstance(served.runtime, Batched) else served.runtime
-        return ModelMetadata(ref.name, served.version, served.runtime.metadata(), runtime.name)
+        return ModelMetadata(ref.name, served.version, served.runtime.metadata(), served.runtime.backend)
 
     def server_ready(self) -> bool:
         """Open Inference Protocol ServerReady: not draining and every configured model has a version AVAILABLE."""

@@ -82,6 +82,11 @@ class Runtime(abc.ABC):
     def load(self) -> None:
         """Load the artifact; raise `RuntimeLoadError` (with the cause) if it cannot be served."""
 
+    @property
+    def backend(self) -> str:
+        """The backend that runs the model (`onnx`, ...); a wrapper reports the runtime it wraps."""
+        return self.name
+
     _seconds_per_row: float | None = None  # measured cost of `predict` (moving average), None before a call
 
     @abc.abstractmethod

@@ -88,6 +88,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     a("--enable-admin-api", action="store_true",
       help="allow admin calls on a server without tokens (trusted network only)")
     a("--json-logs", action="store_true", help="log one JSON object per line")
+    a("--request-log-sampling-rate", type=float, default=0.0,
+      help="log one structured line (model, version, signature, method, status, latency, batch rows, peer) for "
+           "this fraction of requests; 0 = off (default), 1 = every request")
     a("--num-processes", type=int, default=1,
       help="server processes sharing the gRPC/REST ports via SO_REUSEPORT (use the host's cores); default 1")
     a("--reuse-port", action="store_true", help="bind the REST port with SO_REUSEPORT (set for each worker)")

@@ -23,6 +23,7 @@ from serving.manager import ModelManager
 from serving.memory import estimate_request_bytes, release_freed_memory
 from serving.metrics import Metrics
 from serving.model_config import ModelConfig
+from serving.request_log import RequestLog, note_request
 from serving.types import (
     InferenceRequest,
     InferenceResponse,
@@ -82,6 +83,17 @@ _METHOD_NAMES = {"Classify": ("classification", "tensorflow/serving/classify"),
                  "Regress": ("regression", "tensorflow/serving/regress")}
 
 
+def _check_response_size(outputs: dict, limit: int) -> None:
+    """Refuse outputs whose raw bytes alone exceed --max-message-bytes (no transport could send them); each
+    transport checks its exact encoded size too."""
+    size = 0
+    for array in outputs.values():
+        size += sum(len(v) for v in array.reshape(-1)) if array.dtype == object else array.nbytes
+    if size > limit:
+        raise ResourceExhaustedError(f"response of at least {size} bytes exceeds --max-message-bytes {limit} bytes; "
+                                     "ask for fewer rows or fewer outputs (output_filter)")
+
+
 class DataPlane:
     """Serves Predict, GetModelMetadata, GetModelStatus and ReloadConfig on top of a `ModelManager`.
 
@@ -91,9 +103,12 @@ class DataPlane:
             cheap calls run on the event loop, the others on these threads; a batching runtime uses its own).
         limits: per-request limits (`ServerLimits`).
         metrics: Prometheus metrics to update.
+        request_log: per-request structured lines (`serving.request_log`); default off. Transports open and
+            write the records; the data plane notes the version, signature and batch rows it resolved.
     """
 
-    def __init__(self, manager: ModelManager, executor: Executor, limits: ServerLimits, metrics: Metrics) -> None:
+    def __init__(self, manager: ModelManager, executor: Executor, limits: ServerLimits, metrics: Metrics,
+                 request_log: RequestLog | None = None) -> None:
         self.manager = manager
         self._executor = executor
         self._limits = limits
@@ -104,6 +119,7 @@ class DataPlane:
         self._latencies: dict[str, object] = {}
         self._releasing = False
         self.gate = RequestGate()
+        self.request_log = request_log or RequestLog()
 
     @property
     def draining(self) -> bool:
@@ -170,6 +186,7 @@ class DataPlane:
         if len(set(request.output_filter)) != len(request.output_filter):
             raise InvalidRequestError(f"output_filter {list(request.output_filter)} names an output twice")
         rows = batch_size(signature, request.inputs)
+        note_request(model=request.model.name, version=str(version), signature=signature.name, batch_rows=rows)
         if rows == 0:  # refused alike by every backend, batched or not (runtimes disagree on empty batches)
             raise InvalidRequestError("batch of 0 rows: send at least one row")
         limit = self._limits.max_batch_per_request
@@ -188,6 +205,7 @@ class DataPlane:
             self._release_memory()
         if request.output_filter:
             outputs = {k: outputs[k] for k in request.output_filter}
+        _check_response_size(outputs, self._limits.max_tensor_bytes)
         return InferenceResponse(request.model.name, version, request.signature_name, outputs)
 
     async def _run(self, runtime, request: InferenceRequest, deadline: float | None) -> dict:
@@ -227,6 +245,7 @@ class DataPlane:
     async def metadata(self, ref: ModelRef) -> ModelMetadata:
         """TF Serving GetModelMetadata (`signature_def`): signatures of the targeted version."""
         served = self.manager.resolve(ref)
+        note_request(version=str(served.version))
         return ModelMetadata(ref.name, served.version, served.runtime.metadata(), served.runtime.backend)
 
     def server_ready(self) -> bool:

@@ -19,8 +19,8 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
-from core.errors import InvalidRequestError, TfshipError
 from core import protocol
+from core.errors import InvalidRequestError, ResourceExhaustedError, TfshipError
 from serving import converters
 from serving.dataplane import DataPlane
 from serving.model_config import from_proto
@@ -35,26 +35,45 @@ def _rpc(method):
 
     @functools.wraps(method)
     async def wrapper(self, request, context: grpc.aio.ServicerContext):
-        gate = getattr(getattr(self, "_dp", None), "gate", None)  # servicers hold their DataPlane as `_dp`
-        entered = False
+        dataplane = getattr(self, "_dp", None)  # servicers hold their DataPlane as `_dp`
+        gate = getattr(dataplane, "gate", None)
+        entered, status = False, "OK"
+        logged = _start_request_log(dataplane, method.__name__, request, context)
         try:
             if gate is not None:
                 gate.enter()  # UNAVAILABLE while draining
                 entered = True
             if isinstance(request, _Undecodable):
                 raise InvalidRequestError(f"request is not a valid {request.type_name} message: {request.error}")
+            if isinstance(request, _TooLarge):
+                raise ResourceExhaustedError(f"request of {request.size} bytes exceeds --max-message-bytes "
+                                             f"{request.limit} bytes")
             return await method(self, request, context)
         except TfshipError as err:
+            status = err.grpc_code
             await context.abort(grpc.StatusCode[err.grpc_code], str(err))
         except Exception:
+            status = "INTERNAL"
             incident = uuid.uuid4().hex[:12]
             log.exception("unexpected error in %s (incident %s)", method.__name__, incident)
             await context.abort(grpc.StatusCode.INTERNAL, f"internal server error (incident {incident})")
         finally:
             if entered:
                 gate.leave()
+            if logged is not None:
+                dataplane.request_log.finish(logged, status)
 
     return wrapper
+
+
+def _start_request_log(dataplane, method: str, request, context):
+    """Open this call's request-log record when the server logs requests and this one is sampled."""
+    request_log = getattr(dataplane, "request_log", None)
+    if request_log is None or request_log.sampling_rate <= 0.0:
+        return None
+    spec = getattr(request, "model_spec", None)
+    model = spec.name if spec is not None else getattr(request, "model_name", "") or getattr(request, "name", "")
+    return request_log.start("grpc", method, context.peer() or "", model if isinstance(model, str) else "")
 
 
 def _time_remaining(context) -> float | None:
@@ -70,16 +89,22 @@ class PredictionServicer:
 
     @_rpc
     async def Predict(self, request, context):
-        decode = functools.partial(converters.predict_request, request, _time_remaining(context),
-                                   self._dp.limits.max_tensor_bytes)
+        limit = self._dp.limits.max_tensor_bytes
+        decode = functools.partial(converters.predict_request, request, _time_remaining(context), limit)
         if request.ByteSize() > OFF_LOOP_BYTES:  # a big payload never holds up the other requests
             inference = await asyncio.to_thread(decode)
         else:
             inference = decode()
         response = await self._dp.predict(inference)
         if sum(a.nbytes for a in response.outputs.values()) > OFF_LOOP_BYTES:
-            return await asyncio.to_thread(converters.predict_response, response)
-        return converters.predict_response(response)
+            proto = await asyncio.to_thread(converters.predict_response, response)
+        else:
+            proto = converters.predict_response(response)
+        size = proto.ByteSize()  # computed, not serialised: an oversized answer never reaches gRPC's send
+        if size > limit:
+            raise ResourceExhaustedError(f"response of {size} bytes exceeds --max-message-bytes {limit} bytes; ask "
+                                         "for fewer rows or fewer outputs (output_filter)")
+        return proto
 
     @_rpc
     async def GetModelMetadata(self, request, context):
@@ -130,11 +155,20 @@ class _Undecodable:
         self.type_name, self.error = type_name, error
 
 
-def _deserializer(request_cls):
+class _TooLarge:
+    """A request above --max-message-bytes; `_rpc` answers RESOURCE_EXHAUSTED naming the flag and both sizes."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        self.size, self.limit = size, limit
+
+
+def _deserializer(request_cls, max_bytes: int):
     parse = request_cls.FromString
     type_name = request_cls.DESCRIPTOR.full_name
 
     def deserialize(data: bytes):
+        if len(data) > max_bytes:
+            return _TooLarge(len(data), max_bytes)
         try:
             return parse(data)
         except DecodeError as err:
@@ -143,11 +177,16 @@ def _deserializer(request_cls):
     return deserialize
 
 
-def _handler(service: str, servicer, methods: dict[str, tuple[type, type]]) -> grpc.GenericRpcHandler:
+def _handler(service: str, servicer, methods: dict[str, tuple[type, type]],
+             max_bytes: int | None = None) -> grpc.GenericRpcHandler:
+    """Generic handler of `servicer`'s methods; requests above `max_bytes` (default: the servicer's data plane
+    limit, --max-message-bytes) reach `_rpc` as `_TooLarge`."""
+    if max_bytes is None:
+        max_bytes = servicer._dp.limits.max_tensor_bytes
     handlers = {
         name: grpc.unary_unary_rpc_method_handler(
             getattr(servicer, name),
-            request_deserializer=_deserializer(request_cls),
+            request_deserializer=_deserializer(request_cls, max_bytes),
             response_serializer=lambda message: message.SerializeToString(),
         )
         for name, (request_cls, _response_cls) in methods.items()
@@ -207,6 +246,9 @@ class HealthServicer(health.aio.HealthServicer):
 def add_services(server: grpc.aio.Server, dataplane: DataPlane,
                  other_services: tuple[str, ...] = ()) -> health.aio.HealthServicer:
     """Register PredictionService, ModelService, grpc.health.v1 and reflection on `server`.
+
+    Requests above the data plane's message limit (--max-message-bytes) are answered RESOURCE_EXHAUSTED
+    naming the flag and the sizes (the server lets gRPC itself take up to twice that, see `server.py`).
 
     `other_services`: names of services already registered (e.g. `inference.GRPCInferenceService`) that
     reflection lists too. Returns the health servicer; "" and each model name start NOT_SERVING.

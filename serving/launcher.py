@@ -20,6 +20,7 @@ from typing import Self
 import grpc
 
 from core.errors import TfshipError, UnavailableError
+from core.processes import die_with_parent
 from serving.client import PredictClient
 
 
@@ -92,7 +93,8 @@ class ServerProcess:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         with open(self._stderr_path, "wb") as stderr:
-            self.process = subprocess.Popen(self.command(), stdout=stderr, stderr=subprocess.STDOUT, env=env)
+            self.process = subprocess.Popen(self.command(), stdout=stderr, stderr=subprocess.STDOUT, env=env,
+                                            preexec_fn=die_with_parent(signal.SIGKILL))  # never an orphan
         try:
             self._wait_ready()
         except BaseException:

@@ -15,6 +15,7 @@ An explicitly empty config is valid, as in TF Serving, and unloads every model.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.errors import ConfigError, InvalidRequestError, ModelNotFoundError, TfshipError, UnavailableError
+from serving.memory import release_freed_memory
 from serving.model_config import ModelConfig
 from serving.runtimes import REGISTRY, Runtime, RuntimeOptions
 from serving.types import ModelRef, VersionState, VersionStatus
@@ -175,9 +177,10 @@ class ModelManager:
         log.info("model %s version %d AVAILABLE (%s)", model.config.name, version, type(served.runtime).__name__)
 
     def _load_blocking(self, path: Path) -> Runtime:
+        warmup = warmup_predicts(path)  # a damaged warm-up file refuses the version before anything loads
         runtime = REGISTRY.create(self._backend, path, self._options)
         runtime.load()
-        for signature_name, inputs in warmup_predicts(path):
+        for signature_name, inputs in warmup:
             try:
                 runtime.predict(inputs, signature_name)
             except Exception as err:
@@ -191,7 +194,7 @@ class ModelManager:
         served.state = VersionState.UNLOADING
         await served.idle.wait()
         runtime, served.runtime = served.runtime, None
-        await asyncio.get_running_loop().run_in_executor(self._executor, runtime.unload)
+        await asyncio.get_running_loop().run_in_executor(self._executor, _unload_and_release, runtime)
         served.state = VersionState.END
         self._event(name, "unloaded")
 
@@ -372,3 +375,11 @@ def _unknown_label(ref: ModelRef, labels) -> InvalidRequestError:
     """TF Serving's answer to a label the model does not define: INVALID_ARGUMENT (not NOT_FOUND)."""
     return InvalidRequestError(f"Unrecognized servable version label: {ref.label} (model {ref.name!r}; labels: "
                                f"{sorted(labels)})")
+
+
+def _unload_and_release(runtime: Runtime) -> None:
+    """Unload, collect the runtime's reference cycles (TensorFlow's loaded objects hold some) and hand the freed
+    heap back to the OS, so RSS stays flat across hot swaps (bench/results/hotswap-latest.md). Blocking."""
+    runtime.unload()
+    gc.collect()
+    release_freed_memory()

@@ -23,6 +23,7 @@ from serving import converters, rest_json
 from serving.dataplane import DataPlane, RequestGate
 from serving.kserve_rest import add_v2_routes
 from serving.metrics import CONTENT_TYPE, Metrics
+from serving.request_log import RequestLog
 from serving.security import AccessPolicy
 from serving.types import InferenceRequest, ModelRef
 
@@ -42,29 +43,56 @@ def _ref(request: web.Request) -> ModelRef:
     return ModelRef(name)
 
 
-def _error_middleware(policy: AccessPolicy, gate: RequestGate | None = None):
+def _error_middleware(policy: AccessPolicy, gate: RequestGate | None = None,
+                      request_log: RequestLog | None = None):
     @web.middleware
     async def middleware(request: web.Request, handler):
         entered = False
+        logged = _start_request_log(request_log, request)
+        response = None
         try:
             policy.check(request.headers.get("Authorization", ""))
             if gate is not None:
                 gate.enter()  # 503 while draining
                 entered = True
-            return await handler(request)
+            response = await handler(request)
         except web.HTTPException as err:
-            return _http_error(request, err)
+            response = _http_error(request, err)
         except TfshipError as err:
-            return web.json_response({"error": str(err)}, status=err.http_status)
+            response = web.json_response({"error": str(err)}, status=err.http_status)
+            response[_GRPC_CODE] = err.grpc_code
         except Exception:
             incident = uuid.uuid4().hex[:12]
             log.exception("unexpected REST error (incident %s)", incident)
-            return web.json_response({"error": f"internal server error (incident {incident})"}, status=500)
+            response = web.json_response({"error": f"internal server error (incident {incident})"}, status=500)
         finally:
             if entered:
                 gate.leave()
+            if logged is not None:
+                status = response.status if response is not None else 500
+                code = response.get(_GRPC_CODE) if response is not None else None
+                request_log.finish(logged, code or _CODE_OF_HTTP.get(status, "UNKNOWN"), status)
+        return response
 
     return middleware
+
+
+_GRPC_CODE = web.ResponseKey("grpc_code", str)
+# HTTP status -> gRPC code name for answers that carry no TfshipError (aiohttp's own refusals, success).
+_CODE_OF_HTTP = {200: "OK", 400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
+                 404: "NOT_FOUND", 408: "DEADLINE_EXCEEDED", 413: "RESOURCE_EXHAUSTED", 429: "RESOURCE_EXHAUSTED",
+                 500: "INTERNAL", 501: "UNIMPLEMENTED", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}
+
+
+def _start_request_log(request_log: RequestLog | None, request: web.Request):
+    """Open this request's log record when the server logs requests and this one is sampled."""
+    if request_log is None or request_log.sampling_rate <= 0.0:
+        return None
+    route = request.match_info.route
+    method = request.match_info.get("verb") or getattr(route.handler, "__name__", "") or request.method
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    peer_text = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else (request.remote or "")
+    return request_log.start("rest", method, peer_text, request.match_info.get("name", ""))
 
 
 async def read_body(request: web.Request, timeout_s: float) -> bytes:
@@ -183,7 +211,8 @@ def build_app(dataplane: DataPlane, policy: AccessPolicy = AccessPolicy(), max_b
             raise InvalidRequestError(f"JSON Value: {rest_json.debug_string(body)} 'examples' {what}")
         await dataplane.unimplemented(request.match_info["verb"].capitalize(), _ref(request), name)
 
-    app = web.Application(middlewares=[_error_middleware(policy, dataplane.gate)], client_max_size=max_bytes)
+    app = web.Application(middlewares=[_error_middleware(policy, dataplane.gate, dataplane.request_log)],
+                          client_max_size=max_bytes)
     if metrics is not None:
         app.router.add_get(metrics_path, _metrics_handler(metrics))
     app[_MAX_BYTES] = max_bytes

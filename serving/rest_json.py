@@ -123,6 +123,14 @@ def _flatten(value, level: int, shape: list[int], out: list) -> None:
     if level == len(shape) - 1 and not any(isinstance(v, list) for v in value):
         out.extend(value)
         return
+    if level == len(shape) - 2:  # lists of leaves: checked inline (one call per list costs more than the check)
+        size = shape[level + 1]
+        for item in value:
+            if type(item) is list and len(item) == size and not any(type(v) is list for v in item):
+                out.extend(item)
+            else:
+                _flatten(item, level + 1, shape, out)
+        return
     for item in value:
         _flatten(item, level + 1, shape, out)
 

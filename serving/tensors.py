@@ -145,7 +145,8 @@ def _refuse_shape(name: str, shape: tuple[int, ...], dtype: np.dtype, max_bytes:
         raise InvalidRequestError(f"input {name!r}: tensor_shape {list(shape)} has invalid dim {bad[0]}; "
                                   f"every dim must be in [0, {MAX_DIM}]")
     raise ResourceExhaustedError(f"input {name!r}: tensor_shape {list(shape)} of {dtype_name(dtype)} decodes to "
-                                 f"{math.prod(shape) * dtype.itemsize} bytes, above the limit of {max_bytes} bytes")
+                                 f"{math.prod(shape) * dtype.itemsize} bytes, above the limit of {max_bytes} bytes "
+                                 "(--max-message-bytes)")
 
 
 def _typed_values(proto, dt_name: str, dtype: np.dtype, name: str) -> np.ndarray:

@@ -33,12 +33,12 @@ ALIASES: dict[str, tuple[str, type]] = {
     "file_system_poll_wait_seconds": ("file_system_poll_wait_seconds", float),
     "tensorflow_intra_op_parallelism": ("intra_op_threads", int),
     "tensorflow_inter_op_parallelism": ("inter_op_threads", int),
+    "rest_api_timeout_in_ms": ("rest_api_timeout_in_ms", int),
 }
 # TF Serving flags tfship does not implement, with what to do instead.
 REFUSED: dict[str, str] = {
     "grpc_socket_path": "tfship listens on TCP only (--host/--port)",
     "rest_api_num_threads": "REST runs on the event loop; size backend threads with --worker-threads",
-    "rest_api_timeout_in_ms": "use --default-deadline-s",
     "rest_api_enable_cors_support": "put a proxy that adds CORS headers in front of the REST port",
     "allow_version_labels_for_unavailable_models": "labels must point at loaded versions",
     "enable_per_model_batching_parameters": "one --batching-parameters-file applies to every model",

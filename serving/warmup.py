@@ -2,7 +2,9 @@
 
 The file is a TFRecord of `tensorflow.serving.PredictionLog`; each record is
 `uint64 length | uint32 masked crc32c(length) | data | uint32 masked crc32c(data)` (little-endian).
-CRCs are not checked; truncation is an error.
+As TF Serving does, a file is refused (and the version does not load) when a record is damaged (either
+checksum differs, or the file ends inside a record), does not parse as a PredictionLog, or when it holds
+more than 1,000 records; each message names the file and the record number (1-based).
 """
 
 from __future__ import annotations
@@ -11,27 +13,67 @@ import struct
 from collections.abc import Iterator
 from pathlib import Path
 
+import google_crc32c
 import numpy as np
+from google.protobuf.message import DecodeError
 
-from core.errors import TfshipError
 from core import protocol
+from core.errors import ConfigError
 from serving.tensors import from_tensor_proto
 
 WARMUP_FILE = Path("assets.extra") / "tf_serving_warmup_requests"
 
 
-def read_records(path: Path) -> Iterator[bytes]:
-    """Yield the raw records of a TFRecord file; raises `TfshipError` on a truncated record."""
+MAX_RECORDS = 1000  # TF Serving's WarmupConsts::kMaxNumRecords
+_MASK_DELTA = 0xA282EAD8
+
+
+def masked_crc(data: bytes) -> int:
+    """TFRecord's masked CRC32C of `data` (rotate right 15, add 0xa282ead8, modulo 2^32)."""
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+def encode_record(data: bytes) -> bytes:
+    """One TFRecord frame holding `data` (what `tf.io.TFRecordWriter` writes)."""
+    header = struct.pack("<Q", len(data))
+    return header + struct.pack("<I", masked_crc(header)) + data + struct.pack("<I", masked_crc(data))
+
+
+class WarmupFileError(ConfigError):
+    """A warm-up file is damaged, unreadable or too long (names the file and the record number)."""
+
+
+def read_records(path: Path, max_records: int = MAX_RECORDS) -> Iterator[bytes]:
+    """Yield the records of a TFRecord file, checking both checksums of each.
+
+    Raises:
+        WarmupFileError: a truncated record, a checksum mismatch, or more than `max_records` records.
+    """
     data = Path(path).read_bytes()
-    offset = 0
+    offset, number = 0, 0
     while offset < len(data):
+        number += 1
+        if number > max_records:
+            raise WarmupFileError(f"Number of warmup records exceeds the maximum ({max_records}) at {path}: "
+                                  f"record {number} starts at byte {offset}")
         if offset + 12 > len(data):
-            raise TfshipError(f"{path}: truncated TFRecord header at byte {offset}")
-        (length,) = struct.unpack_from("<Q", data, offset)
+            raise WarmupFileError(f"{path}: record {number} is damaged: the file ends inside its header "
+                                  f"(byte {offset})")
+        header = data[offset:offset + 8]
+        (length,) = struct.unpack("<Q", header)
+        if struct.unpack_from("<I", data, offset + 8)[0] != masked_crc(header):
+            raise WarmupFileError(f"{path}: record {number} is damaged: the length checksum (masked CRC32C) "
+                                  f"does not match (byte {offset}); verify the warmup data is in TFRecord format")
         start, end = offset + 12, offset + 12 + length
         if end + 4 > len(data):
-            raise TfshipError(f"{path}: truncated TFRecord payload at byte {offset}")
-        yield data[start:end]
+            raise WarmupFileError(f"{path}: record {number} is damaged: its {length} bytes run past the end of "
+                                  f"the file (byte {offset})")
+        payload = data[start:end]
+        if struct.unpack_from("<I", data, end)[0] != masked_crc(payload):
+            raise WarmupFileError(f"{path}: record {number} is damaged: the data checksum (masked CRC32C) does "
+                                  f"not match (byte {offset})")
+        yield payload
         offset = end + 4
 
 
@@ -39,13 +81,20 @@ def warmup_predicts(version_dir: Path) -> list[tuple[str, dict[str, np.ndarray]]
     """(signature_name, inputs) of every PredictLog in the version's warmup file ([] when absent).
 
     Classify/Regress/MultiInference logs are skipped (tfship serves Predict only).
+
+    Raises:
+        WarmupFileError: see `read_records`; a record that is not a PredictionLog.
     """
     path = Path(version_dir) / WARMUP_FILE
     if not path.is_file():
         return []
     out = []
-    for record in read_records(path):
-        log = protocol.PredictionLog.FromString(record)
+    for number, record in enumerate(read_records(path), start=1):
+        try:
+            log = protocol.PredictionLog.FromString(record)
+        except DecodeError as err:
+            raise WarmupFileError(f"Failed to parse warmup record: {number} from {path} as a "
+                                  f"tensorflow.serving.PredictionLog: {err}") from err
         if log.WhichOneof("log_type") != "predict_log":
             continue
         request = log.predict_log.request

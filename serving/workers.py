@@ -5,8 +5,11 @@ SO_REUSEPORT by default on Linux, and workers bind REST with `--reuse-port`, so 
 connections over the workers. The parent picks the ports (a free one for port 0), starts the workers
 with the same settings, writes `--port-file` once every worker has loaded its models (`grpc`, `rest`,
 the first worker's `metrics`, plus `workers`: each worker's pid and metrics port), forwards
-SIGTERM/SIGINT, and exits 0 when every worker drained and exited 0. A worker that dies on its own
-stops the others and the parent exits 1.
+SIGTERM/SIGINT/SIGHUP, and exits 0 when every worker drained and exited 0. A worker that dies on its own
+after start-up is restarted (the port file is rewritten with its new pid once it is ready); more than
+`MAX_RESTARTS` restarts within `RESTART_WINDOW_S` seconds is a crash loop: the others are stopped and the
+parent exits 1, as it does when a worker dies before all were ready. Workers die with the parent, even
+when it is killed with SIGKILL (`core.processes.die_with_parent`): none is left holding the ports.
 """
 
 from __future__ import annotations
@@ -20,12 +23,17 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
+from core.errors import TfshipError
+from core.processes import die_with_parent
 from serving.settings import ServerSettings
 
 log = logging.getLogger(__name__)
 POLL_S = 0.1
+MAX_RESTARTS = 5  # worker restarts allowed within RESTART_WINDOW_S before the parent gives up (crash loop)
+RESTART_WINDOW_S = 60
 
 
 def _free_port(host: str) -> int:
@@ -34,48 +42,30 @@ def _free_port(host: str) -> int:
         return s.getsockname()[1]
 
 
-def worker_args(settings: ServerSettings) -> list[str]:
-    """`serve` flags shared by the workers: the parent's settings with fixed ports and one process each."""
-    fixed = {
+def worker_settings(settings: ServerSettings) -> ServerSettings:
+    """The parent's settings for each worker: fixed ports (shared with SO_REUSEPORT), one process each."""
+    return settings.model_copy(update={
         "num_processes": 1,
         "reuse_port": True,
         "port": settings.port or _free_port(settings.host),
         "rest_port": settings.rest_port if settings.rest_port != 0 else _free_port(settings.host),
         "metrics_port": 0 if settings.metrics_port >= 0 else -1,  # one scrape target per worker
         "port_file": None,  # each worker gets its own
-    }
-    args: list[str] = []
-    for name, value in {**settings.model_dump(), **fixed}.items():
-        flag = "--" + name.replace("_", "-")
-        if isinstance(value, bool):
-            args += [flag] if value else []
-        elif value is not None:
-            args += [flag, str(value)]
-    return args
-
-
-def _entry_module() -> str:
-    """The module this process was started with (`python -m X`), so each worker registers the same backends.
-
-    `serving` when started otherwise (the `tfship` console script).
-    """
-    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    name = spec.name.removesuffix(".__main__") if spec is not None else ""
-    return name or "serving"
+    })
 
 
 def run_workers(settings: ServerSettings) -> int:
-    """Run `settings.num_processes` workers until SIGTERM/SIGINT; returns the exit code."""
+    """Run `settings.num_processes` workers until SIGTERM/SIGINT/SIGHUP; returns the exit code."""
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *_: stop.set())
     with tempfile.TemporaryDirectory(prefix="tfship-workers-") as tmp:
         files = [Path(tmp) / f"worker-{i}.json" for i in range(settings.num_processes)]
-        base = worker_args(settings)
-        procs = [subprocess.Popen([sys.executable, "-m", _entry_module(), "serve", *base, "--port-file", str(f)])
-                 for f in files]
+        base = Path(tmp) / "settings.json"  # every resolved setting, exactly (no flag round trip)
+        base.write_text(worker_settings(settings).model_dump_json())
+        procs = [_start_worker(base, f) for f in files]
         log.info("started %d workers: %s", len(procs), [p.pid for p in procs])
-        failed = _supervise(settings, procs, files, stop)
+        failed = _supervise(settings, procs, files, base, stop)
         for proc in procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -84,17 +74,40 @@ def run_workers(settings: ServerSettings) -> int:
     return 1 if failed or any(codes) else 0
 
 
-def _supervise(settings: ServerSettings, procs: list[subprocess.Popen], files: list[Path],
+def _start_worker(settings_file: Path, port_file: Path) -> subprocess.Popen:
+    """One worker; it gets SIGTERM (and drains) if this parent dies, even by SIGKILL."""
+    port_file.unlink(missing_ok=True)
+    return subprocess.Popen([sys.executable, "-m", "serving.workers", str(settings_file), str(port_file)],
+                            preexec_fn=die_with_parent(signal.SIGTERM))
+
+
+def _supervise(settings: ServerSettings, procs: list[subprocess.Popen], files: list[Path], base: Path,
                stop: threading.Event) -> bool:
-    """Wait for SIGTERM (returns False) or a worker exiting on its own (returns True); writes the port file."""
+    """Until SIGTERM (returns False): restart workers that die on their own; returns True when a worker died
+    before all were ready (a start-up problem) or crashed more than `MAX_RESTARTS` times in `RESTART_WINDOW_S`
+    seconds (a crash loop). Writes the port file once all are ready, and again after each restart."""
     reported = False
+    restarts: list[float] = []
+    pending = False  # a restarted worker is not ready yet
     while not stop.wait(POLL_S):
-        dead = [p for p in procs if p.poll() is not None]
-        if dead:
-            log.error("worker %d exited with %s; stopping the others", dead[0].pid, dead[0].returncode)
-            return True
-        if not reported and all(_ready(f) for f in files):
-            reported = True
+        for index, proc in enumerate(procs):
+            if proc.poll() is None:
+                continue
+            if not reported:
+                log.error("worker %d exited with %s before every worker was ready; stopping the others", proc.pid,
+                          proc.returncode)
+                return True
+            now = time.monotonic()
+            restarts = [t for t in restarts if now - t < RESTART_WINDOW_S] + [now]
+            if len(restarts) > MAX_RESTARTS:
+                log.error("worker %d exited with %s: %d restarts within %ds, a crash loop; stopping", proc.pid,
+                          proc.returncode, len(restarts) - 1, RESTART_WINDOW_S)
+                return True
+            procs[index] = _start_worker(base, files[index])
+            pending = True
+            log.warning("worker %d exited with %s; restarted as %d", proc.pid, proc.returncode, procs[index].pid)
+        if (not reported or pending) and all(_ready(f) for f in files):
+            reported, pending = True, False
             _report(settings, procs, files)
     return False
 
@@ -124,3 +137,22 @@ def _wait(proc: subprocess.Popen, timeout_s: float) -> int:
         return proc.wait()
 
 
+def worker_main(argv: list[str]) -> int:
+    """`python -m serving.workers SETTINGS_JSON PORT_FILE`: one worker (started by `run_workers`)."""
+    import asyncio
+
+    from serving import logs
+    from serving.server import run_server
+
+    settings = ServerSettings.model_validate_json(Path(argv[0]).read_text())
+    settings = settings.model_copy(update={"port_file": Path(argv[1])})
+    logs.configure(settings.json_logs)
+    try:
+        return asyncio.run(run_server(settings))
+    except TfshipError as err:  # as `tfship serve` answers: the message, exit 2
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(worker_main(sys.argv[1:]))

@@ -38,16 +38,22 @@ _TAIL = 800
 
 
 class TfjsQuantization(enum.StrEnum):
-    """Weight quantization of the TF.js converter (`--quantize_float16` / `--quantize_uint8`, all weights)."""
+    """Weight storage of the TF.js graph model: float32 (as trained), or every weight quantized by the
+    converter to float16 / uint8 (`quantization_dtype_map`, like `--quantize_float16` / `--quantize_uint8`)."""
 
-    NONE = "none"
+    FLOAT32 = "float32"
     FLOAT16 = "float16"
     UINT8 = "uint8"
 
     @property
     def parity_mode(self) -> str:
         """The parity gate's mode: float32 / float16 tolerances, or the task metric for uint8 weights."""
-        return {"none": "float32", "float16": "float16", "uint8": "dynamic_range"}[self.value]
+        return {"float32": "float32", "float16": "float16", "uint8": "dynamic_range"}[self.value]
+
+    @property
+    def folder(self) -> str:
+        """The artifact's folder in the version: `tfjs`, `tfjs_float16`, `tfjs_uint8`."""
+        return "tfjs" if self is TfjsQuantization.FLOAT32 else f"tfjs_{self.value}"
 
 
 @dataclass(frozen=True)

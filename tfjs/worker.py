@@ -1,6 +1,6 @@
 """The TF.js conversion child: runs in `.venv-tfjs` (see `tfjs.venv`), never in the main process.
 
-`python -m tfjs.worker --saved-model DIR --output DIR --quantization none|float16|uint8 --report FILE`
+`python -m tfjs.worker --saved-model DIR --output DIR --quantization float32|float16|uint8 --report FILE`
 
 1. Converts the SavedModel's `serving_default` with `tensorflowjs.converters.convert_tf_saved_model`
    (TF.js converter 4.22.0: freeze, Grappler, `model.json` + 4 MiB weight shards).
@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-QUANTIZATION_MAPS = {"none": None, "float16": {"float16": "*"}, "uint8": {"uint8": "*"}}
+QUANTIZATION_MAPS = {"float32": None, "float16": {"float16": "*"}, "uint8": {"uint8": "*"}}
 _DTYPES = {"float32": "DT_FLOAT", "int32": "DT_INT32", "int64": "DT_INT64", "bool": "DT_BOOL",
            "string": "DT_STRING", "float16": "DT_HALF", "uint8": "DT_UINT8"}
 
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tfjs.worker", description=__doc__.splitlines()[0])
     parser.add_argument("--saved-model", type=Path, required=True)
     parser.add_argument("--output", type=Path, required=True)
-    parser.add_argument("--quantization", choices=sorted(QUANTIZATION_MAPS), default="none")
+    parser.add_argument("--quantization", choices=sorted(QUANTIZATION_MAPS), default="float32")
     parser.add_argument("--report", type=Path, required=True)
     args = parser.parse_args(argv)
     report = convert(args.saved_model, args.output, args.quantization)

@@ -34,6 +34,7 @@ from typing import Any, Literal
 import numpy as np
 
 from core.errors import ConversionError
+from core.processes import die_with_parent
 from tflite.modes import TfliteMode, TfliteOptions
 
 Status = Literal["produced", "refused", "crashed"]
@@ -104,7 +105,8 @@ def _run_child(command: list[str], name: str, deadline: float, total_s: float) -
         return _Step(None, f"timed out: the {total_s:g} s limit was spent before the {name} step")
     report_path = Path(command[command.index("--report") + 1])
     proc = subprocess.Popen(command, cwd=REPO_ROOT, env=_child_env(), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=die_with_parent())  # a killed run leaves no converter behind
     try:
         output, _ = proc.communicate(timeout=remaining)
     except subprocess.TimeoutExpired:

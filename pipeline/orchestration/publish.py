@@ -16,6 +16,7 @@ import os
 import secrets
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,6 +131,37 @@ def git_commit(folder: Path) -> str:
         return "unknown"
 
 
+STALE_LEGACY_STAGING_S = 600  # a `.staging-<hex>` folder (no pid in its name) this old is a killed publish's
+
+
+def remove_stale_staging(model_root: Path) -> list[Path]:
+    """Delete `.staging-*` folders left by a killed publish: their publisher's pid is gone (or, for names
+    without a pid, the folder is older than `STALE_LEGACY_STAGING_S`). A live publisher's folder is kept.
+    Returns what was removed."""
+    removed = []
+    for path in model_root.glob(".staging-*"):
+        pid = path.name.split("-")[1] if path.name.count("-") >= 2 else ""
+        try:
+            stale = (not _alive(int(pid))) if pid.isdigit() else \
+                time.time() - path.stat().st_mtime > STALE_LEGACY_STAGING_S
+        except OSError:
+            continue
+        if stale:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
 def publish_version(candidate_dir: Path, repository: Path, model_name: str, manifest: dict[str, Any]) -> PublishResult:
     """Copy a checked candidate version folder into the repository under the next version number.
 
@@ -144,7 +176,8 @@ def publish_version(candidate_dir: Path, repository: Path, model_name: str, mani
         raise StageError(f"publish: {candidate_dir} holds no saved_model.pb; nothing was published")
     model_root = Path(repository) / model_name
     model_root.mkdir(parents=True, exist_ok=True)
-    staging = model_root / f".staging-{secrets.token_hex(4)}"
+    remove_stale_staging(model_root)
+    staging = model_root / f".staging-{os.getpid()}-{secrets.token_hex(4)}"  # the pid tells a live publish
     try:
         shutil.copytree(candidate_dir, staging)
         for _attempt in range(5):

@@ -111,6 +111,7 @@ def export_user_stage(config: PipelineConfig, run: RunFolder, model, data_path: 
     export_saved_model(build_keras_module(model, contract, extras), contract, run.artifacts,
                        tuple(extra_contract(contract, name, outs) for name, outs in extras.items()))
     run.write_json("data.json", data.summary())
+    run.write_json("export.json", {"recurrent": _write_recipe_sources(run, model, contract)})
     return _audit_and_prove(config, run, contract, data.inputs, [w.path for w in model.weights],
                             keras_layers(model)), data
 
@@ -145,6 +146,11 @@ def train_step_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSpli
 def export_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits, model=None) -> ExportOutcome:
     """Export the trained model's `serving_default` SavedModel into `artifacts/`, then audit it.
 
+    A model trained under `mixed_bfloat16` / `mixed_float16` is exported as its float32 copy
+    (`signatures.keras_export.float32_copy`, as export-only mode does): the SavedModel, ONNX and TFLite files
+    then compute in float32, so they convert (ONNX has no bfloat16 Conv) and agree with each other at
+    float32 tolerances; `export.json` records the precision trained and exported.
+
     Raises:
         ContractError: the written signature differs from the contract.
         AuditError: the SavedModel holds gradient, optimizer or training-only ops or variables.
@@ -156,11 +162,19 @@ def export_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits, 
         if not model_path.is_file():
             raise StageError(f"export: {model_path} does not exist; run the train stage first")
         model = keras.models.load_model(model_path)
+    from signatures.keras_export import float32_copy, low_precision_layers
     from signatures.layers import keras_layers
+
+    trained_policies = sorted(set(low_precision_layers(model).values()))
+    model = float32_copy(model)
+    record = {"trained_precision": trained_policies or ["float32"], "exported_precision": "float32",
+              "float32_copy": bool(trained_policies)}
 
     contract = classifier_contract(model.inputs[0].name, tuple(splits.train.images.shape[1:]),
                                    len(splits.class_names), str(model.inputs[0].dtype))
     export_saved_model(build_classifier_module(model, contract), contract, run.artifacts)
+    recurrent = _write_recipe_sources(run, model, contract, lambda clone: build_classifier_module(clone, contract))
+    run.write_json("export.json", record | {"recurrent": recurrent})
     return _audit_and_prove(config, run, contract, _test_inputs(contract, splits), [w.path for w in model.weights],
                             keras_layers(model))
 
@@ -180,9 +194,28 @@ def convert_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits 
     for leftover in run.artifacts.glob(".*"):  # temp files of a conversion that was killed
         if leftover.is_file():
             leftover.unlink()
-    result = convert_artifacts(run.artifacts, contract, config.convert, data.calibration, sample)
+    result = convert_artifacts(run.artifacts, contract, config.convert, data.calibration, sample,
+                               _tflite_sources(run))
     run.write_json("convert.json", result.to_json())
     return result
+
+
+def _tflite_sources(run: RunFolder) -> dict:
+    """The TFLite recipes' sources the export stage wrote (`export.json` -> `recurrent`)."""
+    import json
+
+    path = run.root / "export.json"
+    recurrent = json.loads(path.read_text()).get("recurrent", {}) if path.is_file() else {}
+    source = recurrent.get("unrolled_source")
+    return {"unrolled": source if source and Path(source).is_dir() else None,
+            "unrolled_reason": recurrent.get("reason", "")}
+
+
+def _write_recipe_sources(run: RunFolder, model, contract: Signature, build_module=None) -> dict:
+    """An unrolled copy of a recurrent model for the TFLite converter (`signatures.recurrent`); its record."""
+    from signatures.recurrent import write_unrolled_source
+
+    return write_unrolled_source(model, contract, run.root / "tflite_sources" / "unrolled", build_module)
 
 
 def present_artifacts(run: RunFolder) -> tuple[Artifact, list[Artifact]]:

@@ -15,7 +15,11 @@ gradients. Kinds (docs/training.md has one section each):
 * `adversarial` — FGSM: x_adv = x + epsilon x sign(d CE / d x) from an input tape (no gradient flows
   through the attack); loss = (1 - adversarial_weight) x CE(x) + adversarial_weight x CE(x_adv);
 * `custom_loss` — `loss = "module:function"` called as `function(y_true, y_pred, model) -> scalar`
-  (y_true int64 [B], y_pred logits float32 [B, C]); the mean over the replica's batch.
+  (y_true int64 [B], y_pred logits float32 [B, C]); the mean over the replica's batch;
+* `factory` — `factory = "module:function"` called once as `function(settings)` (the `[train.step]`
+  table); it returns a step kind of your own: an object with `name`, `metric_names` and
+  `__call__(model, inputs, labels, variables, ctx: StepContext) -> StepOutput` (the built-ins are
+  examples; `StepContext` and `StepOutput` are the interface).
 
 Losses are means over the global batch (`tf.nn.compute_average_loss`); logits of 16-bit layers are cast
 to float32 first. Only the serving export reads the model afterwards: every kind exports the same
@@ -316,11 +320,30 @@ def build_step_kind(settings, num_classes: int):
         return GradientPenaltyStep(settings.penalty_weight)
     if kind == "adversarial":
         return AdversarialStep(settings.epsilon, settings.adversarial_weight)
+    if kind == "factory":
+        return _from_factory(settings)
     if kind == "custom_loss":
         if settings.loss is None:
             raise ConfigError("train.step.kind = 'custom_loss' needs train.step.loss = 'module:function'")
         return CustomLossStep(resolve_function(settings.loss, "train.step.loss"), settings.loss)
     return DistillationStep(_load_teacher(settings.teacher, num_classes), settings.temperature, settings.alpha)
+
+
+def _from_factory(settings):
+    if settings.factory is None:
+        raise ConfigError("train.step.kind = 'factory' needs train.step.factory = 'module:function'")
+    try:
+        step = resolve_function(settings.factory, "train.step.factory")(settings)
+    except ConfigError:
+        raise
+    except Exception as err:  # noqa: BLE001 - user code
+        raise ConfigError(f"train.step.factory = {settings.factory!r} failed: {type(err).__name__}: {err}") from err
+    missing = [attr for attr in ("name", "metric_names", "__call__") if not hasattr(step, attr)]
+    if missing:
+        raise ConfigError(f"train.step.factory = {settings.factory!r} returned {type(step).__name__} without "
+                          f"{missing} (a step kind has name, metric_names and __call__(model, inputs, labels, "
+                          "variables, ctx) -> StepOutput)")
+    return step
 
 
 def _load_teacher(path: Path | None, num_classes: int):

@@ -15,7 +15,8 @@ EXPECTED = {
     "FailedPreconditionError": ("FAILED_PRECONDITION", 400), "UnavailableError": ("UNAVAILABLE", 503),
     "ResourceExhaustedError": ("RESOURCE_EXHAUSTED", 429), "DeadlineExceededError": ("DEADLINE_EXCEEDED", 504),
     "UnauthenticatedError": ("UNAUTHENTICATED", 401),
-    "PermissionDeniedError": ("PERMISSION_DENIED", 403), "RequestTimeoutError": ("DEADLINE_EXCEEDED", 408), "UnimplementedError": ("UNIMPLEMENTED", 501),
+    "PermissionDeniedError": ("PERMISSION_DENIED", 403), "UnimplementedError": ("UNIMPLEMENTED", 501),
+    "RequestTimeoutError": ("DEADLINE_EXCEEDED", 408),  # a slow client: its own HTTP status
 }
 
 

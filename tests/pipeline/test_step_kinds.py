@@ -149,3 +149,49 @@ def test_step_settings_are_checked_by_name(tmp_path):
         build_step_kind(StepSection(kind="distillation", teacher=tmp_path / "teacher.keras"), 10)
     with pytest.raises(ConfigError, match="token ids"):
         GradientPenaltyStep(0.1)(model, tf.constant([[1, 2, 3]], tf.int64), tf.constant([0], tf.int64), [], CONTEXT)
+
+
+class ClassWeightedStep:
+    """A user step kind (the `factory` hook): cross-entropy with per-class weights, its own tape."""
+
+    name = "class_weighted"
+    metric_names = ("loss/weighted",)
+
+    def __init__(self, weights):
+        self.weights = tuple(weights)
+
+    def loss(self, model, x, y, average):
+        per_example = keras.losses.sparse_categorical_crossentropy(y, model(x), from_logits=True)
+        return average(per_example * tf.gather(tf.constant(self.weights, per_example.dtype), y))
+
+    def __call__(self, model, inputs, labels, variables, ctx):
+        from pipeline.training.step_kinds import StepOutput
+
+        with tf.GradientTape() as tape:
+            logits = model(inputs, training=True)
+            loss = self.loss(model, inputs, labels, ctx.average)
+        return StepOutput(loss, logits, tape.gradient(ctx.scale(loss), variables), {"loss/weighted": loss})
+
+
+def not_a_step_factory(settings):
+    """A broken `train.step.factory` hook: returns a plain function."""
+    return mean_square_logits
+
+
+def class_weighted_factory(settings):
+    """`train.step.factory` hook used by the tests."""
+    return ClassWeightedStep([1.0, 2.0, 0.5] + [1.0] * 7)
+
+
+def test_factory_hook_builds_a_user_step_whose_gradient_matches(batch):
+    from pipeline.config import StepSection
+
+    model, (x, y) = _linear(9), batch
+    kind = build_step_kind(StepSection(kind="factory",
+                                       factory="tests.pipeline.test_step_kinds:class_weighted_factory"), 4)
+    out = kind(model, x, y, model.trainable_variables, CONTEXT)
+    _assert_close(out.gradients, finite_difference(model, lambda: kind.loss(model, x, y, tf.reduce_mean)))
+    with pytest.raises(ConfigError, match="without \\['name', 'metric_names'\\]"):
+        build_step_kind(StepSection(kind="factory", factory="tests.pipeline.test_step_kinds:not_a_step_factory"), 4)
+    with pytest.raises(ConfigError, match="failed: TypeError"):
+        build_step_kind(StepSection(kind="factory", factory="tests.pipeline.test_step_kinds:mean_square_logits"), 4)

@@ -70,6 +70,7 @@ KINDS = {
     "adversarial": {"train.step.epsilon": 0.05},
     "custom_loss": {"train.step.loss": "tests.pipeline.test_train_kinds_e2e:hinge_loss"},
     "distillation": {},
+    "factory": {"train.step.factory": "tests.pipeline.test_step_kinds:class_weighted_factory"},
 }
 
 
@@ -86,7 +87,7 @@ def test_every_step_kind_trains_once_traced_under_xla_and_exports_forward_only(t
     result, splits = _train(tmp_path, overrides)
     summary = result.summary()
     assert result.train_step_traces == 1 and result.jit_compile is True
-    assert summary["step_kind"]["kind"] == kind
+    assert summary["step_kind"]["kind"] == ("class_weighted" if kind == "factory" else kind)
     for name, value in summary["step_kind"]["last"].items():
         assert np.isfinite(value), name
     if kind == "multi_loss":

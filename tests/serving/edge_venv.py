@@ -16,7 +16,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv-edge"
 PACKAGES = ("onnxruntime", "ai-edge-litert", "grpcio", "grpcio-health-checking", "grpcio-reflection", "numpy",
-            "protobuf", "pydantic", "rich", "aiohttp", "prometheus-client", "scikit-learn")
+            "protobuf", "pydantic", "rich", "aiohttp", "prometheus-client", "scikit-learn",
+            "google-crc32c")
 
 
 def _pins() -> list[str]:

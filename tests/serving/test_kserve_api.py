@@ -21,6 +21,8 @@ from conftest import MODEL, saved_model_outputs
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
+from serving.settings import ServerSettings
+
 EXTENSIONS = ["binary_tensor_data", "model_configuration"]
 DIGITS_METADATA = {
     "inputs": [{"name": "image", "datatype": "FP32", "shape": [-1, 8, 8, 1]}],
@@ -104,7 +106,8 @@ def test_http_health_and_metadata(http_client, server):
 
 def test_model_config_over_grpc_and_http(grpc_client, http_client):
     """Triton's model configuration (tfship's subset): batch dimension left out, max_batch_size the row limit."""
-    want = {"name": MODEL, "platform": "tensorflow_savedmodel", "backend": "saved_model", "max_batch_size": 65536,
+    rows = ServerSettings.model_fields["max_batch_per_request"].default  # the session server's row limit
+    want = {"name": MODEL, "platform": "tensorflow_savedmodel", "backend": "saved_model", "max_batch_size": rows,
             "input": [{"name": "image", "data_type": "TYPE_FP32", "dims": [8, 8, 1]}],
             "output": [{"name": "class_id", "data_type": "TYPE_INT64", "dims": []},
                        {"name": "logits", "data_type": "TYPE_FP32", "dims": [10]},

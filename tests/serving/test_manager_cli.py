@@ -23,7 +23,7 @@ from serving.runtimes import RuntimeOptions
 from serving.settings import ServerSettings
 from serving.tensors import to_tensor_proto
 from serving.types import ModelRef, VersionState
-from serving.warmup import WARMUP_FILE, warmup_predicts
+from serving.warmup import WARMUP_FILE, encode_record, warmup_predicts
 
 
 def _manager(pool) -> ModelManager:
@@ -40,9 +40,7 @@ def test_failing_warmup_fails_the_load(repository, tmp_path):
     shutil.copytree(repository / MODEL / "1", version)
     log = protocol.PredictionLog()
     log.predict_log.request.inputs["wrong"].CopyFrom(to_tensor_proto(np.zeros((1, 3), np.float32)))
-    payload = log.SerializeToString()
-    header = len(payload).to_bytes(8, "little")
-    (version / WARMUP_FILE).write_bytes(header + b"\0" * 4 + payload + b"\0" * 4)
+    (version / WARMUP_FILE).write_bytes(encode_record(log.SerializeToString()))
 
     async def run():
         with ThreadPoolExecutor(2) as pool:

@@ -51,3 +51,42 @@ def test_settings_accept_every_registered_backend():
     assert ServerSettings(backend="identity").backend == "identity"
     with pytest.raises(ValidationError, match="unknown backend 'nope'"):
         ServerSettings(backend="nope")
+
+
+def _wait_for(predicate, timeout_s: float, what: str):
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not (value := predicate()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+    return value
+
+
+def test_crashed_worker_restarts_and_workers_die_with_a_killed_parent(repository):
+    """kill -9 of a worker: it is restarted and serving goes on; kill -9 of the parent: no worker survives
+    (QA found survivors holding the port and answering for an old model)."""
+    import json
+    import signal
+    from pathlib import Path
+
+    inputs = {"image": np.zeros((1, 8, 8, 1), np.float32)}
+    with ServerProcess(repository, MODEL, backend="onnx",
+                       extra_args=("--num-processes", "2", "--file-system-poll-wait-seconds", "0",
+                                   "--grace-period-s", "2")) as server:
+        port_file = Path(server.command()[server.command().index("--port-file") + 1])
+        first = [w["pid"] for w in server.ports["workers"]]
+        os.kill(first[0], signal.SIGKILL)
+
+        def restarted():
+            pids = [w["pid"] for w in json.loads(port_file.read_text())["workers"]]
+            return pids if pids[0] != first[0] and all(_alive(p) for p in pids) else None
+
+        second = _wait_for(restarted, 120, "the crashed worker to be restarted and ready")
+        assert second[1] == first[1] and server.process.poll() is None
+        with PredictClient(server.grpc_target) as client:
+            for _ in range(4):
+                assert client.predict(MODEL, inputs)["class_id"].shape == (1,)
+        server.process.kill()
+        server.process.wait()
+        _wait_for(lambda: not any(_alive(p) for p in second), 2 + 10, "workers to exit after the parent died")

@@ -55,7 +55,7 @@ def test_name_outputs_keys_every_output_by_its_signature_name():
 
 @pytest.mark.slow
 def test_tfjs_graph_model_matches_the_saved_model_by_name_in_node(saved_model, digits, tmp_path):
-    done = _convert(saved_model, tmp_path / "tfjs", TfjsQuantization.NONE, digits)
+    done = _convert(saved_model, tmp_path / "tfjs", TfjsQuantization.FLOAT32, digits)
     assert done.status == "produced", done.reason
     assert done.outputs == {"class_id": "Identity:0", "logits": "Identity_1:0", "probabilities": "Identity_2:0"}
     model_json = json.loads((tmp_path / "tfjs" / "model.json").read_text())
@@ -77,7 +77,7 @@ def test_tfjs_graph_model_matches_the_saved_model_by_name_in_node(saved_model, d
 
 @pytest.mark.slow
 def test_float16_weights_are_smaller_and_within_float16_tolerance(saved_model, digits, tmp_path):
-    full = _convert(saved_model, tmp_path / "full", TfjsQuantization.NONE, digits)
+    full = _convert(saved_model, tmp_path / "full", TfjsQuantization.FLOAT32, digits)
     half = _convert(saved_model, tmp_path / "half", TfjsQuantization.FLOAT16, digits)
     assert half.status == "produced", half.reason
     assert half.size_bytes < full.size_bytes
@@ -90,7 +90,7 @@ def test_float16_weights_are_smaller_and_within_float16_tolerance(saved_model, d
 
 @pytest.mark.slow
 def test_conversion_past_its_time_limit_is_killed_and_leaves_nothing(saved_model, digits, tmp_path):
-    done = _convert(saved_model, tmp_path / "tfjs", TfjsQuantization.NONE, digits, timeout_s=0.5)
+    done = _convert(saved_model, tmp_path / "tfjs", TfjsQuantization.FLOAT32, digits, timeout_s=0.5)
     assert done.status == "crashed" and "timed out after 0.5 s" in done.reason
     assert done.path is None and not (tmp_path / "tfjs").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["tfjs.reproduce.sh"]
@@ -98,7 +98,7 @@ def test_conversion_past_its_time_limit_is_killed_and_leaves_nothing(saved_model
 
 @pytest.mark.slow
 def test_node_runner_names_a_bad_request_and_keeps_serving(saved_model, digits, tmp_path):
-    assert _convert(saved_model, tmp_path / "tfjs", TfjsQuantization.NONE, digits).status == "produced"
+    assert _convert(saved_model, tmp_path / "tfjs", TfjsQuantization.FLOAT32, digits).status == "produced"
     with NodeGraphModelRunner(tmp_path / "tfjs") as runner:
         with pytest.raises(ConversionError, match="unknown input \"pixels\""):
             runner({"pixels": digits[:2]})
@@ -107,4 +107,4 @@ def test_node_runner_names_a_bad_request_and_keeps_serving(saved_model, digits, 
 
 def test_missing_saved_model_is_refused_by_name(tmp_path):
     with pytest.raises(ConversionError, match="saved_model.pb is missing"):
-        convert_tfjs(tmp_path, tmp_path / "tfjs", TfjsQuantization.NONE, {}, OUTPUTS, 10.0)
+        convert_tfjs(tmp_path, tmp_path / "tfjs", TfjsQuantization.FLOAT32, {}, OUTPUTS, 10.0)

@@ -34,7 +34,8 @@ from serving.types import ServerLimits
 log = logging.getLogger(__name__)
 SERVING = health_pb2.HealthCheckResponse.SERVING
 DRAIN_LINGER_S = 0.25  # after the last admitted request: time to answer requests received but not dispatched
-UNLOAD_TIMEOUT_S = 5.0
+UNLOAD_TIMEOUT_S = 1.0  # unloading after the drain: the process exits anyway
+CLOSE_RESERVE_S = 1.0  # of the grace period, kept for closing the ports after the last request
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
@@ -224,7 +225,8 @@ async def _drain(grace_s: float, health: _Health, dataplane: DataPlane, server: 
     when the grace period ends.
     """
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + grace_s
+    end = loop.time() + grace_s
+    deadline = end - min(CLOSE_RESERVE_S, grace_s / 4)  # requests get this long; closing the ports the rest
     log.info("draining (grace %.1fs)", grace_s)
     dataplane.gate.close()
     health.draining = True
@@ -239,7 +241,7 @@ async def _drain(grace_s: float, health: _Health, dataplane: DataPlane, server: 
     await dataplane.gate.wait_idle(deadline - loop.time())
     await server.stop(max(deadline - loop.time(), 0))
     for runner in runners:
-        await _bounded(runner[0].cleanup(), max(deadline - loop.time(), 0) + 1, "closing HTTP connections")
+        await _bounded(runner[0].cleanup(), max(end - loop.time(), 0.05), "closing HTTP connections")
 
 
 async def _bounded(awaitable, timeout_s: float, what: str) -> None:

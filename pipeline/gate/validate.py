@@ -24,6 +24,7 @@ Per-output error histograms (counts in `ERROR_BIN_EDGES`) go to the report.
 
 from __future__ import annotations
 
+import gc
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -286,7 +287,9 @@ def validate_artifacts(reference: Artifact, candidates: list[Artifact], contract
     reference_metric = task.score(reference_outputs)
     rows = [check_artifact(reference, reference_runner, inputs, task, reference_outputs, reference_metric,
                            contract, settings)]
+    del reference_runner  # one model's weights in memory at a time (bench/results/pipeline-latest.md)
     for artifact in candidates:
+        gc.collect()  # the previous runner (and TensorFlow's cycles) before the next one loads
         try:
             runner = runner_for(artifact)
         except Exception as err:  # noqa: BLE001 - any loader failure is that artifact's verdict
@@ -296,6 +299,7 @@ def validate_artifacts(reference: Artifact, candidates: list[Artifact], contract
             continue
         rows.append(check_artifact(artifact, runner, inputs, task, reference_outputs, reference_metric, contract,
                                    settings))
+        del runner
     return ParityReport(reference_metric, len(next(iter(inputs.values()))), tuple(rows), task.name,
                         task.prediction, task.label_source)
 

@@ -12,12 +12,14 @@ typed field, so a response holding one is always raw.
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 
 from core.errors import InvalidRequestError
 from serving import kserve_protocol as kp
 from serving.dataplane import DataPlane
-from serving.grpc_transport import _handler, _rpc, _time_remaining
+from serving.grpc_transport import OFF_LOOP_BYTES, _handler, _rpc, _time_remaining
 from serving.kserve_codec import datatype_for, fill_contents, from_contents, from_raw, to_raw
 from serving.kserve_converters import (
     EXTENSIONS,
@@ -98,17 +100,26 @@ class InferenceServicer:
         options = infer_options(params, _time_remaining(context))
         meta = await self._dp.metadata(model_ref(request.model_name, request.model_version))
         signature = signature_of(meta.signatures, options.signature_name)
-        inputs = check_inputs(signature, _decode_inputs(request, self._dp.limits.max_tensor_bytes))
-        requested = [o.name for o in request.outputs]
-        outputs = check_outputs(signature, requested)
+        limit = self._dp.limits.max_tensor_bytes
+        decoded = await _off_loop_if_large(request.ByteSize(), _decode_inputs, request, limit)
+        inputs = check_inputs(signature, decoded)
+        outputs = check_outputs(signature, [o.name for o in request.outputs])
         explicit = _binary_choices(request)
         result = await self._dp.predict(predict_request(meta, options, inputs, outputs))
         tensors = ordered_outputs(result, signature, outputs)
-        check_response_size(tensors, self._dp.limits.max_tensor_bytes)
+        check_response_size(tensors, limit)
         raw = params.get("binary_data_output")
         if not isinstance(raw, bool):
             raw = any(explicit) if explicit else bool(request.raw_input_contents)
-        return _response(request, result, tensors, raw)
+        size = sum(a.nbytes for _name, a in tensors)
+        return await _off_loop_if_large(size, _response, request, result, tensors, raw)
+
+
+async def _off_loop_if_large(size: int, function, *args):
+    """`function(*args)`, in a thread when the payload is large (`size` bytes), as Predict does."""
+    if size > OFF_LOOP_BYTES:
+        return await asyncio.to_thread(function, *args)
+    return function(*args)
 
 
 def _decode_inputs(request, max_bytes: int) -> list:

@@ -21,7 +21,9 @@ request bodies (`Content-Encoding`) are accepted and responses compressed when `
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Awaitable, Callable
 
 import numpy as np
 from aiohttp import web
@@ -48,6 +50,7 @@ from serving.kserve_converters import (
 from serving.types import ModelRef
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
+OFF_LOOP_BYTES = 1 << 20  # bodies above this are parsed, decoded and encoded in a thread, off the event loop
 _MODEL = r"/v2/models/{name}{sel:(/versions/[^/]+)?}"
 
 
@@ -157,9 +160,14 @@ def _config_tensors(items) -> list[dict]:
     return [{"name": t.name, "data_type": t.data_type, "dims": t.dims} for t in items]
 
 
-def add_v2_routes(app: web.Application, dataplane: DataPlane) -> None:
-    """Add the Open Inference Protocol's REST routes (see the module docstring) to `app`."""
+def add_v2_routes(app: web.Application, dataplane: DataPlane,
+                  read_body: Callable[[web.Request], Awaitable[bytes]] | None = None) -> None:
+    """Add the Open Inference Protocol's REST routes (see the module docstring) to `app`.
+
+    `read_body`: how the app reads a request body (TF Serving's REST timeout applies); default: at once.
+    """
     max_bytes = dataplane.limits.max_tensor_bytes
+    read = read_body or (lambda request: request.read())
 
     async def live(request: web.Request) -> web.Response:
         return web.json_response({"live": True})
@@ -189,7 +197,8 @@ def add_v2_routes(app: web.Application, dataplane: DataPlane) -> None:
         return web.json_response({"name": ref.name, "ready": up}, status=200 if up else 503)
 
     async def infer(request: web.Request) -> web.Response:
-        body, binary = _split_body(request, await request.read())
+        raw_body = await read(request)
+        body, binary = await _off_loop_if_large(len(raw_body), _split_body, request, raw_body)
         params = _object(body.get("parameters", {}), "'parameters'")
         default_binary = params.get("binary_data_output", False)
         if not isinstance(default_binary, bool):
@@ -200,13 +209,16 @@ def add_v2_routes(app: web.Application, dataplane: DataPlane) -> None:
         options = infer_options(params)
         meta = await dataplane.metadata(_ref(request))
         signature = signature_of(meta.signatures, options.signature_name)
-        decoded = _decode_inputs(_list(body.get("inputs"), "'inputs'"), binary, max_bytes)
+        decoded = await _off_loop_if_large(len(raw_body), _decode_inputs, _list(body.get("inputs"), "'inputs'"),
+                                           binary, max_bytes)
         names, binary_choice = _requested_outputs(body, default_binary)
         inputs, outputs = check_inputs(signature, decoded), check_outputs(signature, names)
         result = await dataplane.predict(predict_request(meta, options, inputs, outputs))
         tensors = ordered_outputs(result, signature, outputs)
         check_response_size(tensors, max_bytes)
-        payload, blobs = _encode(result, tensors, binary_choice, default_binary, request_id)
+        size = sum(a.nbytes for _name, a in tensors)
+        payload, blobs = await _off_loop_if_large(size, _encode, result, tensors, binary_choice, default_binary,
+                                                  request_id)
         return _response(request, payload, blobs)
 
     app.router.add_get("/v2/health/live", live)
@@ -216,6 +228,13 @@ def add_v2_routes(app: web.Application, dataplane: DataPlane) -> None:
     app.router.add_get(_MODEL + "/ready", model_ready)
     app.router.add_get(_MODEL + "/config", config)
     app.router.add_post(_MODEL + "/infer", infer)
+
+
+async def _off_loop_if_large(size: int, function, *args):
+    """`function(*args)`, in a thread when the payload is large (`size` bytes): other requests keep flowing."""
+    if size > OFF_LOOP_BYTES:
+        return await asyncio.to_thread(function, *args)
+    return function(*args)
 
 
 def _response(request: web.Request, payload: dict, blobs: list[bytes]) -> web.Response:

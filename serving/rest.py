@@ -245,7 +245,7 @@ def build_app(dataplane: DataPlane, policy: AccessPolicy = AccessPolicy(), max_b
     app.router.add_get(base + "/metadata", metadata)
     app.router.add_post(base + ":predict", predict)
     app.router.add_post(base + ":{verb:classify|regress}", unimplemented)
-    add_v2_routes(app, dataplane)  # the Open Inference Protocol (KServe V2) on the same port
+    add_v2_routes(app, dataplane, lambda request: read_body(request, timeout_s))  # Open Inference Protocol
     return app
 
 

@@ -93,17 +93,24 @@ class PredictionServicer:
 
     @_rpc
     async def Predict(self, request, context):
+        limit = self._dp.limits.max_tensor_bytes
         size = request.ByteSize()
         if size > OFF_LOOP_BYTES and any(not t.tensor_content for t in request.inputs.values()):
             # typed *_val fields: decoding is one long GIL-holding call, so it runs in the helper process
             inference = await self._dp.offloader.run_if_large(size, decode_predict, request.SerializeToString(),
-                                                              _time_remaining(context), self._dp.limits.max_tensor_bytes)
+                                                              _time_remaining(context), limit)
         else:  # tensor_content is a view on the received bytes: nothing to offload
-            inference = converters.predict_request(request, _time_remaining(context), self._dp.limits.max_tensor_bytes)
+            inference = converters.predict_request(request, _time_remaining(context), limit)
         response = await self._dp.predict(inference)
         if sum(a.nbytes for a in response.outputs.values()) > OFF_LOOP_BYTES:
-            return await asyncio.to_thread(converters.predict_response, response)
-        return converters.predict_response(response)
+            proto = await asyncio.to_thread(converters.predict_response, response)
+        else:
+            proto = converters.predict_response(response)
+        size = proto.ByteSize()  # computed, not serialised: an oversized answer never reaches gRPC's send
+        if size > limit:
+            raise ResourceExhaustedError(f"response of {size} bytes exceeds --max-message-bytes {limit} bytes; ask "
+                                         "for fewer rows or fewer outputs (output_filter)")
+        return proto
 
     @_rpc
     async def GetModelMetadata(self, request, context):

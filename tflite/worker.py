@@ -129,8 +129,7 @@ def run_convert(saved_model_dir: str, output: str, options: TfliteOptions,
     """Convert one variant and write it to `output`; returns the report (see module docstring)."""
     import tensorflow as tf  # noqa: PLC0415  (only the convert step pays for TensorFlow)
 
-    from tflite.savedmodel_scan import (  # noqa: PLC0415
-        file_initialised_tables, find_float16_overflows, read_signature)
+    from tflite.savedmodel_scan import file_initialised_tables, find_float16_overflows, read_signature
 
     try:
         signature = read_signature(Path(saved_model_dir), SIGNATURE_KEY)

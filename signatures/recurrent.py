@@ -10,9 +10,9 @@ convert stage (`pipeline.conversion.convert`), each recorded in `convert.json` a
    a fixed number of time steps becomes straight-line ops, the batch stays dynamic, the signature is the
    same. Needs a static time dimension. Written here as a second SavedModel (`unrolled_source`), used only
    as the TFLite converter's input; the parity gate compares the TFLite file with the published SavedModel.
-3. `fixed_batch`: the signature traced at batch 1, so the converter knows every TensorList element shape.
-   A batch-1 file cannot serve batched requests, so it is reported (the reason says it converts this way)
-   and left out, not published.
+3. `fixed_batch` (tried inside the conversion worker, `tflite.worker`, when the default fails on TensorList
+   lowering): the signature traced at batch 1, so the converter knows every shape. A batch-1 file cannot serve
+   batched requests, so it is only reported (the reason says whether it converts) and never kept.
 
 TFLite's fused-LSTM path (`UnidirectionalSequenceLSTM`) is taken by the converter only for functions that
 carry TF2 Keras' `experimental_implements` LSTM annotation; Keras 3 layers carry none, so it is named in
@@ -33,7 +33,7 @@ def recurrent_layers(model) -> dict[str, int | None]:
     import keras
 
     found = {}
-    for layer in model._flatten_layers(include_self=False):  # noqa: SLF001 - Keras' own layer walk
+    for layer in model._flatten_layers(include_self=False):
         if isinstance(layer, keras.layers.RNN):
             shape = getattr(layer, "input_shape", None) or getattr(layer.input, "shape", (None, None))
             found[layer.name] = shape[1] if len(shape) > 1 else None

@@ -88,6 +88,28 @@ def _build_converter(tf, saved_model_dir: str, options: TfliteOptions,
     return converter
 
 
+def _fixed_batch_attempt(tf, saved_model_dir: str, signature: dict[str, Any]) -> str:
+    """The `fixed_batch` recipe (`signatures.recurrent`): convert the signature traced at batch 1.
+
+    A recurrent layer's TensorList ops lower to builtins once every shape is static. The file is not
+    kept: a batch-1 model cannot serve batched requests. Returns the sentence for the refusal reason.
+    """
+    try:
+        loaded = tf.saved_model.load(saved_model_dir)
+        function = loaded.signatures[SIGNATURE_KEY]
+        specs = {name: tf.TensorSpec([1, *(None if d == -1 else d for d in spec["shape"][1:])],
+                                     tf.as_dtype(spec["dtype"]), name=name)
+                 for name, spec in signature["inputs"].items()}
+        fixed = tf.function(lambda feed: function(**feed), input_signature=[specs], autograph=False)
+        converter = tf.lite.TFLiteConverter.from_concrete_functions([fixed.get_concrete_function()], loaded)
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+        converter.convert()
+    except Exception as err:  # noqa: BLE001 - the converter raises ConverterError, ValueError, ...
+        return f"recipe 'fixed_batch' (batch 1) fails too: {type(err).__name__}: {_tail(str(err), 300)}"
+    return ("recipe 'fixed_batch' (batch 1) converts, but a batch-1 file cannot serve batched requests, so it "
+            "is not kept")
+
+
 def _check_representative(signature: dict[str, Any], samples: dict[str, np.ndarray] | None) -> str:
     """Empty when the samples fit the signature's inputs, else why not."""
     if samples is None:
@@ -107,8 +129,7 @@ def run_convert(saved_model_dir: str, output: str, options: TfliteOptions,
     """Convert one variant and write it to `output`; returns the report (see module docstring)."""
     import tensorflow as tf  # noqa: PLC0415  (only the convert step pays for TensorFlow)
 
-    from tflite.savedmodel_scan import (  # noqa: PLC0415
-        file_initialised_tables, find_float16_overflows, read_signature)
+    from tflite.savedmodel_scan import file_initialised_tables, find_float16_overflows, read_signature
 
     try:
         signature = read_signature(Path(saved_model_dir), SIGNATURE_KEY)
@@ -136,8 +157,10 @@ def run_convert(saved_model_dir: str, output: str, options: TfliteOptions,
             return {**report, "status": "refused",
                     "reason": f"needs custom ops {custom} that neither TFLite builtins nor Flex provide"}
         if not select:
-            return {**report, "status": "refused",
-                    "reason": f"converter failed: {type(err).__name__}: {_tail(message)}"}
+            reason = f"converter failed: {type(err).__name__}: {_tail(message)}"
+            if "tensor list" in message.lower():
+                reason += "; " + _fixed_batch_attempt(tf, saved_model_dir, signature)
+            return {**report, "status": "refused", "reason": reason}
         if not options.allow_flex:
             return {**report, "status": "refused", "flex_ops": [f"Flex{op}" for op in select],
                     "reason": f"needs Flex (select TF) ops {select}; set convert.allow_flex = true "

@@ -58,6 +58,14 @@ def markdown(doc: dict) -> str:
             cells.append(f"load {s['load_s']:.1f} s, first {s['first_request_ms']:.1f} ms, RSS {s['rss'] / MB:,.0f} MB"
                          + (f" (+{over / MB:,.0f} MB = {over / r['model']['weight_bytes']:.1f}x)" if over else ""))
         lines.append(f"| {backend} | " + " | ".join(cells) + " |")
+    for r in sizes:
+        ok = {n: e for n, e in r["stages"].items() if e["returncode"] == 0}
+        if ok:
+            name, top = max(ok.items(), key=lambda kv: kv[1]["peak_rss"])
+            slow, longest = max(ok.items(), key=lambda kv: kv[1]["wall_s"])
+            lines.append(f"\nAt {r['model']['weight_bytes'] / MB:,.0f} MB of weights the largest peak is {name}: "
+                         f"{top['peak_rss'] / MB:,.0f} MB ({top['peak_rss'] / r['model']['weight_bytes']:.1f}x the "
+                         f"weights); the longest stage is {slow} ({longest['wall_s']:.0f} s).")
     for r in records:
         for name, why in r.get("skipped", {}).items():
             lines.append(f"\nSkipped at {r['size_mb']:g} MB: {name}: {why}")

@@ -105,7 +105,7 @@ def convert_artifacts(version_dir: Path, contract: SignatureContract, settings: 
         done = convert_tflite(version_dir, path, options, calibration_inputs, settings.timeout_seconds)
         recipe, reason = "default", done.reason
         if done.status == "refused" and TENSOR_LIST_FAILURE in done.reason.lower():
-            tried = [f"recipe 'default' (dynamic batch): {done.reason[:400]}"]
+            tried = [f"recipe 'default' (dynamic batch): {done.reason}"]
             unrolled = (tflite_sources or {}).get("unrolled")
             if unrolled:
                 done = convert_tflite(Path(unrolled), path, options, calibration_inputs, settings.timeout_seconds)

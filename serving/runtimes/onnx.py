@@ -22,6 +22,23 @@ _ORT_TYPES = {
 }
 
 
+def _text_for_ort(name: str, value: np.ndarray) -> np.ndarray:
+    """String tensors as object arrays of `str`, the one form ONNX Runtime reads correctly: it turns `bytes`
+    objects into their repr ("b'a'") and misreads fixed-width `|S` arrays. gRPC `string_val` arrives as
+    bytes, REST JSON as str; both decode as UTF-8 (TensorFlow's and TF Serving's text encoding).
+
+    Raises:
+        ModelInputError: bytes that are not UTF-8 text.
+    """
+    if value.dtype.kind not in "OSU":
+        return value
+    try:
+        flat = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in value.ravel()]
+    except UnicodeDecodeError as err:
+        raise input_rejected("ONNX Runtime", {name: value}, f"string input is not UTF-8 text: {err}") from err
+    return np.array(flat, dtype=object).reshape(value.shape)
+
+
 class OnnxRuntime(Runtime):
     """Serves `model.onnx` as the `serving_default` signature (tf2onnx keeps the signature's names).
 
@@ -72,8 +89,9 @@ class OnnxRuntime(Runtime):
     def predict(self, inputs: Mapping[str, np.ndarray], signature_name: str = "serving_default",
                 *, deadline: float | None = None) -> dict[str, np.ndarray]:
         names = list(self._signature.outputs)
+        feed = {name: _text_for_ort(name, np.asarray(value)) for name, value in inputs.items()}
         try:
-            values = self._session.run(names, dict(inputs))
+            values = self._session.run(names, feed)
         except Exception as err:
             if _is_input_error(err):
                 raise input_rejected("ONNX Runtime", inputs, err) from err

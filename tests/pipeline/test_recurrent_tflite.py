@@ -73,5 +73,6 @@ def test_dynamic_time_lstm_is_refused_naming_the_recipes_tried(tmp_path):
         reasons = {o.name: o.reason for o in steps.convert_stage(config, run, data).outcomes}["tflite_float32"]
     except TfshipError as err:
         reasons = str(err)
+    assert "recipe 'fixed_batch' (batch 1)" in reasons
     assert re.search(r"recipe 'default'.*[Tt]ensor list.*recipe 'unrolled' not available: no unrolled copy: "
                      r"ValueError: .*\['free'\] have a dynamic time dimension.*fused-LSTM", reasons), reasons

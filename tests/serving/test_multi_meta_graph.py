@@ -16,10 +16,10 @@ def test_server_serves_the_serve_meta_graph_of_a_tf1_export(tmp_path):
     assert serving_tags(version) == ["serve"]
     assert set(read_saved_model_signatures(version)) == {"serving_default"}
     features = np.random.default_rng(3).random((5, 4), dtype=np.float32)
-    with ServerProcess(tmp_path / "repo", "estimator", backend="saved_model") as server:
-        with PredictClient(server.grpc_target, timeout_s=30) as client:
-            assert set(client.metadata("estimator")) == {"serving_default"}
-            got = client.predict("estimator", {"features": features})
+    with (ServerProcess(tmp_path / "repo", "estimator", backend="saved_model") as server,
+          PredictClient(server.grpc_target, timeout_s=30) as client):
+        assert set(client.metadata("estimator")) == {"serving_default"}
+        got = client.predict("estimator", {"features": features})
     expected = tf1_expected(features)
     np.testing.assert_allclose(got["probabilities"], expected["probabilities"], rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(got["class_id"], expected["class_id"])

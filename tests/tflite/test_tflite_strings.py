@@ -97,3 +97,26 @@ def test_serving_tflite_runtime_takes_text_as_str_or_bytes(city_tflite, tmp_path
     for text in (np.char.encode(TEXT, "utf-8").astype(object), TEXT):  # gRPC string_val / REST JSON strings
         np.testing.assert_allclose(runtime.predict({"city": text})["scores"], expected, rtol=1e-5, atol=1e-6)
     assert runtime.metadata()["serving_default"].inputs["city"].dtype == "string"
+
+
+def test_serving_onnx_runtime_reads_text_sent_as_bytes_or_str(tmp_path):
+    """ONNX Runtime turns `bytes` objects into their repr and misreads `|S` arrays; the runtime decodes first."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from serving.runtimes.base import ModelInputError
+    from serving.runtimes.onnx import OnnxRuntime
+
+    graph = helper.make_graph([helper.make_node("Identity", ["city"], ["echo"])], "echo",
+                              [helper.make_tensor_value_info("city", TensorProto.STRING, [None, 1])],
+                              [helper.make_tensor_value_info("echo", TensorProto.STRING, [None, 1])])
+    version = tmp_path / "1"
+    version.mkdir()
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), version / "model.onnx")
+    runtime = OnnxRuntime(version)
+    runtime.load()
+    encoded = np.char.encode(TEXT, "utf-8")
+    for text in (encoded.astype(object), encoded, TEXT, TEXT.astype(object)):
+        assert runtime.predict({"city": text})["echo"].tolist() == TEXT.tolist(), text.dtype
+    with pytest.raises(ModelInputError, match="not UTF-8 text"):
+        runtime.predict({"city": np.array([[b"\xff\xfe"]], dtype=object)})

@@ -23,6 +23,7 @@ from serving.manager import ModelManager
 from serving.memory import estimate_request_bytes, release_freed_memory
 from serving.metrics import Metrics
 from serving.model_config import ModelConfig
+from serving.offload import Offloader
 from serving.request_log import RequestLog, note_request
 from serving.types import (
     InferenceRequest,
@@ -119,6 +120,7 @@ class DataPlane:
         self._latencies: dict[str, object] = {}
         self._releasing = False
         self.gate = RequestGate()
+        self.offloader = Offloader()  # decodes large payloads in a helper process (both transports)
         self.request_log = request_log or RequestLog()
 
     @property

@@ -19,14 +19,15 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
+from core import protocol
 from core.errors import InvalidRequestError, ResourceExhaustedError, TfshipError
-from serving import converters, protocol
+from serving import converters
 from serving.dataplane import DataPlane
 from serving.model_config import from_proto
+from serving.offload import OFF_LOOP_BYTES
 from serving.security import AccessPolicy
 
 log = logging.getLogger(__name__)
-OFF_LOOP_BYTES = 1 << 20  # payloads above this are decoded/encoded in a thread, off the event loop
 
 
 def _rpc(method):
@@ -80,6 +81,11 @@ def _time_remaining(context) -> float | None:
     return None if remaining is None or remaining > 1e9 else remaining
 
 
+def decode_predict(data: bytes, time_remaining: float | None, max_tensor_bytes: int):
+    """Serialized `PredictRequest` -> `InferenceRequest` (in the helper process, `serving.offload`)."""
+    return converters.predict_request(protocol.PredictRequest.FromString(data), time_remaining, max_tensor_bytes)
+
+
 class PredictionServicer:
     """`tensorflow.serving.PredictionService` over a `DataPlane`."""
 
@@ -89,11 +95,13 @@ class PredictionServicer:
     @_rpc
     async def Predict(self, request, context):
         limit = self._dp.limits.max_tensor_bytes
-        decode = functools.partial(converters.predict_request, request, _time_remaining(context), limit)
-        if request.ByteSize() > OFF_LOOP_BYTES:  # a big payload never holds up the other requests
-            inference = await asyncio.to_thread(decode)
-        else:
-            inference = decode()
+        size = request.ByteSize()
+        if size > OFF_LOOP_BYTES and any(not t.tensor_content for t in request.inputs.values()):
+            # typed *_val fields: decoding is one long GIL-holding call, so it runs in the helper process
+            inference = await self._dp.offloader.run_if_large(size, decode_predict, request.SerializeToString(),
+                                                              _time_remaining(context), limit)
+        else:  # tensor_content is a view on the received bytes: nothing to offload
+            inference = converters.predict_request(request, _time_remaining(context), limit)
         response = await self._dp.predict(inference)
         if sum(a.nbytes for a in response.outputs.values()) > OFF_LOOP_BYTES:
             proto = await asyncio.to_thread(converters.predict_response, response)

@@ -210,6 +210,7 @@ async def run_server(settings: ServerSettings) -> int:
     await _drain(settings.grace_period_s, health, dataplane, server, [r for r in (rest, metrics_site) if r],
                  [t for t in (poll, config_poll) if t])
     await _bounded(manager.unload_all(), UNLOAD_TIMEOUT_S, "unloading models")
+    dataplane.offloader.close()
     executor.shutdown(wait=False, cancel_futures=True)
     log.info("stopped")
     return 0

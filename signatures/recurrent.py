@@ -33,7 +33,7 @@ def recurrent_layers(model) -> dict[str, int | None]:
     import keras
 
     found = {}
-    for layer in model._flatten_layers(include_self=False):  # noqa: SLF001 - Keras' own layer walk
+    for layer in model._flatten_layers(include_self=False):
         if isinstance(layer, keras.layers.RNN):
             shape = getattr(layer, "input_shape", None) or getattr(layer.input, "shape", (None, None))
             found[layer.name] = shape[1] if len(shape) > 1 else None

@@ -21,7 +21,7 @@ from pipeline.conversion.artifact_kinds import tflite_filename
 from pipeline.conversion.artifacts import Artifact, ConversionJob, VariantOutcome, artifact_kinds, enabled_kinds
 from pipeline.config import ConvertSection
 from core.errors import ConversionError
-from signatures.contract import SignatureContract
+from core.contract import Signature
 
 __all__ = ["ConvertResult", "VariantOutcome", "convert_artifacts", "raise_if_required_missing", "tflite_filename"]
 
@@ -58,7 +58,7 @@ def conversion_workers(settings: ConvertSection, jobs: int) -> int:
     return max(1, min(jobs, settings.max_workers or len(os.sched_getaffinity(0))))
 
 
-def convert_artifacts(version_dir: Path, contract: SignatureContract, settings: ConvertSection,
+def convert_artifacts(version_dir: Path, contract: Signature, settings: ConvertSection,
                       calibration_inputs: dict[str, np.ndarray], sample: dict[str, np.ndarray],
                       tflite_sources: dict[str, Any] | None = None) -> ConvertResult:
     """Write every enabled kind's file next to the SavedModel (conversions run side by side, at most

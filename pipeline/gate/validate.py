@@ -42,7 +42,7 @@ from pipeline.gate.compare import ERROR_BIN_EDGES, OutputParity, Tolerance, comp
 from pipeline.config import ValidateSection
 from core.errors import ParityError
 from pipeline.gate.task_metric import TaskMetric, index_scores, infer_task
-from signatures.contract import SignatureContract
+from core.contract import Signature
 
 TIE_ERROR_QUANTILE = 0.99
 
@@ -236,7 +236,7 @@ def _score(task: TaskMetric, outputs, reference, score_name, reference_metric: f
 
 
 def check_artifact(artifact: Artifact, runner: Runner, inputs: dict[str, np.ndarray], task: TaskMetric,
-                   reference: dict[str, np.ndarray], reference_metric: float, contract: SignatureContract,
+                   reference: dict[str, np.ndarray], reference_metric: float, contract: Signature,
                    settings: ValidateSection) -> ArtifactParity:
     """Run one artifact at every configured batch size and judge it against the reference outputs.
 
@@ -276,7 +276,7 @@ def _not_loaded(artifact: Artifact, settings: ValidateSection, err: Exception) -
                           (), settings.batch_sizes, False, f"could not load: {type(err).__name__}: {err}")
 
 
-def validate_artifacts(reference: Artifact, candidates: list[Artifact], contract: SignatureContract,
+def validate_artifacts(reference: Artifact, candidates: list[Artifact], contract: Signature,
                        inputs: dict[str, np.ndarray], labels: np.ndarray | None,
                        settings: ValidateSection, required: tuple[str, ...] = ()) -> ParityReport:
     """Judge every candidate artifact (and the reference itself, at every batch size) on held-out data.

@@ -7,6 +7,7 @@ import json
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from pipeline.config import load_config
@@ -40,3 +41,20 @@ def test_values_held_by_a_mirrored_strategy_log_as_floats(tmp_path):
     assert {"learning_rate", "loss_scale", "loss"} <= tags, tags
     assert any(t.endswith("dense/kernel") for t in tags) and any(t.endswith("dense/bias") for t in tags), tags
     json.dumps({"lr": current_learning_rate(optimizer)})  # a plain float
+
+
+@pytest.mark.slow
+def test_mirrored_training_on_the_default_config_logs_the_learning_rate(tmp_path):
+    """The reported crash: `tfship train --set train.strategy=mirrored` with TensorBoard on (the default)."""
+    from tests.pipeline.conftest import run_tfship
+
+    completed = run_tfship("train", "--set", "train.strategy=mirrored", "--epochs", "1",
+                           "--runs-dir", str(tmp_path / "runs"), timeout=600)
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    (run,) = (tmp_path / "runs").iterdir()
+    assert json.loads((run / "train.json").read_text())["strategy"] == "mirrored"
+    events = list((run / "tensorboard" / "train").glob("events.out.tfevents.*"))
+    rates = [v.simple_value or float(tf.make_ndarray(v.tensor)) for path in events
+             for e in tf.compat.v1.train.summary_iterator(str(path)) for v in e.summary.value
+             if v.tag == "learning_rate"]
+    assert rates and all(r == np.float32(3e-3) for r in rates), rates

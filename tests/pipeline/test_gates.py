@@ -17,7 +17,7 @@ from pipeline.gate.compare import Tolerance, compare_outputs
 from pipeline.config import load_config
 from pipeline.gate.serve_check import ServeTarget, serve_check
 from pipeline.gate.validate import tolerance_for, validate_artifacts
-from signatures.contract import SignatureContract, TensorContract
+from core.contract import Signature, TensorSpec
 
 
 def _linear_onnx(folder: Path, weights: np.ndarray, bias: np.ndarray, argmax: bool = True) -> Path:
@@ -68,10 +68,10 @@ def test_quantized_modes_bound_every_float_output_by_its_range():
     assert ok.passed
 
 
-def _contract(features: int, classes: int) -> SignatureContract:
-    return SignatureContract("serving_default", (TensorContract("x", "float32", (None, features)),),
-                             (TensorContract("logits", "float32", (None, classes)),
-                              TensorContract("class_id", "int64", (None,))))
+def _contract(features: int, classes: int) -> Signature:
+    return Signature.of("serving_default", (TensorSpec(name="x", dtype="float32", shape=(None, features)),),
+                        (TensorSpec(name="logits", dtype="float32", shape=(None, classes)),
+                         TensorSpec(name="class_id", dtype="int64", shape=(None,))))
 
 
 def _small_set(near_tie_margin: float, rows: int = 70) -> dict[str, np.ndarray]:
@@ -141,8 +141,8 @@ def test_int8_log_softmax_saturation_is_named_even_with_perfect_top1(tmp_path):
     done = convert_tflite(saved_model, tmp_path / "q" / "model_int8.tflite", TfliteOptions(TfliteMode.INT8),
                           {"x": x}, 240.0)
     assert done.status == "produced", done.reason
-    contract = SignatureContract("serving_default", (TensorContract("x", "float32", (None, 4)),),
-                                 (TensorContract("log_probs", "float32", (None, 5)),))
+    contract = Signature.of("serving_default", (TensorSpec(name="x", dtype="float32", shape=(None, 4)),),
+                            (TensorSpec(name="log_probs", dtype="float32", shape=(None, 5)),))
     settings = load_config(None, {"validate.int8_tolerance": 10.0}).parity  # even a very loose bound
     report = validate_artifacts(Artifact("saved_model", "saved_model", "float32", saved_model),
                                 [Artifact("tflite_int8", "tflite", "int8", done.path)], contract, {"x": x}, None,

@@ -1,7 +1,7 @@
 """Hot swap under load: a real server swaps version N for N+1 eight times while Predict calls keep coming.
 
 Every call is answered (no failure during any swap), every swap completes, and the server's RSS stays
-within 10 % (medians of the first and last swaps, `bench.serve.hotswap.rss_trend`). The twenty-cycle
+within 10 % (low and high envelope of the first and last swaps, `bench.serve.hotswap.rss_trend`). The twenty-cycle
 measurement with a heavier model is `python -m bench.serve.hotswap` (bench/results/hotswap-latest.md).
 """
 

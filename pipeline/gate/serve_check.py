@@ -4,9 +4,11 @@ For each artifact that passed the parity gate (the SavedModel, ONNX and every TF
 float16, dynamic-range, int8), a real server process is started on a free loopback port over the private
 candidate repository with the backend and flags that serve that file (`--backend tflite --tflite-file
 model_int8.tflite`), made ready by `grpc.health.v1` (never by sleeping), sent real `PredictRequest`s with
-held-out inputs at several batch sizes, and its answers (all requests together, so each output's range is the
-same as in validate) are compared by output name with the SavedModel's by the one comparison
-(`pipeline.gate.compare.compare_outputs`) at the artifact's mode's tolerance. Only then
+held-out inputs at several batch sizes, and its answers (all requests together) are compared by output name,
+by the one comparison (`pipeline.gate.compare.compare_outputs`) at the float32 tolerance, with what the gate
+proved: the SavedModel's outputs for the SavedModel, and for every other artifact its own outputs computed in
+process by the same runtime at the same request sizes (validate already bounded those against the
+SavedModel's at the artifact's mode's tolerance). Only then
 is an artifact published (TFX's "blessed" model). An artifact whose check fails is left out with its
 reason; the stage fails only when the SavedModel or a required artifact fails. The SavedModel's server
 (slowest to start: it imports TensorFlow) runs beside the others, two servers at a time.
@@ -29,12 +31,15 @@ from core.errors import StageError
 
 @dataclass(frozen=True)
 class ServeTarget:
-    """One artifact to serve: its name, the serving backend, extra `serve` flags and its tolerance."""
+    """One artifact to serve: its name, the serving backend, its tolerance, extra `serve` flags, and the
+    answers expected (the artifact's own, computed in process by the runtime the gate proved it with, at the
+    same request sizes; None: the SavedModel's)."""
 
     artifact: str
     backend: str
     tolerance: Tolerance
     serve_flags: tuple[str, ...] = ()
+    expected: dict[str, np.ndarray] | None = None  # its own answers in process; None: the SavedModel's
 
 
 @dataclass(frozen=True)
@@ -82,7 +87,8 @@ def _check_one(repository: Path, model_name: str, version: int, target: ServeTar
                     offset += batch_size
                     answers.append(client.predict(model_name, batch, version=version))
         got = {name: np.concatenate([np.asarray(a[name]) for a in answers]) for name in answers[0]}
-        rows = compare_outputs(got, {k: v[:offset] for k, v in expected.items()}, target.tolerance)
+        want = target.expected if target.expected is not None else expected
+        rows = compare_outputs(got, {k: np.asarray(v)[:offset] for k, v in want.items()}, target.tolerance)
         problems += failures(rows)
         worst = max([worst, *(r.max_abs_error for r in rows if not r.exact)])
     except Exception as err:  # noqa: BLE001 - any server or RPC failure is this artifact's verdict, with its cause

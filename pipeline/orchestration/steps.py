@@ -37,6 +37,7 @@ from core.saved_model import read_signatures
 from signatures.export import build_classifier_module, classifier_contract, export_saved_model
 
 GOLDEN_SAMPLES = 64
+SERVE_BATCH_SIZES = (1, 7, 32)  # the serve-check's requests (rows each)
 
 
 @dataclass(frozen=True)
@@ -255,14 +256,28 @@ def _golden(run: RunFolder, contract: Signature, splits: DatasetSplits | EvalDat
     return inputs, {name: as_text(value) for name, value in runner(inputs).items()}
 
 
-def _serve_targets(config: PipelineConfig, parity: dict) -> list[ServeTarget]:
+def _own_answers(artifact: Artifact, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The artifact's outputs in process, request by request as serve-check sends them."""
+    from pipeline.gate.validate import run_batched
+
+    runner, chunks, offset = open_runner(artifact), [], 0
+    for size in SERVE_BATCH_SIZES:
+        chunks.append(run_batched(runner, {k: v[offset:offset + size] for k, v in inputs.items()}, size))
+        offset += size
+    return {name: np.concatenate([c[name] for c in chunks]) for name in chunks[0]}
+
+
+def _serve_targets(config: PipelineConfig, run: RunFolder, parity: dict, inputs) -> list[ServeTarget]:
+    """The SavedModel (against its golden outputs, float32 tolerance) and every artifact that passed the parity
+    gate (against its own in-process answers: the server must serve exactly what the gate proved)."""
     kinds = artifact_kinds()
-    targets = [ServeTarget(SAVED_MODEL, "saved_model", tolerance_for("float32", config.parity))]
+    exact = tolerance_for("float32", config.parity)
+    targets = [ServeTarget(SAVED_MODEL, "saved_model", exact)]
     for row in parity["artifacts"]:
         kind = kinds.get(row["artifact"])
         if row["passed"] and kind is not None and kind.backend:
-            targets.append(ServeTarget(kind.name, kind.backend, tolerance_for(kind.mode, config.parity),
-                                       kind.serve_flags))
+            own = _own_answers(kind.artifact(run.artifacts), inputs)
+            targets.append(ServeTarget(kind.name, kind.backend, exact, kind.serve_flags, own))
     return targets
 
 
@@ -297,7 +312,8 @@ def serve_check_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSpl
     shutil.copytree(run.artifacts, candidate, ignore=shutil.ignore_patterns(
         ".*", "*.reproduce.sh", "*.representative.npz", *left_out))
     result = serve_check(run.candidate_repository, config.run.model_name, 1, inputs, expected,
-                         _serve_targets(config, json.loads(parity_path.read_text())), config.convert.required)
+                         _serve_targets(config, run, json.loads(parity_path.read_text()), inputs),
+                         config.convert.required, SERVE_BATCH_SIZES)
     run.write_json("serve_check.json", result.to_json())
     for name in left_out_files(_outcomes(config, run)):
         (candidate / name).unlink(missing_ok=True)

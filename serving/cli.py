@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from core.errors import ConfigError, TfshipError
-from serving.runtimes import BACKENDS  # derived from the runtime registry (light: backends import lazily)
+from serving.runtimes import backend_names  # the runtime registry (light: backends import lazily)
 from serving.tfs_flags import add_tf_serving_flags, settings_values
 ENV_PREFIX = "TFSHIP_SERVING_"
 
@@ -52,7 +52,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     a("--repository", type=Path, help="model repository: <repository>/<model_name>/<version>/")
     a("--model-name", help="model to serve from --repository")
     a("--model-config-file", type=Path, help="TF Serving ModelServerConfig (text format)")
-    a("--backend", choices=BACKENDS, default="auto", help="runtime backend (default: auto)")
+    a("--backend", choices=backend_names(), default="auto", help="runtime backend (default: auto)")
     a("--tflite-file", default="model.tflite", help="TFLite artifact for the tflite backend")
     a("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     a("--port", type=int, default=8500, help="gRPC port; 0 = any free port (default: 8500)")

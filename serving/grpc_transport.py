@@ -19,8 +19,9 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
+from core import protocol
 from core.errors import InvalidRequestError, ResourceExhaustedError, TfshipError
-from serving import converters, protocol
+from serving import converters
 from serving.dataplane import DataPlane
 from serving.model_config import from_proto
 from serving.offload import OFF_LOOP_BYTES

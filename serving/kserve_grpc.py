@@ -17,9 +17,9 @@ import asyncio
 import grpc
 
 from core.errors import InvalidRequestError
-from serving import kserve_protocol as kp
+from core import kserve_protocol as kp
 from serving.dataplane import DataPlane
-from serving.grpc_transport import OFF_LOOP_BYTES, _handler, _rpc, _time_remaining
+from serving.grpc_transport import _handler, _rpc, _time_remaining
 from serving.kserve_codec import datatype_for, fill_contents, from_contents, from_raw, to_raw
 from serving.kserve_converters import (
     EXTENSIONS,
@@ -36,6 +36,7 @@ from serving.kserve_converters import (
     server_version,
     signature_of,
 )
+from serving.offload import OFF_LOOP_BYTES
 from serving.types import ModelRef
 
 
@@ -101,7 +102,13 @@ class InferenceServicer:
         meta = await self._dp.metadata(model_ref(request.model_name, request.model_version))
         signature = signature_of(meta.signatures, options.signature_name)
         limit = self._dp.limits.max_tensor_bytes
-        decoded = await _off_loop_if_large(request.ByteSize(), _decode_inputs, request, limit)
+        size = request.ByteSize()
+        if size > OFF_LOOP_BYTES and not request.raw_input_contents:
+            # typed contents: converting them is one long GIL-holding call, so it runs in the helper process
+            decoded = await self._dp.offloader.run_if_large(size, decode_infer_inputs, request.SerializeToString(),
+                                                            limit)
+        else:  # raw contents are views on the received bytes: nothing to offload
+            decoded = _decode_inputs(request, limit)
         inputs = check_inputs(signature, decoded)
         outputs = check_outputs(signature, [o.name for o in request.outputs])
         explicit = _binary_choices(request)
@@ -111,15 +118,14 @@ class InferenceServicer:
         raw = params.get("binary_data_output")
         if not isinstance(raw, bool):
             raw = any(explicit) if explicit else bool(request.raw_input_contents)
-        size = sum(a.nbytes for _name, a in tensors)
-        return await _off_loop_if_large(size, _response, request, result, tensors, raw)
+        if sum(a.nbytes for _name, a in tensors) > OFF_LOOP_BYTES:  # as Predict encodes its large answers
+            return await asyncio.to_thread(_response, request, result, tensors, raw)
+        return _response(request, result, tensors, raw)
 
 
-async def _off_loop_if_large(size: int, function, *args):
-    """`function(*args)`, in a thread when the payload is large (`size` bytes), as Predict does."""
-    if size > OFF_LOOP_BYTES:
-        return await asyncio.to_thread(function, *args)
-    return function(*args)
+def decode_infer_inputs(data: bytes, max_bytes: int) -> list:
+    """Inputs of a serialized `ModelInferRequest` (in the data plane's helper process, `serving.offload`)."""
+    return _decode_inputs(kp.ModelInferRequest.FromString(data), max_bytes)
 
 
 def _decode_inputs(request, max_bytes: int) -> list:

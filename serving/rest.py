@@ -17,8 +17,9 @@ import uuid
 from aiohttp import web
 from google.protobuf import json_format
 
+from core import protocol
 from core.errors import InvalidRequestError, RequestTimeoutError, ResourceExhaustedError, TfshipError
-from serving import converters, protocol, rest_json
+from serving import converters, rest_json
 from serving.dataplane import DataPlane, RequestGate
 from serving.kserve_rest import add_v2_routes
 from serving.metrics import CONTENT_TYPE, Metrics

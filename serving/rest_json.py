@@ -31,7 +31,7 @@ except ImportError:  # optional: the standard parser gives the same results, slo
     orjson = None
 
 from core.errors import InvalidRequestError
-from serving.contract import Signature
+from core.contract import Signature
 
 _DEBUG_CHARS = 256  # TF Serving's kMaxJsonDebugStringBytes
 BYTES_SUFFIX = "_bytes"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from serving.runtimes import BACKENDS
+from serving.runtimes import backend_names
 
 
 class ServerSettings(BaseModel):
@@ -63,8 +63,8 @@ class ServerSettings(BaseModel):
     @field_validator("backend")
     @classmethod
     def _known_backend(cls, value: str) -> str:
-        if value not in BACKENDS:
-            raise ValueError(f"unknown backend {value!r}; choose from {list(BACKENDS)}")
+        if value not in backend_names():
+            raise ValueError(f"unknown backend {value!r}; choose from {list(backend_names())}")
         return value
 
     def access_policy(self):

@@ -108,7 +108,8 @@ def serve_checks(repository: Path, work: Path) -> dict:
         repo = work / "identity_repo" if backend == "identity" else repository
         started = time.perf_counter()
         try:
-            with ServerProcess(repo, "wide", backend, ["--rest-port", "-1"], env=_env(), startup_timeout_s=600) as server:
+            with ServerProcess(repo, "wide", backend, ["--rest-port", "-1"], env=_env(), startup_timeout_s=600,
+                               module="bench.serve.identity") as server:  # serving + the benchmark's identity
                 load_s = time.perf_counter() - started
                 first_ms = _first_request_ms(server.grpc_target)
                 out[backend] = {"load_s": load_s, "first_request_ms": first_ms, "rss": rss_bytes(server.process.pid)}

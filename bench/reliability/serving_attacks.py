@@ -21,7 +21,7 @@ import numpy as np
 
 from bench.reliability.common import MODEL, Row, copy_version, images, rss_mb
 from core.errors import TfshipError
-from serving import protocol
+from core import protocol
 from serving.client import PredictClient, RemoteError
 from serving.launcher import ServerProcess, ServerStartError
 from serving.tensors import to_tensor_proto

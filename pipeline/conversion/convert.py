@@ -21,8 +21,8 @@ from core.errors import ConversionError, TfshipError
 from pipeline.conversion.large_models import tflite_refusal
 from pipeline.conversion.onnx_convert import convert_to_onnx
 from pipeline.gate.runners import Artifact
+from core.contract import Signature
 from signatures.recurrent import FUSED_LSTM_NOTE, TENSOR_LIST_FAILURE
-from signatures.contract import SignatureContract
 
 REQUIRED_TFLITE_MODE = "float32"
 
@@ -63,7 +63,7 @@ def conversion_workers(settings: ConvertSection, jobs: int) -> int:
     return max(1, min(jobs, settings.max_workers or len(os.sched_getaffinity(0))))
 
 
-def convert_artifacts(version_dir: Path, contract: SignatureContract, settings: ConvertSection,
+def convert_artifacts(version_dir: Path, contract: Signature, settings: ConvertSection,
                       calibration_inputs: dict[str, np.ndarray], sample: dict[str, np.ndarray],
                       tflite_sources: dict[str, Any] | None = None) -> ConvertResult:
     """Write `model.onnx` and the configured `model*.tflite` files next to the SavedModel.

@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from core.errors import ConversionError
+from core.contract import Signature
 from core.processes import die_with_parent
 from pipeline.conversion.large_models import onnx_needs_external_data, repack_external_data
-from signatures.contract import SignatureContract
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def _unknown_ops(model) -> list[str]:
     return sorted(unknown)
 
 
-def check_onnx_artifact(path: Path, contract: SignatureContract, sample: dict[str, np.ndarray]) -> None:
+def check_onnx_artifact(path: Path, contract: Signature, sample: dict[str, np.ndarray]) -> None:
     """Full `onnx.checker` check, no unconverted TF ops, names equal to the contract, one ORT run.
 
     Args:
@@ -100,7 +100,7 @@ def check_onnx_artifact(path: Path, contract: SignatureContract, sample: dict[st
         raise ConversionError(f"{path}: tf2onnx left unconverted TensorFlow ops: {', '.join(unknown)}")
     input_names = [i.name for i in model.graph.input]
     output_names = [o.name for o in model.graph.output]
-    want_in = [t.name for t in contract.inputs]
+    want_in = list(contract.input_names())
     want_out = list(contract.output_names())
     if sorted(input_names) != sorted(want_in) or sorted(output_names) != sorted(want_out):
         raise ConversionError(f"{path}: ONNX names inputs {input_names} outputs {output_names}; "
@@ -122,7 +122,7 @@ def check_onnx_artifact(path: Path, contract: SignatureContract, sample: dict[st
             raise ConversionError(f"{path}: output '{name}' holds NaN or Inf on a real input batch")
 
 
-def convert_to_onnx(saved_model_dir: Path, output: Path, contract: SignatureContract, opset: int,
+def convert_to_onnx(saved_model_dir: Path, output: Path, contract: Signature, opset: int,
                     sample: dict[str, np.ndarray], timeout_s: float, simplify: bool = False,
                     size_limit_bytes: int = 2**31 - 1) -> OnnxResult:
     """Convert a SavedModel signature to ONNX in a child process, then check the artifact.
@@ -178,7 +178,7 @@ def _large_command(saved_model_dir: Path, archive: Path, signature: str, opset: 
     return [command[0], "-m", "pipeline.conversion.tf2onnx_large", *command[3:], "--large_model"]
 
 
-def _convert_external(saved_model_dir: Path, output: Path, contract: SignatureContract, opset: int,
+def _convert_external(saved_model_dir: Path, output: Path, contract: Signature, opset: int,
                       sample: dict[str, np.ndarray], timeout_s: float) -> OnnxResult:
     """tf2onnx `--large_model` into a hidden staging folder, repacked to `output` + `<output>.data`, checked,
     then both moved into place (data first); a failure or kill leaves only the hidden folder, removed here."""

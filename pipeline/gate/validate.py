@@ -35,7 +35,7 @@ from pipeline.config import ValidateSection
 from core.errors import ParityError
 from pipeline.gate.runners import Artifact, Runner, runner_for
 from pipeline.gate.task_metric import TaskMetric, index_scores, infer_task
-from signatures.contract import SignatureContract
+from core.contract import Signature
 
 FLOAT_MODES = ("float32", "float16")
 # Absolute-error histogram bins: [0, 1e-9), [1e-9, 1e-8), ..., [1e1, inf).
@@ -221,7 +221,7 @@ def _loss_text(task: TaskMetric, reference_metric: float, metric: float, limit: 
 
 
 def check_artifact(artifact: Artifact, runner: Runner, inputs: dict[str, np.ndarray], task: TaskMetric,
-                   reference: dict[str, np.ndarray], reference_metric: float, contract: SignatureContract,
+                   reference: dict[str, np.ndarray], reference_metric: float, contract: Signature,
                    settings: ValidateSection) -> ArtifactParity:
     """Run one artifact at every configured batch size and judge it against the reference outputs.
 
@@ -262,7 +262,7 @@ def check_artifact(artifact: Artifact, runner: Runner, inputs: dict[str, np.ndar
                           tuple(sorted(set(settings.batch_sizes))), not reasons, "; ".join(reasons))
 
 
-def validate_artifacts(reference: Artifact, candidates: list[Artifact], contract: SignatureContract,
+def validate_artifacts(reference: Artifact, candidates: list[Artifact], contract: Signature,
                        inputs: dict[str, np.ndarray], labels: np.ndarray | None,
                        settings: ValidateSection) -> ParityReport:
     """Judge every candidate artifact (and the reference itself, at every batch size) on held-out data.

@@ -28,8 +28,9 @@ from pipeline.export_only.user_model import EvalData
 from pipeline.gate.validate import ParityReport, raise_if_failed, validate_artifacts
 from signatures.audit import AuditReport, audit_saved_model
 from signatures.audit import raise_if_failed as raise_if_audit_failed
-from signatures.contract import SignatureContract, classifier_contract
-from signatures.export import build_classifier_module, export_saved_model, read_signature_contracts
+from core.contract import Signature
+from core.saved_model import read_signatures
+from signatures.export import build_classifier_module, classifier_contract, export_saved_model
 
 GOLDEN_SAMPLES = 64
 
@@ -38,29 +39,29 @@ GOLDEN_SAMPLES = 64
 class ExportOutcome:
     """The exported SavedModel's contract, its graph audit and its behavioural checks (None when off)."""
 
-    contract: SignatureContract
+    contract: Signature
     audit: AuditReport
     behaviour: object | None = None
 
 
-def as_eval_data(config: PipelineConfig, contract: SignatureContract, data: DatasetSplits | EvalData) -> EvalData:
+def as_eval_data(config: PipelineConfig, contract: Signature, data: DatasetSplits | EvalData) -> EvalData:
     """The built-in splits as `EvalData` (test split validates, a seeded train subset calibrates)."""
     if isinstance(data, EvalData):
         return data
-    (image,) = contract.inputs
+    (image,) = contract.inputs.values()
     pick = np.random.default_rng(config.run.seed).permutation(len(data.train))[: config.convert.representative_samples]
     return EvalData({image.name: data.test.images}, data.test.labels, {image.name: data.train.images[pick]},
                     tuple(data.class_names), "built-in splits (test)")
 
 
-def _test_inputs(contract: SignatureContract, splits: DatasetSplits | EvalData) -> dict[str, np.ndarray]:
+def _test_inputs(contract: Signature, splits: DatasetSplits | EvalData) -> dict[str, np.ndarray]:
     if isinstance(splits, EvalData):
         return splits.inputs
-    (image,) = contract.inputs
+    (image,) = contract.inputs.values()
     return {image.name: splits.test.images}
 
 
-def _audit_and_prove(config: PipelineConfig, run: RunFolder, contract: SignatureContract, inputs,
+def _audit_and_prove(config: PipelineConfig, run: RunFolder, contract: Signature, inputs,
                      expected_variables, layers) -> ExportOutcome:
     from pipeline.gate.behaviour import check_behaviour
     from pipeline.gate.behaviour import raise_if_failed as raise_if_behaviour_failed
@@ -115,8 +116,8 @@ def export_user_stage(config: PipelineConfig, run: RunFolder, model, data_path: 
                             keras_layers(model)), data
 
 
-def _user_saved_model_contract(folder: Path, tags: tuple[str, ...]) -> SignatureContract:
-    contracts = read_signature_contracts(folder, tags)
+def _user_saved_model_contract(folder: Path, tags: tuple[str, ...]) -> Signature:
+    contracts = read_signatures(folder, tags)
     if "serving_default" not in contracts:
         raise ContractError(f"--model {folder}: the MetaGraph tagged {list(tags)} has no 'serving_default' signature; "
                          f"it has {sorted(contracts)}")
@@ -178,11 +179,11 @@ def export_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits, 
                             keras_layers(model))
 
 
-def read_contract(run: RunFolder) -> SignatureContract:
+def read_contract(run: RunFolder) -> Signature:
     """The `serving_default` contract of the run's exported SavedModel."""
     if not (run.artifacts / "saved_model.pb").is_file():
         raise StageError(f"{run.artifacts}/saved_model.pb does not exist; run the export stage first")
-    return read_signature_contracts(run.artifacts)["serving_default"]
+    return read_signatures(run.artifacts)["serving_default"]
 
 
 def convert_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits | EvalData) -> ConvertResult:
@@ -210,7 +211,7 @@ def _tflite_sources(run: RunFolder) -> dict:
             "unrolled_reason": recurrent.get("reason", "")}
 
 
-def _write_recipe_sources(run: RunFolder, model, contract: SignatureContract, build_module=None) -> dict:
+def _write_recipe_sources(run: RunFolder, model, contract: Signature, build_module=None) -> dict:
     """An unrolled copy of a recurrent model for the TFLite converter (`signatures.recurrent`); its record."""
     from signatures.recurrent import write_unrolled_source
 
@@ -240,7 +241,7 @@ def validate_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits
     return raise_if_failed(report)
 
 
-def _golden(run: RunFolder, contract: SignatureContract, splits: DatasetSplits):
+def _golden(run: RunFolder, contract: Signature, splits: DatasetSplits):
     from pipeline.gate.runners import saved_model_runner
 
     inputs = {k: v[:GOLDEN_SAMPLES] for k, v in _test_inputs(contract, splits).items()}

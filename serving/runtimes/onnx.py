@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from serving.contract import Signature, TensorSpec
+from core.contract import Signature, TensorSpec
 from serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions, input_rejected
-from serving.signature_defs import read_saved_model_signatures
+from core.saved_model import read_signatures
 
 _INDEX_ERROR = re.compile(r"out of (data )?bounds|out of range|invalid indice|not in \[", re.IGNORECASE)
 _ORT_TYPES = {
@@ -81,13 +81,13 @@ class OnnxRuntime(Runtime):
             outputs={o.name: _spec(o) for o in self._session.get_outputs()},
         )
         if (self.version_dir / "saved_model.pb").is_file():
-            declared = read_saved_model_signatures(self.version_dir).get("serving_default")
+            declared = read_signatures(self.version_dir, include_internal=True).get("serving_default")
             if declared and set(declared.inputs) == set(own.inputs) and set(declared.outputs) == set(own.outputs):
                 return declared
         return own
 
-    def predict(self, inputs: Mapping[str, np.ndarray], signature_name: str = "serving_default",
-                *, deadline: float | None = None) -> dict[str, np.ndarray]:
+    def predict(self, inputs: Mapping[str, np.ndarray],
+                signature_name: str = "serving_default") -> dict[str, np.ndarray]:
         names = list(self._signature.outputs)
         feed = {name: _text_for_ort(name, np.asarray(value)) for name, value in inputs.items()}
         try:

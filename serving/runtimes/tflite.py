@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
-from serving.contract import Signature, TensorSpec
+from core.contract import Signature, TensorSpec
 from serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions, input_rejected
-from serving.signature_defs import read_saved_model_signatures
-from serving.tensors import dtype_name
+from core.saved_model import read_signatures
+from core.dtypes import dtype_name
 
 
 # LiteRT kernels' messages for an input value they refuse (GATHER: "gather index out of bounds").
@@ -65,7 +65,7 @@ class TfliteRuntime(Runtime):
     def _contract(self) -> dict[str, Signature]:
         declared = {}
         if (self.version_dir / "saved_model.pb").is_file():
-            declared = read_saved_model_signatures(self.version_dir)
+            declared = read_signatures(self.version_dir, include_internal=True)
         out = {}
         for key, runner in self._runners.items():
             own = Signature(name=key, inputs=_specs(runner.get_input_details()),
@@ -75,8 +75,8 @@ class TfliteRuntime(Runtime):
             out[key] = match if ok else own
         return out
 
-    def predict(self, inputs: Mapping[str, np.ndarray], signature_name: str = "serving_default",
-                *, deadline: float | None = None) -> dict[str, np.ndarray]:
+    def predict(self, inputs: Mapping[str, np.ndarray],
+                signature_name: str = "serving_default") -> dict[str, np.ndarray]:
         with self._lock:
             try:
                 outputs = self._runners[signature_name](**inputs)

@@ -62,9 +62,9 @@ def test_onnx_past_the_limit_is_written_and_served_with_external_data(small_save
 
     from pipeline.conversion.onnx_convert import convert_to_onnx
     from serving.runtimes import REGISTRY, RuntimeOptions
-    from signatures.export import read_signature_contracts
+    from core.saved_model import read_signatures
 
-    contract = read_signature_contracts(small_saved_model)["serving_default"]
+    contract = read_signatures(small_saved_model)["serving_default"]
     x = np.random.default_rng(1).random((5, 784), dtype=np.float32)
     output = small_saved_model / "model.onnx"
     done = convert_to_onnx(small_saved_model, output, contract, 17, {"x": x}, 300.0, size_limit_bytes=1024)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from conftest import MODEL
 
-from serving import protocol
+from core import protocol
 from serving.launcher import ServerProcess
 from serving.tensors import to_tensor_proto
 

@@ -19,7 +19,7 @@ from conftest import MODEL
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from serving import protocol
+from core import protocol
 from serving.client import PredictClient
 from serving.launcher import ServerProcess
 

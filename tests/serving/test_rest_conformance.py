@@ -17,7 +17,7 @@ import requests
 from conftest import MODEL
 from typed_models import TABLE, build_typed_model
 
-from serving import protocol
+from core import protocol
 from serving.client import RemoteError
 from serving.launcher import ServerProcess
 

@@ -17,7 +17,7 @@ import pytest
 from conftest import MODEL
 
 from core.errors import ConfigError, PermissionDeniedError, UnauthenticatedError
-from serving import protocol
+from core import protocol
 from serving.client import PredictClient, RemoteError
 from serving.launcher import ServerProcess, ServerStartError
 from serving.security import AccessPolicy, read_token_file

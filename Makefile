@@ -155,3 +155,16 @@ bench-serve: setup
 BENCH_SIZES ?=
 bench-pipeline: setup
 	BENCH_QUICK=$(BENCH_QUICK) BENCH_SIZES=$(BENCH_SIZES) $(PY) -m bench.pipeline.run_bench --out bench/results
+
+# ---------------------------------------------------------------- reliability attacks (bench/reliability/)
+.PHONY: reliability
+
+# The longer attacks: load with hot swaps and corrupt versions, SIGTERM/SIGHUP under load, kill -9 of the
+# publisher / a --num-processes server / a parent holding a serve-check server and a TFLite converter / a
+# whole `tfship run` (orphan and staging checks), every port under TLS/mTLS/tokens, metrics cardinality,
+# memory per request, gRPC port sharing. Loopback only, at most RELIABILITY_BUDGET_S seconds; a summary
+# table (tried, failed, verdict) in bench/results/reliability-latest.{json,md}. Exit 1 if any row failed.
+RELIABILITY_BUDGET_S ?= 600
+RELIABILITY_ARGS ?=
+reliability: setup
+	$(PY) -m bench.reliability.run --out bench/results --budget-s $(RELIABILITY_BUDGET_S) $(RELIABILITY_ARGS)

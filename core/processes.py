@@ -50,3 +50,9 @@ def die_with_parent(sig: int = signal.SIGKILL) -> Callable[[], None] | None:
             os.kill(os.getpid(), sig)
 
     return preexec
+
+
+def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
+    """In a running child (e.g. a process pool's worker initializer): receive `sig` when the parent dies."""
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)

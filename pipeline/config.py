@@ -163,6 +163,12 @@ class ConvertSection(_Section):
         (), description="TF.js graph models to produce (tfjs/, tfjs_float16/, tfjs_uint8/; weights as float32, "
         "float16 or uint8), each proven in Node.js; empty: none (the converter needs .venv-tfjs and Node.js >= 20).")
     timeout_seconds: float = Field(300.0, gt=0.0, description="Per-conversion time limit, seconds.")
+    max_workers: int = Field(0, ge=0, description="Conversions that do not depend on each other run side by side, "
+                             "each in its own child process with its time limit: at most this many at once; 0 = the "
+                             "number of cores this process may run on.")
+    size_limit_bytes: int = Field(2**31 - 1, ge=1, description="Largest protobuf (ONNX) or FlatBuffer (TFLite) file, "
+                                  "bytes (both formats stop at 2 GiB). A SavedModel whose weights exceed it is written "
+                                  "to ONNX with external data (tf2onnx --large_model) and refused for TFLite by name.")
     allow_flex: bool = Field(False, description="TFLite: when builtins cannot express the graph, retry with "
                              "SELECT_TF_OPS (Flex); the file is kept only if LiteRT runs it.")
 

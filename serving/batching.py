@@ -11,9 +11,9 @@ peak over `PEAK_WINDOW_S`: under a steady concurrency, the peers of this request
 arrive). A lone request (nothing else in flight lately) is dispatched at once, so it gets no added
 latency.
 
-Two entry points: `predict()` blocks the calling thread; `predict_async()` awaits the result on the
-event loop (no executor thread parked per queued request, so the queue is bounded by
-`max_enqueued_batches`, not by a thread pool).
+Two entry points: `predict()` blocks the calling thread; `predict_async()` (the `Runtime` interface's
+async call, overridden here) awaits the result on the event loop (no executor thread parked per queued
+request, so the queue is bounded by `max_enqueued_batches`, not by a thread pool).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import collections
 import threading
 import time
 from collections.abc import Mapping
-from concurrent.futures import Future
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,7 +32,7 @@ import numpy as np
 from core.errors import DeadlineExceededError, InvalidRequestError, ResourceExhaustedError
 from serving.batch_results import join_parts, settle
 from serving.batching_parameters import BatchingParameters
-from serving.contract import Signature
+from core.contract import Signature
 from serving.runtimes.base import Runtime
 
 __all__ = ["PEAK_WINDOW_S", "Batched", "BatchingParameters"]
@@ -106,6 +106,11 @@ class Batched(Runtime):
     def metadata(self) -> dict[str, Signature]:
         return self.inner.metadata()
 
+    @property
+    def backend(self) -> str:
+        """The wrapped runtime's backend name (batching is not a backend)."""
+        return self.inner.backend
+
     def stop(self) -> None:
         """Stop the batch threads after the queued requests ran; the wrapped runtime stays loaded."""
         with self._cond:
@@ -120,27 +125,31 @@ class Batched(Runtime):
         self.inner.unload()
         super().unload()
 
-    def predict(self, inputs: Mapping[str, np.ndarray], signature_name: str = "serving_default",
-                *, deadline: float | None = None) -> dict[str, np.ndarray]:
+    def predict(self, inputs: Mapping[str, np.ndarray],
+                signature_name: str = "serving_default") -> dict[str, np.ndarray]:
         """Queue the request, wait for its slice of a merged call (same contract as the wrapped runtime).
 
         Raises:
             InvalidRequestError: more rows than max_batch_size with splitting disabled.
             ResourceExhaustedError: the queue holds max_enqueued_batches batches already.
-            DeadlineExceededError: the deadline passed while queued.
             Any error of the wrapped runtime's batch call.
         """
-        future, parts = self.submit(inputs, signature_name, deadline)
+        future, parts = self.submit(inputs, signature_name)
         try:
             return future.result()
         finally:
             self._release(parts)
 
-    async def predict_async(self, inputs: Mapping[str, np.ndarray], signature_name: str = "serving_default",
-                            *, deadline: float | None = None) -> dict[str, np.ndarray]:
+    async def predict_async(self, inputs: Mapping[str, np.ndarray], signature_name: str = "serving_default", *,
+                            deadline: float | None = None, executor: Executor | None = None) -> dict[str, np.ndarray]:
         """`predict()` for the event loop: queue the request and await its slice (no thread waits on it).
 
-        Cancelling the awaiting task drops the request if its batch has not started yet. Raises as `predict()`.
+        `executor` is not used (the batch threads run the model). Cancelling the awaiting task drops the
+        request if its batch has not started yet.
+
+        Raises:
+            DeadlineExceededError: `deadline` (`time.monotonic()` seconds) passed while the request was queued.
+            Otherwise as `predict()`.
         """
         rows = _rows(inputs)
         if rows is not None and rows > self.params.max_batch_size:  # split: rare, joined through a thread future

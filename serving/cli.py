@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from core.errors import ConfigError, TfshipError
-from serving.runtimes import BACKENDS  # derived from the runtime registry (light: backends import lazily)
+from serving.runtimes import backend_names  # the runtime registry (light: backends import lazily)
 from serving.tfs_flags import add_tf_serving_flags, settings_values
 ENV_PREFIX = "TFSHIP_SERVING_"
 
@@ -52,7 +52,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     a("--repository", type=Path, help="model repository: <repository>/<model_name>/<version>/")
     a("--model-name", help="model to serve from --repository")
     a("--model-config-file", type=Path, help="TF Serving ModelServerConfig (text format)")
-    a("--backend", choices=BACKENDS, default="auto", help="runtime backend (default: auto)")
+    a("--backend", choices=backend_names(), default="auto", help="runtime backend (default: auto)")
     a("--tflite-file", default="model.tflite", help="TFLite artifact for the tflite backend")
     a("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     a("--port", type=int, default=8500, help="gRPC port; 0 = any free port (default: 8500)")
@@ -88,6 +88,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     a("--enable-admin-api", action="store_true",
       help="allow admin calls on a server without tokens (trusted network only)")
     a("--json-logs", action="store_true", help="log one JSON object per line")
+    a("--request-log-sampling-rate", type=float, default=0.0,
+      help="log one structured line (model, version, signature, method, status, latency, batch rows, peer) for "
+           "this fraction of requests; 0 = off (default), 1 = every request")
     a("--num-processes", type=int, default=1,
       help="server processes sharing the gRPC/REST ports via SO_REUSEPORT (use the host's cores); default 1")
     a("--reuse-port", action="store_true", help="bind the REST port with SO_REUSEPORT (set for each worker)")

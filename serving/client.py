@@ -16,9 +16,9 @@ import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from core.errors import ErrorStatus, TfshipError, UnavailableError
-from serving import protocol
-from serving.contract import Signature
-from serving.signature_defs import from_signature_def
+from core import protocol
+from core.contract import Signature
+from core.saved_model import from_signature_def
 from serving.tensors import from_tensor_proto, to_tensor_proto
 from serving.types import VersionState, VersionStatus
 

@@ -1,53 +1,18 @@
-"""The signature contract a runtime serves, and request validation against it.
+"""Request validation against the signature contract (`core.contract.Signature`).
 
-A `Signature` mirrors TF Serving's `SignatureDef` (inputs/outputs keyed by alias, each with dtype
-and shape where `None` is an unknown dimension, conventionally the batch). Validation happens in
-the data plane before any backend sees the request, so every backend refuses bad requests with
-the same INVALID_ARGUMENT message.
+Validation happens in the data plane before any backend sees the request, so every backend refuses
+bad requests with the same INVALID_ARGUMENT message.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import numpy as np
 
+from core.contract import PREDICT_METHOD, Signature
+from core.dtypes import dtype_name
 from core.errors import InvalidRequestError
-from serving.tensors import dtype_name
-
-PREDICT_METHOD = "tensorflow/serving/predict"
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """One input or output of a signature.
-
-    Attributes:
-        dtype: canonical numpy dtype name (`float32`, `int64`, `string`, ...).
-        shape: dimensions, `None` for unknown; `None` instead of a tuple means unknown rank.
-        tensor_name: graph tensor name TF Serving reports (e.g. `serving_default_image:0`).
-    """
-
-    dtype: str
-    shape: tuple[int | None, ...] | None
-    tensor_name: str = ""
-
-    def describe(self) -> str:
-        """Human form, e.g. `float32[?,8,8,1]`."""
-        if self.shape is None:
-            return f"{self.dtype}[<any rank>]"
-        return f"{self.dtype}[{','.join('?' if d is None else str(d) for d in self.shape)}]"
-
-
-@dataclass(frozen=True)
-class Signature:
-    """A named signature: `inputs` and `outputs` map aliases to `TensorSpec`s."""
-
-    name: str
-    inputs: Mapping[str, TensorSpec]
-    outputs: Mapping[str, TensorSpec]
-    method_name: str = PREDICT_METHOD
 
 
 def describe_array(array: np.ndarray) -> str:

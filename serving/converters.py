@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 
 from core.errors import InvalidRequestError
-from serving import protocol
-from serving.signature_defs import to_signature_def
+from core import protocol
+from core.saved_model import to_signature_def
 from serving.tensors import DEFAULT_MAX_TENSOR_BYTES, fill_tensor_proto, from_tensor_proto
 from serving.types import InferenceRequest, InferenceResponse, ModelMetadata, ModelRef, VersionStatus
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import weakref
 from concurrent.futures import Executor
 
 from core.errors import (
@@ -19,12 +18,13 @@ from core.errors import (
     UnavailableError,
     UnimplementedError,
 )
-from serving.batching import Batched
 from serving.contract import batch_size, validate_inputs
 from serving.manager import ModelManager
 from serving.memory import estimate_request_bytes, release_freed_memory
 from serving.metrics import Metrics
 from serving.model_config import ModelConfig
+from serving.offload import Offloader
+from serving.request_log import RequestLog, note_request
 from serving.types import (
     InferenceRequest,
     InferenceResponse,
@@ -37,13 +37,6 @@ from serving.types import (
 
 RELEASE_AFTER_BYTES = 16 << 20  # requests holding this much trigger a malloc_trim once answered
 UNKNOWN_MODEL_LABEL = "__unknown__"  # the `model` label of requests naming a model that is not configured
-
-
-# An unbatched model call expected to take less than this (seconds) runs on the event loop: handing it to a
-# worker thread and back costs more (two GIL hand-offs and a self-pipe wake-up, ~25 % of a one-core
-# server's time on the identity backend, bench/results/serve-profile.md).
-INLINE_CALL_BUDGET_S = 100e-6
-_EWMA = 0.2  # weight of the newest call in the per-row cost estimate
 
 
 class RequestGate:
@@ -107,13 +100,16 @@ class DataPlane:
 
     Args:
         manager: resolves model references to loaded versions.
-        executor: threads running unbatched backend calls (the event loop never blocks on a model); a
-            `Batched` runtime is awaited directly, its own batch threads run the model.
+        executor: threads for the runtimes' blocking calls (`Runtime.predict_async` decides per call: measured
+            cheap calls run on the event loop, the others on these threads; a batching runtime uses its own).
         limits: per-request limits (`ServerLimits`).
         metrics: Prometheus metrics to update.
+        request_log: per-request structured lines (`serving.request_log`); default off. Transports open and
+            write the records; the data plane notes the version, signature and batch rows it resolved.
     """
 
-    def __init__(self, manager: ModelManager, executor: Executor, limits: ServerLimits, metrics: Metrics) -> None:
+    def __init__(self, manager: ModelManager, executor: Executor, limits: ServerLimits, metrics: Metrics,
+                 request_log: RequestLog | None = None) -> None:
         self.manager = manager
         self._executor = executor
         self._limits = limits
@@ -122,9 +118,10 @@ class DataPlane:
         metrics.inflight.set_function(lambda: self._inflight)  # read at scrape time, not per request
         self._counters: dict[tuple[str, str, str], object] = {}  # labelled children, looked up once
         self._latencies: dict[str, object] = {}
-        self._row_seconds: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # runtime -> s per row
         self._releasing = False
         self.gate = RequestGate()
+        self.offloader = Offloader()  # decodes large payloads in a helper process (both transports)
+        self.request_log = request_log or RequestLog()
 
     @property
     def draining(self) -> bool:
@@ -191,6 +188,7 @@ class DataPlane:
         if len(set(request.output_filter)) != len(request.output_filter):
             raise InvalidRequestError(f"output_filter {list(request.output_filter)} names an output twice")
         rows = batch_size(signature, request.inputs)
+        note_request(model=request.model.name, version=str(version), signature=signature.name, batch_rows=rows)
         if rows == 0:  # refused alike by every backend, batched or not (runtimes disagree on empty batches)
             raise InvalidRequestError("batch of 0 rows: send at least one row")
         limit = self._limits.max_batch_per_request
@@ -204,7 +202,7 @@ class DataPlane:
         if cap and held > cap:
             raise ResourceExhaustedError(f"request needs at least {held} bytes for its inputs and outputs ({rows} "
                                          f"rows), above --max-request-memory-bytes {cap}; send fewer rows")
-        outputs = await self._run(runtime, request, deadline, rows or 1)
+        outputs = await self._run(runtime, request, deadline)
         if held >= RELEASE_AFTER_BYTES:
             self._release_memory()
         if request.output_filter:
@@ -212,16 +210,7 @@ class DataPlane:
         _check_response_size(outputs, self._limits.max_tensor_bytes)
         return InferenceResponse(request.model.name, version, request.signature_name, outputs)
 
-    def _call(self, runtime, request: InferenceRequest, deadline: float | None, rows: int) -> dict:
-        """`runtime.predict`, timed: keeps the runtime's per-row cost estimate (seconds) up to date."""
-        started = time.perf_counter()
-        outputs = runtime.predict(request.inputs, request.signature_name, deadline=deadline)
-        per_row = (time.perf_counter() - started) / rows
-        previous = self._row_seconds.get(runtime)
-        self._row_seconds[runtime] = per_row if previous is None else previous + _EWMA * (per_row - previous)
-        return outputs
-
-    async def _run(self, runtime, request: InferenceRequest, deadline: float | None, rows: int) -> dict:
+    async def _run(self, runtime, request: InferenceRequest, deadline: float | None) -> dict:
         cap = self._limits.max_concurrent_requests
         if cap and self._inflight >= cap:
             raise ResourceExhaustedError(f"{self._inflight} requests in flight; limit is {cap}")
@@ -229,13 +218,8 @@ class DataPlane:
             raise DeadlineExceededError("deadline exceeded before the request reached the model")
         self._inflight += 1
         try:
-            if isinstance(runtime, Batched):  # queue on the event loop; no executor thread parked per request
-                call = runtime.predict_async(request.inputs, request.signature_name, deadline=deadline)
-            elif self._row_seconds.get(runtime, INLINE_CALL_BUDGET_S) * rows < INLINE_CALL_BUDGET_S:
-                return self._call(runtime, request, deadline, rows)  # measured cheaper than the thread hop
-            else:
-                call = asyncio.get_running_loop().run_in_executor(self._executor, self._call, runtime, request,
-                                                                  deadline, rows)
+            call = runtime.predict_async(request.inputs, request.signature_name, deadline=deadline,
+                                         executor=self._executor)
             if deadline is None:
                 return await call
             try:
@@ -263,8 +247,8 @@ class DataPlane:
     async def metadata(self, ref: ModelRef) -> ModelMetadata:
         """TF Serving GetModelMetadata (`signature_def`): signatures of the targeted version."""
         served = self.manager.resolve(ref)
-        runtime = served.runtime.inner if isinstance(served.runtime, Batched) else served.runtime
-        return ModelMetadata(ref.name, served.version, served.runtime.metadata(), runtime.name)
+        note_request(version=str(served.version))
+        return ModelMetadata(ref.name, served.version, served.runtime.metadata(), served.runtime.backend)
 
     def server_ready(self) -> bool:
         """Open Inference Protocol ServerReady: not draining and every configured model has a version AVAILABLE."""

@@ -19,14 +19,15 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
+from core import protocol
 from core.errors import InvalidRequestError, ResourceExhaustedError, TfshipError
-from serving import converters, protocol
+from serving import converters
 from serving.dataplane import DataPlane
 from serving.model_config import from_proto
+from serving.offload import OFF_LOOP_BYTES
 from serving.security import AccessPolicy
 
 log = logging.getLogger(__name__)
-OFF_LOOP_BYTES = 1 << 20  # payloads above this are decoded/encoded in a thread, off the event loop
 
 
 def _rpc(method):
@@ -34,8 +35,10 @@ def _rpc(method):
 
     @functools.wraps(method)
     async def wrapper(self, request, context: grpc.aio.ServicerContext):
-        gate = getattr(getattr(self, "_dp", None), "gate", None)  # servicers hold their DataPlane as `_dp`
-        entered = False
+        dataplane = getattr(self, "_dp", None)  # servicers hold their DataPlane as `_dp`
+        gate = getattr(dataplane, "gate", None)
+        entered, status = False, "OK"
+        logged = _start_request_log(dataplane, method.__name__, request, context)
         try:
             if gate is not None:
                 gate.enter()  # UNAVAILABLE while draining
@@ -47,21 +50,40 @@ def _rpc(method):
                                              f"{request.limit} bytes")
             return await method(self, request, context)
         except TfshipError as err:
+            status = err.grpc_code
             await context.abort(grpc.StatusCode[err.grpc_code], str(err))
         except Exception:
+            status = "INTERNAL"
             incident = uuid.uuid4().hex[:12]
             log.exception("unexpected error in %s (incident %s)", method.__name__, incident)
             await context.abort(grpc.StatusCode.INTERNAL, f"internal server error (incident {incident})")
         finally:
             if entered:
                 gate.leave()
+            if logged is not None:
+                dataplane.request_log.finish(logged, status)
 
     return wrapper
+
+
+def _start_request_log(dataplane, method: str, request, context):
+    """Open this call's request-log record when the server logs requests and this one is sampled."""
+    request_log = getattr(dataplane, "request_log", None)
+    if request_log is None or request_log.sampling_rate <= 0.0:
+        return None
+    spec = getattr(request, "model_spec", None)
+    model = spec.name if spec is not None else getattr(request, "model_name", "") or getattr(request, "name", "")
+    return request_log.start("grpc", method, context.peer() or "", model if isinstance(model, str) else "")
 
 
 def _time_remaining(context) -> float | None:
     remaining = context.time_remaining()
     return None if remaining is None or remaining > 1e9 else remaining
+
+
+def decode_predict(data: bytes, time_remaining: float | None, max_tensor_bytes: int):
+    """Serialized `PredictRequest` -> `InferenceRequest` (in the helper process, `serving.offload`)."""
+    return converters.predict_request(protocol.PredictRequest.FromString(data), time_remaining, max_tensor_bytes)
 
 
 class PredictionServicer:
@@ -73,11 +95,13 @@ class PredictionServicer:
     @_rpc
     async def Predict(self, request, context):
         limit = self._dp.limits.max_tensor_bytes
-        decode = functools.partial(converters.predict_request, request, _time_remaining(context), limit)
-        if request.ByteSize() > OFF_LOOP_BYTES:  # a big payload never holds up the other requests
-            inference = await asyncio.to_thread(decode)
-        else:
-            inference = decode()
+        size = request.ByteSize()
+        if size > OFF_LOOP_BYTES and any(not t.tensor_content for t in request.inputs.values()):
+            # typed *_val fields: decoding is one long GIL-holding call, so it runs in the helper process
+            inference = await self._dp.offloader.run_if_large(size, decode_predict, request.SerializeToString(),
+                                                              _time_remaining(context), limit)
+        else:  # tensor_content is a view on the received bytes: nothing to offload
+            inference = converters.predict_request(request, _time_remaining(context), limit)
         response = await self._dp.predict(inference)
         if sum(a.nbytes for a in response.outputs.values()) > OFF_LOOP_BYTES:
             proto = await asyncio.to_thread(converters.predict_response, response)

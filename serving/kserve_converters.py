@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from core.errors import InvalidRequestError, ResourceExhaustedError
-from serving.contract import Signature, TensorSpec
+from core.contract import Signature, TensorSpec
 from serving.kserve_codec import datatype_for
 from serving.types import InferenceRequest, InferenceResponse, ModelMetadata, ModelRef
 

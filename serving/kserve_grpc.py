@@ -12,10 +12,12 @@ typed field, so a response holding one is always raw.
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 
 from core.errors import InvalidRequestError
-from serving import kserve_protocol as kp
+from core import kserve_protocol as kp
 from serving.dataplane import DataPlane
 from serving.grpc_transport import _handler, _rpc, _time_remaining
 from serving.kserve_codec import datatype_for, fill_contents, from_contents, from_raw, to_raw
@@ -34,6 +36,7 @@ from serving.kserve_converters import (
     server_version,
     signature_of,
 )
+from serving.offload import OFF_LOOP_BYTES
 from serving.types import ModelRef
 
 
@@ -98,17 +101,31 @@ class InferenceServicer:
         options = infer_options(params, _time_remaining(context))
         meta = await self._dp.metadata(model_ref(request.model_name, request.model_version))
         signature = signature_of(meta.signatures, options.signature_name)
-        inputs = check_inputs(signature, _decode_inputs(request, self._dp.limits.max_tensor_bytes))
-        requested = [o.name for o in request.outputs]
-        outputs = check_outputs(signature, requested)
+        limit = self._dp.limits.max_tensor_bytes
+        size = request.ByteSize()
+        if size > OFF_LOOP_BYTES and not request.raw_input_contents:
+            # typed contents: converting them is one long GIL-holding call, so it runs in the helper process
+            decoded = await self._dp.offloader.run_if_large(size, decode_infer_inputs, request.SerializeToString(),
+                                                            limit)
+        else:  # raw contents are views on the received bytes: nothing to offload
+            decoded = _decode_inputs(request, limit)
+        inputs = check_inputs(signature, decoded)
+        outputs = check_outputs(signature, [o.name for o in request.outputs])
         explicit = _binary_choices(request)
         result = await self._dp.predict(predict_request(meta, options, inputs, outputs))
         tensors = ordered_outputs(result, signature, outputs)
-        check_response_size(tensors, self._dp.limits.max_tensor_bytes)
+        check_response_size(tensors, limit)
         raw = params.get("binary_data_output")
         if not isinstance(raw, bool):
             raw = any(explicit) if explicit else bool(request.raw_input_contents)
+        if sum(a.nbytes for _name, a in tensors) > OFF_LOOP_BYTES:  # as Predict encodes its large answers
+            return await asyncio.to_thread(_response, request, result, tensors, raw)
         return _response(request, result, tensors, raw)
+
+
+def decode_infer_inputs(data: bytes, max_bytes: int) -> list:
+    """Inputs of a serialized `ModelInferRequest` (in the data plane's helper process, `serving.offload`)."""
+    return _decode_inputs(kp.ModelInferRequest.FromString(data), max_bytes)
 
 
 def _decode_inputs(request, max_bytes: int) -> list:

@@ -22,6 +22,7 @@ request bodies (`Content-Encoding`) are accepted and responses compressed when `
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 
 import numpy as np
 from aiohttp import web
@@ -68,9 +69,9 @@ def _list(value, what: str) -> list:
     return value
 
 
-def _split_body(request: web.Request, body: bytes) -> tuple[dict, bytes]:
-    """The JSON header and the binary section after it (Triton's binary tensor extension)."""
-    header = request.headers.get(HEADER_LENGTH)
+def _split_body(header: str | None, body: bytes) -> tuple[dict, bytes]:
+    """The JSON header and the binary section after it (Triton's binary tensor extension); `header`: the
+    request's Inference-Header-Content-Length, if any."""
     length = len(body)
     if header is not None:
         if not header.isascii() or not header.isdigit() or int(header) > len(body):
@@ -112,6 +113,17 @@ def _decode_inputs(items: list, binary: bytes, max_bytes: int) -> list:
     return decoded
 
 
+def decode_body(header: str | None, body: bytes, max_bytes: int) -> tuple[dict, list]:
+    """Parse a V2 REST body and decode its inputs: (the body without its inputs, [(name, datatype, array)]).
+
+    Runs in the data plane's helper process for large bodies (`serving.offload`): JSON parsing and list
+    conversion hold the GIL for their whole run, so a thread would stall the event loop all the same.
+    """
+    parsed, binary = _split_body(header, body)
+    decoded = _decode_inputs(_list(parsed.pop("inputs", None), "'inputs'"), binary, max_bytes)
+    return parsed, decoded
+
+
 def _requested_outputs(body: dict, default_binary: bool) -> tuple[list[str], dict[str, bool]]:
     names, binary = [], {}
     for index, item in enumerate(_list(body.get("outputs", []), "'outputs'")):
@@ -131,8 +143,15 @@ def _requested_outputs(body: dict, default_binary: bool) -> tuple[list[str], dic
     return names, binary
 
 
-def _encode(result, tensors: list[tuple[str, np.ndarray]], binary: dict[str, bool], default_binary: bool,
-            request_id) -> tuple[dict, list[bytes]]:
+def encode_answer(model_name: str, version: int, tensors: list[tuple[str, np.ndarray]], binary: dict[str, bool],
+                  default_binary: bool, request_id) -> tuple[bytes, list[bytes]]:
+    """The V2 REST answer: its JSON (UTF-8) and the binary outputs that follow it (helper process when large)."""
+    payload, blobs = _encode(model_name, version, tensors, binary, default_binary, request_id)
+    return json.dumps(payload, separators=(",", ":")).encode(), blobs
+
+
+def _encode(model_name: str, version: int, tensors: list[tuple[str, np.ndarray]], binary: dict[str, bool],
+            default_binary: bool, request_id) -> tuple[dict, list[bytes]]:
     outputs, blobs = [], []
     for name, array in tensors:
         entry = {"name": name, "datatype": datatype_for(array.dtype), "shape": list(array.shape)}
@@ -143,7 +162,7 @@ def _encode(result, tensors: list[tuple[str, np.ndarray]], binary: dict[str, boo
         else:
             entry["data"] = to_json(name, array)
         outputs.append(entry)
-    body = {"model_name": result.model_name, "model_version": str(result.version), "outputs": outputs}
+    body = {"model_name": model_name, "model_version": str(version), "outputs": outputs}
     if request_id is not None:
         body["id"] = request_id
     return body, blobs
@@ -157,9 +176,14 @@ def _config_tensors(items) -> list[dict]:
     return [{"name": t.name, "data_type": t.data_type, "dims": t.dims} for t in items]
 
 
-def add_v2_routes(app: web.Application, dataplane: DataPlane) -> None:
-    """Add the Open Inference Protocol's REST routes (see the module docstring) to `app`."""
+def add_v2_routes(app: web.Application, dataplane: DataPlane,
+                  read_body: Callable[[web.Request], Awaitable[bytes]] | None = None) -> None:
+    """Add the Open Inference Protocol's REST routes (see the module docstring) to `app`.
+
+    `read_body`: how the app reads a request body (TF Serving's REST timeout applies); default: at once.
+    """
     max_bytes = dataplane.limits.max_tensor_bytes
+    read = read_body or (lambda request: request.read())
 
     async def live(request: web.Request) -> web.Response:
         return web.json_response({"live": True})
@@ -189,7 +213,9 @@ def add_v2_routes(app: web.Application, dataplane: DataPlane) -> None:
         return web.json_response({"name": ref.name, "ready": up}, status=200 if up else 503)
 
     async def infer(request: web.Request) -> web.Response:
-        body, binary = _split_body(request, await request.read())
+        raw_body = await read(request)
+        body, decoded = await dataplane.offloader.run_if_large(len(raw_body), decode_body,
+                                                               request.headers.get(HEADER_LENGTH), raw_body, max_bytes)
         params = _object(body.get("parameters", {}), "'parameters'")
         default_binary = params.get("binary_data_output", False)
         if not isinstance(default_binary, bool):
@@ -200,14 +226,16 @@ def add_v2_routes(app: web.Application, dataplane: DataPlane) -> None:
         options = infer_options(params)
         meta = await dataplane.metadata(_ref(request))
         signature = signature_of(meta.signatures, options.signature_name)
-        decoded = _decode_inputs(_list(body.get("inputs"), "'inputs'"), binary, max_bytes)
         names, binary_choice = _requested_outputs(body, default_binary)
         inputs, outputs = check_inputs(signature, decoded), check_outputs(signature, names)
         result = await dataplane.predict(predict_request(meta, options, inputs, outputs))
         tensors = ordered_outputs(result, signature, outputs)
         check_response_size(tensors, max_bytes)
-        payload, blobs = _encode(result, tensors, binary_choice, default_binary, request_id)
-        return _response(request, payload, blobs)
+        json_bytes = sum(a.nbytes for n, a in tensors if not binary_choice.get(n, default_binary)) * 4  # ~4x as text
+        header, blobs = await dataplane.offloader.run_if_large(json_bytes, encode_answer, result.model_name,
+                                                               result.version, tensors, binary_choice,
+                                                               default_binary, request_id)
+        return _response(request, header, blobs)
 
     app.router.add_get("/v2/health/live", live)
     app.router.add_get("/v2/health/ready", ready)
@@ -218,8 +246,7 @@ def add_v2_routes(app: web.Application, dataplane: DataPlane) -> None:
     app.router.add_post(_MODEL + "/infer", infer)
 
 
-def _response(request: web.Request, payload: dict, blobs: list[bytes]) -> web.Response:
-    header = json.dumps(payload, separators=(",", ":")).encode()
+def _response(request: web.Request, header: bytes, blobs: list[bytes]) -> web.Response:
     if blobs:
         response = web.Response(body=b"".join([header, *blobs]), content_type="application/octet-stream",
                                 headers={HEADER_LENGTH: str(len(header))})

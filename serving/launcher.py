@@ -39,6 +39,8 @@ class ServerProcess:
         startup_timeout_s: seconds to wait for SERVING.
         python: interpreter to run (default: this one), e.g. a TensorFlow-free venv's.
         credentials: `grpc.ssl_channel_credentials(...)` for the health check when the server uses TLS.
+        module: the module run with `python -m` (`serving`, or one that registers more backends first and
+            then runs serving's CLI, e.g. `bench.serve.identity`).
 
     Attributes (after `__enter__`): `grpc_target` (`127.0.0.1:port`), `rest_url`, `metrics_url`
     (`http://127.0.0.1:port`, `https://` with `--tls-cert`; None when that transport is off), `ports` (dict
@@ -51,7 +53,7 @@ class ServerProcess:
     def __init__(self, repository: Path, model_name: str, backend: str = "auto", extra_args: Sequence[str] = (),
                  startup_timeout_s: float = 120.0, python: str | None = None,
                  env: dict[str, str] | None = None, stop_timeout_s: float = 30.0,
-                 credentials: grpc.ChannelCredentials | None = None) -> None:
+                 credentials: grpc.ChannelCredentials | None = None, module: str = "serving") -> None:
         self.repository = Path(repository)
         self.model_name = model_name
         self.backend = backend
@@ -61,6 +63,7 @@ class ServerProcess:
         self.python = python or sys.executable
         self.env = env
         self.credentials = credentials
+        self.module = module
         self.process: subprocess.Popen | None = None
         self.ports: dict[str, int | None] = {}
         self.grpc_target = ""
@@ -72,7 +75,7 @@ class ServerProcess:
 
     def command(self) -> list[str]:
         """The command line started."""
-        return [self.python, "-m", "serving", "serve", "--repository", str(self.repository),
+        return [self.python, "-m", self.module, "serve", "--repository", str(self.repository),
                 "--model-name", self.model_name, "--backend", self.backend, "--host", "127.0.0.1",
                 "--port", "0", "--rest-port", "0", "--metrics-port", "0",
                 "--port-file", str(Path(self._dir.name) / "ports.json"), *self.extra_args]

@@ -8,11 +8,16 @@ import sys
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per record: time, level, logger, message and exception text if any."""
+    """One JSON object per record: time, level, logger, message and exception text if any (request-log lines
+    carry their fields at the top level)."""
 
     def format(self, record: logging.LogRecord) -> str:
         entry = {"time": self.formatTime(record), "level": record.levelname, "logger": record.name,
                  "message": record.getMessage()}
+        request = getattr(record, "request", None)
+        if isinstance(request, dict):  # a request-log line: its fields at the top level, not inside "message"
+            entry["message"] = "request"
+            entry.update(request)
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry)

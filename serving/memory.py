@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from serving.contract import Signature
+from core.contract import Signature
 
 log = logging.getLogger(__name__)
 _LIBC = None

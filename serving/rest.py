@@ -17,16 +17,18 @@ import uuid
 from aiohttp import web
 from google.protobuf import json_format
 
+from core import protocol
 from core.errors import InvalidRequestError, RequestTimeoutError, ResourceExhaustedError, TfshipError
-from serving import converters, protocol, rest_json
+from serving import converters, rest_json
 from serving.dataplane import DataPlane, RequestGate
 from serving.kserve_rest import add_v2_routes
 from serving.metrics import CONTENT_TYPE, Metrics
+from serving.offload import Offloader
+from serving.request_log import RequestLog
 from serving.security import AccessPolicy
 from serving.types import InferenceRequest, ModelRef
 
 log = logging.getLogger(__name__)
-OFF_LOOP_BYTES = 1 << 20  # bodies above this are parsed and converted in a thread, off the event loop
 _MAX_BYTES = web.AppKey("max_bytes", int)
 PROMETHEUS_PATH = "/monitoring/prometheus/metrics"  # TF Serving's path (--monitoring_config_file)
 _SPEC = r"{name:[^/:]+}{sel:(/versions/\d+|/labels/[^/:]+)?}"
@@ -41,29 +43,56 @@ def _ref(request: web.Request) -> ModelRef:
     return ModelRef(name)
 
 
-def _error_middleware(policy: AccessPolicy, gate: RequestGate | None = None):
+def _error_middleware(policy: AccessPolicy, gate: RequestGate | None = None,
+                      request_log: RequestLog | None = None):
     @web.middleware
     async def middleware(request: web.Request, handler):
         entered = False
+        logged = _start_request_log(request_log, request)
+        response = None
         try:
             policy.check(request.headers.get("Authorization", ""))
             if gate is not None:
                 gate.enter()  # 503 while draining
                 entered = True
-            return await handler(request)
+            response = await handler(request)
         except web.HTTPException as err:
-            return _http_error(request, err)
+            response = _http_error(request, err)
         except TfshipError as err:
-            return web.json_response({"error": str(err)}, status=err.http_status)
+            response = web.json_response({"error": str(err)}, status=err.http_status)
+            response[_GRPC_CODE] = err.grpc_code
         except Exception:
             incident = uuid.uuid4().hex[:12]
             log.exception("unexpected REST error (incident %s)", incident)
-            return web.json_response({"error": f"internal server error (incident {incident})"}, status=500)
+            response = web.json_response({"error": f"internal server error (incident {incident})"}, status=500)
         finally:
             if entered:
                 gate.leave()
+            if logged is not None:
+                status = response.status if response is not None else 500
+                code = response.get(_GRPC_CODE) if response is not None else None
+                request_log.finish(logged, code or _CODE_OF_HTTP.get(status, "UNKNOWN"), status)
+        return response
 
     return middleware
+
+
+_GRPC_CODE = web.ResponseKey("grpc_code", str)
+# HTTP status -> gRPC code name for answers that carry no TfshipError (aiohttp's own refusals, success).
+_CODE_OF_HTTP = {200: "OK", 400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
+                 404: "NOT_FOUND", 408: "DEADLINE_EXCEEDED", 413: "RESOURCE_EXHAUSTED", 429: "RESOURCE_EXHAUSTED",
+                 500: "INTERNAL", 501: "UNIMPLEMENTED", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}
+
+
+def _start_request_log(request_log: RequestLog | None, request: web.Request):
+    """Open this request's log record when the server logs requests and this one is sampled."""
+    if request_log is None or request_log.sampling_rate <= 0.0:
+        return None
+    route = request.match_info.route
+    method = request.match_info.get("verb") or getattr(route.handler, "__name__", "") or request.method
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    peer_text = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else (request.remote or "")
+    return request_log.start("rest", method, peer_text, request.match_info.get("name", ""))
 
 
 async def read_body(request: web.Request, timeout_s: float) -> bytes:
@@ -78,13 +107,6 @@ async def read_body(request: web.Request, timeout_s: float) -> bytes:
     except TimeoutError:
         raise RequestTimeoutError(f"request body not received within {timeout_s:g} s "
                                   "(--rest-api-timeout-in-ms); send the whole body at once") from None
-
-
-async def off_loop_if_large(size: int, function, *args):
-    """`function(*args)`, in a thread when the payload is large (`size` bytes): other requests keep flowing."""
-    if size > OFF_LOOP_BYTES:
-        return await asyncio.to_thread(function, *args)
-    return function(*args)
 
 
 def _http_error(request: web.Request, err: web.HTTPException) -> web.Response:
@@ -111,7 +133,7 @@ def _output_filter(body: dict) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _json_response(payload: dict, max_bytes: int, status: int = 200) -> web.Response:
+def _json_text(payload: dict, max_bytes: int) -> str:
     """Serialise `payload` (NaN/Infinity as TF Serving writes them); refuse a body above `max_bytes`.
 
     Raises:
@@ -121,7 +143,17 @@ def _json_response(payload: dict, max_bytes: int, status: int = 200) -> web.Resp
     if len(text) > max_bytes:
         raise ResourceExhaustedError(f"response of {len(text)} bytes (JSON) exceeds --max-message-bytes "
                                      f"{max_bytes}; ask for fewer rows or outputs (output_filter)")
-    return web.Response(text=text, status=status, content_type="application/json")
+    return text
+
+
+def _json_response(payload: dict, max_bytes: int, status: int = 200) -> web.Response:
+    """`_json_text` as an `application/json` response."""
+    return web.Response(text=_json_text(payload, max_bytes), status=status, content_type="application/json")
+
+
+def encode_predict(outputs: dict, rows: bool, batch: int | None, max_bytes: int) -> str:
+    """A predict answer's JSON text (runs inline or in the helper process); raises as `_json_text`."""
+    return _json_text(rest_json.response_json(outputs, rows, batch), max_bytes)
 
 
 def _proto_json(message) -> dict:
@@ -130,15 +162,36 @@ def _proto_json(message) -> dict:
                                      preserving_proto_field_name=True)
 
 
+def decode_predict(raw: bytes, signatures: dict | None):
+    """A `:predict` body -> (signature name, output_filter, inputs, row format?, batch); inputs are None when
+    `signatures` is None (the model was not found). Runs inline or in the helper process (`serving.offload`).
+
+    Raises:
+        InvalidRequestError: bad JSON, bad fields, an unknown signature or inputs that do not convert.
+    """
+    body = rest_json.parse_body(raw)
+    signature_name = rest_json.signature_name(body)
+    output_filter = _output_filter(body)
+    if signatures is None:
+        return signature_name, output_filter, None, False, None
+    if signature_name not in signatures:
+        raise InvalidRequestError(f'Serving signature name: "{signature_name}" not found in signature def; '
+                                  f"available: {sorted(signatures)}")
+    inputs, rows = rest_json.request_inputs(body, signatures[signature_name])
+    return signature_name, output_filter, inputs, rows, len(body["instances"]) if rows else None
+
+
 def build_app(dataplane: DataPlane, policy: AccessPolicy = AccessPolicy(), max_bytes: int = 64 << 20,
               metrics: Metrics | None = None, metrics_path: str = PROMETHEUS_PATH,
-              timeout_s: float = 30.0) -> web.Application:
+              timeout_s: float = 30.0, offloader: Offloader | None = None) -> web.Application:
     """The TF Serving REST API over `dataplane`, under `policy` (bearer tokens; default open).
 
     With `metrics`, Prometheus text is also served at `metrics_path` (TF Serving's `/monitoring/prometheus/metrics`
     unless --monitoring_config_file names another). A request body must arrive within `timeout_s` seconds
-    (else HTTP 408).
+    (else HTTP 408). Large bodies and answers are decoded / encoded by `offloader` (default: the data plane's
+    helper process, `serving.offload`), so they never stall the event loop.
     """
+    offloader = offloader or dataplane.offloader
 
     async def status(request: web.Request) -> web.Response:
         statuses = await dataplane.model_status(_ref(request))
@@ -154,21 +207,22 @@ def build_app(dataplane: DataPlane, policy: AccessPolicy = AccessPolicy(), max_b
 
     async def predict(request: web.Request) -> web.Response:
         raw = await read_body(request, timeout_s)
-        body = await off_loop_if_large(len(raw), rest_json.parse_body, raw)
         ref = _ref(request)
-        signature_name = rest_json.signature_name(body)
-        output_filter = _output_filter(body)
-        meta = await dataplane.metadata(ref)
-        if signature_name not in meta.signatures:
-            raise InvalidRequestError(f'Serving signature name: "{signature_name}" not found in signature def; '
-                                      f"available: {sorted(meta.signatures)}")
-        inputs, rows = await off_loop_if_large(len(raw), rest_json.request_inputs, body,
-                                               meta.signatures[signature_name])
+        try:
+            meta, missing = await dataplane.metadata(ref), None
+        except TfshipError as err:  # answered after the body's own errors, as before
+            meta, missing = None, err
+        signature_name, output_filter, inputs, rows, batch = await offloader.run_if_large(
+            len(raw), decode_predict, raw, dict(meta.signatures) if meta else None)
+        if missing is not None:
+            raise missing
         response = await dataplane.predict(InferenceRequest(
             model=ModelRef(ref.name, version=meta.version), inputs=inputs, signature_name=signature_name,
             output_filter=output_filter))
-        batch = len(body["instances"]) if rows else None
-        return _json_response(rest_json.response_json(dict(response.outputs), rows, batch), max_bytes)
+        outputs = dict(response.outputs)
+        text = await offloader.run_if_large(sum(a.nbytes for a in outputs.values()) * 4,  # JSON: ~4x the bytes
+                                            encode_predict, outputs, rows, batch, max_bytes)
+        return web.Response(text=text, content_type="application/json")
 
     async def unimplemented(request: web.Request) -> web.Response:
         body = rest_json.parse_body(await read_body(request, timeout_s))
@@ -182,7 +236,8 @@ def build_app(dataplane: DataPlane, policy: AccessPolicy = AccessPolicy(), max_b
             raise InvalidRequestError(f"JSON Value: {rest_json.debug_string(body)} 'examples' {what}")
         await dataplane.unimplemented(request.match_info["verb"].capitalize(), _ref(request), name)
 
-    app = web.Application(middlewares=[_error_middleware(policy, dataplane.gate)], client_max_size=max_bytes)
+    app = web.Application(middlewares=[_error_middleware(policy, dataplane.gate, dataplane.request_log)],
+                          client_max_size=max_bytes)
     if metrics is not None:
         app.router.add_get(metrics_path, _metrics_handler(metrics))
     app[_MAX_BYTES] = max_bytes
@@ -191,7 +246,7 @@ def build_app(dataplane: DataPlane, policy: AccessPolicy = AccessPolicy(), max_b
     app.router.add_get(base + "/metadata", metadata)
     app.router.add_post(base + ":predict", predict)
     app.router.add_post(base + ":{verb:classify|regress}", unimplemented)
-    add_v2_routes(app, dataplane)  # the Open Inference Protocol (KServe V2) on the same port
+    add_v2_routes(app, dataplane, lambda request: read_body(request, timeout_s))  # Open Inference Protocol
     return app
 
 

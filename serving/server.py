@@ -25,6 +25,7 @@ from serving.kserve_grpc import add_inference_service
 from serving.manager import ModelManager, check_config
 from serving.metrics import Metrics
 from serving.model_config import ModelConfig, check_model_name, from_repository, parse_model_server_config
+from serving.request_log import RequestLog
 from serving.runtimes import RuntimeOptions
 from serving.security import grpc_credentials, ssl_context, tls_material
 from serving.settings import ServerSettings
@@ -33,7 +34,8 @@ from serving.types import ServerLimits
 log = logging.getLogger(__name__)
 SERVING = health_pb2.HealthCheckResponse.SERVING
 DRAIN_LINGER_S = 0.25  # after the last admitted request: time to answer requests received but not dispatched
-UNLOAD_TIMEOUT_S = 5.0
+UNLOAD_TIMEOUT_S = 1.0  # unloading after the drain: the process exits anyway
+CLOSE_RESERVE_S = 1.0  # of the grace period, kept for closing the ports after the last request
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
@@ -156,7 +158,7 @@ async def run_server(settings: ServerSettings) -> int:
                            metrics)
     limits = ServerLimits(settings.max_batch_per_request, settings.max_concurrent_requests, settings.default_deadline_s,
                           settings.max_message_bytes, settings.max_request_memory_bytes)
-    dataplane = DataPlane(manager, executor, limits, metrics)
+    dataplane = DataPlane(manager, executor, limits, metrics, RequestLog(settings.request_log_sampling_rate))
     health.names = manager.model_names
 
     server = grpc.aio.server(
@@ -208,6 +210,7 @@ async def run_server(settings: ServerSettings) -> int:
     await _drain(settings.grace_period_s, health, dataplane, server, [r for r in (rest, metrics_site) if r],
                  [t for t in (poll, config_poll) if t])
     await _bounded(manager.unload_all(), UNLOAD_TIMEOUT_S, "unloading models")
+    dataplane.offloader.close()
     executor.shutdown(wait=False, cancel_futures=True)
     log.info("stopped")
     return 0
@@ -223,7 +226,8 @@ async def _drain(grace_s: float, health: _Health, dataplane: DataPlane, server: 
     when the grace period ends.
     """
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + grace_s
+    end = loop.time() + grace_s
+    deadline = end - min(CLOSE_RESERVE_S, grace_s / 4)  # requests get this long; closing the ports the rest
     log.info("draining (grace %.1fs)", grace_s)
     dataplane.gate.close()
     health.draining = True
@@ -238,7 +242,7 @@ async def _drain(grace_s: float, health: _Health, dataplane: DataPlane, server: 
     await dataplane.gate.wait_idle(deadline - loop.time())
     await server.stop(max(deadline - loop.time(), 0))
     for runner in runners:
-        await _bounded(runner[0].cleanup(), max(deadline - loop.time(), 0) + 1, "closing HTTP connections")
+        await _bounded(runner[0].cleanup(), max(end - loop.time(), 0.05), "closing HTTP connections")
 
 
 async def _bounded(awaitable, timeout_s: float, what: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from serving.runtimes import BACKENDS
+from serving.runtimes import backend_names
 
 
 class ServerSettings(BaseModel):
@@ -54,6 +54,8 @@ class ServerSettings(BaseModel):
     admin_token_env: str | None = Field(None, description="Env var holding admin tokens, comma-separated.")
     enable_admin_api: bool = Field(False, description="Allow admin calls without admin tokens (no auth at all).")
     json_logs: bool = Field(False, description="Log one JSON object per line.")
+    request_log_sampling_rate: float = Field(0.0, ge=0.0, le=1.0, description="Fraction of requests logged as one "
+                                             "structured line each (serving.request_log); 0 = off (default).")
     num_processes: int = Field(1, ge=1, description="Server processes sharing the ports (SO_REUSEPORT).")
     reuse_port: bool = Field(False, description="Bind the REST port with SO_REUSEPORT (set for --num-processes "
                                                 "workers; gRPC always does on Linux).")
@@ -61,8 +63,8 @@ class ServerSettings(BaseModel):
     @field_validator("backend")
     @classmethod
     def _known_backend(cls, value: str) -> str:
-        if value not in BACKENDS:
-            raise ValueError(f"unknown backend {value!r}; choose from {list(BACKENDS)}")
+        if value not in backend_names():
+            raise ValueError(f"unknown backend {value!r}; choose from {list(backend_names())}")
         return value
 
     def access_policy(self):

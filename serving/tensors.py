@@ -11,19 +11,11 @@ import math
 
 import numpy as np
 
+from core.dtypes import DT_TO_NUMPY as _DT_TO_NUMPY
+from core.dtypes import NUMPY_TO_DT as _NUMPY_TO_DT
+from core.dtypes import dtype_name
 from core.errors import InvalidRequestError, ResourceExhaustedError
-from serving import protocol
-
-# DataType enum name -> numpy dtype; DT_STRING maps to object arrays of bytes.
-_DT_TO_NUMPY: dict[str, np.dtype] = {
-    "DT_FLOAT": np.dtype(np.float32), "DT_DOUBLE": np.dtype(np.float64), "DT_HALF": np.dtype(np.float16),
-    "DT_INT8": np.dtype(np.int8), "DT_INT16": np.dtype(np.int16), "DT_INT32": np.dtype(np.int32),
-    "DT_INT64": np.dtype(np.int64), "DT_UINT8": np.dtype(np.uint8), "DT_UINT16": np.dtype(np.uint16),
-    "DT_UINT32": np.dtype(np.uint32), "DT_UINT64": np.dtype(np.uint64), "DT_BOOL": np.dtype(np.bool_),
-    "DT_COMPLEX64": np.dtype(np.complex64), "DT_COMPLEX128": np.dtype(np.complex128),
-    "DT_STRING": np.dtype(object),
-}
-_NUMPY_TO_DT = {dtype: name for name, dtype in _DT_TO_NUMPY.items()}
+from core import protocol
 
 # Typed value field per DataType name (TensorProto field that `tf.make_tensor_proto` would fill).
 _VAL_FIELD = {
@@ -46,19 +38,8 @@ _NARROW_RANGE = {"DT_INT8": (-128, 127), "DT_UINT8": (0, 255), "DT_INT16": (-327
                  "DT_UINT16": (0, 65535), "DT_HALF": (0, 65535)}
 
 # Per-dtype answers, computed once (np.dtype construction and enum lookups cost more than the request).
-_NAMES: dict = {}
 _DATA_TYPES: dict = {}
 _FROM_ENUM: dict[int, tuple[np.dtype, np.dtype, str]] = {}  # enum -> (dtype, little-endian dtype, DT name)
-
-
-def dtype_name(dtype: np.dtype | str) -> str:
-    """Canonical short name of a numpy dtype (`float32`, `int64`, `string` for bytes/str/object)."""
-    name = _NAMES.get(dtype)
-    if name is None:
-        resolved = np.dtype(dtype)
-        name = "string" if resolved.kind in "OSU" else resolved.name
-        _NAMES[dtype] = name
-    return name
 
 
 def numpy_dtype(dt_enum: int) -> np.dtype:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from serving.contract import Signature
+from core.contract import Signature
 
 
 @dataclass(frozen=True)

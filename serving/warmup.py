@@ -17,8 +17,8 @@ import google_crc32c
 import numpy as np
 from google.protobuf.message import DecodeError
 
+from core import protocol
 from core.errors import ConfigError
-from serving import protocol
 from serving.tensors import from_tensor_proto
 
 WARMUP_FILE = Path("assets.extra") / "tf_serving_warmup_requests"

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from core.errors import AuditError
+from core.errors import AuditError, ContractError
+from core.saved_model import serving_meta_graph
 from signatures.layers import LayerInfo, explain, layer_for_op
 
 GRADIENT_OP = re.compile(r"(Grad|GradV2|GradGrad)$|^SymbolicGradient$|Backprop")
@@ -95,18 +96,10 @@ def _tensor_node(tensor_name: str) -> str:
 
 
 def _load_meta_graph(saved_model_dir: Path):
-    from tensorflow.core.protobuf import saved_model_pb2
-
-    path = Path(saved_model_dir) / "saved_model.pb"
-    proto = saved_model_pb2.SavedModel()
     try:
-        proto.ParseFromString(path.read_bytes())
-    except Exception as err:  # noqa: BLE001 - OSError or protobuf DecodeError
-        raise AuditError(f"{path}: cannot read SavedModel: {err}") from err
-    for graph in proto.meta_graphs:
-        if "serve" in graph.meta_info_def.tags:
-            return graph
-    raise AuditError(f"{path}: no meta-graph tagged 'serve'")
+        return serving_meta_graph(saved_model_dir)
+    except ContractError as err:
+        raise AuditError(str(err)) from err
 
 
 def _blame(node, layers: dict[str, LayerInfo] | None, op_kind: str) -> str:

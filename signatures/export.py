@@ -13,8 +13,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.contract import DEFAULT_SIGNATURE, Signature, TensorSpec, compare_contracts
 from core.errors import ContractError
-from signatures.contract import SignatureContract, TensorContract, compare_contracts
+from core.saved_model import read_signatures
 
 
 @dataclass(frozen=True)
@@ -22,14 +23,36 @@ class ExportResult:
     """Where the SavedModel was written and the contract read back from its `signature_def`."""
 
     saved_model_dir: Path
-    contract: SignatureContract
+    contract: Signature
 
 
-def _tf_dtype_name(dtype) -> str:
-    return "string" if dtype.name == "string" else dtype.name
+def classifier_contract(input_name: str, input_shape: tuple[int, ...], num_classes: int,
+                        input_dtype: str = "float32") -> Signature:
+    """The built-in classifier contract.
+
+    Input `<input_name>` `input_dtype` (float32 unless the model declares e.g. int32 token ids)
+    [-1, *input_shape]; outputs `logits` float32 [-1, num_classes], `probabilities` float32
+    [-1, num_classes], `class_id` int64 [-1].
+    """
+    return Signature.of(
+        DEFAULT_SIGNATURE,
+        inputs=(TensorSpec(name=input_name, dtype=input_dtype, shape=(None, *input_shape)),),
+        outputs=(
+            TensorSpec(name="logits", dtype="float32", shape=(None, num_classes)),
+            TensorSpec(name="probabilities", dtype="float32", shape=(None, num_classes)),
+            TensorSpec(name="class_id", dtype="int64", shape=(None,)),
+        ),
+    )
 
 
-def build_classifier_module(model, contract: SignatureContract):
+def tf_tensor_spec(spec: TensorSpec):
+    """`tf.TensorSpec` of a contract spec (unknown rank stays unknown, a scalar stays a scalar)."""
+    import tensorflow as tf
+
+    return tf.TensorSpec(None if spec.shape is None else list(spec.shape), tf.as_dtype(spec.dtype), name=spec.name)
+
+
+def build_classifier_module(model, contract: Signature):
     """Wrap a Keras classifier returning logits [B, C] into a `tf.Module` with a serving function.
 
     The function maps the contract's single input to `{"logits", "probabilities", "class_id"}`:
@@ -37,8 +60,8 @@ def build_classifier_module(model, contract: SignatureContract):
     """
     import tensorflow as tf
 
-    (image,) = contract.inputs
-    spec = tf.TensorSpec([None if d is None else d for d in image.shape], tf.as_dtype(image.dtype), name=image.name)
+    (image,) = contract.inputs.values()
+    spec = tf_tensor_spec(image)
 
     def serve(tensor):
         logits = tf.cast(model(tensor, training=False), tf.float32)
@@ -57,62 +80,8 @@ def build_classifier_module(model, contract: SignatureContract):
     return module
 
 
-SERVE_TAGS = ("serve",)
-
-
-def select_meta_graph(proto, tags: tuple[str, ...] = SERVE_TAGS, where: str = "SavedModel"):
-    """The MetaGraph whose tag-set is exactly `tags` (TensorFlow's and TF Serving's rule; default `serve`).
-
-    A SavedModel with one MetaGraph that carries `serve` among its tags is accepted for the default too.
-    TF1 / Estimator exports hold several (`serve`, `train`, `eval`); the `serve` one is what servers load.
-
-    Raises:
-        ContractError: no MetaGraph has that tag-set; the message lists the tag-sets present and `--tags`.
-    """
-    wanted = set(tags)
-    for graph in proto.meta_graphs:
-        if set(graph.meta_info_def.tags) == wanted:
-            return graph
-    if tuple(tags) == SERVE_TAGS and len(proto.meta_graphs) == 1 and "serve" in proto.meta_graphs[0].meta_info_def.tags:
-        return proto.meta_graphs[0]
-    present = [sorted(g.meta_info_def.tags) for g in proto.meta_graphs]
-    raise ContractError(f"{where}: no MetaGraph tagged {sorted(wanted)}; it has tag-sets {present}; "
-                        "choose one with --tags (e.g. --tags serve,gpu)")
-
-
-def read_signature_contracts(saved_model_dir: Path, tags: tuple[str, ...] = SERVE_TAGS) -> dict[str, SignatureContract]:
-    """Read every `signature_def` of a SavedModel's MetaGraph tagged `tags` into contracts (no TF load).
-
-    TensorFlow's internal `__saved_model_init_op` entry is not a serving signature and is skipped.
-
-    Raises:
-        ContractError: when the directory holds no readable `saved_model.pb` with a MetaGraph tagged `tags`.
-    """
-    from tensorflow.core.protobuf import saved_model_pb2
-    import tensorflow as tf
-
-    path = Path(saved_model_dir) / "saved_model.pb"
-    proto = saved_model_pb2.SavedModel()
-    try:
-        proto.ParseFromString(path.read_bytes())
-    except (OSError, Exception) as err:  # noqa: BLE001 - protobuf raises its own DecodeError
-        raise ContractError(f"{path}: cannot read SavedModel: {err}") from err
-    graph = select_meta_graph(proto, tags, str(path))
-
-    def tensors(mapping) -> tuple[TensorContract, ...]:
-        out = []
-        for key, info in mapping.items():
-            dims = () if info.tensor_shape.unknown_rank else tuple(
-                None if d.size < 0 else d.size for d in info.tensor_shape.dim)
-            out.append(TensorContract(key, _tf_dtype_name(tf.as_dtype(info.dtype)), dims))
-        return tuple(out)
-
-    return {name: SignatureContract(name, tensors(sig.inputs), tensors(sig.outputs))
-            for name, sig in graph.signature_def.items() if not name.startswith("__")}
-
-
-def export_saved_model(module, contract: SignatureContract, export_dir: Path,
-                       extra_contracts: tuple[SignatureContract, ...] = ()) -> ExportResult:
+def export_saved_model(module, contract: Signature, export_dir: Path,
+                       extra_contracts: tuple[Signature, ...] = ()) -> ExportResult:
     """Save `module` to `export_dir` and prove every signature it declares.
 
     `module` comes from `build_classifier_module` or `signatures.keras_export.build_keras_module`: it holds
@@ -134,7 +103,7 @@ def export_saved_model(module, contract: SignatureContract, export_dir: Path,
         names = tuple(getattr(module, "signature_names", (contract.name,)))
         tf.saved_model.save(module, str(staging), signatures={name: getattr(module, name) for name in names},
                             options=tf.saved_model.SaveOptions(save_debug_info=False))
-        written = read_signature_contracts(staging)
+        written = read_signatures(staging)
         declared = {c.name: c for c in (contract, *extra_contracts)}
         if set(written) != set(declared):
             raise ContractError(f"{export_dir}: signatures written {sorted(written)}, declared {sorted(declared)}")
@@ -149,7 +118,7 @@ def export_saved_model(module, contract: SignatureContract, export_dir: Path,
     return ExportResult(export_dir, contract)
 
 
-def build_savedmodel_module(saved_model_dir: Path, contract: SignatureContract, tags: tuple[str, ...] | None = None):
+def build_savedmodel_module(saved_model_dir: Path, contract: Signature, tags: tuple[str, ...] | None = None):
     """Re-export an existing SavedModel's signature through a forward-only module.
 
     The source is loaded with `tf.saved_model.load` (the MetaGraph tagged `tags`, default `serve`); the
@@ -165,12 +134,11 @@ def build_savedmodel_module(saved_model_dir: Path, contract: SignatureContract, 
     loaded = tf.saved_model.load(str(saved_model_dir), tags=list(tags) if tags else None)
     function = loaded.signatures[contract.name]
     kept, dropped, resources = _reachable_state(loaded, function)
-    specs = {t.name: tf.TensorSpec([None if d is None else d for d in t.shape], tf.as_dtype(t.dtype), name=t.name)
-             for t in contract.inputs}
+    specs = {t.name: tf_tensor_spec(t) for t in contract.inputs.values()}
 
     def serve(feed):
         result = function(**feed)
-        return {t.name: tf.identity(result[t.name]) for t in contract.outputs}
+        return {name: tf.identity(result[name]) for name in contract.outputs}
 
     module = tf.Module(name="serving")
     module.kept_variables = kept

@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from core.contract import DEFAULT_SIGNATURE, Signature, TensorSpec
 from core.errors import ContractError
-from signatures.contract import DEFAULT_SIGNATURE, SignatureContract, TensorContract
 
 LOW_PRECISION = ("float16", "bfloat16")
 _OP_NAME = re.compile(r"[^A-Za-z0-9_.\-/]")
@@ -57,7 +57,7 @@ def _flat_outputs(model) -> list:
     return list(head.values()) if head is not None else list(model.outputs)
 
 
-def contract_from_keras(model, name: str = DEFAULT_SIGNATURE) -> SignatureContract:
+def contract_from_keras(model, name: str = DEFAULT_SIGNATURE) -> Signature:
     """The default contract of a functional Keras model: its `Input` names and its output names.
 
     Inputs: one per `keras.Input`, named after it, dtype as declared (`string` for tf.string), shape
@@ -77,11 +77,11 @@ def contract_from_keras(model, name: str = DEFAULT_SIGNATURE) -> SignatureContra
     input_names = [t.name for t in inputs]
     if len(set(input_names)) != len(input_names):
         raise ContractError(f"model '{model.name}' has duplicate input names {input_names}; name each keras.Input")
-    return SignatureContract(
+    return Signature.of(
         name,
-        tuple(TensorContract(t.name, _dtype_name(t.dtype), (None, *t.shape[1:])) for t in inputs),
-        tuple(TensorContract(n, _dtype_name(t.dtype), (None, *t.shape[1:]))
-              for n, t in zip(_output_names(model), outputs)),
+        (TensorSpec(name=t.name, dtype=_dtype_name(t.dtype), shape=(None, *t.shape[1:])) for t in inputs),
+        (TensorSpec(name=n, dtype=_dtype_name(t.dtype), shape=(None, *t.shape[1:]))
+         for n, t in zip(_output_names(model), outputs)),
     )
 
 
@@ -151,7 +151,7 @@ def _tracked_resources(model) -> list:
     return found
 
 
-def signature_functions(model, contract: SignatureContract,
+def signature_functions(model, contract: Signature,
                         extra: Mapping[str, tuple[str, ...]] | None = None) -> dict:
     """{signature name: tf.function} for `contract` and each extra signature (a subset of its outputs).
 
@@ -164,8 +164,9 @@ def signature_functions(model, contract: SignatureContract,
     import keras
     import tensorflow as tf
 
-    specs = {t.name: tf.TensorSpec([None if d is None else d for d in t.shape], tf.as_dtype(t.dtype), name=t.name)
-             for t in contract.inputs}
+    from signatures.export import tf_tensor_spec
+
+    specs = {t.name: tf_tensor_spec(t) for t in contract.inputs.values()}
     model_inputs = {t.name: t for t in model.inputs}
     names = contract.output_names()
 
@@ -193,7 +194,7 @@ def signature_functions(model, contract: SignatureContract,
     return functions
 
 
-def build_keras_module(model, contract: SignatureContract, extra: Mapping[str, tuple[str, ...]] | None = None):
+def build_keras_module(model, contract: Signature, extra: Mapping[str, tuple[str, ...]] | None = None):
     """A `tf.Module` with one attribute per signature (see `signature_functions`) for `export_saved_model`.
 
     The module tracks exactly the variables the traced functions capture (the backing `tf.Variable`s) and
@@ -218,7 +219,6 @@ def build_keras_module(model, contract: SignatureContract, extra: Mapping[str, t
     return module
 
 
-def extra_contract(contract: SignatureContract, name: str, outputs: tuple[str, ...]) -> SignatureContract:
+def extra_contract(contract: Signature, name: str, outputs: tuple[str, ...]) -> Signature:
     """The contract of an extra signature: same inputs, the named subset of outputs."""
-    keep = {t.name: t for t in contract.outputs}
-    return SignatureContract(name, contract.inputs, tuple(keep[n] for n in outputs))
+    return Signature.of(name, contract.inputs.values(), (contract.outputs[n] for n in outputs))

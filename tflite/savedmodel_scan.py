@@ -1,20 +1,20 @@
 """Read what a conversion needs from a SavedModel on disk, without loading (tracing) it.
 
-Used inside the conversion worker (it imports TensorFlow). Reads `saved_model.pb` and the variables
-checkpoint directly: the signature's I/O contract, and float tensors that overflow float16.
+Used inside the conversion worker (it imports TensorFlow). Reads `saved_model.pb` (through
+`core.saved_model`) and the variables checkpoint directly: float tensors that overflow float16.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.core.protobuf import saved_model_pb2, trackable_object_graph_pb2
+from tensorflow.core.framework import tensor_pb2
+from tensorflow.core.protobuf import trackable_object_graph_pb2
 
-from core.errors import ContractError
+from core.saved_model import read_saved_model, serving_meta_graph
 
 FLOAT16_MAX = 65504.0
 _OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
@@ -31,39 +31,6 @@ class Overflow:
     def describe(self) -> str:
         """e.g. `variable 'dense_1/kernel' max |x| = 1e+06`."""
         return f"{self.kind} {self.name!r} max |x| = {self.max_abs:.6g}"
-
-
-def _load_proto(saved_model_dir: Path) -> saved_model_pb2.SavedModel:
-    proto = saved_model_pb2.SavedModel()
-    proto.ParseFromString((saved_model_dir / "saved_model.pb").read_bytes())
-    return proto
-
-
-def read_signature(saved_model_dir: Path, signature_key: str = "serving_default") -> dict[str, Any]:
-    """The signature's inputs and outputs as JSON-ready values.
-
-    Returns:
-        `{"inputs": {name: {"dtype": str, "shape": [int] | None}}, "outputs": {...}}`, with -1 for an
-        unknown dimension and None for an unknown rank.
-
-    Raises:
-        ContractError: the SavedModel has no such signature.
-    """
-    meta = _load_proto(saved_model_dir).meta_graphs[0]
-    if signature_key not in meta.signature_def:
-        raise ContractError(
-            f"SavedModel {str(saved_model_dir)!r} has no signature {signature_key!r}; "
-            f"it has {sorted(meta.signature_def)}")
-    signature = meta.signature_def[signature_key]
-
-    def spec(info) -> dict[str, Any]:
-        shape = None if info.tensor_shape.unknown_rank else [int(d.size) for d in info.tensor_shape.dim]
-        return {"dtype": tf.dtypes.as_dtype(info.dtype).name, "shape": shape}
-
-    return {
-        "inputs": {name: spec(info) for name, info in sorted(signature.inputs.items())},
-        "outputs": {name: spec(info) for name, info in sorted(signature.outputs.items())},
-    }
 
 
 def _max_abs(value: np.ndarray) -> float:
@@ -105,7 +72,7 @@ def find_float16_overflows(saved_model_dir: Path, limit: float = FLOAT16_MAX) ->
             peak = _max_abs(np.asarray(reader.get_tensor(key)))
             if peak > limit:
                 found.append(Overflow("variable", names.get(key, key), peak))
-    graph = _load_proto(saved_model_dir).meta_graphs[0].graph_def
+    graph = serving_meta_graph(saved_model_dir).graph_def
     scopes = [("graph", graph.node)] + [(f.signature.name, f.node_def) for f in graph.library.function]
     for scope, nodes in scopes:
         for node in nodes:
@@ -113,7 +80,8 @@ def find_float16_overflows(saved_model_dir: Path, limit: float = FLOAT16_MAX) ->
                 continue
             if not tf.dtypes.as_dtype(node.attr["value"].tensor.dtype).is_floating:
                 continue
-            peak = _max_abs(tf.make_ndarray(node.attr["value"].tensor))
+            tensor = tensor_pb2.TensorProto.FromString(node.attr["value"].tensor.SerializeToString())
+            peak = _max_abs(tf.make_ndarray(tensor))
             if peak > limit:
                 found.append(Overflow("constant", f"{scope}/{node.name}", peak))
     unique = {(o.kind, o.name): o for o in found}  # one variable can sit under several checkpoint keys
@@ -131,7 +99,7 @@ def file_initialised_tables(saved_model_dir: Path) -> list[str]:
     files of the SavedModel's `assets/` folder (sorted), or `["<unknown file>"]` when the op exists but
     names no asset; empty when no table is initialised from a file.
     """
-    proto = _load_proto(saved_model_dir)
+    proto = read_saved_model(saved_model_dir)
     found = False
     for meta in proto.meta_graphs:
         nodes = list(meta.graph_def.node)

@@ -23,7 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from core.contract import Signature
 from core.errors import TfshipError
+from core.saved_model import read_signatures
 from tflite.inspect import flex_ops, op_histogram
 from tflite.modes import TfliteMode, TfliteOptions
 
@@ -88,11 +90,33 @@ def _build_converter(tf, saved_model_dir: str, options: TfliteOptions,
     return converter
 
 
-def _check_representative(signature: dict[str, Any], samples: dict[str, np.ndarray] | None) -> str:
+def _fixed_batch_attempt(tf, saved_model_dir: str, signature: Signature) -> str:
+    """The `fixed_batch` recipe (`signatures.recurrent`): convert the signature traced at batch 1.
+
+    A recurrent layer's TensorList ops lower to builtins once every shape is static. The file is not
+    kept: a batch-1 model cannot serve batched requests. Returns the sentence for the refusal reason.
+    """
+    try:
+        loaded = tf.saved_model.load(saved_model_dir)
+        function = loaded.signatures[SIGNATURE_KEY]
+        specs = {name: tf.TensorSpec(None if spec.shape is None else [1, *spec.shape[1:]],
+                                     tf.as_dtype(spec.dtype), name=name)
+                 for name, spec in signature.inputs.items()}
+        fixed = tf.function(lambda feed: function(**feed), input_signature=[specs], autograph=False)
+        converter = tf.lite.TFLiteConverter.from_concrete_functions([fixed.get_concrete_function()], loaded)
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+        converter.convert()
+    except Exception as err:  # noqa: BLE001 - the converter raises ConverterError, ValueError, ...
+        return f"recipe 'fixed_batch' (batch 1) fails too: {type(err).__name__}: {_tail(str(err), 300)}"
+    return ("recipe 'fixed_batch' (batch 1) converts, but a batch-1 file cannot serve batched requests, so it "
+            "is not kept")
+
+
+def _check_representative(signature: Signature, samples: dict[str, np.ndarray] | None) -> str:
     """Empty when the samples fit the signature's inputs, else why not."""
     if samples is None:
         return "int8 needs representative inputs (none were given)"
-    wanted, given = set(signature["inputs"]), set(samples)
+    wanted, given = set(signature.inputs), set(samples)
     if wanted != given:
         return (f"representative inputs must be exactly the signature inputs {sorted(wanted)}; "
                 f"got {sorted(given)}")
@@ -107,14 +131,17 @@ def run_convert(saved_model_dir: str, output: str, options: TfliteOptions,
     """Convert one variant and write it to `output`; returns the report (see module docstring)."""
     import tensorflow as tf  # noqa: PLC0415  (only the convert step pays for TensorFlow)
 
-    from tflite.savedmodel_scan import (  # noqa: PLC0415
-        file_initialised_tables, find_float16_overflows, read_signature)
+    from tflite.savedmodel_scan import file_initialised_tables, find_float16_overflows  # noqa: PLC0415
 
     try:
-        signature = read_signature(Path(saved_model_dir), SIGNATURE_KEY)
+        signatures = read_signatures(Path(saved_model_dir))
     except TfshipError as err:
         return {"status": "refused", "reason": str(err)}
-    report: dict[str, Any] = {"signature": signature, "flex_ops": [],
+    if SIGNATURE_KEY not in signatures:
+        return {"status": "refused", "reason": f"SavedModel {saved_model_dir!r} has no signature {SIGNATURE_KEY!r}; "
+                                               f"it has {sorted(signatures)}"}
+    signature = signatures[SIGNATURE_KEY]
+    report: dict[str, Any] = {"signature": signature.to_json(), "flex_ops": [],
                               "table_files": file_initialised_tables(Path(saved_model_dir))}
     samples = _representative(representative)
     if options.mode is TfliteMode.FLOAT16:
@@ -136,8 +163,10 @@ def run_convert(saved_model_dir: str, output: str, options: TfliteOptions,
             return {**report, "status": "refused",
                     "reason": f"needs custom ops {custom} that neither TFLite builtins nor Flex provide"}
         if not select:
-            return {**report, "status": "refused",
-                    "reason": f"converter failed: {type(err).__name__}: {_tail(message)}"}
+            reason = f"converter failed: {type(err).__name__}: {_tail(message)}"
+            if "tensor list" in message.lower():
+                reason += "; " + _fixed_batch_attempt(tf, saved_model_dir, signature)
+            return {**report, "status": "refused", "reason": reason}
         if not options.allow_flex:
             return {**report, "status": "refused", "flex_ops": [f"Flex{op}" for op in select],
                     "reason": f"needs Flex (select TF) ops {select}; set convert.allow_flex = true "
@@ -164,16 +193,16 @@ def _smoke_inputs(contract, samples: dict[str, np.ndarray] | None) -> dict[str, 
     return feed
 
 
-def _contract_problems(contract, signature: dict[str, Any]) -> list[str]:
+def _contract_problems(contract, signature: Signature) -> list[str]:
     problems = []
     for side, tensors in (("inputs", contract.inputs), ("outputs", contract.outputs)):
-        names = sorted(t.name for t in tensors)
-        if names != sorted(signature[side]):
-            problems.append(f"{side} are {names}; the SavedModel's are {sorted(signature[side])}")
+        names, specs = sorted(t.name for t in tensors), getattr(signature, side)
+        if names != sorted(specs):
+            problems.append(f"{side} are {names}; the SavedModel's are {sorted(specs)}")
             continue
         for tensor in tensors:
-            declared = signature[side][tensor.name]["shape"]
-            if declared and declared[0] == -1 and tensor.shape_signature[:1] != (-1,):
+            declared = specs[tensor.name].shape
+            if declared and declared[0] is None and tensor.shape_signature[:1] != (-1,):
                 problems.append(f"{side[:-1]} {tensor.name!r} lost its dynamic batch dimension: "
                                 f"shape_signature {list(tensor.shape_signature)}")
     return problems
@@ -190,7 +219,7 @@ def _litert_reason(err: Exception, table_files: list[str]) -> str:
     return reason
 
 
-def run_smoke(model: str, signature: dict[str, Any], representative: str | None,
+def run_smoke(model: str, signature: Signature, representative: str | None,
               table_files: list[str] = ()) -> dict[str, Any]:
     """Load `model` in LiteRT, check its contract against the SavedModel signature, run it once.
 
@@ -213,10 +242,11 @@ def run_smoke(model: str, signature: dict[str, Any], representative: str | None,
         outputs = runner.run(feed)
     except (TfshipError, ValueError, RuntimeError) as err:
         return {"status": "refused", "reason": _litert_reason(err, list(table_files))}
-    batch = len(next(iter(feed.values())))
+    sized = [len(value) for value in feed.values() if np.ndim(value) > 0]
+    batch = sized[0] if sized else None  # None: every input is a scalar, no batch dimension to check
     for name, value in outputs.items():
-        declared = signature["outputs"][name]["shape"]
-        if declared and declared[0] == -1 and (value.ndim == 0 or value.shape[0] != batch):
+        declared = signature.outputs[name].shape
+        if batch is not None and declared and declared[0] is None and (value.ndim == 0 or value.shape[0] != batch):
             return {"status": "refused",
                     "reason": f"output {name!r} has shape {list(value.shape)} for a batch of {batch}"}
         if value.dtype.kind == "f" and not np.all(np.isfinite(value)):
@@ -250,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         report = run_convert(args.saved_model, args.output, options, args.representative)
     else:
         converted = json.loads(Path(args.signature).read_text())
-        report = run_smoke(args.model, converted["signature"], args.representative,
+        report = run_smoke(args.model, Signature.from_json(converted["signature"]), args.representative,
                            converted.get("table_files", []))
     text = json.dumps(report, indent=2, sort_keys=True)
     if args.report:

@@ -58,7 +58,21 @@ def markdown(doc: dict) -> str:
             cells.append(f"load {s['load_s']:.1f} s, first {s['first_request_ms']:.1f} ms, RSS {s['rss'] / MB:,.0f} MB"
                          + (f" (+{over / MB:,.0f} MB = {over / r['model']['weight_bytes']:.1f}x)" if over else ""))
         lines.append(f"| {backend} | " + " | ".join(cells) + " |")
+    for r in sizes:
+        ok = {n: e for n, e in r["stages"].items() if e["returncode"] == 0}
+        if ok:
+            name, top = max(ok.items(), key=lambda kv: kv[1]["peak_rss"])
+            slow, longest = max(ok.items(), key=lambda kv: kv[1]["wall_s"])
+            lines.append(f"\nAt {r['model']['weight_bytes'] / MB:,.0f} MB of weights the largest peak is {name}: "
+                         f"{top['peak_rss'] / MB:,.0f} MB ({top['peak_rss'] / r['model']['weight_bytes']:.1f}x the "
+                         f"weights); the longest stage is {slow} ({longest['wall_s']:.0f} s).")
     for r in records:
+        for name, entry in r.get("stages", {}).items():
+            if entry.get("rerun_at"):
+                lines.append(f"\nAt {r['size_mb']:g} MB, {name} and the served rows were measured again at "
+                             f"{time.strftime('%H:%M UTC', time.gmtime(entry['rerun_at']))}, after the run: in the run "
+                             "it failed only because the skipped convert stage had written no convert.json (the "
+                             "single conversions now record their outcomes there).")
         for name, why in r.get("skipped", {}).items():
             lines.append(f"\nSkipped at {r['size_mb']:g} MB: {name}: {why}")
         if "error" in r:

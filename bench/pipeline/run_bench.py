@@ -108,7 +108,8 @@ def serve_checks(repository: Path, work: Path) -> dict:
         repo = work / "identity_repo" if backend == "identity" else repository
         started = time.perf_counter()
         try:
-            with ServerProcess(repo, "wide", backend, ["--rest-port", "-1"], env=_env(), startup_timeout_s=600) as server:
+            with ServerProcess(repo, "wide", backend, ["--rest-port", "-1"], env=_env(), startup_timeout_s=600,
+                               module="bench.serve.identity") as server:  # serving + the benchmark's identity
                 load_s = time.perf_counter() - started
                 first_ms = _first_request_ms(server.grpc_target)
                 out[backend] = {"load_s": load_s, "first_request_ms": first_ms, "rss": rss_bytes(server.process.pid)}
@@ -142,8 +143,8 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     p.add_argument("--timeout-s", type=float, default=float(os.environ.get("BENCH_STAGE_TIMEOUT_S", "600")),
                    help="per-conversion time limit (the pipeline's convert.timeout_seconds)")
-    p.add_argument("--skip-300-convert", action="store_true", default=False,
-                   help="at 300 MB skip the whole convert stage (each conversion is still measured alone)")
+    p.add_argument("--with-300-convert", action="store_true",
+                   help="also run the side-by-side convert stage at >= 300 MB (skipped by default: see the report)")
     return p.parse_args(argv)
 
 
@@ -157,7 +158,7 @@ def main(argv=None) -> int:
         # At the largest size the parallel convert stage repeats every conversion measured alone just
         # before; it is skipped there (its figures are the sum/overlap of the ones above) to bound the run.
         skip = {"convert": "the conversions were each measured alone above; repeating all of them side by side "
-                "at this size would double the run's longest part"} if size >= 300 and args.skip_300_convert else {}
+                "at this size would double the run's longest part"} if size >= 300 and not args.with_300_convert else {}
         records.append(run_size(size, args.work, args.timeout_s, skip))
     doc = {"schema": "tfship.bench.pipeline/1", "started": started, "seconds": time.time() - started,
            "host": {**report.host_info(), "uptime_before": before, "uptime_after": report.uptime()},

@@ -50,7 +50,8 @@ class TfshipEndpoint:
         if batching_file:
             args += ["--batching-parameters-file", str(batching_file)]
         self.model, self.cpu = model, cpu
-        self._server = ServerProcess(repo, model, backend, args, env=child_env())
+        # `python -m bench.serve.identity`: serving's CLI with the benchmark-only `identity` backend registered.
+        self._server = ServerProcess(repo, model, backend, args, env=child_env(), module="bench.serve.identity")
 
     def __enter__(self) -> TfshipEndpoint:
         before = os.sched_getaffinity(0)

@@ -56,7 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.cpu:
         os.sched_setaffinity(0, set(args.cpu))
+    from bench.serve.identity import register
     from serving.runtimes import REGISTRY, RuntimeOptions
+
+    register()
 
     options = RuntimeOptions(
         intra_op_threads=args.intra_op_threads, inter_op_threads=args.inter_op_threads, use_gpu=False

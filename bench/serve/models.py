@@ -183,7 +183,7 @@ def load_infos(work: Path) -> list[ModelInfo]:
 
 def request_bytes(model_name: str, alias: str, shape: tuple[int, ...], rows: int = 1, seed: int = 0) -> bytes:
     """A serialised `tensorflow.serving.PredictRequest` for `model_name` with `rows` random rows in [0, 1)."""
-    from serving import protocol
+    from core import protocol
     from serving.tensors import to_tensor_proto
 
     request = protocol.PredictRequest()

@@ -81,10 +81,11 @@ def targets(rows: list[dict], levels: tuple[int, ...]) -> tuple[list[dict], dict
         bare, ident = _rate(m, "grpc", "mlp", "bare", c), _rate(m, "grpc", "mlp", "identity", c)
         out.append(_target(f"identity / bare grpc.aio, heavy payload, c={c}", ident / bare if bare and ident else None,
                            0.90))
-    for c in levels:
-        ort, tf = _rate(m, "grpc", "digits", "ort", c), _rate(m, "grpc", "digits", "onnx_batching", c)
-        out.append(_target(f"small: tfship onnx batching / hand-written ORT, c={c}", tf / ort if ort and tf else None,
-                           1.0))
+    for case, label in (("onnx_batching", "onnx batching"), ("onnx", "onnx no batching")):
+        for c in levels:
+            ort, tf = _rate(m, "grpc", "digits", "ort", c), _rate(m, "grpc", "digits", case, c)
+            out.append(_target(f"small: tfship {label} / hand-written ORT, c={c}", tf / ort if ort and tf else None,
+                               1.0))
     bare32, model32 = _rate(m, "grpc", "mlp", "bare", 32), inprocess(rows, "mlp", 32)
     limit = 1 / (1 / bare32 + 1 / model32) if bare32 and model32 else None
     heavy = m.get(("grpc", "mlp", "onnx_batching", 32))

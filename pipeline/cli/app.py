@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
             stage.add_argument("--resume", nargs="?", const="latest", metavar="RUN",
                                help="continue training from the latest checkpoint of RUN (a run folder or run id "
                                     "under run.runs_dir; default: the latest run), with the run's own config")
+            stage.add_argument("--workers", type=int, metavar="N",
+                               help="train with MultiWorkerMirroredStrategy in N local processes, each with its own "
+                                    "TF_CONFIG on free loopback ports; worker 0's run folder holds the model")
         stage.set_defaults(func=getattr(commands, f"cmd_{name}"))
     inspect = sub.add_parser("inspect", help="print the signatures of a SavedModel, .tflite or .onnx")
     inspect.add_argument("path", type=Path)

@@ -145,8 +145,31 @@ def _print_json_table(name: str, run: RunFolder, result) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    """`tfship train`: train into a new run folder."""
-    return _stage_command(args, "train")
+    """`tfship train`: train into a new run folder; `--workers N`: N local multi-worker processes."""
+    if getattr(args, "workers", None) is None:
+        return _stage_command(args, "train")
+    return _train_workers(args)
+
+
+def _train_workers(args: argparse.Namespace) -> int:
+    """`tfship train --workers N` (pipeline.training.workers): exit code = the worst worker's."""
+    from core.errors import ConfigError
+    from pipeline.cli.arguments import config_from_args
+    from pipeline.training.workers import launch_workers, worst_exit_code
+
+    if args.resume:
+        raise ConfigError("tfship train: --workers and --resume do not go together")
+    config = config_from_args(args)  # refuse a bad config before starting any process
+    forwarded = [*(["--config", str(args.config)] if args.config else []),
+                 *(part for text in args.overrides for part in ("--set", text)),
+                 *(["--epochs", str(args.epochs)] if args.epochs is not None else []),
+                 *(["--repository", str(args.repository)] if args.repository is not None else [])]
+    console.print(f"training with {args.workers} local workers (train.strategy = multi_worker, TF_CONFIG on "
+                  "loopback); worker 0 is the chief", highlight=False)
+    results = launch_workers(args.workers, forwarded, config.run.runs_dir)
+    console.print("workers' exit codes: " + ", ".join(f"{r.index}: {r.exit_code}" for r in results),
+                  highlight=False)
+    return worst_exit_code(results)
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -26,12 +26,11 @@ def describe(path: Path) -> dict[str, Any]:
     """
     path = _resolve(Path(path))
     if (path / "saved_model.pb").is_file():
-        from signatures.export import read_signature_contracts
+        from core.saved_model import read_signatures
 
-        contracts = read_signature_contracts(path)
+        contracts = read_signatures(path)
         return {"format": "saved_model", "path": str(path),
-                "signatures": {k: {"inputs": [t.to_json() for t in c.inputs], "outputs": [t.to_json() for t in c.outputs]}
-                               for k, c in contracts.items()}}
+                "signatures": {k: c.to_json() for k, c in contracts.items()}}
     if path.suffix == ".tflite" and path.is_file():
         from tflite.inspect import describe_tflite
 
@@ -73,5 +72,6 @@ def print_description(info: dict[str, Any]) -> None:
             table.add_column(column)
         for kind in ("inputs", "outputs"):
             for tensor in signature[kind]:
-                table.add_row(kind[:-1], tensor["name"], str(tensor["dtype"]), str(list(tensor["shape"])))
+                shape = "<any rank>" if tensor["shape"] is None else str(list(tensor["shape"]))
+                table.add_row(kind[:-1], tensor["name"], str(tensor["dtype"]), shape)
         console.print(table)

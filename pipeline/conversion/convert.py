@@ -18,9 +18,11 @@ import numpy as np
 
 from pipeline.config import ConvertSection
 from core.errors import ConversionError, TfshipError
+from pipeline.conversion.large_models import tflite_refusal
 from pipeline.conversion.onnx_convert import convert_to_onnx
 from pipeline.gate.runners import Artifact
-from signatures.contract import SignatureContract
+from core.contract import Signature
+from signatures.recurrent import FUSED_LSTM_NOTE, TENSOR_LIST_FAILURE
 
 REQUIRED_TFLITE_MODE = "float32"
 
@@ -41,6 +43,7 @@ class VariantOutcome:
     size_bytes: int = 0
     seconds: float = 0.0
     reproduce_command: str = ""
+    recipe: str = ""
 
 
 @dataclass(frozen=True)
@@ -55,9 +58,20 @@ class ConvertResult:
         return [o.__dict__ for o in self.outcomes]
 
 
-def convert_artifacts(version_dir: Path, contract: SignatureContract, settings: ConvertSection,
-                      calibration_inputs: dict[str, np.ndarray], sample: dict[str, np.ndarray]) -> ConvertResult:
+def conversion_workers(settings: ConvertSection, jobs: int) -> int:
+    """Conversions run at once: `convert.max_workers`, 0 = the cores this process may use; at most `jobs`."""
+    return max(1, min(jobs, settings.max_workers or len(os.sched_getaffinity(0))))
+
+
+def convert_artifacts(version_dir: Path, contract: Signature, settings: ConvertSection,
+                      calibration_inputs: dict[str, np.ndarray], sample: dict[str, np.ndarray],
+                      tflite_sources: dict[str, Any] | None = None) -> ConvertResult:
     """Write `model.onnx` and the configured `model*.tflite` files next to the SavedModel.
+
+    TFLite recipes (`signatures.recurrent`): each variant converts the SavedModel as exported (`default`);
+    when the converter cannot lower a recurrent layer's TensorList ops and `tflite_sources["unrolled"]`
+    names an unrolled copy's SavedModel, the variant is converted from that (`unrolled`). The recipe used,
+    and every recipe tried with its error, are in the outcome (`recipe`, `reason`).
 
     Args:
         version_dir: folder holding the exported SavedModel; artifacts are written beside it.
@@ -75,7 +89,7 @@ def convert_artifacts(version_dir: Path, contract: SignatureContract, settings: 
         path = version_dir / "model.onnx"
         try:
             done = convert_to_onnx(version_dir, path, contract, settings.onnx_opset, sample, settings.timeout_seconds,
-                                   settings.onnx_simplify)
+                                   settings.onnx_simplify, settings.size_limit_bytes)
         except TfshipError as err:
             return VariantOutcome("onnx", "refused", str(err)), None
         return (VariantOutcome("onnx", "produced", "", str(path), done.size_bytes, round(done.seconds, 2),
@@ -85,14 +99,30 @@ def convert_artifacts(version_dir: Path, contract: SignatureContract, settings: 
         options = TfliteOptions(mode=TfliteMode(mode), representative_samples=settings.representative_samples,
                                 allow_flex=settings.allow_flex)
         path = version_dir / tflite_filename(mode)
+        refusal = tflite_refusal(version_dir, settings.size_limit_bytes)  # before any converter process starts
+        if refusal:
+            return VariantOutcome(f"tflite_{mode}", "refused", refusal), None
         done = convert_tflite(version_dir, path, options, calibration_inputs, settings.timeout_seconds)
-        outcome = VariantOutcome(f"tflite_{mode}", done.status, done.reason, str(done.path or ""), done.size_bytes,
-                                 round(done.seconds, 2), done.reproduce_command)
+        recipe, reason = "default", done.reason
+        if done.status == "refused" and TENSOR_LIST_FAILURE in done.reason.lower():
+            tried = [f"recipe 'default' (dynamic batch): {done.reason}"]
+            unrolled = (tflite_sources or {}).get("unrolled")
+            if unrolled:
+                done = convert_tflite(Path(unrolled), path, options, calibration_inputs, settings.timeout_seconds)
+                recipe = "unrolled"
+                tried.append(f"recipe 'unrolled' (recurrent layers with unroll=True): {done.reason or 'produced'}")
+            else:
+                tried.append("recipe 'unrolled' not available: " + ((tflite_sources or {}).get("unrolled_reason")
+                                                                     or "the model has no Keras recurrent layer"))
+            tried.append(FUSED_LSTM_NOTE)
+            reason = "" if done.status == "produced" else "; ".join(tried)
+        outcome = VariantOutcome(f"tflite_{mode}", done.status, reason, str(done.path or ""), done.size_bytes,
+                                 round(done.seconds, 2), done.reproduce_command, recipe)
         return outcome, (Artifact(f"tflite_{mode}", "tflite", mode, path) if done.status == "produced" else None)
 
     # Each conversion is its own child process: run them side by side, one per core.
     jobs = [onnx_variant] + [functools.partial(tflite_variant, mode) for mode in settings.tflite_modes]
-    with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
+    with ThreadPoolExecutor(max_workers=conversion_workers(settings, len(jobs))) as pool:
         finished = list(pool.map(lambda job: job(), jobs))
     outcomes = [outcome for outcome, _ in finished]
     artifacts = [artifact for _, artifact in finished if artifact is not None]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import secrets
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,8 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from core.errors import ConversionError
+from core.contract import Signature
 from core.processes import die_with_parent
-from signatures.contract import SignatureContract
+from pipeline.conversion.large_models import onnx_needs_external_data, repack_external_data
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,7 @@ def _unknown_ops(model) -> list[str]:
     return sorted(unknown)
 
 
-def check_onnx_artifact(path: Path, contract: SignatureContract, sample: dict[str, np.ndarray]) -> None:
+def check_onnx_artifact(path: Path, contract: Signature, sample: dict[str, np.ndarray]) -> None:
     """Full `onnx.checker` check, no unconverted TF ops, names equal to the contract, one ORT run.
 
     Args:
@@ -88,9 +90,9 @@ def check_onnx_artifact(path: Path, contract: SignatureContract, sample: dict[st
     import onnx
     import onnxruntime as ort
 
-    try:
-        model = onnx.load(str(path))
-        onnx.checker.check_model(model, full_check=True)
+    try:  # by path: the checker reads external data itself, and no Python copy of the weights is made for it
+        onnx.checker.check_model(str(path), full_check=True)
+        model = onnx.load(str(path), load_external_data=False)  # the graph; inline weights come along
     except Exception as err:  # noqa: BLE001 - onnx raises several unrelated types
         raise ConversionError(f"{path}: onnx.checker failed: {err}") from err
     unknown = _unknown_ops(model)
@@ -98,7 +100,7 @@ def check_onnx_artifact(path: Path, contract: SignatureContract, sample: dict[st
         raise ConversionError(f"{path}: tf2onnx left unconverted TensorFlow ops: {', '.join(unknown)}")
     input_names = [i.name for i in model.graph.input]
     output_names = [o.name for o in model.graph.output]
-    want_in = [t.name for t in contract.inputs]
+    want_in = list(contract.input_names())
     want_out = list(contract.output_names())
     if sorted(input_names) != sorted(want_in) or sorted(output_names) != sorted(want_out):
         raise ConversionError(f"{path}: ONNX names inputs {input_names} outputs {output_names}; "
@@ -108,6 +110,7 @@ def check_onnx_artifact(path: Path, contract: SignatureContract, sample: dict[st
         if first is not None and first.HasField("dim_value"):
             raise ConversionError(f"{path}: input '{graph_input.name}' has a fixed batch size {first.dim_value}; "
                                   "expected a dynamic batch axis")
+    del model  # one copy of the weights at a time: ONNX Runtime loads its own
     try:
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         outputs = session.run(None, {k: np.asarray(v).astype(str).astype(object) if np.asarray(v).dtype.kind in "OSU"
@@ -119,13 +122,17 @@ def check_onnx_artifact(path: Path, contract: SignatureContract, sample: dict[st
             raise ConversionError(f"{path}: output '{name}' holds NaN or Inf on a real input batch")
 
 
-def convert_to_onnx(saved_model_dir: Path, output: Path, contract: SignatureContract, opset: int,
-                    sample: dict[str, np.ndarray], timeout_s: float, simplify: bool = False) -> OnnxResult:
+def convert_to_onnx(saved_model_dir: Path, output: Path, contract: Signature, opset: int,
+                    sample: dict[str, np.ndarray], timeout_s: float, simplify: bool = False,
+                    size_limit_bytes: int = 2**31 - 1) -> OnnxResult:
     """Convert a SavedModel signature to ONNX in a child process, then check the artifact.
 
     The file is written under a temporary name in the output folder and renamed into place only
     after every check passed; `<output>.reproduce.sh` holds the command(s). With `simplify`, onnxslim
     rewrites the checked file (second child process, same time budget) and every check runs again.
+    When the SavedModel's weights exceed `size_limit_bytes` (protobuf's 2 GiB by default), tf2onnx's
+    large-model path is taken and the result is `output` + `<output>.data` (ONNX external data,
+    `pipeline.conversion.large_models`), checked and loaded that way.
 
     Raises:
         ConversionError: the converter failed, crashed (naming the signal) or timed out (seconds),
@@ -133,6 +140,11 @@ def convert_to_onnx(saved_model_dir: Path, output: Path, contract: SignatureCont
     """
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
+    if onnx_needs_external_data(saved_model_dir, size_limit_bytes):
+        if simplify:
+            raise ConversionError(f"onnx: the model's weights exceed {size_limit_bytes} bytes (external data); "
+                                  "onnxslim cannot rewrite external-data models: set convert.onnx_simplify = false")
+        return _convert_external(saved_model_dir, output, contract, opset, sample, timeout_s)
     token = secrets.token_hex(4)
     staging = output.with_name(f".{output.stem}.{token}.onnx")
     slim = output.with_name(f".{output.stem}.{token}.slim.onnx")
@@ -158,3 +170,36 @@ def convert_to_onnx(saved_model_dir: Path, output: Path, contract: SignatureCont
         staging.unlink(missing_ok=True)
         slim.unlink(missing_ok=True)
     return OnnxResult(output, opset, output.stat().st_size, time.perf_counter() - started, reproduce)
+
+
+def _large_command(saved_model_dir: Path, archive: Path, signature: str, opset: int) -> list[str]:
+    """tf2onnx's command line with `--large_model` (through `pipeline.conversion.tf2onnx_large`: NumPy 2 shim)."""
+    command = onnx_command(saved_model_dir, archive, signature, opset)
+    return [command[0], "-m", "pipeline.conversion.tf2onnx_large", *command[3:], "--large_model"]
+
+
+def _convert_external(saved_model_dir: Path, output: Path, contract: Signature, opset: int,
+                      sample: dict[str, np.ndarray], timeout_s: float) -> OnnxResult:
+    """tf2onnx `--large_model` into a hidden staging folder, repacked to `output` + `<output>.data`, checked,
+    then both moved into place (data first); a failure or kill leaves only the hidden folder, removed here."""
+    stage = output.with_name(f".{output.stem}.{secrets.token_hex(4)}.large")
+    stage.mkdir()
+    data = output.with_name(output.name + ".data")
+    command = _large_command(saved_model_dir, stage / "tf2onnx.zip", contract.name, opset)
+    reproduce = (shlex.join(_large_command(saved_model_dir, output.with_suffix(".zip"), contract.name, opset))
+                 + f"  # then unzip and save with one external file {data.name}")
+    output.with_name(output.name + ".reproduce.sh").write_text(f"#!/bin/sh\nset -e\n{reproduce}\n", encoding="utf-8")
+    started = time.perf_counter()
+    try:
+        _run(command, "tf2onnx --large_model", timeout_s, reproduce)
+        if not (stage / "tf2onnx.zip").exists():
+            raise ConversionError(f"onnx: tf2onnx wrote no file; reproduce: {reproduce}")
+        repack_external_data(stage / "tf2onnx.zip", stage / output.name)
+        (stage / "tf2onnx.zip").unlink()
+        check_onnx_artifact(stage / output.name, contract, sample)
+        os.replace(stage / data.name, data)
+        os.replace(stage / output.name, output)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return OnnxResult(output, opset, output.stat().st_size + data.stat().st_size, time.perf_counter() - started,
+                      reproduce)

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from core.errors import ConfigError, DatasetError
-from signatures.contract import SignatureContract
+from core.contract import Signature
 
 LABEL_KEYS = ("y", "label", "labels")
 
@@ -134,24 +134,25 @@ def _as_text(name: str, array: np.ndarray, where: str) -> np.ndarray:
         raise DatasetError(f"{where}: input '{name}' holds bytes that are not UTF-8 text: {err}") from err
 
 
-def _coerce(name: str, array: np.ndarray, dtype: str, shape: tuple, where: str) -> np.ndarray:
+def _coerce(name: str, array: np.ndarray, dtype: str, shape: tuple | None, where: str) -> np.ndarray:
     if dtype == "string":
         array = _as_text(name, np.asarray(array), where)
     else:
         array = np.asarray(array).astype(dtype)
-    if array.ndim != len(shape) or any(w is not None and w != g for w, g in zip(shape[1:], array.shape[1:])):
+    if shape is not None and (array.ndim != len(shape)
+                              or any(w is not None and w != g for w, g in zip(shape[1:], array.shape[1:]))):
         raise DatasetError(f"{where}: array for input '{name}' has shape {list(array.shape)}; the model expects "
                            f"{[-1 if d is None else d for d in shape]}")
     return array
 
 
-def _read_arrays(path: Path, contract: SignatureContract) -> tuple[dict[str, np.ndarray], np.ndarray | None, tuple]:
+def _read_arrays(path: Path, contract: Signature) -> tuple[dict[str, np.ndarray], np.ndarray | None, tuple]:
     from pipeline.data import sources
 
-    names = [t.name for t in contract.inputs]
+    names = list(contract.input_names())
     if path.is_dir():
-        (single,) = contract.inputs if len(contract.inputs) == 1 else (None,)
-        if single is None or len(single.shape) != 4:
+        (single,) = contract.inputs.values() if len(contract.inputs) == 1 else (None,)
+        if single is None or single.rank != 4:
             raise DatasetError(f"{path}: an image folder needs a model with one [B, H, W, C] input; has {names}")
         data = sources.read_image_folder(path, (single.shape[1], single.shape[2]), input_name=single.name,
                                          color_mode="grayscale" if single.shape[3] == 1 else "rgb")
@@ -199,7 +200,7 @@ def _check_values(path: Path, inputs: dict[str, np.ndarray], labels: np.ndarray 
                            f"classes; allowed {allowed} ({bad.size} bad row(s))")
 
 
-def load_user_data(path: Path | str, contract: SignatureContract, calibration_rows: int, seed: int,
+def load_user_data(path: Path | str, contract: Signature, calibration_rows: int, seed: int,
                    classes: tuple[str, ...] = ()) -> EvalData:
     """Read `--data` for the model's contract: validation inputs, labels and int8 calibration rows.
 
@@ -215,7 +216,7 @@ def load_user_data(path: Path | str, contract: SignatureContract, calibration_ro
         raise DatasetError(f"--data {path}: not found")
     features, labels, file_classes = _read_arrays(path, contract)
     classes = tuple(classes) or tuple(file_classes)
-    inputs = {t.name: _coerce(t.name, features[t.name], t.dtype, t.shape, str(path)) for t in contract.inputs}
+    inputs = {t.name: _coerce(t.name, features[t.name], t.dtype, t.shape, str(path)) for t in contract.inputs.values()}
     rows = {name: len(value) for name, value in inputs.items()}
     if labels is not None:
         rows["labels"] = len(labels)

@@ -24,6 +24,7 @@ Per-output error histograms (counts in `ERROR_BIN_EDGES`) go to the report.
 
 from __future__ import annotations
 
+import gc
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -34,7 +35,7 @@ from pipeline.config import ValidateSection
 from core.errors import ParityError
 from pipeline.gate.runners import Artifact, Runner, runner_for
 from pipeline.gate.task_metric import TaskMetric, index_scores, infer_task
-from signatures.contract import SignatureContract
+from core.contract import Signature
 
 FLOAT_MODES = ("float32", "float16")
 # Absolute-error histogram bins: [0, 1e-9), [1e-9, 1e-8), ..., [1e1, inf).
@@ -220,7 +221,7 @@ def _loss_text(task: TaskMetric, reference_metric: float, metric: float, limit: 
 
 
 def check_artifact(artifact: Artifact, runner: Runner, inputs: dict[str, np.ndarray], task: TaskMetric,
-                   reference: dict[str, np.ndarray], reference_metric: float, contract: SignatureContract,
+                   reference: dict[str, np.ndarray], reference_metric: float, contract: Signature,
                    settings: ValidateSection) -> ArtifactParity:
     """Run one artifact at every configured batch size and judge it against the reference outputs.
 
@@ -261,7 +262,7 @@ def check_artifact(artifact: Artifact, runner: Runner, inputs: dict[str, np.ndar
                           tuple(sorted(set(settings.batch_sizes))), not reasons, "; ".join(reasons))
 
 
-def validate_artifacts(reference: Artifact, candidates: list[Artifact], contract: SignatureContract,
+def validate_artifacts(reference: Artifact, candidates: list[Artifact], contract: Signature,
                        inputs: dict[str, np.ndarray], labels: np.ndarray | None,
                        settings: ValidateSection) -> ParityReport:
     """Judge every candidate artifact (and the reference itself, at every batch size) on held-out data.
@@ -286,7 +287,9 @@ def validate_artifacts(reference: Artifact, candidates: list[Artifact], contract
     reference_metric = task.score(reference_outputs)
     rows = [check_artifact(reference, reference_runner, inputs, task, reference_outputs, reference_metric,
                            contract, settings)]
+    del reference_runner  # one model's weights in memory at a time (bench/results/pipeline-latest.md)
     for artifact in candidates:
+        gc.collect()  # the previous runner (and TensorFlow's cycles) before the next one loads
         try:
             runner = runner_for(artifact)
         except Exception as err:  # noqa: BLE001 - any loader failure is that artifact's verdict
@@ -296,6 +299,7 @@ def validate_artifacts(reference: Artifact, candidates: list[Artifact], contract
             continue
         rows.append(check_artifact(artifact, runner, inputs, task, reference_outputs, reference_metric, contract,
                                    settings))
+        del runner
     return ParityReport(reference_metric, len(next(iter(inputs.values()))), tuple(rows), task.name,
                         task.prediction, task.label_source)
 

@@ -126,8 +126,9 @@ def write_report(run: RunFolder, summary: dict[str, Any]) -> tuple[Path, Path]:
         lines.append(f"| {row['artifact']} | {row['mode']} | {_human_bytes(row['size_bytes'])} | {ratio} "
                      f"| {row['metric']:.4g} | {agreement} | {row['latency_ms_batch1']:.3f} | {worst_text} | {exact_text or '-'} | "
                      f"{'pass' if row['passed'] else 'FAIL: ' + row['reason']} |")
-    lines += ["", "| conversion | status | reason |", "|---|---|---|"]
-    lines += [f"| {c['name']} | {c['status']} | {c['reason'] or '-'} |" for c in summary["conversions"]]
+    lines += ["", "| conversion | status | recipe | reason |", "|---|---|---|---|"]
+    lines += [f"| {c['name']} | {c['status']} | {c.get('recipe') or '-'} | {c['reason'] or '-'} |"
+              for c in summary["conversions"]]
     lines += [""] + [f"![{name}]({name})" for name in _plots(run, parity)]
     md_path = run.root / "report.md"
     md_path.write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -28,8 +28,9 @@ from pipeline.export_only.user_model import EvalData
 from pipeline.gate.validate import ParityReport, raise_if_failed, validate_artifacts
 from signatures.audit import AuditReport, audit_saved_model
 from signatures.audit import raise_if_failed as raise_if_audit_failed
-from signatures.contract import SignatureContract, classifier_contract
-from signatures.export import build_classifier_module, export_saved_model, read_signature_contracts
+from core.contract import Signature
+from core.saved_model import read_signatures
+from signatures.export import build_classifier_module, classifier_contract, export_saved_model
 
 GOLDEN_SAMPLES = 64
 
@@ -38,29 +39,29 @@ GOLDEN_SAMPLES = 64
 class ExportOutcome:
     """The exported SavedModel's contract, its graph audit and its behavioural checks (None when off)."""
 
-    contract: SignatureContract
+    contract: Signature
     audit: AuditReport
     behaviour: object | None = None
 
 
-def as_eval_data(config: PipelineConfig, contract: SignatureContract, data: DatasetSplits | EvalData) -> EvalData:
+def as_eval_data(config: PipelineConfig, contract: Signature, data: DatasetSplits | EvalData) -> EvalData:
     """The built-in splits as `EvalData` (test split validates, a seeded train subset calibrates)."""
     if isinstance(data, EvalData):
         return data
-    (image,) = contract.inputs
+    (image,) = contract.inputs.values()
     pick = np.random.default_rng(config.run.seed).permutation(len(data.train))[: config.convert.representative_samples]
     return EvalData({image.name: data.test.images}, data.test.labels, {image.name: data.train.images[pick]},
                     tuple(data.class_names), "built-in splits (test)")
 
 
-def _test_inputs(contract: SignatureContract, splits: DatasetSplits | EvalData) -> dict[str, np.ndarray]:
+def _test_inputs(contract: Signature, splits: DatasetSplits | EvalData) -> dict[str, np.ndarray]:
     if isinstance(splits, EvalData):
         return splits.inputs
-    (image,) = contract.inputs
+    (image,) = contract.inputs.values()
     return {image.name: splits.test.images}
 
 
-def _audit_and_prove(config: PipelineConfig, run: RunFolder, contract: SignatureContract, inputs,
+def _audit_and_prove(config: PipelineConfig, run: RunFolder, contract: Signature, inputs,
                      expected_variables, layers) -> ExportOutcome:
     from pipeline.gate.behaviour import check_behaviour
     from pipeline.gate.behaviour import raise_if_failed as raise_if_behaviour_failed
@@ -110,12 +111,13 @@ def export_user_stage(config: PipelineConfig, run: RunFolder, model, data_path: 
     export_saved_model(build_keras_module(model, contract, extras), contract, run.artifacts,
                        tuple(extra_contract(contract, name, outs) for name, outs in extras.items()))
     run.write_json("data.json", data.summary())
+    run.write_json("export.json", {"recurrent": _write_recipe_sources(run, model, contract)})
     return _audit_and_prove(config, run, contract, data.inputs, [w.path for w in model.weights],
                             keras_layers(model)), data
 
 
-def _user_saved_model_contract(folder: Path, tags: tuple[str, ...]) -> SignatureContract:
-    contracts = read_signature_contracts(folder, tags)
+def _user_saved_model_contract(folder: Path, tags: tuple[str, ...]) -> Signature:
+    contracts = read_signatures(folder, tags)
     if "serving_default" not in contracts:
         raise ContractError(f"--model {folder}: the MetaGraph tagged {list(tags)} has no 'serving_default' signature; "
                          f"it has {sorted(contracts)}")
@@ -144,6 +146,11 @@ def train_step_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSpli
 def export_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits, model=None) -> ExportOutcome:
     """Export the trained model's `serving_default` SavedModel into `artifacts/`, then audit it.
 
+    A model trained under `mixed_bfloat16` / `mixed_float16` is exported as its float32 copy
+    (`signatures.keras_export.float32_copy`, as export-only mode does): the SavedModel, ONNX and TFLite files
+    then compute in float32, so they convert (ONNX has no bfloat16 Conv) and agree with each other at
+    float32 tolerances; `export.json` records the precision trained and exported.
+
     Raises:
         ContractError: the written signature differs from the contract.
         AuditError: the SavedModel holds gradient, optimizer or training-only ops or variables.
@@ -155,20 +162,28 @@ def export_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits, 
         if not model_path.is_file():
             raise StageError(f"export: {model_path} does not exist; run the train stage first")
         model = keras.models.load_model(model_path)
+    from signatures.keras_export import float32_copy, low_precision_layers
     from signatures.layers import keras_layers
+
+    trained_policies = sorted(set(low_precision_layers(model).values()))
+    model = float32_copy(model)
+    record = {"trained_precision": trained_policies or ["float32"], "exported_precision": "float32",
+              "float32_copy": bool(trained_policies)}
 
     contract = classifier_contract(model.inputs[0].name, tuple(splits.train.images.shape[1:]),
                                    len(splits.class_names), str(model.inputs[0].dtype))
     export_saved_model(build_classifier_module(model, contract), contract, run.artifacts)
+    recurrent = _write_recipe_sources(run, model, contract, lambda clone: build_classifier_module(clone, contract))
+    run.write_json("export.json", record | {"recurrent": recurrent})
     return _audit_and_prove(config, run, contract, _test_inputs(contract, splits), [w.path for w in model.weights],
                             keras_layers(model))
 
 
-def read_contract(run: RunFolder) -> SignatureContract:
+def read_contract(run: RunFolder) -> Signature:
     """The `serving_default` contract of the run's exported SavedModel."""
     if not (run.artifacts / "saved_model.pb").is_file():
         raise StageError(f"{run.artifacts}/saved_model.pb does not exist; run the export stage first")
-    return read_signature_contracts(run.artifacts)["serving_default"]
+    return read_signatures(run.artifacts)["serving_default"]
 
 
 def convert_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits | EvalData) -> ConvertResult:
@@ -179,9 +194,28 @@ def convert_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits 
     for leftover in run.artifacts.glob(".*"):  # temp files of a conversion that was killed
         if leftover.is_file():
             leftover.unlink()
-    result = convert_artifacts(run.artifacts, contract, config.convert, data.calibration, sample)
+    result = convert_artifacts(run.artifacts, contract, config.convert, data.calibration, sample,
+                               _tflite_sources(run))
     run.write_json("convert.json", result.to_json())
     return result
+
+
+def _tflite_sources(run: RunFolder) -> dict:
+    """The TFLite recipes' sources the export stage wrote (`export.json` -> `recurrent`)."""
+    import json
+
+    path = run.root / "export.json"
+    recurrent = json.loads(path.read_text()).get("recurrent", {}) if path.is_file() else {}
+    source = recurrent.get("unrolled_source")
+    return {"unrolled": source if source and Path(source).is_dir() else None,
+            "unrolled_reason": recurrent.get("reason", "")}
+
+
+def _write_recipe_sources(run: RunFolder, model, contract: Signature, build_module=None) -> dict:
+    """An unrolled copy of a recurrent model for the TFLite converter (`signatures.recurrent`); its record."""
+    from signatures.recurrent import write_unrolled_source
+
+    return write_unrolled_source(model, contract, run.root / "tflite_sources" / "unrolled", build_module)
 
 
 def present_artifacts(run: RunFolder) -> tuple[Artifact, list[Artifact]]:
@@ -207,7 +241,7 @@ def validate_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits
     return raise_if_failed(report)
 
 
-def _golden(run: RunFolder, contract: SignatureContract, splits: DatasetSplits):
+def _golden(run: RunFolder, contract: Signature, splits: DatasetSplits):
     from pipeline.gate.runners import saved_model_runner
 
     inputs = {k: v[:GOLDEN_SAMPLES] for k, v in _test_inputs(contract, splits).items()}

@@ -37,7 +37,8 @@ def _cluster() -> tuple[bool, int, int]:
     raw = os.environ.get("TF_CONFIG")
     if not raw:
         raise ConfigError("train.strategy = 'multi_worker' needs the TF_CONFIG environment variable "
-                          '(e.g. {"cluster": {"worker": ["host:port", ...]}, "task": {"type": "worker", "index": 0}})')
+                          '(e.g. {"cluster": {"worker": ["host:port", ...]}, "task": {"type": "worker", "index": 0}}); '
+                          "on one machine, `tfship train --workers N` starts the workers with their TF_CONFIG")
     try:
         tf_config = json.loads(raw)
         workers = tf_config["cluster"]["worker"]
@@ -93,3 +94,36 @@ def training_runtime(config: TrainSection, seed: int) -> Iterator[None]:
         tf.config.run_functions_eagerly(was_eager)
         if config.deterministic and not was_deterministic:
             tf_config.disable_op_determinism()
+
+
+def read_value(value):
+    """A host copy (numpy) of a value that a `tf.distribute` strategy may hold.
+
+    Accepts Python numbers, numpy arrays, tensors, Keras variables (read through their backing variable) and
+    distributed values: a mirrored variable (`MirroredVariable`, `SyncOnReadVariable`) is read in cross-replica
+    context (every replica holds the same value; sync-on-read variables are aggregated by their own rule), and a
+    `PerReplica` value is averaged over this worker's replicas. Everything logged or printed during training
+    goes through here, so `float()` never meets a distributed value (`TypeError ... 'MirroredVariable'`).
+
+    Returns:
+        `numpy.ndarray` (0-d for a scalar).
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    value = getattr(value, "value", value) if not isinstance(value, (tf.Tensor, np.ndarray)) else value
+    if isinstance(value, tf.distribute.DistributedValues):
+        if isinstance(value, tf.Variable):
+            value = value.read_value()
+        else:
+            locals_ = tf.distribute.get_strategy().experimental_local_results(value)
+            value = np.mean([np.asarray(v) for v in locals_], axis=0)
+    return np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+
+
+def read_float(value) -> float:
+    """`read_value` of a scalar as a Python float (raises ValueError for a non-scalar)."""
+    array = read_value(value)
+    if array.size != 1:
+        raise ValueError(f"expected a scalar, got shape {list(array.shape)}")
+    return float(array.reshape(()))

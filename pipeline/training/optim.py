@@ -77,14 +77,18 @@ def build_optimizer(config: TrainSection, total_updates: int):
 
 
 def current_learning_rate(optimizer) -> float:
-    """The learning rate the next update uses (float)."""
-    return float(optimizer.learning_rate)
+    """The learning rate the next update uses (float), read through the strategy (`distribute.read_float`)."""
+    from pipeline.training.distribute import read_float
+
+    return read_float(optimizer.learning_rate)
 
 
 def loss_scale(optimizer) -> float:
     """The dynamic loss scale of a `LossScaleOptimizer`; 1.0 for any other optimizer."""
+    from pipeline.training.distribute import read_float
+
     scale = getattr(optimizer, "dynamic_scale", None)
-    return float(scale) if scale is not None else 1.0
+    return read_float(scale) if scale is not None else 1.0
 
 
 def total_optimizer_updates(steps: int, accumulation_steps: int) -> int:

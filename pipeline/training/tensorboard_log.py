@@ -60,24 +60,31 @@ class TensorBoardLog:
 
     def step(self, step: int, scalars: dict[str, float], variables=()) -> None:
         """Log `scalars` (loss, accuracy, lr, gradient global norm, loss scale) at 1-based `step` when
-        it falls on the period, and histograms of `variables` (objects with `.path` and `.numpy()`)."""
+        it falls on the period, and histograms of `variables` (Keras variables, with `.path`).
+
+        Every value is read through the strategy (`distribute.read_value`): numbers, tensors, Keras
+        variables and mirrored / per-replica values all log the same way."""
+        from pipeline.training.distribute import read_float, read_value
+
         if self._train is None:
             return
         with self._train.as_default(step=step):
             if step % self.scalar_every == 0:
                 for name, value in scalars.items():
-                    write_scalar(name, value, step)
+                    write_scalar(name, read_float(value), step)
             if step % self.histogram_every == 0:
                 for variable in variables:
-                    write_histogram(variable.path, np.asarray(variable.numpy()), step)
+                    write_histogram(variable.path, read_value(variable), step)
 
     def epoch(self, step: int, metrics: dict[str, float]) -> None:
         """Log per-epoch validation metrics at `step`."""
         if self._validation is None:
             return
+        from pipeline.training.distribute import read_float
+
         with self._validation.as_default(step=step):
             for name, value in metrics.items():
-                write_scalar(name, value, step)
+                write_scalar(name, read_float(value), step)
         self._validation.flush()
         self._train.flush()
 

@@ -7,14 +7,23 @@ requests against `metadata()` before calling `predict()`, so backends may assume
 from __future__ import annotations
 
 import abc
+import asyncio
+import time
 from collections.abc import Mapping
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from core.contract import Signature
 from core.errors import ConfigError, FailedPreconditionError, InvalidRequestError
-from serving.contract import Signature
+
+# A model call expected to take less than this (seconds) runs on the event loop: handing it to a worker
+# thread and back costs more (two GIL hand-offs and a self-pipe wake-up, ~25 % of a one-core server's time
+# on the identity backend, bench/results/serve-profile.md).
+INLINE_CALL_BUDGET_S = 100e-6
+_EWMA = 0.2  # weight of the newest call in the per-row cost estimate
 
 
 class RuntimeLoadError(FailedPreconditionError):
@@ -73,13 +82,57 @@ class Runtime(abc.ABC):
     def load(self) -> None:
         """Load the artifact; raise `RuntimeLoadError` (with the cause) if it cannot be served."""
 
-    @abc.abstractmethod
-    def predict(self, inputs: Mapping[str, np.ndarray], signature_name: str = "serving_default",
-                *, deadline: float | None = None) -> dict[str, np.ndarray]:
-        """Run one signature. `inputs`: alias -> array, batch on dim 0; returns alias -> array (all outputs).
+    @property
+    def backend(self) -> str:
+        """The backend that runs the model (`onnx`, ...); a wrapper reports the runtime it wraps."""
+        return self.name
 
-        `deadline` (time.monotonic() seconds) matters only to queueing wrappers such as `Batched`.
+    _seconds_per_row: float | None = None  # measured cost of `predict` (moving average), None before a call
+
+    @abc.abstractmethod
+    def predict(self, inputs: Mapping[str, np.ndarray],
+                signature_name: str = "serving_default") -> dict[str, np.ndarray]:
+        """Run one signature on the calling thread.
+
+        Args:
+            inputs: alias -> array (batch on dim 0), already validated against `metadata()`.
+            signature_name: which signature to run.
+
+        Returns:
+            alias -> array, every output of the signature.
         """
+
+    async def predict_async(self, inputs: Mapping[str, np.ndarray], signature_name: str = "serving_default", *,
+                            deadline: float | None = None, executor: Executor | None = None) -> dict[str, np.ndarray]:
+        """Run one signature for the event loop; the data plane's only way to call a runtime.
+
+        The default runs `predict()` on a thread of `executor`, or on the event loop itself once calls are
+        measured cheaper than `INLINE_CALL_BUDGET_S` for this many rows (the thread hop would cost more).
+        Queueing wrappers override it by composition (`serving.batching.Batched` awaits its slice of a
+        merged call, no thread parked per request) and use `deadline` to drop a request that expired while
+        queued; the default ignores it (the data plane times the call out itself).
+
+        Args:
+            inputs: as `predict()`.
+            signature_name: as `predict()`.
+            deadline: when the caller stops waiting, `time.monotonic()` seconds; None = no deadline.
+            executor: threads for the blocking call; None = the loop's default executor.
+        """
+        rows = _rows(inputs)
+        estimate = self._seconds_per_row
+        if estimate is not None and estimate * rows < INLINE_CALL_BUDGET_S:
+            return self._timed_predict(inputs, signature_name, rows)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(executor, self._timed_predict, inputs, signature_name, rows)
+
+    def _timed_predict(self, inputs: Mapping[str, np.ndarray], signature_name: str, rows: int) -> dict:
+        """`predict()`, timed: keeps the per-row cost estimate (seconds) up to date."""
+        started = time.perf_counter()
+        outputs = self.predict(inputs, signature_name)
+        per_row = (time.perf_counter() - started) / rows
+        previous = self._seconds_per_row
+        self._seconds_per_row = per_row if previous is None else previous + _EWMA * (per_row - previous)
+        return outputs
 
     @abc.abstractmethod
     def metadata(self) -> dict[str, Signature]:
@@ -127,3 +180,11 @@ class RuntimeRegistry:
                 return cls(version_dir, options)
         raise RuntimeLoadError(f"no backend among {self.names()} can serve {version_dir} "
                                "(need saved_model.pb with TensorFlow installed, model.onnx or model.tflite)")
+
+
+def _rows(inputs: Mapping[str, np.ndarray]) -> int:
+    """Rows of a request (dim 0 of its first non-scalar input); 1 when every input is a scalar."""
+    for array in inputs.values():
+        if np.ndim(array) > 0:
+            return max(int(np.shape(array)[0]), 1)
+    return 1

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from serving.contract import Signature, TensorSpec
+from core.contract import Signature, TensorSpec
 from serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions, input_rejected
-from serving.signature_defs import read_saved_model_signatures
+from core.saved_model import read_signatures
 
 _INDEX_ERROR = re.compile(r"out of (data )?bounds|out of range|invalid indice|not in \[", re.IGNORECASE)
 _ORT_TYPES = {
@@ -20,6 +20,23 @@ _ORT_TYPES = {
     "tensor(uint8)": "uint8", "tensor(uint16)": "uint16", "tensor(uint32)": "uint32",
     "tensor(uint64)": "uint64", "tensor(bool)": "bool", "tensor(string)": "string",
 }
+
+
+def _text_for_ort(name: str, value: np.ndarray) -> np.ndarray:
+    """String tensors as object arrays of `str`, the one form ONNX Runtime reads correctly: it turns `bytes`
+    objects into their repr ("b'a'") and misreads fixed-width `|S` arrays. gRPC `string_val` arrives as
+    bytes, REST JSON as str; both decode as UTF-8 (TensorFlow's and TF Serving's text encoding).
+
+    Raises:
+        ModelInputError: bytes that are not UTF-8 text.
+    """
+    if value.dtype.kind not in "OSU":
+        return value
+    try:
+        flat = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in value.ravel()]
+    except UnicodeDecodeError as err:
+        raise input_rejected("ONNX Runtime", {name: value}, f"string input is not UTF-8 text: {err}") from err
+    return np.array(flat, dtype=object).reshape(value.shape)
 
 
 class OnnxRuntime(Runtime):
@@ -64,16 +81,17 @@ class OnnxRuntime(Runtime):
             outputs={o.name: _spec(o) for o in self._session.get_outputs()},
         )
         if (self.version_dir / "saved_model.pb").is_file():
-            declared = read_saved_model_signatures(self.version_dir).get("serving_default")
+            declared = read_signatures(self.version_dir, include_internal=True).get("serving_default")
             if declared and set(declared.inputs) == set(own.inputs) and set(declared.outputs) == set(own.outputs):
                 return declared
         return own
 
-    def predict(self, inputs: Mapping[str, np.ndarray], signature_name: str = "serving_default",
-                *, deadline: float | None = None) -> dict[str, np.ndarray]:
+    def predict(self, inputs: Mapping[str, np.ndarray],
+                signature_name: str = "serving_default") -> dict[str, np.ndarray]:
         names = list(self._signature.outputs)
+        feed = {name: _text_for_ort(name, np.asarray(value)) for name, value in inputs.items()}
         try:
-            values = self._session.run(names, dict(inputs))
+            values = self._session.run(names, feed)
         except Exception as err:
             if _is_input_error(err):
                 raise input_rejected("ONNX Runtime", inputs, err) from err

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from serving.contract import Signature
+from core.contract import Signature
 from serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions, input_rejected
-from serving.signature_defs import read_saved_model_signatures, serving_tags
+from core.saved_model import read_signatures, serving_tags
 
 
 class SavedModelRuntime(Runtime):
@@ -35,15 +35,15 @@ class SavedModelRuntime(Runtime):
         try:
             import tensorflow as tf
 
-            self._signatures = read_saved_model_signatures(self.version_dir)
+            self._signatures = read_signatures(self.version_dir, include_internal=True)
             self._loaded = tf.saved_model.load(str(self.version_dir), tags=serving_tags(self.version_dir))
         except Exception as err:
             raise RuntimeLoadError(f"cannot load SavedModel {self.version_dir}: {err}") from err
         self._functions = dict(self._loaded.signatures)
         self.ready = True
 
-    def predict(self, inputs: Mapping[str, np.ndarray], signature_name: str = "serving_default",
-                *, deadline: float | None = None) -> dict[str, np.ndarray]:
+    def predict(self, inputs: Mapping[str, np.ndarray],
+                signature_name: str = "serving_default") -> dict[str, np.ndarray]:
         import tensorflow as tf
 
         fn = self._functions[signature_name]

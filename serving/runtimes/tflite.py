@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
-from serving.contract import Signature, TensorSpec
+from core.contract import Signature, TensorSpec
 from serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions, input_rejected
-from serving.signature_defs import read_saved_model_signatures
-from serving.tensors import dtype_name
+from core.saved_model import read_signatures
+from core.dtypes import dtype_name
 
 
 # LiteRT kernels' messages for an input value they refuse (GATHER: "gather index out of bounds").
@@ -55,6 +55,8 @@ class TfliteRuntime(Runtime):
             self._interpreter = Interpreter(model_path=str(self.path), num_threads=threads)
             self._runners = {k: self._interpreter.get_signature_runner(k)
                              for k in self._interpreter.get_signature_list()}
+            for runner in self._runners.values():
+                _prime_dynamic_shapes(runner)
         except Exception as err:
             raise RuntimeLoadError(f"cannot load {self.path}: {err}") from err
         if not self._runners:
@@ -65,7 +67,7 @@ class TfliteRuntime(Runtime):
     def _contract(self) -> dict[str, Signature]:
         declared = {}
         if (self.version_dir / "saved_model.pb").is_file():
-            declared = read_saved_model_signatures(self.version_dir)
+            declared = read_signatures(self.version_dir, include_internal=True)
         out = {}
         for key, runner in self._runners.items():
             own = Signature(name=key, inputs=_specs(runner.get_input_details()),
@@ -75,8 +77,8 @@ class TfliteRuntime(Runtime):
             out[key] = match if ok else own
         return out
 
-    def predict(self, inputs: Mapping[str, np.ndarray], signature_name: str = "serving_default",
-                *, deadline: float | None = None) -> dict[str, np.ndarray]:
+    def predict(self, inputs: Mapping[str, np.ndarray],
+                signature_name: str = "serving_default") -> dict[str, np.ndarray]:
         with self._lock:
             try:
                 outputs = self._runners[signature_name](**inputs)
@@ -99,6 +101,26 @@ class TfliteRuntime(Runtime):
         self._runners = {}
         self._interpreter = None
         super().unload()
+
+
+def _prime_dynamic_shapes(runner) -> None:
+    """One call at batch 2 (zeros / empty strings) when an input's batch is dynamic: a fresh LiteRT interpreter
+    called first at its default batch 1 keeps placeholder shapes for data-dependent ops (a string lookup's
+    `HASHTABLE_FIND` -> `RESHAPE` fails); after a call at another size every call reallocates. Same as
+    `tflite.runner.prime_dynamic_shapes`; errors are ignored (real requests report their own)."""
+    details = runner.get_input_details()
+    feed = {}
+    for name, info in details.items():
+        signature = [int(d) for d in info["shape_signature"]]
+        if -1 in signature:
+            shape = tuple(2 if d == -1 else d for d in signature)
+            kind = np.dtype(info["dtype"]).kind
+            feed[name] = np.full(shape, b"", dtype=object) if kind in "SOU" else np.zeros(shape, info["dtype"])
+    if feed and len(feed) == len(details):
+        try:
+            runner(**feed)
+        except (ValueError, RuntimeError):
+            pass
 
 
 def _specs(details: dict) -> dict[str, TensorSpec]:

@@ -43,7 +43,8 @@ def test_loadgen_serves_without_errors(tmp_path: Path, batching: bool) -> None:
     extra = ["--rest-port", "-1", "--file-system-poll-wait-seconds", "0"] + (
         ["--enable-batching"] if batching else []
     )
-    with ServerProcess(tmp_path / "repo", "echo", "auto", extra, startup_timeout_s=60) as server:
+    with ServerProcess(tmp_path / "repo", "echo", "auto", extra, startup_timeout_s=60,
+                       module="bench.serve.identity") as server:
         out = tmp_path / "result.json"
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         cmd = [

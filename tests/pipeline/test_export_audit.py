@@ -8,15 +8,15 @@ import pytest
 
 from core.errors import AuditError, ContractError
 from signatures.audit import audit_saved_model, raise_if_failed
-from signatures.contract import SignatureContract, TensorContract, compare_contracts
-from signatures.export import read_signature_contracts
+from core.contract import Signature, TensorSpec, compare_contracts
+from core.saved_model import read_signatures
 
 
 def test_export_writes_the_contract_and_matches_the_model(exported, splits):
     import tensorflow as tf
 
     folder, contract, model = exported
-    written = read_signature_contracts(folder)
+    written = read_signatures(folder)
     assert list(written) == ["serving_default"]
     compare_contracts(contract, written["serving_default"], str(folder))
     loaded = tf.saved_model.load(str(folder))
@@ -95,12 +95,12 @@ def test_audit_fails_on_active_dropout_and_foreign_variables(exported, tmp_path)
 
 
 def test_contract_comparison_names_every_difference():
-    want = SignatureContract("serving_default", (TensorContract("image", "float32", (None, 8, 8, 1)),),
-                             (TensorContract("logits", "float32", (None, 10)),
-                              TensorContract("class_id", "int64", (None,))))
-    got = SignatureContract("serving_default", (TensorContract("image", "float64", (None, 8, 8)),),
-                            (TensorContract("scores", "float32", (None, 10)),
-                             TensorContract("class_id", "int32", (None,))))
+    want = Signature.of("serving_default", (TensorSpec(name="image", dtype="float32", shape=(None, 8, 8, 1)),),
+                             (TensorSpec(name="logits", dtype="float32", shape=(None, 10)),
+                              TensorSpec(name="class_id", dtype="int64", shape=(None,))))
+    got = Signature.of("serving_default", (TensorSpec(name="image", dtype="float64", shape=(None, 8, 8)),),
+                            (TensorSpec(name="scores", dtype="float32", shape=(None, 10)),
+                             TensorSpec(name="class_id", dtype="int32", shape=(None,))))
     with pytest.raises(ContractError) as error:
         compare_contracts(want, got, "model/1/saved_model.pb")
     message = str(error.value)

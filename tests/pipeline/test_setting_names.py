@@ -69,3 +69,14 @@ def test_the_flex_advice_names_a_setting_that_set_accepts():
     named = {name for path, _, name in named_settings() if path == "tflite/worker.py"}
     assert "convert.allow_flex" in named
     assert load_config(None, {"convert.allow_flex": True}).convert.allow_flex is True
+
+
+def test_no_message_advises_a_bare_setting_name_that_does_not_exist():
+    """`set allow_flex ...` (a bare key, the old Flex advice) must be a real key, and should be dotted."""
+    leaves = {key.rsplit(".", 1)[-1] for key in _schema_keys()}
+    bare = re.compile(r"\b(?:[Ss]et|[Ee]nable|[Dd]isable) ([a-z]+_[a-z0-9_]+)\b(?!\.)")
+    found = [(str(path.relative_to(REPO_ROOT)), line, match.group(1))
+             for package in PACKAGES for path in sorted((REPO_ROOT / package).rglob("*.py"))
+             for line, text in _literals(path) for match in bare.finditer(text)]
+    assert [entry for entry in found if entry[2] not in leaves] == []
+    assert bare.search("needs Flex ops; set allow_flex to try SELECT_TF_OPS")  # the scan sees the old advice

@@ -78,7 +78,7 @@ KINDS = {
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_every_step_kind_trains_once_traced_under_xla_and_exports_forward_only(tmp_path, kind):
     from signatures.audit import audit_saved_model, raise_if_failed
-    from signatures.contract import classifier_contract
+    from signatures.export import classifier_contract
     from signatures.export import build_classifier_module, export_saved_model
 
     overrides = {"train.step.kind": kind, **KINDS[kind]}

@@ -7,7 +7,7 @@ import pytest
 
 from core.errors import DatasetError
 from pipeline.export_only.user_model import load_user_data
-from signatures.contract import classifier_contract
+from signatures.export import classifier_contract
 
 CONTRACT = classifier_contract("image", (8, 8, 1), 10)
 CLASSES = tuple(str(i) for i in range(10))
@@ -57,5 +57,5 @@ def test_sequential_model_gets_a_contract():
 
     model = keras.Sequential([keras.Input((4,), name="features"), keras.layers.Dense(3, name="scores")])
     contract = contract_from_keras(model)
-    assert [t.name for t in contract.inputs] == ["features"]
-    assert [(t.name, t.shape) for t in contract.outputs] == [("scores", (None, 3))]
+    assert list(contract.inputs) == ["features"]
+    assert [(t.name, t.shape) for t in contract.outputs.values()] == [("scores", (None, 3))]

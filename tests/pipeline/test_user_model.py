@@ -14,7 +14,7 @@ from core.errors import DatasetError, ParityError
 from pipeline.gate.task_metric import index_scores, infer_task
 from pipeline.export_only.user_model import load_user_data
 from pipeline.gate.validate import compare_output
-from signatures.contract import SignatureContract, TensorContract
+from core.contract import Signature, TensorSpec
 from tests.pipeline.conftest import run_tfship
 from tests.pipeline.user_models import write_classification_npz
 
@@ -63,8 +63,8 @@ def test_export_only_refuses_a_training_mode_batch_norm_naming_it(tmp_path):
 
 
 def test_data_reader_names_missing_arrays_and_bad_shapes(tmp_path):
-    contract = SignatureContract("serving_default", (TensorContract("pixels", "float32", (None, 16)),
-                                                     TensorContract("count", "int64", (None, 1))), ())
+    contract = Signature.of("serving_default", (TensorSpec(name="pixels", dtype="float32", shape=(None, 16)),
+                                                     TensorSpec(name="count", dtype="int64", shape=(None, 1))), ())
     np.savez(tmp_path / "missing.npz", pixels=np.zeros((4, 16), np.float32))
     with pytest.raises(DatasetError, match=r"missing arrays \['count'\]"):
         load_user_data(tmp_path / "missing.npz", contract, 10, 0)
@@ -110,7 +110,7 @@ def test_config_accepts_the_new_sections():
 
 
 def test_text_inputs_load_from_str_or_utf8_bytes(tmp_path):
-    contract = SignatureContract("serving_default", (TensorContract("city", "string", (None, 1)),), ())
+    contract = Signature.of("serving_default", (TensorSpec(name="city", dtype="string", shape=(None, 1)),), ())
     cities = np.array([["paris"], ["são paulo"], ["oslo"]])
     np.savez(tmp_path / "bytes.npz", city=np.char.encode(cities, "utf-8"), y=np.array([0, 1, 2]))
     np.savez(tmp_path / "text.npz", city=cities, y=np.array([0, 1, 2]))

@@ -36,7 +36,7 @@ class Gated(Runtime):
     def metadata(self):
         return self.inner.metadata()
 
-    def predict(self, inputs, signature_name="serving_default", *, deadline=None):
+    def predict(self, inputs, signature_name="serving_default"):
         self.entered.set()
         self.gate.wait()
         return self.inner.predict(inputs, signature_name)
@@ -146,7 +146,7 @@ def test_full_queue_deadline_and_batch_failure(onnx_runtime):
             blocker = pool.submit(batched.predict, _x(1, 0))
             assert gated.entered.wait(30)
             failing = [pool.submit(batched.predict, bad) for _ in range(2)]
-            expired = pool.submit(batched.predict, _x(1, 1), deadline=time.monotonic() + 0.05)
+            expired = pool.submit(asyncio.run, batched.predict_async(_x(1, 1), deadline=time.monotonic() + 0.05))
             _wait_queue(metrics, 3)
             with pytest.raises(ResourceExhaustedError, match="batch queue full"):
                 batched.predict(_x(2, 2))
@@ -190,7 +190,7 @@ def test_server_batching_gives_each_client_its_own_outputs(repository, tmp_path)
 
 
 def test_pad_variable_length_inputs(tmp_path):
-    from serving.runtimes.identity import IdentityRuntime
+    from bench.serve.identity import IdentityRuntime
 
     (tmp_path / "identity.json").write_text('{"inputs": {"tokens": {"dtype": "int32", "shape": [null, null]}}}')
     echo = IdentityRuntime(tmp_path)
@@ -288,7 +288,7 @@ def test_cancelled_async_request_is_dropped_from_the_queue(onnx_runtime):
 def test_server_batches_merge_under_concurrent_load(repository, tmp_path):
     import grpc
 
-    from serving import protocol
+    from core import protocol
     from serving.launcher import ServerProcess
     from serving.tensors import to_tensor_proto
 

@@ -15,12 +15,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from serving.dataplane import INLINE_CALL_BUDGET_S, DataPlane
+from bench.serve.identity import register
+from serving.dataplane import DataPlane
 from serving.manager import ModelManager
 from serving.metrics import Metrics
 from serving.model_config import ModelConfig
 from serving.runtimes import RuntimeOptions
-from serving.runtimes.base import Runtime
+from serving.runtimes.base import INLINE_CALL_BUDGET_S, Runtime
 from serving.types import InferenceRequest, ModelRef, ServerLimits
 
 
@@ -40,11 +41,11 @@ class Recorded(Runtime):
         self.inner.load()
         self.ready = True
 
-    def predict(self, inputs, signature_name="serving_default", *, deadline=None):
+    def predict(self, inputs, signature_name="serving_default"):
         self.threads.append(threading.get_ident())
         if self.cost_s:
             time.sleep(self.cost_s)
-        return self.inner.predict(inputs, signature_name, deadline=deadline)
+        return self.inner.predict(inputs, signature_name)
 
     def metadata(self):
         return self.inner.metadata()
@@ -54,6 +55,7 @@ class Recorded(Runtime):
 
 
 def _calls(tmp_path, cost_s: float, count: int) -> tuple[Recorded, int, list]:
+    register()  # the benchmark's `identity` backend (not in the production registry)
     (tmp_path / "echo" / "1").mkdir(parents=True)
     (tmp_path / "echo" / "1" / "identity.json").write_text(json.dumps({"inputs": {"x": {"dtype": "float32",
                                                                                        "shape": [None, 4]}}}))

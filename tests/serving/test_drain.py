@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from conftest import MODEL
 
-from serving import protocol
+from core import protocol
 from serving.launcher import ServerProcess
 from serving.tensors import to_tensor_proto
 
@@ -77,7 +77,7 @@ def test_half_sent_rest_body_never_outlives_the_grace_period(repository):
         exit_code = server.process.wait(30)
         elapsed = time.monotonic() - started
         sock.close()
-    assert exit_code == 0 and elapsed < 2 + 2, elapsed
+    assert exit_code == 0 and elapsed < 2 + 1.5, elapsed  # grace, plus the interpreter's exit on a busy machine
 
 
 def test_slow_rest_clients_are_timed_out(repository):

@@ -22,7 +22,7 @@ def edge_python() -> str:
 
 
 def test_edge_venv_has_no_tensorflow(edge_python):
-    code = ("import importlib.util, sys; import serving.protocol, serving.client, serving.server, serving.query; "
+    code = ("import importlib.util, sys; import core.protocol, serving.client, serving.server, serving.query; "
             "assert importlib.util.find_spec('tensorflow') is None; print('ok')")
     assert subprocess.run([edge_python, "-c", code], capture_output=True, text=True, check=True).stdout == "ok\n"
 

@@ -9,7 +9,7 @@ from conftest import MODEL, saved_model_outputs
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from serving import protocol
+from core import protocol
 from serving.client import RemoteError
 from serving.types import VersionState
 

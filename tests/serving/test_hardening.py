@@ -19,7 +19,8 @@ from conftest import MODEL
 from google.protobuf import text_format
 
 from core.errors import ConfigError, InvalidRequestError, ModelNotFoundError, ResourceExhaustedError
-from serving import cli, converters, protocol
+from core import protocol
+from serving import cli, converters
 from serving.client import PredictClient, RemoteError
 from serving.launcher import ServerProcess
 from serving.manager import ModelManager

@@ -195,6 +195,15 @@ def test_http_json_body_as_the_protocol_documents(server, repository):
                       "outputs": [{"name": "class_id", "datatype": "INT64", "shape": [1], "data": want.tolist()}]}
 
 
+def test_large_json_body_is_decoded_right(http_client, repository):
+    """A JSON body above 1 MiB (1024 rows), which the server parses and decodes in a thread."""
+    rows = np.random.default_rng(1).random((1024, 8, 8, 1), dtype=np.float32)
+    result = http_client.infer(MODEL, [_grpc_input(thttp, rows, binary_data=False)],
+                               outputs=[thttp.InferRequestedOutput("class_id", binary_data=False)])
+    want = saved_model_outputs(repository / MODEL / "2", {"image": rows})["class_id"]
+    np.testing.assert_array_equal(result.as_numpy("class_id"), want)
+
+
 def test_signature_parameter_selects_another_signature(grpc_client, http_client, repository):
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     want = saved_model_outputs(repository / MODEL / "2", {"x": x}, "scale")["y"]

@@ -14,7 +14,7 @@ from hypothesis.extra import numpy as hnp
 
 from core.errors import InvalidRequestError, ResourceExhaustedError, UnimplementedError
 from serving import kserve_codec as codec
-from serving import kserve_protocol as kp
+from core import kserve_protocol as kp
 from serving.kserve_converters import infer_options, model_ref
 from serving.types import ModelRef
 
@@ -210,3 +210,28 @@ def test_version_strings_and_parameters():
         infer_options({"sequence_id": 3})
     with pytest.raises(InvalidRequestError, match=r"parameter 'timeout' must be a positive integer \(microseconds\)"):
         infer_options({"timeout": -5})
+
+
+def test_large_payload_functions_run_in_a_spawned_helper_process():
+    """What `serving.offload` runs for large V2 payloads works across a `spawn` process, errors included."""
+    import json
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from serving.kserve_grpc import decode_infer_inputs
+    from serving.kserve_rest import decode_body, encode_answer
+
+    request = kp.ModelInferRequest(model_name="m")
+    request.inputs.add(name="x", datatype="FP32", shape=[2, 2]).contents.fp32_contents.extend([1, 2, 3, 4])
+    body = json.dumps({"id": "1", "inputs": [{"name": "y", "datatype": "INT8", "shape": [2], "data": [1, -2]}]})
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        ((name, datatype, array),) = pool.submit(decode_infer_inputs, request.SerializeToString(), MAX).result()
+        parsed, ((_, _, y),) = pool.submit(decode_body, None, body.encode(), MAX).result()
+        header, blobs = pool.submit(encode_answer, "m", 3, [("y", y)], {"y": True}, False, "1").result()
+        with pytest.raises(InvalidRequestError, match="value 300 is out of range for INT8"):
+            pool.submit(decode_body, None, body.replace("-2", "300").encode(), MAX).result()
+    assert (name, datatype, array.tolist()) == ("x", "FP32", [[1.0, 2.0], [3.0, 4.0]])
+    assert parsed == {"id": "1"} and y.dtype == np.int8 and y.tolist() == [1, -2]
+    assert json.loads(header) == {"model_name": "m", "model_version": "3", "id": "1", "outputs": [
+        {"name": "y", "datatype": "INT8", "shape": [2], "parameters": {"binary_data_size": 2}}]}
+    assert blobs == [b"\x01\xfe"]

@@ -17,7 +17,7 @@ from conftest import MODEL
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from serving import kserve_protocol as kp
+from core import kserve_protocol as kp
 from serving.kserve_codec import CONTENTS_FIELD, DATATYPES
 
 CLIENT_CODES = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.RESOURCE_EXHAUSTED}

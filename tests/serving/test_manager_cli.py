@@ -14,7 +14,8 @@ from conftest import MODEL
 from rich.console import Console
 
 from core.errors import ConfigError, ModelNotFoundError
-from serving import cli, protocol
+from core import protocol
+from serving import cli
 from serving.manager import ModelManager
 from serving.model_config import ModelConfig, VersionPolicy, parse_model_server_config
 from serving.query import query_digits

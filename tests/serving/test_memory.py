@@ -61,7 +61,7 @@ def test_request_memory_bound_names_the_flag(repository):
 
 
 def test_estimate_counts_inputs_and_outputs():
-    from serving.contract import Signature, TensorSpec
+    from core.contract import Signature, TensorSpec
 
     signature = Signature("s", {"x": TensorSpec("float32", (None, 4))},
                           {"y": TensorSpec("float32", (None, 10)), "z": TensorSpec("int64", (None,))})

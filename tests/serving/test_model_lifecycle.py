@@ -11,7 +11,7 @@ import pytest
 from conftest import MODEL
 from google.protobuf import text_format
 
-from serving import protocol
+from core import protocol
 from serving.client import PredictClient, RemoteError
 from serving.launcher import ServerProcess, ServerStartError
 from serving.types import VersionState

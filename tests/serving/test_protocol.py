@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from core.errors import InvalidRequestError
-from serving import protocol
+from core import protocol
 from serving.tensors import from_tensor_proto, to_tensor_proto
 
 

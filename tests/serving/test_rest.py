@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from conftest import MODEL, saved_model_outputs
 
-from serving.contract import Signature, TensorSpec
+from core.contract import Signature, TensorSpec
 from serving.rest_json import request_inputs, response_json
 
 

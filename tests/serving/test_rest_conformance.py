@@ -17,6 +17,8 @@ import requests
 from conftest import MODEL
 from typed_models import TABLE, build_typed_model
 
+from core import protocol
+from serving.client import RemoteError
 from serving.launcher import ServerProcess
 
 TYPED = "typed"
@@ -135,7 +137,7 @@ def test_paths_models_versions_and_labels(server, method, path, status, message)
     assert _error(response, status).startswith(message)
 
 
-def test_classify_and_regress_errors(server):
+def test_classify_and_regress_errors(server, client):
     text = _error(_post(server, f"/v1/models/{MODEL}:classify", {"examples": [{"x": 1.0}]}), 400)
     assert text.startswith("Expected classification signature method_name to be tensorflow/serving/classify. "
                            "Was: tensorflow/serving/predict")
@@ -145,6 +147,14 @@ def test_classify_and_regress_errors(server):
     text = _error(_post(server, f"/v1/models/{MODEL}:classify", {"signature_name": "nope", "examples": [{}]}), 400)
     assert text == "No signature was found with the name: nope"
     assert _error(_post(server, "/v1/models/foo:regress", {"examples": [{}]}), 404).startswith("Servable not found")
+    # gRPC answers the same checks with the same words.
+    request = protocol.ClassificationRequest()
+    request.model_spec.name = MODEL
+    with pytest.raises(RemoteError) as caught:
+        client.call(protocol.PREDICTION_SERVICE, "Classify", request)
+    assert caught.value.grpc_code == "INVALID_ARGUMENT"
+    assert caught.value.details.startswith("Expected classification signature method_name to be "
+                                          "tensorflow/serving/classify. Was: tensorflow/serving/predict")
 
 
 @pytest.mark.parametrize(("signature", "body", "message"), [

@@ -13,7 +13,8 @@ import pytest
 import requests
 from typed_models import TABLE, build_typed_model
 
-from serving import converters, protocol, rest_json
+from core import protocol
+from serving import converters, rest_json
 from serving.client import PredictClient, RemoteError
 from serving.launcher import ServerProcess
 from serving.tensors import to_tensor_proto

@@ -196,3 +196,21 @@ def test_model_config_file_is_polled(repository, tmp_path):
             except Exception:  # NOT_FOUND until the changed file is applied
                 time.sleep(0.1)
         assert [s.version for s in client.model_status("second")] == [2]
+
+
+def test_container_args_list_from_a_tf_serving_manifest_runs_unchanged():
+    """A Kubernetes `args:` list written for tensorflow/serving, appended by the image's entrypoint."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "entrypoint", Path(__file__).resolve().parents[2] / "deploy" / "docker" / "entrypoint.py")
+    entrypoint = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(entrypoint)
+    args = ["--port=8500", "--rest_api_port=8501", "--model_name=digits", "--model_base_path=/models/digits",
+            "--file_system_poll_wait_seconds=30", "--enable_batching=true"]
+    argv = entrypoint.server_argv({}, args)
+    assert argv[1:3] == ["-m", "serving"]
+    settings = _settings(argv[3:])
+    assert (settings.model_name, settings.model_base_path, settings.port, settings.rest_port) == (
+        "digits", Path("/models/digits"), 8500, 8501)
+    assert settings.host == "0.0.0.0" and settings.enable_batching and settings.file_system_poll_wait_seconds == 30

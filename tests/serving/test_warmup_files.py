@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from conftest import MODEL
 
-from serving import protocol
+from core import protocol
 from serving.manager import ModelManager
 from serving.model_config import ModelConfig
 from serving.runtimes import RuntimeOptions

@@ -39,10 +39,18 @@ def test_settings_accept_every_registered_backend():
     import pytest
     from pydantic import ValidationError
 
-    from serving.runtimes import BACKENDS
+    from bench.serve.identity import register
+    from serving.runtimes import backend_names
     from serving.settings import ServerSettings
 
-    assert "identity" in BACKENDS
+    import subprocess
+    import sys
+
+    production = subprocess.run([sys.executable, "-c", "from serving.runtimes import backend_names; "
+                                 "print(','.join(backend_names()))"], capture_output=True, text=True, check=True)
+    assert production.stdout.split() == ["auto,saved_model,onnx,tflite"]  # identity is a benchmark fixture
+    register()
+    assert "identity" in backend_names()
     assert ServerSettings(backend="identity").backend == "identity"
     with pytest.raises(ValidationError, match="unknown backend 'nope'"):
         ServerSettings(backend="nope")

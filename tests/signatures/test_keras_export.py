@@ -13,8 +13,9 @@ from pipeline.gate.behaviour import check_behaviour
 from pipeline.gate.behaviour import raise_if_failed as raise_if_behaviour_failed
 from core.errors import AuditError, ContractError
 from signatures.audit import audit_saved_model, raise_if_failed
-from signatures.contract import SignatureContract, TensorContract
-from signatures.export import export_saved_model, read_signature_contracts
+from core.contract import Signature, TensorSpec
+from core.saved_model import read_signatures
+from signatures.export import export_saved_model
 from signatures.keras_export import build_keras_module, contract_from_keras, extra_contract, float32_copy
 from signatures.layers import keras_layers
 
@@ -46,9 +47,9 @@ def test_twelve_reordered_dict_heads_keep_their_names_and_values(tmp_path):
     model = keras.Model(inputs, heads)
     model, contract = _export(model, tmp_path / "m", {"first_two": tuple(names[:2])})
     assert contract.output_names() == tuple(names)
-    written = read_signature_contracts(tmp_path / "m")
+    written = read_signatures(tmp_path / "m")
     assert set(written) == {"serving_default", "first_two"}
-    assert {t.name for t in written["first_two"].outputs} == set(names[:2])
+    assert {t.name for t in written["first_two"].outputs.values()} == set(names[:2])
     x = RNG.standard_normal((7, 5)).astype("float32")
     got, want = _call(tmp_path / "m", {"features": x}), model(x, training=False)
     for name in names:  # by name: a reordering would swap heads of different widths/values
@@ -124,8 +125,8 @@ def test_mixed_precision_model_exports_a_float32_contract(tmp_path):
         keras.mixed_precision.set_dtype_policy("float32")
     assert model.outputs[0].dtype == "float16"
     copy, contract = _export(model, tmp_path / "mp")
-    written = read_signature_contracts(tmp_path / "mp")["serving_default"]
-    assert [t.dtype for t in (*written.inputs, *written.outputs)] == ["float32", "float32"]
+    written = read_signatures(tmp_path / "mp")["serving_default"]
+    assert [t.dtype for t in (*written.inputs.values(), *written.outputs.values())] == ["float32", "float32"]
     x = RNG.standard_normal((5, 3)).astype("float32")
     got = _call(tmp_path / "mp", {"x": x})["y"]
     assert got.dtype == np.float32
@@ -139,7 +140,7 @@ def test_string_lookup_input_round_trips(tmp_path):
     joined = keras.layers.Concatenate(name="join")([keras.layers.Flatten(name="flat")(ids), amount])
     model = keras.Model({"word": words, "amount": amount}, keras.layers.Dense(1, name="price")(joined))
     _, contract = _export(model, tmp_path / "str")
-    assert {t.name: t.dtype for t in contract.inputs} == {"word": "string", "amount": "float32"}
+    assert {t.name: t.dtype for t in contract.inputs.values()} == {"word": "string", "amount": "float32"}
     feed = {"word": np.array([["red"], ["blue"], ["mauve"]]), "amount": RNG.random((3, 2), "float32")}
     np.testing.assert_allclose(_call(tmp_path / "str", feed)["price"], keras.ops.convert_to_numpy(model(feed)),
                                atol=1e-5)
@@ -149,8 +150,8 @@ def test_string_lookup_input_round_trips(tmp_path):
 def test_written_signature_that_differs_from_the_contract_is_refused(tmp_path):
     inputs = keras.Input((3,), name="x")
     model = keras.Model(inputs, keras.layers.Dense(2, name="y")(inputs))
-    wrong = SignatureContract("serving_default", (TensorContract("x", "float32", (None, 3)),),
-                              (TensorContract("y", "int64", (None, 2)),))
+    wrong = Signature.of("serving_default", (TensorSpec(name="x", dtype="float32", shape=(None, 3)),),
+                              (TensorSpec(name="y", dtype="int64", shape=(None, 2)),))
     with pytest.raises(ContractError, match="output 'y' dtype float32, expected int64"):
         export_saved_model(build_keras_module(model, wrong), wrong, tmp_path / "bad")
     assert not (tmp_path / "bad").exists()

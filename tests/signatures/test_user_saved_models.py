@@ -12,14 +12,15 @@ import pytest
 from core.errors import ContractError
 from pipeline.gate.runners import saved_model_runner
 from signatures.audit import audit_saved_model
-from signatures.export import build_savedmodel_module, export_saved_model, read_signature_contracts
+from core.saved_model import read_signatures
+from signatures.export import build_savedmodel_module, export_saved_model
 from tests.saved_models import tf1_expected, tf1_multi_meta_graph, wrapped_keras_after_fit
 
 FEATURES = np.random.default_rng(1).random((7, 4), dtype=np.float32)
 
 
 def _reexport(source, folder, tags=("serve",)):
-    contract = read_signature_contracts(source, tags)["serving_default"]
+    contract = read_signatures(source, tags)["serving_default"]
     module = build_savedmodel_module(source, contract, tags)
     export_saved_model(module, contract, folder)
     return module, audit_saved_model(folder)
@@ -50,11 +51,11 @@ def test_training_state_the_serving_function_reads_is_kept_and_refused_by_the_au
 
 def test_tf1_export_with_serve_train_and_eval_meta_graphs(tmp_path):
     source = tf1_multi_meta_graph(tmp_path / "tf1")
-    assert set(read_signature_contracts(source)) == {"serving_default"}
-    assert set(read_signature_contracts(source, ("eval",))) == {"eval"}
+    assert set(read_signatures(source)) == {"serving_default"}
+    assert set(read_signatures(source, ("eval",))) == {"eval"}
     with pytest.raises(ContractError, match=r"no MetaGraph tagged \['gpu', 'serve'\].*\[\['train'\], \['serve'\], "
                                              r"\['eval'\]\].*--tags"):
-        read_signature_contracts(source, ("serve", "gpu"))
+        read_signatures(source, ("serve", "gpu"))
     module, audit = _reexport(source, tmp_path / "out")
     assert audit.passed, audit.violations
     assert sorted(v["name"] for v in audit.to_json()["variables"]) == ["b", "w"]

@@ -2,9 +2,9 @@
 
 Development-time only (needs `tensorflow-serving-api`, hence TensorFlow). Walks the installed pb2
 modules' `DESCRIPTOR`s transitively and writes every file they depend on, dependencies first, so
-`serving.protocol` can rebuild the same messages at runtime with `descriptor_pool` alone.
+`core.protocol` can rebuild the same messages at runtime with `descriptor_pool` alone.
 
-Usage: `python -m serving.protos.build_descriptors [--output PATH]`
+Usage: `python -m core.protos.build_descriptors [--output PATH]`
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Open Inference Protocol (KServe V2) gRPC messages without TensorFlow or protoc.
 
 `protos/open_inference.desc` (built from `protos/open_inference.proto`, see
-`serving.protos.build_open_inference`) is added to tfship's private descriptor pool
-(`serving.protocol.POOL`), so the messages never clash with a client library's generated modules
+`core.protos.build_open_inference`) is added to tfship's private descriptor pool
+(`core.protocol.POOL`), so the messages never clash with a client library's generated modules
 (e.g. tritonclient's `grpc_service.proto`) loaded in the same process, and server reflection lists the
 service beside TF Serving's. Wire-compatible with Triton's `inference.GRPCInferenceService`.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from google.protobuf import descriptor_pb2
 
-from serving import protocol
+from core import protocol
 
 DESCRIPTOR_SET = Path(__file__).resolve().parent / "protos" / "open_inference.desc"
 SERVICE = "inference.GRPCInferenceService"

@@ -3,18 +3,22 @@
 Serves a version folder holding only `identity.json`, which declares the contract:
 `{"inputs": {"x": {"dtype": "float32", "shape": [null, 784]}}}` (null = unknown dimension). Every
 input is returned under the same alias, so the response carries as many bytes as the request.
-Registered last, `auto` picks it only for folders with no real model artifact.
+A benchmark and test fixture, not a production backend: `register()` adds it to the serving registry
+(last, so `auto` picks it only for folders with no real model artifact), and `python -m bench.serve.identity
+serve ...` is `python -m serving serve ...` with it registered (what the benchmark and tests start).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
-from serving.contract import Signature, TensorSpec
+from core.contract import Signature, TensorSpec
+from serving.runtimes import REGISTRY
 from serving.runtimes.base import Runtime, RuntimeLoadError
 
 
@@ -52,14 +56,28 @@ class IdentityRuntime(Runtime):
         self._signature = Signature(name="serving_default", inputs=specs, outputs=specs)
         self.ready = True
 
-    def predict(
-        self,
-        inputs: Mapping[str, np.ndarray],
-        signature_name: str = "serving_default",
-        *,
-        deadline: float | None = None,
-    ) -> dict[str, np.ndarray]:
+    def predict(self, inputs: Mapping[str, np.ndarray],
+                signature_name: str = "serving_default") -> dict[str, np.ndarray]:
+        """Return `inputs` as the outputs (same aliases, same arrays)."""
         return dict(inputs)
 
     def metadata(self) -> dict[str, Signature]:
         return {"serving_default": self._signature} if self._signature else {}
+
+
+def register() -> None:
+    """Add the `identity` backend to `serving.runtimes.REGISTRY` (once; a second call does nothing)."""
+    if IdentityRuntime.name not in REGISTRY.names():
+        REGISTRY.register(IdentityRuntime.name, IdentityRuntime)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m serving ...` with the `identity` backend registered; returns the exit code."""
+    register()
+    from serving import cli
+
+    return cli.main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""`make reliability`: long attacks on the server and the pipeline (see `bench.reliability.run`)."""

@@ -1,0 +1,71 @@
+"""The serving benchmark's references and report: real reference servers loaded by the real load generator,
+and the issue-14 arithmetic (one-core limit, ratios, PASS/MISS) on known figures."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.serve import report
+from bench.serve.endpoints import ReferenceEndpoint, rest_bodies
+from bench.serve.run_bench import loadgen, parse
+
+
+@pytest.fixture
+def plan(tmp_path: Path):
+    return dataclasses.replace(parse(["--work", str(tmp_path), "--out", str(tmp_path), "--quick"]), levels=(1, 4),
+                               warmup_s=0.1, window_s=0.4)
+
+
+def test_bare_grpc_server_answers_the_load_generator_with_its_prebuilt_reply(plan, tmp_path):
+    reply = tmp_path / "reply.bin"
+    reply.write_bytes(b"\x0a\x03abc")  # any bytes: the bare server never parses either side
+    request = tmp_path / "request.bin"
+    request.write_bytes(b"\x0a\x01x")
+    with ReferenceEndpoint("bare_server", ["--response-file", str(reply)], None) as server:
+        from bench.serve.endpoints import grpc_reply
+
+        assert grpc_reply(server.grpc_target, request.read_bytes()) == reply.read_bytes()
+        levels = loadgen(plan, server, request)
+    assert [lvl["concurrency"] for lvl in levels] == [1, 4]
+    assert all(lvl["errors"] == 0 and lvl["requests"] > 0 for lvl in levels)
+
+
+def test_rest_load_generator_counts_answers_and_http_errors(plan, tmp_path):
+    body = tmp_path / "reply.json"
+    body.write_text(json.dumps({"predictions": [[0.5, 0.5]]}))
+    request = tmp_path / "request.json"
+    request.write_bytes(rest_bodies("x", [1.0, 2.0])["row"])
+    with ReferenceEndpoint("bare_rest", ["--response-file", str(body)], None) as server:
+        good = loadgen(plan, server, request, rest_url=server.rest_url("m"))
+        missing = loadgen(plan, server, request, rest_url=server.rest_url("m").replace(":predict", ":nothing"))
+    assert all(lvl["errors"] == 0 and lvl["requests"] > 0 for lvl in good)
+    assert all(lvl["requests"] == 0 and set(lvl["error_codes"]) == {"HTTP 404"} for lvl in missing)
+
+
+def _row(mode, model, case, c, rate, p50=1.0, p99=2.0):
+    return {"mode": mode, "model": model, "case": case, "concurrency": c, "repeat": 0, "inferences_per_s": rate,
+            "latency_ms": {"p50": p50, "p99": p99}, "server_cpu": 1.0, "errors": 0, "mean_batch_rows": None}
+
+
+def test_targets_use_the_runs_own_limit_and_medians():
+    rows = [_row("grpc", "mlp", "bare", 32, r) for r in (3000, 3200, 9000)]  # median 3,200
+    rows += [{"mode": "inprocess", "model": "mlp", "batch": 32, "inferences_per_s": 9600}]
+    rows += [_row("grpc", "mlp", "onnx_batching", 32, 2300, p50=10, p99=25), _row("grpc", "mlp", "identity", 32, 2900)]
+    rows += [_row("grpc", "mlp", "onnx_batching", 1, 700), _row("grpc", "mlp", "onnx", 1, 720)]
+    rows += [_row("grpc", "digits", "ort", 8, 2000), _row("grpc", "digits", "onnx_batching", 8, 2100)]
+    found, limit = report.targets(rows, (8, 32))
+    assert limit["limit"] == pytest.approx(1 / (1 / 3200 + 1 / 9600))  # 2,400
+    by_name = {t["target"]: t for t in found}
+    heavy = by_name["heavy: tfship onnx batching c=32 / one-core limit"]
+    assert heavy["value"] == pytest.approx(2300 / 2400) and heavy["met"]
+    assert by_name["identity / bare grpc.aio, heavy payload, c=32"]["value"] == pytest.approx(2900 / 3200)
+    assert by_name["small: tfship onnx batching / hand-written ORT, c=8"]["met"]
+    assert by_name["heavy: tfship onnx batching c=32 p99 / p50"]["value"] == pytest.approx(2.5)
+    no_loss = by_name["heavy c=1: batching / no batching (no loss; 5 % noise allowance)"]
+    assert no_loss["value"] == pytest.approx(700 / 720) and no_loss["met"]
+    assert by_name["identity / bare grpc.aio, heavy payload, c=8"]["value"] is None  # not measured: MISS, not PASS
+    assert not by_name["identity / bare grpc.aio, heavy payload, c=8"]["met"]

@@ -54,6 +54,8 @@ class TfliteRuntime(Runtime):
             self._interpreter = Interpreter(model_path=str(self.path), num_threads=threads)
             self._runners = {k: self._interpreter.get_signature_runner(k)
                              for k in self._interpreter.get_signature_list()}
+            for runner in self._runners.values():
+                _prime_dynamic_shapes(runner)
         except Exception as err:
             raise RuntimeLoadError(f"cannot load {self.path}: {err}") from err
         if not self._runners:
@@ -98,6 +100,26 @@ class TfliteRuntime(Runtime):
         self._runners = {}
         self._interpreter = None
         super().unload()
+
+
+def _prime_dynamic_shapes(runner) -> None:
+    """One call at batch 2 (zeros / empty strings) when an input's batch is dynamic: a fresh LiteRT interpreter
+    called first at its default batch 1 keeps placeholder shapes for data-dependent ops (a string lookup's
+    `HASHTABLE_FIND` -> `RESHAPE` fails); after a call at another size every call reallocates. Same as
+    `tflite.runner.prime_dynamic_shapes`; errors are ignored (real requests report their own)."""
+    details = runner.get_input_details()
+    feed = {}
+    for name, info in details.items():
+        signature = [int(d) for d in info["shape_signature"]]
+        if -1 in signature:
+            shape = tuple(2 if d == -1 else d for d in signature)
+            kind = np.dtype(info["dtype"]).kind
+            feed[name] = np.full(shape, b"", dtype=object) if kind in "SOU" else np.zeros(shape, info["dtype"])
+    if feed and len(feed) == len(details):
+        try:
+            runner(**feed)
+        except (ValueError, RuntimeError):
+            pass
 
 
 def _specs(details: dict) -> dict[str, TensorSpec]:

@@ -51,6 +51,10 @@ def city_tflite(tmp_path_factory) -> tuple[Path, Path]:
 def test_string_input_runs_in_litert_as_str_bytes_or_objects(city_tflite):
     saved_model, tflite = city_tflite
     expected = saved_model_runner(saved_model)({"city": TEXT})["scores"]
+    for rows in (1, 7, 2):  # a fresh interpreter's first call at batch 1 failed in LiteRT before priming
+        got = LiteRtRunner(tflite).run({"city": np.resize(TEXT, (rows, 1))})["scores"]
+        np.testing.assert_allclose(got, saved_model_runner(saved_model)({"city": np.resize(TEXT, (rows, 1))})["scores"],
+                                   rtol=1e-5, atol=1e-6)
     runner = LiteRtRunner(tflite)
     encoded = np.char.encode(TEXT, "utf-8")
     for text in (TEXT, encoded, encoded.astype(object), TEXT.astype(object)):
@@ -93,6 +97,8 @@ def test_serving_tflite_runtime_takes_text_as_str_or_bytes(city_tflite, tmp_path
     (version / "model.tflite").write_bytes(tflite.read_bytes())
     runtime = TfliteRuntime(version)
     runtime.load()
+    one = runtime.predict({"city": TEXT[:1].astype(object)})["scores"]  # first request at batch 1
+    np.testing.assert_allclose(one, saved_model_runner(saved_model)({"city": TEXT[:1]})["scores"], rtol=1e-5, atol=1e-6)
     expected = saved_model_runner(saved_model)({"city": TEXT})["scores"]
     for text in (np.char.encode(TEXT, "utf-8").astype(object), TEXT):  # gRPC string_val / REST JSON strings
         np.testing.assert_allclose(runtime.predict({"city": text})["scores"], expected, rtol=1e-5, atol=1e-6)

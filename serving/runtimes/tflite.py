@@ -106,7 +106,8 @@ def _prime_dynamic_shapes(runner) -> None:
     """One call at batch 2 (zeros / empty strings) when an input's batch is dynamic: a fresh LiteRT interpreter
     called first at its default batch 1 keeps placeholder shapes for data-dependent ops (a string lookup's
     `HASHTABLE_FIND` -> `RESHAPE` fails); after a call at another size every call reallocates. Same as
-    `tflite.runner.prime_dynamic_shapes`; errors are ignored (real requests report their own)."""
+    `tflite.runner.prime_dynamic_shapes`; errors are ignored (real requests report their own).
+    """
     details = runner.get_input_details()
     feed = {}
     for name, info in details.items():

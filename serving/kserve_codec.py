@@ -17,8 +17,9 @@ import struct
 
 import numpy as np
 
+from core.dtypes import dtype_name
 from core.errors import InvalidRequestError, ResourceExhaustedError, UnimplementedError
-from serving.tensors import MAX_RANK, dtype_name
+from serving.tensors import MAX_RANK
 
 # KServe V2 datatype -> numpy dtype (BYTES: object arrays of bytes). BF16 is not served (no numpy dtype).
 DATATYPES: dict[str, np.dtype] = {
@@ -28,7 +29,7 @@ DATATYPES: dict[str, np.dtype] = {
     "FP16": np.dtype(np.float16), "FP32": np.dtype(np.float32), "FP64": np.dtype(np.float64),
     "BYTES": np.dtype(object),
 }
-# tfship's dtype names (`serving.tensors.dtype_name`, signature specs) -> datatype.
+# tfship's dtype names (`core.dtypes.dtype_name`, signature specs) -> datatype.
 _BY_DTYPE_NAME = {("string" if dt.kind == "O" else dt.name): name for name, dt in DATATYPES.items()}
 # The InferTensorContents field carrying each datatype (FP16 has none: raw contents only).
 CONTENTS_FIELD = {

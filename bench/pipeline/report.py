@@ -67,6 +67,12 @@ def markdown(doc: dict) -> str:
                          f"{top['peak_rss'] / MB:,.0f} MB ({top['peak_rss'] / r['model']['weight_bytes']:.1f}x the "
                          f"weights); the longest stage is {slow} ({longest['wall_s']:.0f} s).")
     for r in records:
+        for name, entry in r.get("stages", {}).items():
+            if entry.get("rerun_at"):
+                lines.append(f"\nAt {r['size_mb']:g} MB, {name} and the served rows were measured again at "
+                             f"{time.strftime('%H:%M UTC', time.gmtime(entry['rerun_at']))}, after the run: in the run "
+                             "it failed only because the skipped convert stage had written no convert.json (the "
+                             "single conversions now record their outcomes there).")
         for name, why in r.get("skipped", {}).items():
             lines.append(f"\nSkipped at {r['size_mb']:g} MB: {name}: {why}")
         if "error" in r:

@@ -94,6 +94,8 @@ def _write(out: Path, rows: list[Row], total_s: float, quick: bool, seed: int) -
              "|---|---|---:|---:|---|---:|---|"]
     for r in rows:
         detail = "; ".join(r.failures) or r.notes
+        if r.children:
+            detail = (detail + "; " if detail else "") + f"child processes at each kill: {r.children}"
         lines.append(f"| {r.attack} | {r.what} | {r.tried} | {r.failed} | "
                      f"{r.verdict if r.tried else 'skipped'} | {r.seconds} | {detail} |")
     (out / "reliability-latest.md").write_text("\n".join(lines) + "\n")

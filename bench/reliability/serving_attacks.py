@@ -235,7 +235,8 @@ def memory_per_request(source: Path, rounds: int) -> Row:
         row.check(_remote_code(lambda: client.predict(MODEL, images(65536))) in ("INVALID_ARGUMENT",
                                                                                  "RESOURCE_EXHAUSTED"),
                   "65,536 rows (QA's 1 GB request) not refused")
-    row.notes = f"RSS {before:.0f} -> {after:.0f} MiB after {rounds * 4} requests of 1024 rows"
+    row.notes = (f"RSS {before:.0f} -> {after:.0f} MiB after {rounds * 4} requests of 1024 rows (the test "
+                 "suite's small model; the digits CNN: README)")
     return row
 
 

@@ -39,7 +39,8 @@ _TAIL = 800
 
 class TfjsQuantization(enum.StrEnum):
     """Weight storage of the TF.js graph model: float32 (as trained), or every weight quantized by the
-    converter to float16 / uint8 (`quantization_dtype_map`, like `--quantize_float16` / `--quantize_uint8`)."""
+    converter to float16 / uint8 (`quantization_dtype_map`, like `--quantize_float16` / `--quantize_uint8`).
+    """
 
     FLOAT32 = "float32"
     FLOAT16 = "float16"
@@ -82,7 +83,8 @@ class TfjsConversionResult:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready values."""
-        return {**self.__dict__, "path": None if self.path is None else str(self.path), "seconds": round(self.seconds, 3)}
+        return {**self.__dict__, "path": None if self.path is None else str(self.path),
+                "seconds": round(self.seconds, 3)}
 
 
 def folder_size(folder: Path) -> int:

@@ -146,11 +146,6 @@ def _json_text(payload: dict, max_bytes: int) -> str:
     return text
 
 
-def _json_response(payload: dict, max_bytes: int, status: int = 200) -> web.Response:
-    """`_json_text` as an `application/json` response."""
-    return web.Response(text=_json_text(payload, max_bytes), status=status, content_type="application/json")
-
-
 def encode_predict(outputs: dict, rows: bool, batch: int | None, max_bytes: int) -> str:
     """A predict answer's JSON text (runs inline or in the helper process); raises as `_json_text`."""
     return _json_text(rest_json.response_json(outputs, rows, batch), max_bytes)

@@ -4,7 +4,6 @@ rich summary table printed at the end of `tfship run`.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -160,8 +159,3 @@ def summary_tables(summary: dict[str, Any], records: list[StageRecord]):
                           worst.get("output", "-"), f"{worst.get('max_abs_error', float('nan')):.2e}",
                           "; ".join(exact) or "-", "pass" if row["passed"] else "FAIL: " + row["reason"])
     return stages, artifacts
-
-
-def load_summary(run: RunFolder) -> dict[str, Any]:
-    """Read a finished run's `summary.json`."""
-    return json.loads((run.root / "summary.json").read_text(encoding="utf-8"))

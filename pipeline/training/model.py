@@ -202,8 +202,3 @@ def _call_factory(config: ModelSection, input_shape: tuple[int, ...], num_classe
     if not isinstance(model, keras.Model):
         raise ConfigError(f"model.factory = {config.factory!r} returned {type(model).__name__}, not a keras.Model")
     return model
-
-
-def build_cnn(config: ModelSection, input_shape: tuple[int, ...], num_classes: int, seed: int):
-    """The built-in CNN: float32 [B, *input_shape] -> logits float32 [B, num_classes] (kept for callers)."""
-    return build_model(config.model_copy(update={"kind": "cnn", "factory": None}), input_shape, num_classes, seed)

@@ -10,7 +10,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, ValidationInfo
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from core.errors import ConfigError
 
@@ -75,8 +75,10 @@ class ModelSection(_Section):
     vocab_size: int = Field(10000, ge=2, description="Text: token ids in [0, vocab_size); 0 is padding.")
     embedding_dim: int = Field(32, ge=1, description="Text: embedding width.")
     pooling: Literal["mean", "max"] = Field("mean", description="Text: pooling over tokens.")
-    normalize: bool = Field(False, description="Bake a Normalization layer, adapted on the train split, into the model.")
-    recompute: tuple[str, ...] = Field((), description="Layer names recomputed in the backward pass (tf.recompute_grad).")
+    normalize: bool = Field(False, description="Bake a Normalization layer, adapted on the train split, into the "
+                            "model.")
+    recompute: tuple[str, ...] = Field((), description="Layer names recomputed in the backward pass "
+                                       "(tf.recompute_grad).")
 
 
 class StepSection(_Section):
@@ -174,22 +176,8 @@ class ConvertSection(_Section):
     required: tuple[str, ...] = Field(
         (), description="Artifacts that must be published or the run fails (nothing published), e.g. "
         "[\"onnx\", \"tflite_float32\"]; the SavedModel always is. Any other artifact that fails is left out "
-        "with its reason and the rest is published.")
-
-    @field_validator("required")
-    @classmethod
-    def _required_are_enabled(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
-        from types import SimpleNamespace
-
-        from pipeline.conversion.artifacts import SAVED_MODEL, artifact_kinds
-
-        kinds, settings = artifact_kinds(), SimpleNamespace(**info.data)
-        for name in value:
-            if name != SAVED_MODEL and name not in kinds:
-                raise ValueError(f"unknown artifact {name!r}; known: {[SAVED_MODEL, *kinds]}")
-            if name != SAVED_MODEL and "tflite_modes" in info.data and not kinds[name].enabled(settings):
-                raise ValueError(f"artifact {name!r} is required but not enabled (see convert.tflite_modes)")
-        return value
+        "with its reason and the rest is published. Names are checked against the registered artifact kinds "
+        "(`pipeline.conversion.artifacts.check_required`).")
 
 
 class ValidateSection(_Section):

@@ -26,6 +26,7 @@ class Row:
     seconds: float = 0.0
     failures: list[str] = field(default_factory=list)
     notes: str = ""
+    children: list[int] = field(default_factory=list)  # kill rows: processes below the victim at each kill
 
     def fail(self, why: str) -> None:
         """Count one failed try, keeping the first reasons."""

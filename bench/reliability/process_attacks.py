@@ -32,6 +32,7 @@ def _kill_tree(victim: subprocess.Popen, row: Row, label: str) -> None:
     tree = descendants(victim.pid)
     victim.kill()
     victim.wait()
+    row.children.append(len(tree))
     survivors = wait_gone(tree, ORPHAN_WAIT_S)
     row.check(not survivors, f"{label}: {len(survivors)} of {len(tree)} child process(es) outlived the kill -9")
     for pid in survivors:  # never leave them behind on the machine
@@ -122,8 +123,7 @@ def kill_serve_check_parent(source: Path, work: Path, tries: int) -> Row:
         proc = subprocess.Popen([sys.executable, "-c", code, str(source), str(out)], env=_env(),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(random.uniform(2.0, 12.0))
-        tree = descendants(proc.pid)
-        _kill_tree(proc, row, f"try {attempt} ({len(tree)} children at the kill)")
+        _kill_tree(proc, row, f"try {attempt}")
     return row
 
 

@@ -20,8 +20,8 @@ import grpc
 import numpy as np
 
 from bench.reliability.common import MODEL, Row, copy_version, images, rss_mb
-from core.errors import TfshipError
 from core import protocol
+from core.errors import TfshipError
 from serving.client import PredictClient, RemoteError
 from serving.launcher import ServerProcess, ServerStartError
 from serving.tensors import to_tensor_proto
@@ -235,7 +235,8 @@ def memory_per_request(source: Path, rounds: int) -> Row:
         row.check(_remote_code(lambda: client.predict(MODEL, images(65536))) in ("INVALID_ARGUMENT",
                                                                                  "RESOURCE_EXHAUSTED"),
                   "65,536 rows (QA's 1 GB request) not refused")
-    row.notes = f"RSS {before:.0f} -> {after:.0f} MiB after {rounds * 4} requests of 1024 rows"
+    row.notes = (f"RSS {before:.0f} -> {after:.0f} MiB after {rounds * 4} requests of 1024 rows (the test "
+                 "suite's small model; the digits CNN: README)")
     return row
 
 

@@ -12,8 +12,15 @@ import os
 import sys
 from pathlib import Path
 
-from core.errors import TfshipError
+from core.errors import TfshipError, cli_error
 from pipeline.cli.arguments import add_config_arguments, add_run_folder_argument
+
+
+def _held_out_digits(count: int, config: Path | None):
+    """`tfship query`'s samples: the pipeline's held-out test split (data read only when the command runs)."""
+    from pipeline.data.splits import held_out_digits
+
+    return held_out_digits(count, config)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("path", type=Path)
     inspect.add_argument("--json", action="store_true", help="print JSON instead of tables")
     inspect.set_defaults(func=commands.cmd_inspect)
-    serving_cli.register(sub)
+    serving_cli.register(sub, held_out=_held_out_digits)
     deploy.register(sub)
     _no_abbreviations(parser)
     return parser
@@ -68,8 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _no_abbreviations(parser: argparse.ArgumentParser) -> None:
     """Refuse abbreviated flags everywhere (`--run` must not silently mean `--runs-dir`)."""
     parser.allow_abbrev = False
-    for action in parser._actions:  # noqa: SLF001 - argparse keeps subparsers only here
-        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
             for child in action.choices.values():
                 _no_abbreviations(child)
 
@@ -85,9 +92,12 @@ def main(argv: list[str] | None = None) -> int:
         import rich.markup
         from rich.console import Console
 
-        Console(stderr=True).print(f"[bold red]tfship {args.command}: {type(err).__name__}[/bold red]: "
-                                   f"{rich.markup.escape(str(err))}", highlight=False, markup=True, soft_wrap=True)
-        return err.exit_code
+        line, code = cli_error(f"tfship {args.command}", err)
+        head = f"tfship {args.command}: {type(err).__name__}"  # the start of `line`, in red
+        Console(stderr=True).print(f"[bold red]{rich.markup.escape(head)}[/bold red]"
+                                   f"{rich.markup.escape(line[len(head):])}", highlight=False, markup=True,
+                                   soft_wrap=True)
+        return code
     except KeyboardInterrupt:
         return 130
 

@@ -36,4 +36,8 @@ def config_from_args(args: argparse.Namespace):
         overrides["publish.repository"] = str(args.repository)
     if args.runs_dir is not None:
         overrides["run.runs_dir"] = str(args.runs_dir)
-    return load_config(args.config, overrides)
+    config = load_config(args.config, overrides)
+    from pipeline.conversion.artifacts import check_required
+
+    check_required(config.convert)
+    return config

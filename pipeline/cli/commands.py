@@ -30,17 +30,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     """`tfship run`: the whole pipeline; prints the stage, artifact and publish tables and a status line.
 
     Returns the exit code: 0 every artifact published, 3 published with optional artifacts left out
-    (`status: partial`); a failure raises (exit 2, nothing published)."""
+    (`status: partial`); a failure raises (exit 2, nothing published).
+    """
     from rich.table import Table
 
-    from pipeline.cli.arguments import config_from_args
-    from pipeline.orchestration.report import summary_tables, write_report
-    from pipeline.orchestration.run import run_pipeline
-
     from core.errors import ConfigError
-    from pipeline.orchestration.outcomes import RunStatus
-    from pipeline.orchestration.run import run_export_only
+    from pipeline.cli.arguments import config_from_args
     from pipeline.export_only.user_model import ExportOnlyRequest
+    from pipeline.orchestration.outcomes import RunStatus
+    from pipeline.orchestration.report import summary_tables, write_report
+    from pipeline.orchestration.run import run_export_only, run_pipeline
 
     config = config_from_args(args)
     started = time.perf_counter()

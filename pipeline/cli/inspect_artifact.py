@@ -1,6 +1,7 @@
 """`tfship inspect PATH`: the signatures of a SavedModel, a `.tflite` or an `.onnx`, like
 `saved_model_cli show` (names, dtypes, shapes with -1 for dynamic dimensions); for a published version,
-also its status and every artifact's outcome (published, or left out and why) from `manifest.json`."""
+also its status and every artifact's outcome (published, or left out and why) from `manifest.json`.
+"""
 
 from __future__ import annotations
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.conversion.artifacts import ArtifactKind, ConversionJob, VariantOutcome, register_artifact_kind
 from core.errors import TfshipError
+from pipeline.conversion.artifacts import ArtifactKind, ConversionJob, VariantOutcome, register_artifact_kind
 
 TFLITE_MODES = ("float32", "float16", "dynamic_range", "int8")
 
@@ -36,7 +36,8 @@ def convert_onnx(job: ConversionJob) -> VariantOutcome:
 
 def tflite_converter(mode: str):
     """The converter of one TFLite mode (`tflite.convert.convert_tflite`, child processes), with the recipes
-    for recurrent layers: the SavedModel as exported (`default`), else its unrolled copy (`unrolled`)."""
+    for recurrent layers: the SavedModel as exported (`default`), else its unrolled copy (`unrolled`).
+    """
 
     def convert(job: ConversionJob) -> VariantOutcome:
         from pipeline.conversion.large_models import tflite_refusal

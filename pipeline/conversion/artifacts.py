@@ -138,10 +138,25 @@ def register_artifact_kind(kind: ArtifactKind) -> ArtifactKind:
 
 
 def artifact_kinds() -> dict[str, ArtifactKind]:
-    """Every registered kind by name (the built-ins are registered on first use)."""
-    import pipeline.conversion.artifact_kinds  # noqa: F401 - registers the built-in kinds
-
+    """Every registered kind by name (the built-ins register when `pipeline.conversion` is imported)."""
     return ARTIFACT_KINDS
+
+
+def check_required(settings) -> None:
+    """Refuse a `convert.required` entry that names no registered kind, or a kind the config does not enable.
+
+    Raises:
+        ConfigError: naming the key, the value and the known artifacts.
+    """
+    for name in settings.required:
+        if name == SAVED_MODEL:
+            continue
+        if name not in ARTIFACT_KINDS:
+            raise ConfigError(f"key 'convert.required': unknown artifact {name!r}; known: "
+                              f"{[SAVED_MODEL, *ARTIFACT_KINDS]}")
+        if not ARTIFACT_KINDS[name].enabled(settings):
+            raise ConfigError(f"key 'convert.required': artifact {name!r} is required but not enabled "
+                              "(see convert.tflite_modes)")
 
 
 def enabled_kinds(settings) -> list[ArtifactKind]:
@@ -211,6 +226,7 @@ def open_runner(artifact: Artifact) -> Runner:
 
 def saved_model_runner(path: Path) -> Runner:
     """The SavedModel at `path` run as the gate runs its reference (the serving runtime), string outputs as
-    numpy unicode text (`as_text`)."""
+    numpy unicode text (`as_text`).
+    """
     runner = open_runner(Artifact(SAVED_MODEL, "saved_model", "float32", Path(path)))
     return lambda inputs: {name: as_text(value) for name, value in runner(inputs).items()}

@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
+from core.contract import Signature
+from core.errors import ConversionError
+from pipeline.config import ConvertSection
 from pipeline.conversion.artifact_kinds import tflite_filename
 from pipeline.conversion.artifacts import Artifact, ConversionJob, VariantOutcome, artifact_kinds, enabled_kinds
-from pipeline.config import ConvertSection
-from core.errors import ConversionError
-from core.contract import Signature
 
 __all__ = ["ConvertResult", "VariantOutcome", "convert_artifacts", "raise_if_required_missing", "tflite_filename"]
 
@@ -40,7 +40,8 @@ class ConvertResult:
 
 def remove_stale_artifacts(version_dir: Path) -> None:
     """Delete every registered kind's file (and temp files of a killed conversion) before converting again,
-    so nothing from an earlier conversion can pass for this one's."""
+    so nothing from an earlier conversion can pass for this one's.
+    """
     for kind in artifact_kinds().values():
         for name in kind.files:
             path = version_dir / name

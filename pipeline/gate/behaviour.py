@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.gate.compare import Tolerance, compare_outputs
 from core.errors import AuditError
+from pipeline.gate.compare import Tolerance, compare_outputs
 
 BATCH = 8
 

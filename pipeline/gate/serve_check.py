@@ -24,16 +24,17 @@ from typing import Any
 
 import numpy as np
 
+from core.errors import StageError
 from pipeline.conversion.artifacts import SAVED_MODEL
 from pipeline.gate.compare import Tolerance, compare_outputs, failures
-from core.errors import StageError
 
 
 @dataclass(frozen=True)
 class ServeTarget:
     """One artifact to serve: its name, the serving backend, its tolerance, extra `serve` flags, and the
     answers expected (the artifact's own, computed in process by the runtime the gate proved it with, at the
-    same request sizes; None: the SavedModel's)."""
+    same request sizes; None: the SavedModel's).
+    """
 
     artifact: str
     backend: str
@@ -94,10 +95,9 @@ def _check_one(repository: Path, model_name: str, version: int, target: ServeTar
     except Exception as err:  # noqa: BLE001 - any server or RPC failure is this artifact's verdict, with its cause
         problems.append(f"{type(err).__name__}: {err}")
     requests = len(answers)
-    reason = "; ".join(problems)
+    served = " ".join((target.backend, *target.serve_flags))
     return {"backend": target.backend, "flags": list(target.serve_flags), "passed": not problems,
-            "reason": f"serve-check [{target.backend}{' ' + ' '.join(target.serve_flags) if target.serve_flags else ''}]"
-                      f": {reason}" if problems else "",
+            "reason": f"serve-check [{served}]: {'; '.join(problems)}" if problems else "",
             "requests": requests, "max_abs_error": worst, "seconds": round(time.perf_counter() - started, 2)}
 
 

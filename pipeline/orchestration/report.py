@@ -1,9 +1,9 @@
 """Run reports: `report.json` for machines, `report.md` with matplotlib plots for people, and the
-rich summary table printed at the end of `tfship run`."""
+rich summary table printed at the end of `tfship run`.
+"""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -134,7 +134,8 @@ def _artifact_lines(summary: dict[str, Any], parity: dict[str, Any]) -> list[str
 def write_report(run: RunFolder, summary: dict[str, Any]) -> tuple[Path, Path]:
     """Write `report.json` and `report.md` (+ PNG plots: metric, size, latency, error histogram per output)
     into the run folder; return both paths. A failed run's summary (status `failed`, `error`, no parity
-    yet) gives a report of what ran and why it stopped."""
+    yet) gives a report of what ran and why it stopped.
+    """
     parity = summary.get("parity")
     json_path = run.write_json("report.json", summary)
     train = summary.get("train")
@@ -160,8 +161,8 @@ def write_report(run: RunFolder, summary: dict[str, Any]) -> tuple[Path, Path]:
     if parity:
         metric = parity.get("metric", "accuracy_%")
         lines += ["", f"- task metric: {metric} on output `{parity.get('metric_output')}` against "
-                  f"{parity.get('label_source', 'labels')}; SavedModel: {parity.get('reference_metric', float('nan')):.4g}"
-                  f"; {parity.get('samples')} rows"]
+                  f"{parity.get('label_source', 'labels')}; SavedModel: "
+                  f"{parity.get('reference_metric', float('nan')):.4g}; {parity.get('samples')} rows"]
         lines += _artifact_lines(summary, parity)
     lines += ["", "| conversion | status | recipe | reason |", "|---|---|---|---|"]
     lines += [f"| {c['name']} | {c['status']} | {c.get('recipe') or '-'} | {c['reason'] or '-'} |"
@@ -203,8 +204,3 @@ def summary_tables(summary: dict[str, Any], records: list[StageRecord]):
             artifacts.add_row(name, "-", "-", "-", "-", "-", "-", "-", "-", "-",
                               f"left out ({outcome['stage']}): {outcome['reason'][:100]}")
     return stages, artifacts
-
-
-def load_summary(run: RunFolder) -> dict[str, Any]:
-    """Read a finished run's `summary.json`."""
-    return json.loads((run.root / "summary.json").read_text(encoding="utf-8"))

@@ -11,8 +11,8 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from pipeline.config import PipelineConfig
 from core.errors import ConfigError, StageError
+from pipeline.config import PipelineConfig
 from pipeline.orchestration.stages import RunFolder, StageRecord
 
 

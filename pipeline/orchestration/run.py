@@ -16,14 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pipeline.config import PipelineConfig
 from core.errors import StageError, TfshipError
-from pipeline.orchestration.outcomes import RunStatus, artifact_outcomes, run_status, status_line
-from pipeline.orchestration.publish import PublishResult
-from pipeline.orchestration.stages import RunFolder, StageRecord, StageStatus
+from pipeline.config import PipelineConfig
 from pipeline.export_only.user_model import ExportOnlyRequest
 from pipeline.orchestration import steps
 from pipeline.orchestration.chain import STAGES, StageContext, run_chain
+from pipeline.orchestration.outcomes import RunStatus, artifact_outcomes, run_status, status_line
+from pipeline.orchestration.publish import PublishResult
+from pipeline.orchestration.stages import RunFolder, StageRecord, StageStatus
 
 T = TypeVar("T")
 STAGE_NAMES = tuple(STAGES)
@@ -145,7 +145,8 @@ def finish_run(config: PipelineConfig, run: RunFolder, records: list[StageRecord
 @contextmanager
 def reported_failure(config: PipelineConfig, run: RunFolder, extra: dict[str, Any]):
     """On a `TfshipError`, write `report.json` and `report.md` (status `failed`, the stage records so far and
-    the error), then re-raise it."""
+    the error), then re-raise it.
+    """
     try:
         yield
     except TfshipError as err:

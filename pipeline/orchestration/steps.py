@@ -15,25 +15,30 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.conversion.artifacts import SAVED_MODEL, Artifact, artifact_kinds, open_runner
-from pipeline.conversion.artifacts import as_text
+from core.contract import Signature
+from core.errors import ContractError, StageError
+from core.saved_model import read_signatures
 from pipeline.config import PipelineConfig
+from pipeline.conversion.artifacts import SAVED_MODEL, Artifact, artifact_kinds, as_text, check_required, open_runner
 from pipeline.conversion.convert import ConvertResult, convert_artifacts, raise_if_required_missing
 from pipeline.data.splits import DatasetSplits
-from core.errors import ContractError, StageError
-from pipeline.orchestration.outcomes import artifact_outcomes, left_out_files, run_status
-from pipeline.orchestration.publish import (PublishResult, git_commit, library_versions, publish_version, write_golden_set,
-                              write_warmup_requests)
+from pipeline.export_only.user_model import EvalData
 from pipeline.gate.serve_check import ServeCheckResult, ServeTarget, serve_check
 from pipeline.gate.serve_check import raise_if_failed as raise_if_serve_check_failed
+from pipeline.gate.validate import ParityReport, raise_if_failed, tolerance_for, validate_artifacts
+from pipeline.orchestration.outcomes import artifact_outcomes, left_out_files, run_status
+from pipeline.orchestration.publish import (
+    PublishResult,
+    git_commit,
+    library_versions,
+    publish_version,
+    write_golden_set,
+    write_warmup_requests,
+)
 from pipeline.orchestration.stages import RunFolder
 from pipeline.training.train import TrainInputs, TrainResult, train_model
-from pipeline.export_only.user_model import EvalData
-from pipeline.gate.validate import ParityReport, raise_if_failed, tolerance_for, validate_artifacts
 from signatures.audit import AuditReport, audit_saved_model
 from signatures.audit import raise_if_failed as raise_if_audit_failed
-from core.contract import Signature
-from core.saved_model import read_signatures
 from signatures.export import build_classifier_module, classifier_contract, export_saved_model
 
 GOLDEN_SAMPLES = 64
@@ -132,7 +137,8 @@ def _user_saved_model_contract(folder: Path, tags: tuple[str, ...]) -> Signature
 def train_step_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits, progress=None,
                      resume: bool = False) -> TrainResult:
     """Train (or resume from `checkpoints/`), save `model.keras` and `train.json`; events go to
-    `tensorboard/`, event lines to `logs/train.log` (see train_model for the errors raised)."""
+    `tensorboard/`, event lines to `logs/train.log` (see train_model for the errors raised).
+    """
     log_file = run.root / "logs" / "train.log"
     log_file.parent.mkdir(parents=True, exist_ok=True)
 
@@ -198,6 +204,7 @@ def convert_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits 
     Raises:
         ConversionError: a kind in `convert.required` was not produced.
     """
+    check_required(config.convert)
     contract = read_contract(run)
     data = as_eval_data(config, contract, splits)
     sample = {name: value[:8] for name, value in data.inputs.items()}
@@ -240,7 +247,8 @@ def produced_artifacts(run: RunFolder) -> tuple[Artifact, list[Artifact]]:
 
 def validate_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits | EvalData) -> ParityReport:
     """Run the held-out data through every produced artifact; `parity.json`; fail when the SavedModel or a
-    required artifact misses (the others are left out)."""
+    required artifact misses (the others are left out).
+    """
     contract = read_contract(run)
     reference, candidates = produced_artifacts(run)
     data = as_eval_data(config, contract, splits)
@@ -269,7 +277,8 @@ def _own_answers(artifact: Artifact, inputs: dict[str, np.ndarray]) -> dict[str,
 
 def _serve_targets(config: PipelineConfig, run: RunFolder, parity: dict, inputs) -> list[ServeTarget]:
     """The SavedModel (against its golden outputs, float32 tolerance) and every artifact that passed the parity
-    gate (against its own in-process answers: the server must serve exactly what the gate proved)."""
+    gate (against its own in-process answers: the server must serve exactly what the gate proved).
+    """
     kinds = artifact_kinds()
     exact = tolerance_for("float32", config.parity)
     targets = [ServeTarget(SAVED_MODEL, "saved_model", exact)]
@@ -323,8 +332,8 @@ def serve_check_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSpl
 def publish_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits | EvalData, repository: Path,
                   metrics: dict) -> PublishResult:
     """Publish the blessed candidate (the SavedModel and every artifact that passed parity and serve-check)
-    with its manifest, which lists every artifact's outcome (`artifacts`: published or left out, and why)."""
-
+    with its manifest, which lists every artifact's outcome (`artifacts`: published or left out, and why).
+    """
     for required in ("parity.json", "serve_check.json", "audit.json"):
         path = run.root / required
         if not path.is_file() or not json.loads(path.read_text())["passed"]:

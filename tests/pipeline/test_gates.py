@@ -4,7 +4,6 @@ their own failure. Real ONNX files (built with onnx.helper), real servers, real 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -12,12 +11,12 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from core.contract import Signature, TensorSpec
+from pipeline.config import load_config
 from pipeline.conversion.artifacts import Artifact
 from pipeline.gate.compare import Tolerance, compare_outputs
-from pipeline.config import load_config
 from pipeline.gate.serve_check import ServeTarget, serve_check
 from pipeline.gate.validate import tolerance_for, validate_artifacts
-from core.contract import Signature, TensorSpec
 
 
 def _linear_onnx(folder: Path, weights: np.ndarray, bias: np.ndarray, argmax: bool = True) -> Path:

@@ -9,10 +9,10 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from pipeline.config import load_config
 from core.errors import ParityError
-from pipeline.conversion.onnx_convert import convert_to_onnx
+from pipeline.config import load_config
 from pipeline.conversion.artifacts import Artifact
+from pipeline.conversion.onnx_convert import convert_to_onnx
 from pipeline.gate.validate import raise_if_failed, validate_artifacts
 
 

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from conftest import MODEL
 
-from core.errors import ConfigError, PermissionDeniedError, UnauthenticatedError
 from core import protocol
+from core.errors import ConfigError, PermissionDeniedError, UnauthenticatedError
 from serving.client import PredictClient, RemoteError
 from serving.launcher import ServerProcess, ServerStartError
 from serving.security import AccessPolicy, read_token_file
@@ -247,3 +247,24 @@ def test_grpc_port_in_use_refused_unless_reuse_port(repository, server):
         with ServerProcess(repository, MODEL, backend="tflite", startup_timeout_s=60,
                            extra_args=("--port", port, "--rest-port", "-1", "--metrics-port", "-1")):
             pass
+
+
+def test_unknown_model_names_share_one_metrics_label(server):
+    """QA: 20,000 unknown names made /metrics 72 MB and stalled Predict; they now share `__unknown__`."""
+    channel = grpc.insecure_channel(server.grpc_target)
+    predict = channel.unary_unary(f"/{protocol.PREDICTION_SERVICE}/Predict")
+    request = protocol.PredictRequest()
+    futures = []
+    for i in range(300):
+        request.model_spec.name = f"attacker-{i}"
+        futures.append(predict.future(request.SerializeToString(), timeout=30))
+    codes = set()
+    for future in futures:
+        try:
+            future.result()
+        except grpc.RpcError as err:
+            codes.add(err.code().name)
+    channel.close()
+    assert codes == {"NOT_FOUND"}
+    text = urllib.request.urlopen(server.metrics_url + "/metrics", timeout=10).read().decode()
+    assert 'model="__unknown__"' in text and "attacker-" not in text

@@ -29,12 +29,21 @@ RUN python3 -m venv /opt/venv
 # the cloud deps come after the edge image so `--target edge` never downloads CUDA wheels.
 FROM builder AS edge-deps
 COPY deploy/requirements-edge.txt /tmp/requirements.txt
-# --no-deps: the file lists every package, pinned; pip check proves nothing is missing.
-RUN pip install --no-deps -r /tmp/requirements.txt \
+COPY pyproject.toml README.md /tmp/tfship/
+COPY core /tmp/tfship/core
+COPY serving /tmp/tfship/serving
+COPY pipeline /tmp/tfship/pipeline
+COPY signatures /tmp/tfship/signatures
+COPY tflite /tmp/tfship/tflite
+COPY deploy/__init__.py deploy/__main__.py deploy/cli.py deploy/engine.py /tmp/tfship/deploy/
+# tfship's TF-free install (README: `pip install -c requirements.lock .`), pinned by the edge file, which
+# lists every package; pip check proves nothing is missing and no TensorFlow came along.
+RUN pip install -c /tmp/requirements.txt /tmp/tfship \
  && pip check \
+ && if python3 -c "import tensorflow" 2>/dev/null; then echo "TensorFlow in the edge image" >&2; exit 1; fi \
  && pip uninstall --yes pip setuptools \
  && find /opt/venv -name '*.dist-info' -prune -o -type d -name tests -path '*/site-packages/*' -prune -exec rm -rf {} + \
- && rm -f /tmp/requirements.txt
+ && rm -rf /tmp/requirements.txt /tmp/tfship
 
 # ---------------------------------------------------------------- runtime: shared settings
 FROM ${BASE_IMAGE} AS runtime
@@ -47,7 +56,6 @@ RUN useradd --system --uid "${UID}" --user-group --no-create-home --home-dir /no
 # HOME=/tmp: the only writable place (read-only root file system in Kubernetes).
 ENV PATH=/opt/venv/bin:${PATH} \
     HOME=/tmp \
-    PYTHONPATH=/opt/tfship/src \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     TF_CPP_MIN_LOG_LEVEL=2 \
@@ -64,7 +72,7 @@ STOPSIGNAL SIGTERM
 # exec form: the server is PID 1 and receives SIGTERM itself (entrypoint.py exec()s it).
 ENTRYPOINT ["python3", "/opt/tfship/bin/entrypoint.py"]
 
-# ---------------------------------------------------------------- tfship's own code (both targets)
+# ---------------------------------------------------------------- tfship's own code (the cloud target)
 FROM scratch AS app
 COPY deploy/docker/entrypoint.py deploy/docker/healthcheck.py /opt/tfship/bin/
 COPY core /opt/tfship/src/core
@@ -77,7 +85,7 @@ COPY tflite /opt/tfship/src/tflite
 FROM runtime AS edge
 ENV TFSHIP_IMAGE_TARGET=edge
 COPY --from=edge-deps /opt/venv /opt/venv
-COPY --from=app /opt/tfship /opt/tfship
+COPY deploy/docker/entrypoint.py deploy/docker/healthcheck.py /opt/tfship/bin/
 USER 10001:10001
 
 FROM builder AS cloud-deps
@@ -94,6 +102,7 @@ FROM runtime AS cloud
 # TensorFlow finds them by itself. Without a GPU both run on CPU.
 ARG SITE=/opt/venv/lib/python3.11/site-packages/nvidia
 ENV TFSHIP_IMAGE_TARGET=cloud \
+    PYTHONPATH=/opt/tfship/src \
     NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility \
     LD_LIBRARY_PATH=${SITE}/cublas/lib:${SITE}/cuda_runtime/lib:${SITE}/cudnn/lib:${SITE}/cufft/lib:${SITE}/curand/lib:${SITE}/cusolver/lib:${SITE}/cusparse/lib:${SITE}/nvjitlink/lib:${SITE}/cuda_nvrtc/lib:${SITE}/nccl/lib

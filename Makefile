@@ -52,8 +52,10 @@ query: setup
 inspect: setup
 	$(TFSHIP) inspect $(REPOSITORY)/$(MODEL_NAME)
 
+# ruff (rules in pyproject.toml) and the import-linter contracts (the floors, docs/architecture.md).
 lint: setup
-	$(PY) -m ruff check pipeline signatures serving tflite tests
+	$(VENV)/bin/ruff check .
+	PYTHONPATH=$(CURDIR) $(VENV)/bin/lint-imports
 
 clean:
 	rm -rf runs models .pytest_cache .hypothesis .venv-edge .venv-tfjs tfjs/node/node_modules bench/work

@@ -22,7 +22,7 @@ PR_SET_PDEATHSIG = 1
 
 
 def _prctl():
-    """libc's `prctl`, resolved in the parent (a child between fork and exec must not load libraries)."""
+    """Libc's `prctl`, resolved in the parent (a child between fork and exec must not load libraries)."""
     if not sys.platform.startswith("linux"):
         return None
     try:

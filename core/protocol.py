@@ -36,7 +36,7 @@ def message_class(full_name: str) -> type:
 
 
 def method_path(service: str, method: str) -> str:
-    """gRPC full method name, e.g. `/tensorflow.serving.PredictionService/Predict`."""
+    """GRPC full method name, e.g. `/tensorflow.serving.PredictionService/Predict`."""
     return f"/{service}/{method}"
 
 

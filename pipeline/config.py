@@ -75,8 +75,10 @@ class ModelSection(_Section):
     vocab_size: int = Field(10000, ge=2, description="Text: token ids in [0, vocab_size); 0 is padding.")
     embedding_dim: int = Field(32, ge=1, description="Text: embedding width.")
     pooling: Literal["mean", "max"] = Field("mean", description="Text: pooling over tokens.")
-    normalize: bool = Field(False, description="Bake a Normalization layer, adapted on the train split, into the model.")
-    recompute: tuple[str, ...] = Field((), description="Layer names recomputed in the backward pass (tf.recompute_grad).")
+    normalize: bool = Field(False, description="Bake a Normalization layer, adapted on the train split, into the "
+                            "model.")
+    recompute: tuple[str, ...] = Field((), description="Layer names recomputed in the backward pass "
+                                       "(tf.recompute_grad).")
 
 
 class StepSection(_Section):

@@ -1,5 +1,6 @@
 """Delivering batch results: settle each request's future once its batch ran, and join the parts of a
-request that was split over several batches (outputs concatenated along dim 0, or the first error)."""
+request that was split over several batches (outputs concatenated along dim 0, or the first error).
+"""
 
 from __future__ import annotations
 

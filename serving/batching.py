@@ -29,10 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
+from core.contract import Signature
 from core.errors import DeadlineExceededError, InvalidRequestError, ResourceExhaustedError
 from serving.batch_results import join_parts, settle
 from serving.batching_parameters import BatchingParameters
-from core.contract import Signature
 from serving.runtimes.base import Runtime
 
 __all__ = ["PEAK_WINDOW_S", "Batched", "BatchingParameters"]
@@ -68,10 +68,10 @@ class Batched(Runtime):
 
     name = "batched"
 
-    def __init__(self, runtime: Runtime, params: BatchingParameters = BatchingParameters(), metrics=None) -> None:
+    def __init__(self, runtime: Runtime, params: BatchingParameters | None = None, metrics=None) -> None:
         super().__init__(runtime.version_dir, runtime.options)
         self.inner = runtime
-        self.params = params
+        self.params = params = params or BatchingParameters()
         self._metrics = metrics
         self._label = runtime.version_dir.parent.name
         self._depth = metrics.queue_depth.labels(self._label) if metrics is not None else None

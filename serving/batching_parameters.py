@@ -59,8 +59,9 @@ class BatchingParameters:
         if unknown:
             raise ConfigError(f"{source}: unknown batching parameter(s) {unknown}; known: {sorted(known)}")
         try:
+            flags = ("pad_variable_length_inputs", "enable_large_batch_splitting")
             kwargs = {k: (tuple(int(x) for x in v) if k == "allowed_batch_sizes"
-                          else v.lower() == "true" if k in ("pad_variable_length_inputs", "enable_large_batch_splitting")
+                          else v.lower() == "true" if k in flags
                           else int(v)) for k, v in values.items()}
         except ValueError as err:
             raise ConfigError(f"{source}: bad batching parameter value: {err}") from err

@@ -15,6 +15,7 @@ from pathlib import Path
 from core.errors import ConfigError, TfshipError
 from serving.runtimes import backend_names  # the runtime registry (light: backends import lazily)
 from serving.tfs_flags import add_tf_serving_flags, settings_values
+
 ENV_PREFIX = "TFSHIP_SERVING_"
 
 
@@ -106,7 +107,9 @@ def add_query_arguments(parser: argparse.ArgumentParser) -> None:
     a("--signature-name", default="serving_default")
     a("--version", type=int)
     a("--count", type=int, default=20, help="held-out digits to send (default: 20)")
-    a("--config", type=Path, help="pipeline TOML (used only to locate the held-out split)")
+    a("--config", type=Path, help="pipeline TOML (tfship query: locates the held-out split)")
+    a("--samples", type=Path, help=".npz with arrays 'image' and 'label' to send (default under tfship: the "
+      "pipeline's held-out digits)")
     a("--timeout-s", type=float, default=30.0)
 
 
@@ -142,21 +145,41 @@ def settings_from_args(args: argparse.Namespace):
 
 
 def run_query(args: argparse.Namespace) -> int:
-    """Send held-out digits to a running server and print predicted vs true labels (no TensorFlow)."""
-    from serving.query import query_digits
+    """Send labelled images to a running server and print predicted vs true labels (no TensorFlow).
 
-    return query_digits(args.target, args.model_name, args.count, signature_name=args.signature_name,
-                        version=args.version, config=args.config, timeout_s=args.timeout_s)
+    The images come from `--samples`, else from the loader the embedding CLI registered (`tfship query`: the
+    pipeline's held-out digits).
+
+    Raises:
+        ConfigError: neither `--samples` nor a registered loader.
+    """
+    from serving.query import query_digits, samples_from_file
+
+    if args.samples is not None:
+        images, labels = samples_from_file(args.samples, args.count)
+    elif getattr(args, "held_out", None) is not None:
+        images, labels = args.held_out(args.count, args.config)
+    else:
+        raise ConfigError("query: give --samples FILE.npz (arrays 'image' and 'label'); `tfship query` sends the "
+                          "pipeline's held-out digits instead")
+    return query_digits(args.target, args.model_name, images, labels, signature_name=args.signature_name,
+                        version=args.version, timeout_s=args.timeout_s)
 
 
-def register(subparsers) -> None:
-    """Add `serve` and `query` to an argparse subparsers object; each sets `func(args) -> exit code`."""
+def register(subparsers, held_out=None) -> None:
+    """Add `serve` and `query` to an argparse subparsers object; each sets `func(args) -> exit code`.
+
+    Args:
+        subparsers: from `ArgumentParser.add_subparsers`.
+        held_out: `(count, config_path) -> (images, labels)`, the samples `query` sends without `--samples`
+            (the pipeline CLI passes its held-out digits; serving itself knows no data set).
+    """
     serve = subparsers.add_parser("serve", help="serve models over TF Serving's gRPC and REST APIs")
     add_serve_arguments(serve)
     serve.set_defaults(func=run_serve)
     query = subparsers.add_parser("query", help="send held-out digits to a server and report accuracy")
     add_query_arguments(query)
-    query.set_defaults(func=run_query)
+    query.set_defaults(func=run_query, held_out=held_out)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,9 +15,9 @@ import grpc
 import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from core.errors import ErrorStatus, TfshipError, UnavailableError
 from core import protocol
 from core.contract import Signature
+from core.errors import ErrorStatus, TfshipError, UnavailableError
 from core.saved_model import from_signature_def
 from serving.tensors import from_tensor_proto, to_tensor_proto
 from serving.types import VersionState, VersionStatus

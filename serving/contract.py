@@ -33,7 +33,8 @@ def validate_inputs(signature: Signature, inputs: Mapping[str, np.ndarray]) -> N
     extra = sorted(set(inputs) - set(signature.inputs))
     if missing or extra:
         expected = ", ".join(f"{k}: {s.describe()}" for k, s in sorted(signature.inputs.items()))
-        parts = ([f"missing input(s) {missing}"] if missing else []) + ([f"unexpected input(s) {extra}"] if extra else [])
+        parts = (([f"missing input(s) {missing}"] if missing else [])
+                 + ([f"unexpected input(s) {extra}"] if extra else []))
         raise InvalidRequestError(f"signature {signature.name!r}: {'; '.join(parts)}; expected inputs: {{{expected}}}")
     for key, spec in signature.inputs.items():
         array = inputs[key]

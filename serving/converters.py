@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from core.errors import InvalidRequestError
 from core import protocol
+from core.errors import InvalidRequestError
 from core.saved_model import to_signature_def
 from serving.tensors import DEFAULT_MAX_TENSOR_BYTES, fill_tensor_proto, from_tensor_proto
 from serving.types import InferenceRequest, InferenceResponse, ModelMetadata, ModelRef, VersionStatus
@@ -84,7 +84,8 @@ def status_response(statuses: list[VersionStatus]):
         entry = proto.model_version_status.add()
         entry.version = status.version
         entry.state = status.state.value
-        code = protocol.ERROR_CODE.values_by_name.get(status.error_code) or protocol.ERROR_CODE.values_by_name["UNKNOWN"]
+        codes = protocol.ERROR_CODE.values_by_name
+        code = codes.get(status.error_code) or codes["UNKNOWN"]
         entry.status.error_code = code.number
         entry.status.error_message = status.error_message
     return proto

@@ -86,7 +86,8 @@ _METHOD_NAMES = {"Classify": ("classification", "tensorflow/serving/classify"),
 
 def _check_response_size(outputs: dict, limit: int) -> None:
     """Refuse outputs whose raw bytes alone exceed --max-message-bytes (no transport could send them); each
-    transport checks its exact encoded size too."""
+    transport checks its exact encoded size too.
+    """
     size = 0
     for array in outputs.values():
         size += sum(len(v) for v in array.reshape(-1)) if array.dtype == object else array.nbytes

@@ -187,7 +187,8 @@ def _deserializer(request_cls, max_bytes: int):
 def _handler(service: str, servicer, methods: dict[str, tuple[type, type]],
              max_bytes: int | None = None) -> grpc.GenericRpcHandler:
     """Generic handler of `servicer`'s methods; requests above `max_bytes` (default: the servicer's data plane
-    limit, --max-message-bytes) reach `_rpc` as `_TooLarge`."""
+    limit, --max-message-bytes) reach `_rpc` as `_TooLarge`.
+    """
     if max_bytes is None:
         max_bytes = servicer._dp.limits.max_tensor_bytes
     handlers = {

@@ -57,7 +57,7 @@ def datatype_for(dtype: np.dtype | str) -> str:
 
 
 def numpy_dtype(datatype: str, name: str) -> np.dtype:
-    """numpy dtype for input `name`'s `datatype`; `InvalidRequestError` naming the supported ones otherwise."""
+    """Numpy dtype for input `name`'s `datatype`; `InvalidRequestError` naming the supported ones otherwise."""
     found = DATATYPES.get(datatype)
     if found is None:
         raise InvalidRequestError(f"input {name!r}: datatype {datatype!r} is not supported; supported: "
@@ -69,8 +69,9 @@ def element_count(name: str, shape, datatype: str, max_bytes: int) -> int:
     """Elements of `shape` after checking its rank (at most 64), every dim in [0, 2^31) and the decoded size.
 
     Raises:
-        InvalidRequestError: more than 64 dims (numpy's limit), a negative or absurd dim.  ResourceExhaustedError: elements x item size
-            (8 bytes per BYTES element) above `max_bytes` (the server's `--max-message-bytes`).
+        InvalidRequestError: more than 64 dims (numpy's limit), a negative or absurd dim.
+        ResourceExhaustedError: elements x item size (8 bytes per BYTES element) above `max_bytes` (the
+            server's `--max-message-bytes`).
     """
     dims = [int(d) for d in shape]
     if len(dims) > MAX_RANK:

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.errors import InvalidRequestError, ResourceExhaustedError
 from core.contract import Signature, TensorSpec
+from core.errors import InvalidRequestError, ResourceExhaustedError
 from serving.kserve_codec import datatype_for
 from serving.types import InferenceRequest, InferenceResponse, ModelMetadata, ModelRef
 
@@ -36,7 +36,7 @@ _REFUSED_PARAMETERS = ("sequence_id", "sequence_start", "sequence_end")
 
 
 def server_version() -> str:
-    """tfship's installed version (`0+unknown` when run from a source tree that is not installed)."""
+    """Tfship's installed version (`0+unknown` when run from a source tree that is not installed)."""
     try:
         return importlib.metadata.version("tfship")
     except importlib.metadata.PackageNotFoundError:

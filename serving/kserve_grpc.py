@@ -16,8 +16,8 @@ import asyncio
 
 import grpc
 
-from core.errors import InvalidRequestError
 from core import kserve_protocol as kp
+from core.errors import InvalidRequestError
 from serving.dataplane import DataPlane
 from serving.grpc_transport import _handler, _rpc, _time_remaining
 from serving.kserve_codec import datatype_for, fill_contents, from_contents, from_raw, to_raw

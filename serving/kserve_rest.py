@@ -71,7 +71,8 @@ def _list(value, what: str) -> list:
 
 def _split_body(header: str | None, body: bytes) -> tuple[dict, bytes]:
     """The JSON header and the binary section after it (Triton's binary tensor extension); `header`: the
-    request's Inference-Header-Content-Length, if any."""
+    request's Inference-Header-Content-Length, if any.
+    """
     length = len(body)
     if header is not None:
         if not header.isascii() or not header.isdigit() or int(header) > len(body):

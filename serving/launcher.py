@@ -41,6 +41,8 @@ class ServerProcess:
         credentials: `grpc.ssl_channel_credentials(...)` for the health check when the server uses TLS.
         module: the module run with `python -m` (`serving`, or one that registers more backends first and
             then runs serving's CLI, e.g. `bench.serve.identity`).
+        installed: run the tfship installed in `python`'s environment (no PYTHONPATH, working directory
+            outside the source tree) instead of this source tree.
 
     Attributes (after `__enter__`): `grpc_target` (`127.0.0.1:port`), `rest_url`, `metrics_url`
     (`http://127.0.0.1:port`, `https://` with `--tls-cert`; None when that transport is off), `ports` (dict
@@ -53,7 +55,8 @@ class ServerProcess:
     def __init__(self, repository: Path, model_name: str, backend: str = "auto", extra_args: Sequence[str] = (),
                  startup_timeout_s: float = 120.0, python: str | None = None,
                  env: dict[str, str] | None = None, stop_timeout_s: float = 30.0,
-                 credentials: grpc.ChannelCredentials | None = None, module: str = "serving") -> None:
+                 credentials: grpc.ChannelCredentials | None = None, module: str = "serving",
+                 installed: bool = False) -> None:
         self.repository = Path(repository)
         self.model_name = model_name
         self.backend = backend
@@ -64,6 +67,7 @@ class ServerProcess:
         self.env = env
         self.credentials = credentials
         self.module = module
+        self.installed = installed
         self.process: subprocess.Popen | None = None
         self.ports: dict[str, int | None] = {}
         self.grpc_target = ""
@@ -89,11 +93,15 @@ class ServerProcess:
 
     def __enter__(self) -> Self:
         env = dict(os.environ if self.env is None else self.env)
-        root = str(Path(__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        if self.installed:
+            env.pop("PYTHONPATH", None)
+        else:
+            root = str(Path(__file__).resolve().parent.parent)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         with open(self._stderr_path, "wb") as stderr:
             self.process = subprocess.Popen(self.command(), stdout=stderr, stderr=subprocess.STDOUT, env=env,
+                                            cwd=self._dir.name if self.installed else None,
                                             preexec_fn=die_with_parent(signal.SIGKILL))  # never an orphan
         try:
             self._wait_ready()

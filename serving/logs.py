@@ -9,7 +9,8 @@ import sys
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per record: time, level, logger, message and exception text if any (request-log lines
-    carry their fields at the top level)."""
+    carry their fields at the top level).
+    """
 
     def format(self, record: logging.LogRecord) -> str:
         entry = {"time": self.formatTime(record), "level": record.levelname, "logger": record.name,

@@ -236,7 +236,8 @@ class ModelManager:
 
     def acquire(self, ref: ModelRef) -> _Lease:
         """`async with manager.acquire(ref) as served`: hold the targeted version for one request; it is not
-        unloaded until released. Resolves (and raises as `resolve()`) on entry."""
+        unloaded until released. Resolves (and raises as `resolve()`) on entry.
+        """
         return _Lease(self, ref)
 
     def statuses(self, ref: ModelRef) -> list[VersionStatus]:
@@ -329,7 +330,8 @@ MAX_VERSION = (1 << 63) - 1  # TF Serving's versions are int64
 
 def version_of(folder_name: str) -> int | None:
     """The version a folder name stands for, as TF Serving parses it: ASCII digits only, in [1, 2^63-1]
-    (`0001` is version 1). Any other name (`v2`, `.tmp3`, `.staging-4`, `²`, fullwidth digits) is None."""
+    (`0001` is version 1). Any other name (`v2`, `.tmp3`, `.staging-4`, `²`, fullwidth digits) is None.
+    """
     if not (folder_name.isascii() and folder_name.isdigit()):
         return None
     version = int(folder_name)
@@ -339,7 +341,8 @@ def version_of(folder_name: str) -> int | None:
 def _version_folders(base_path: Path) -> dict[int, Path]:
     """Version -> folder under `base_path` (TF Serving's version folders). Never raises: an unreadable or
     vanishing entry is skipped (the next poll sees it again). When two names give one version (`1`, `0001`)
-    the shortest name wins, with a warning."""
+    the shortest name wins, with a warning.
+    """
     found: dict[int, Path] = {}
     try:
         entries = list(os.scandir(base_path))
@@ -379,7 +382,8 @@ def _unknown_label(ref: ModelRef, labels) -> InvalidRequestError:
 
 def _unload_and_release(runtime: Runtime) -> None:
     """Unload, collect the runtime's reference cycles (TensorFlow's loaded objects hold some) and hand the freed
-    heap back to the OS, so RSS stays flat across hot swaps (bench/results/hotswap-latest.md). Blocking."""
+    heap back to the OS, so RSS stays flat across hot swaps (bench/results/hotswap-latest.md). Blocking.
+    """
     runtime.unload()
     gc.collect()
     release_freed_memory()

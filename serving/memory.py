@@ -39,7 +39,8 @@ def _libc():
 
 def release_freed_memory() -> None:
     """`malloc_trim(0)`: return free heap pages of every glibc arena to the OS (no-op elsewhere). Blocking;
-    call it off the event loop."""
+    call it off the event loop.
+    """
     libc = _libc()
     if libc:
         libc.malloc_trim(0)

@@ -27,7 +27,8 @@ class Offloader:
 
     async def run_if_large(self, size: int, function, *args):
         """`function(*args)`: in the helper process when `size` bytes exceed `OFF_LOOP_BYTES`, else inline.
-        Exceptions raised by `function` propagate unchanged."""
+        Exceptions raised by `function` propagate unchanged.
+        """
         if size <= OFF_LOOP_BYTES:
             return function(*args)
         if self._pool is None:

@@ -1,7 +1,8 @@
-"""`query`: send held-out digits to a server and print predicted vs true labels (TensorFlow-free).
+"""`query`: send labelled images to a server and print predicted vs true labels (TensorFlow-free).
 
-The samples are the pipeline's own held-out test split (`pipeline.data.splits.load_split_arrays` with the
-config's data section and seed), so the accuracy printed matches what the pipeline validated.
+The samples come from the caller: `tfship query` passes the pipeline's own held-out test split
+(`pipeline.data.splits.held_out_digits`, so the accuracy printed matches what the pipeline validated);
+`python -m serving query --samples FILE.npz` reads arrays `image` and `label` from a file.
 """
 
 from __future__ import annotations
@@ -12,28 +13,36 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from core.errors import ConfigError
 from serving.client import PredictClient
 
 
-def held_out_digits(count: int, config: Path | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """The first `count` held-out test digits: images float32 [count, 8, 8, 1] in [0, 1], labels int64 [count]."""
-    from pipeline.config import load_config
-    from pipeline.data.splits import load_split_arrays
+def samples_from_file(path: Path, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first `count` rows of arrays `image` [N, ...] and `label` int [N] in the `.npz` file `path`.
 
-    cfg = load_config(config)
-    test = load_split_arrays(cfg.data, cfg.run.seed).test
-    return test.images[:count], test.labels[:count]
+    Raises:
+        ConfigError: the file is unreadable or lacks either array (names the file and what it holds).
+    """
+    try:
+        with np.load(path) as data:
+            return np.asarray(data["image"][:count]), np.asarray(data["label"][:count]).astype(np.int64)
+    except (OSError, ValueError, KeyError) as err:
+        raise ConfigError(f"--samples {path}: need an .npz with arrays 'image' and 'label' ({err})") from err
 
 
-def query_digits(target: str, model_name: str, count: int = 20, signature_name: str = "serving_default",
-                 version: int | None = None, config: Path | None = None, timeout_s: float = 30.0,
+def query_digits(target: str, model_name: str, images: np.ndarray, labels: np.ndarray,
+                 signature_name: str = "serving_default", version: int | None = None, timeout_s: float = 30.0,
                  console: Console | None = None) -> int:
-    """Predict `count` held-out digits in one request; print a table and the accuracy. Returns 0.
+    """Predict `images` (input `image`, [N, ...]) in one request; print a table and the accuracy against `labels`.
 
     Uses output `class_id` when the signature has it, else the argmax of `probabilities`/`logits`.
-    Raises `serving.client.RemoteError` if the server refuses the request.
+
+    Returns:
+        0.
+
+    Raises:
+        serving.client.RemoteError: the server refused the request.
     """
-    images, labels = held_out_digits(count, config)
     with PredictClient(target, timeout_s=timeout_s) as client:
         outputs = client.predict(model_name, {"image": images}, signature_name=signature_name, version=version)
     if "class_id" in outputs:

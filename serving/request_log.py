@@ -36,7 +36,8 @@ _HTTP_OF = {"OK": 200, "INVALID_ARGUMENT": 400, "FAILED_PRECONDITION": 400, "OUT
 @dataclass
 class RequestRecord:
     """What one request's line says; filled by the transport (protocol, method, peer, status) and the
-    data plane (model, version, signature, batch_rows)."""
+    data plane (model, version, signature, batch_rows).
+    """
 
     protocol: str
     method: str

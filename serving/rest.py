@@ -110,7 +110,7 @@ async def read_body(request: web.Request, timeout_s: float) -> bytes:
 
 
 def _http_error(request: web.Request, err: web.HTTPException) -> web.Response:
-    """aiohttp's own refusals in TF Serving's shape: no route / wrong method is 400 `Malformed request`."""
+    """Aiohttp's own refusals in TF Serving's shape: no route / wrong method is 400 `Malformed request`."""
     if err.status in (404, 405):
         return web.json_response({"error": f"Malformed request: {request.method} {request.path}"}, status=400)
     if err.status == 413:
@@ -146,11 +146,6 @@ def _json_text(payload: dict, max_bytes: int) -> str:
     return text
 
 
-def _json_response(payload: dict, max_bytes: int, status: int = 200) -> web.Response:
-    """`_json_text` as an `application/json` response."""
-    return web.Response(text=_json_text(payload, max_bytes), status=status, content_type="application/json")
-
-
 def encode_predict(outputs: dict, rows: bool, batch: int | None, max_bytes: int) -> str:
     """A predict answer's JSON text (runs inline or in the helper process); raises as `_json_text`."""
     return _json_text(rest_json.response_json(outputs, rows, batch), max_bytes)
@@ -181,10 +176,10 @@ def decode_predict(raw: bytes, signatures: dict | None):
     return signature_name, output_filter, inputs, rows, len(body["instances"]) if rows else None
 
 
-def build_app(dataplane: DataPlane, policy: AccessPolicy = AccessPolicy(), max_bytes: int = 64 << 20,
+def build_app(dataplane: DataPlane, policy: AccessPolicy | None = None, max_bytes: int = 64 << 20,
               metrics: Metrics | None = None, metrics_path: str = PROMETHEUS_PATH,
               timeout_s: float = 30.0, offloader: Offloader | None = None) -> web.Application:
-    """The TF Serving REST API over `dataplane`, under `policy` (bearer tokens; default open).
+    """The TF Serving REST API over `dataplane`, under `policy` (bearer tokens; None = open).
 
     With `metrics`, Prometheus text is also served at `metrics_path` (TF Serving's `/monitoring/prometheus/metrics`
     unless --monitoring_config_file names another). A request body must arrive within `timeout_s` seconds
@@ -236,6 +231,7 @@ def build_app(dataplane: DataPlane, policy: AccessPolicy = AccessPolicy(), max_b
             raise InvalidRequestError(f"JSON Value: {rest_json.debug_string(body)} 'examples' {what}")
         await dataplane.unimplemented(request.match_info["verb"].capitalize(), _ref(request), name)
 
+    policy = policy or AccessPolicy()
     app = web.Application(middlewares=[_error_middleware(policy, dataplane.gate, dataplane.request_log)],
                           client_max_size=max_bytes)
     if metrics is not None:
@@ -274,7 +270,8 @@ async def _start(app: web.Application, settings, port: int, ssl_context: ssl.SSL
 async def start_rest(dataplane: DataPlane, settings, policy: AccessPolicy, metrics: Metrics,
                      ssl_context: ssl.SSLContext | None) -> tuple[web.AppRunner, int]:
     """Start the REST API on `settings.host:settings.rest_port` (0 = any free), HTTPS when `ssl_context` is
-    given, under `policy`; returns (runner, bound port)."""
+    given, under `policy`; returns (runner, bound port).
+    """
     prometheus = settings.prometheus_path  # None: --monitoring_config_file turned it off
     app = build_app(dataplane, policy, settings.max_message_bytes, metrics if prometheus else None,
                     prometheus or PROMETHEUS_PATH, settings.rest_api_timeout_in_ms / 1000)
@@ -284,7 +281,8 @@ async def start_rest(dataplane: DataPlane, settings, policy: AccessPolicy, metri
 async def start_metrics(metrics: Metrics, settings, policy: AccessPolicy,
                         ssl_context: ssl.SSLContext | None) -> tuple[web.AppRunner, int]:
     """Serve Prometheus text at `/metrics` and `/monitoring/prometheus/metrics` on `settings.metrics_port`, under
-    the same TLS and token policy as the other ports; returns (runner, bound port)."""
+    the same TLS and token policy as the other ports; returns (runner, bound port).
+    """
     app = web.Application(middlewares=[_error_middleware(policy)])
     app.router.add_get("/metrics", _metrics_handler(metrics))
     app.router.add_get(PROMETHEUS_PATH, _metrics_handler(metrics))

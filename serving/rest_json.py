@@ -30,8 +30,8 @@ try:
 except ImportError:  # optional: the standard parser gives the same results, slower
     orjson = None
 
-from core.errors import InvalidRequestError
 from core.contract import Signature
+from core.errors import InvalidRequestError
 
 _DEBUG_CHARS = 256  # TF Serving's kMaxJsonDebugStringBytes
 BYTES_SUFFIX = "_bytes"
@@ -67,9 +67,10 @@ def json_type(value) -> str:
 
 
 def _loads(raw: bytes):
-    """orjson (about 10x faster on numeric arrays: a quarter of a REST server's time went to `json.loads`,
+    """Orjson (about 10x faster on numeric arrays: a quarter of a REST server's time went to `json.loads`,
     bench/results/serve-profile.md); whatever orjson refuses (NaN/Infinity tokens, integers past 64 bits,
-    non-UTF-8, syntax errors) goes to the standard parser, which accepts or words the error as before."""
+    non-UTF-8, syntax errors) goes to the standard parser, which accepts or words the error as before.
+    """
     if orjson is not None:
         try:
             return orjson.loads(raw)
@@ -166,7 +167,7 @@ def _string_leaf(value) -> bytes:
 
 
 def _typed_leaves(leaves: list, dtype: str) -> np.ndarray:
-    """numpy array of `dtype` from JSON leaves; raises the first leaf's type error."""
+    """Numpy array of `dtype` from JSON leaves; raises the first leaf's type error."""
     if dtype == "string":
         return np.array([_string_leaf(v) for v in leaves] or [], dtype=object)
     kinds = set(map(type, leaves))

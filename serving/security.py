@@ -182,7 +182,8 @@ def grpc_credentials(material: TlsMaterial | None):
 
 def ssl_context(material: TlsMaterial | None) -> ssl.SSLContext | None:
     """Server `ssl.SSLContext` for the HTTP ports (REST, metrics): TLS 1.2+, client certificate required when a
-    client CA is set. Raises `ConfigError` when the key does not match the certificate."""
+    client CA is set. Raises `ConfigError` when the key does not match the certificate.
+    """
     if material is None:
         return None
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

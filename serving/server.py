@@ -1,8 +1,9 @@
 """Assemble and run the server: model manager, data plane, gRPC, REST and metrics transports.
 
 Lifecycle (TF Serving-like): bind ports and write `--port-file`; load every configured model
-(health stays NOT_SERVING until then), then add `"ready": true` to the port file; poll the repository; on SIGTERM/SIGINT report NOT_SERVING,
-let in-flight requests finish within the grace period, unload, exit 0 (`_drain`; SIGHUP does the same).
+(health stays NOT_SERVING until then), then add `"ready": true` to the port file; poll the repository;
+on SIGTERM/SIGINT report NOT_SERVING, let in-flight requests finish within the grace period, unload,
+exit 0 (`_drain`; SIGHUP does the same).
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ def model_configs(settings: ServerSettings) -> list[ModelConfig]:
 
 async def poll_model_config_file(settings: ServerSettings, manager: ModelManager) -> None:
     """Re-read `--model-config-file` every `--model_config_file_poll_wait_seconds` and apply it when its text
-    changed (TF Serving's behaviour); a file that does not parse is logged and the running config kept."""
+    changed (TF Serving's behaviour); a file that does not parse is logged and the running config kept.
+    """
     path, interval = settings.model_config_file, settings.model_config_file_poll_wait_seconds
     last = path.read_text() if path.is_file() else ""
     while True:

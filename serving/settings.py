@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from serving.runtimes import backend_names

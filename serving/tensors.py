@@ -11,11 +11,11 @@ import math
 
 import numpy as np
 
+from core import protocol
 from core.dtypes import DT_TO_NUMPY as _DT_TO_NUMPY
 from core.dtypes import NUMPY_TO_DT as _NUMPY_TO_DT
 from core.dtypes import dtype_name
 from core.errors import InvalidRequestError, ResourceExhaustedError
-from core import protocol
 
 # Typed value field per DataType name (TensorProto field that `tf.make_tensor_proto` would fill).
 _VAL_FIELD = {
@@ -43,7 +43,7 @@ _FROM_ENUM: dict[int, tuple[np.dtype, np.dtype, str]] = {}  # enum -> (dtype, li
 
 
 def numpy_dtype(dt_enum: int) -> np.dtype:
-    """numpy dtype for a `tensorflow.DataType` value; raises `InvalidRequestError` if unsupported."""
+    """Numpy dtype for a `tensorflow.DataType` value; raises `InvalidRequestError` if unsupported."""
     return _from_enum(dt_enum)[0]
 
 

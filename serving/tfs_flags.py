@@ -160,7 +160,8 @@ def _parse_text(path: Path, flag: str, type_name: str):
 
 def monitoring_settings(path: Path) -> dict:
     """`{"prometheus_path": ...}` from a MonitoringConfig file: the path when enabled (default TF Serving's
-    `/monitoring/prometheus/metrics`), None (no metrics on the REST port) when not. Raises `ConfigError`."""
+    `/monitoring/prometheus/metrics`), None (no metrics on the REST port) when not. Raises `ConfigError`.
+    """
     config = _parse_text(path, "--monitoring_config_file", "MonitoringConfig").prometheus_config
     if not config.enable:
         return {"prometheus_path": None}
@@ -175,7 +176,8 @@ def ssl_settings(path: Path) -> dict:
     """`tls_cert`/`tls_key`/`tls_client_ca` files written (0600, in a private folder removed at exit) from an
     SSLConfig file's PEM contents. `client_verify: true` needs `custom_ca`; a `custom_ca` without
     `client_verify` is refused (tfship requires client certificates whenever it is given a client CA).
-    Raises `ConfigError` naming the file and field."""
+    Raises `ConfigError` naming the file and field.
+    """
     config = _parse_text(path, "--ssl_config_file", "SSLConfig")
     missing = [f for f in ("server_key", "server_cert") if not getattr(config, f).strip()]
     if missing:

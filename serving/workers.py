@@ -85,7 +85,8 @@ def _supervise(settings: ServerSettings, procs: list[subprocess.Popen], files: l
                stop: threading.Event) -> bool:
     """Until SIGTERM (returns False): restart workers that die on their own; returns True when a worker died
     before all were ready (a start-up problem) or crashed more than `MAX_RESTARTS` times in `RESTART_WINDOW_S`
-    seconds (a crash loop). Writes the port file once all are ready, and again after each restart."""
+    seconds (a crash loop). Writes the port file once all are ready, and again after each restart.
+    """
     reported = False
     restarts: list[float] = []
     pending = False  # a restarted worker is not ready yet

@@ -88,7 +88,7 @@ def contract_from_keras(model, name: str = DEFAULT_SIGNATURE) -> Signature:
 def low_precision_layers(model) -> dict[str, str]:
     """{layer name: dtype policy name} for every layer computing or storing in float16 / bfloat16."""
     found = {}
-    for layer in model._flatten_layers(include_self=False):  # noqa: SLF001 - Keras' own layer walk
+    for layer in model._flatten_layers(include_self=False):
         policy = getattr(layer, "dtype_policy", None)
         names = (getattr(policy, "name", ""), getattr(policy, "compute_dtype", ""),
                  getattr(policy, "variable_dtype", ""))
@@ -128,7 +128,7 @@ def float32_copy(model):
         for target, source in zip(clone.weights, model.weights, strict=True):
             value = np.asarray(keras.ops.convert_to_numpy(source.value))
             target.assign(value.astype(target.dtype) if value.dtype.kind == "f" else value)
-    except Exception as err:  # noqa: BLE001 - Keras raises many types from config round-trips
+    except Exception as err:
         raise ContractError(f"model '{model.name}' uses low-precision dtype policies ({named}); tfship exports a "
                             f"float32 copy but could not build it: {type(err).__name__}: {err}. Set the policy to "
                             "'float32' before saving, or register the custom layers") from err
@@ -142,7 +142,7 @@ def _tracked_resources(model) -> list:
     from tensorflow.saved_model.experimental import TrackableResource
 
     found, seen = [], set()
-    for layer in model._flatten_layers(include_self=True):  # noqa: SLF001
+    for layer in model._flatten_layers(include_self=True):
         for value in vars(layer).values():
             for item in (value if isinstance(value, (list, tuple)) else [value]):
                 if isinstance(item, TrackableResource) and id(item) not in seen:

@@ -62,7 +62,7 @@ def _kind(lineage: tuple[str, ...]) -> str:
 def keras_layers(model) -> dict[str, LayerInfo]:
     """{layer name: LayerInfo} for every layer of `model`, nested models and layers included."""
     found = {}
-    for layer in model._flatten_layers(include_self=True):  # noqa: SLF001 - Keras' own recursive walk
+    for layer in model._flatten_layers(include_self=True):
         lineage = tuple(c.__name__ for c in type(layer).__mro__ if c.__name__ not in ("object",))
         lineage = lineage[: lineage.index("Layer")] if "Layer" in lineage else lineage
         found[layer.name] = LayerInfo(layer.name, type(layer).__name__, _kind(lineage), lineage)

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from core.errors import ConversionError, TfshipError
+from core.processes import die_with_parent
 from tfjs.venv import ROOT, ensure_tfjs_venv
 
 _TAIL = 800
@@ -39,7 +40,8 @@ _TAIL = 800
 
 class TfjsQuantization(enum.StrEnum):
     """Weight storage of the TF.js graph model: float32 (as trained), or every weight quantized by the
-    converter to float16 / uint8 (`quantization_dtype_map`, like `--quantize_float16` / `--quantize_uint8`)."""
+    converter to float16 / uint8 (`quantization_dtype_map`, like `--quantize_float16` / `--quantize_uint8`).
+    """
 
     FLOAT32 = "float32"
     FLOAT16 = "float16"
@@ -82,7 +84,8 @@ class TfjsConversionResult:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready values."""
-        return {**self.__dict__, "path": None if self.path is None else str(self.path), "seconds": round(self.seconds, 3)}
+        return {**self.__dict__, "path": None if self.path is None else str(self.path),
+                "seconds": round(self.seconds, 3)}
 
 
 def folder_size(folder: Path) -> int:
@@ -94,7 +97,7 @@ def _run_worker(command: list[str], report: Path, timeout_s: float) -> tuple[dic
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
     env.pop("PYTHONPATH", None)  # .venv-tfjs puts the repository on its path itself (tfship-c-repo.pth)
     proc = subprocess.Popen(command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+                            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent())
     try:
         output, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:

@@ -129,9 +129,9 @@ def _check_representative(signature: Signature, samples: dict[str, np.ndarray] |
 def run_convert(saved_model_dir: str, output: str, options: TfliteOptions,
                 representative: str | None) -> dict[str, Any]:
     """Convert one variant and write it to `output`; returns the report (see module docstring)."""
-    import tensorflow as tf  # noqa: PLC0415  (only the convert step pays for TensorFlow)
+    import tensorflow as tf
 
-    from tflite.savedmodel_scan import file_initialised_tables, find_float16_overflows  # noqa: PLC0415
+    from tflite.savedmodel_scan import file_initialised_tables, find_float16_overflows
 
     try:
         signatures = read_signatures(Path(saved_model_dir))
@@ -156,7 +156,7 @@ def run_convert(saved_model_dir: str, output: str, options: TfliteOptions,
             return {**report, "status": "refused", "reason": problem}
     try:
         model = _build_converter(tf, saved_model_dir, options, samples, flex=False).convert()
-    except Exception as err:  # the converter raises ConverterError, ValueError or RuntimeError
+    except Exception as err:  # noqa: BLE001 - the converter raises ConverterError, ValueError or RuntimeError
         message = str(err)
         select, custom = _ops_in(_SELECT_OPS, message), _ops_in(_CUSTOM_OPS, message)
         if custom:
@@ -173,7 +173,7 @@ def run_convert(saved_model_dir: str, output: str, options: TfliteOptions,
                               "(--set convert.allow_flex=true) to try SELECT_TF_OPS"}
         try:
             model = _build_converter(tf, saved_model_dir, options, samples, flex=True).convert()
-        except Exception as flex_err:  # same converter, Flex allowed
+        except Exception as flex_err:  # noqa: BLE001 - same converter, Flex allowed
             return {**report, "status": "refused", "flex_ops": [f"Flex{op}" for op in select],
                     "reason": f"converter failed with SELECT_TF_OPS: {_tail(str(flex_err))}"}
     Path(output).write_bytes(model)
@@ -226,7 +226,7 @@ def run_smoke(model: str, signature: Signature, representative: str | None,
     `table_files`: asset files lookup tables are initialised from (named in the reason when LiteRT
     fails on an uninitialised `HASHTABLE`).
     """
-    from tflite.runner import LiteRtRunner  # noqa: PLC0415
+    from tflite.runner import LiteRtRunner
 
     histogram = op_histogram(Path(model).read_bytes())
     if "READ_VARIABLE" in histogram and "CALL_ONCE" not in histogram:

@@ -29,7 +29,9 @@ BATCHING = "max_batch_size { value: 512 }\nbatch_timeout_micros { value: 1500000
 
 def _plan(quick: bool, work: Path, source: Path) -> list[tuple[str, float, object]]:
     """(row name, rough seconds it needs, thunk) in the order they run."""
-    n = (lambda full, short: short if quick else full)
+    def n(full, short):
+        return short if quick else full
+
     certs = serving_attacks.make_certs(work / "certs")
     (work / "tokens").write_text("# inference tokens\nreader\n")
     (work / "admin").write_text("operator\n")

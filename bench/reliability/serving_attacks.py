@@ -20,8 +20,8 @@ import grpc
 import numpy as np
 
 from bench.reliability.common import MODEL, Row, copy_version, images, rss_mb, wait_admitted
-from core.errors import TfshipError
 from core import protocol
+from core.errors import TfshipError
 from serving.client import PredictClient, RemoteError
 from serving.launcher import ServerProcess, ServerStartError
 from serving.tensors import to_tensor_proto

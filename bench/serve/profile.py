@@ -102,8 +102,8 @@ def profile_cases(plan, info) -> dict:
         raw.unlink(missing_ok=True)
         with TfshipEndpoint(plan.work / "repo", model, backend, batching, cores()[0]) as endpoint:
             request = files["identity" if backend == "identity" else "grpc"]
-            runner = threading.Thread(target=lambda: cases.setdefault(name, {}).update(
-                rows=loadgen(longer, endpoint, request, cpu=cores()[1])))
+            runner = threading.Thread(target=lambda name=name, endpoint=endpoint, request=request: cases.setdefault(
+                name, {}).update(rows=loadgen(longer, endpoint, request, cpu=cores()[1])))
             runner.start()
             time.sleep(longer.warmup_s + 1.0)  # the load generator's start and warm-up: profile the steady state
             _record(endpoint.pids[0], raw, plan.profile_s).wait(timeout=plan.profile_s + 60)

@@ -50,8 +50,8 @@ def medians(rows: list[dict]) -> dict[tuple, dict]:
     for key, rs in groups.items():
         lat = [r["latency_ms"] for r in rs if r.get("latency_ms")]
         out[key] = {"inf_s": statistics.median(r["inferences_per_s"] for r in rs),
-                    "p50": statistics.median(l["p50"] for l in lat) if lat else 0.0,
-                    "p99": statistics.median(l["p99"] for l in lat) if lat else 0.0,
+                    "p50": statistics.median(q["p50"] for q in lat) if lat else 0.0,
+                    "p99": statistics.median(q["p99"] for q in lat) if lat else 0.0,
                     "server_cpu": statistics.median(r["server_cpu"] or 0 for r in rs),
                     "rows_per_call": statistics.median(r.get("mean_batch_rows") or 0 for r in rs),
                     "errors": sum(r["errors"] for r in rs), "rounds": len(rs)}

@@ -38,14 +38,14 @@ class BenchRow:
 def bench_case(model_name: str, mode: str, precision: str, *, warmup: int, windows: int, window_steps: int,
                batch_size: int) -> BenchRow:
     """Time one case on a fixed digits batch (float32 [batch_size, 8, 8, 1]); see the module docstring."""
+    import tensorflow as tf
+
     from pipeline.config import load_config
     from pipeline.data.splits import load_split_arrays
     from pipeline.training.distribute import training_runtime
     from pipeline.training.model import build_model
     from pipeline.training.optim import build_optimizer
     from pipeline.training.train_step import StepFunctions
-
-    import tensorflow as tf
 
     config = load_config(None, MODELS[model_name] | {"train.mixed_precision": precision,
                                                      "train.run_eagerly": mode == "eager",

@@ -36,6 +36,7 @@ def server_argv(env: dict[str, str], extra: list[str]) -> list[str]:
 
 
 def main() -> None:
+    """Replace this process with the server (`exec`), so it is PID 1 and receives SIGTERM itself."""
     argv = server_argv(dict(os.environ), sys.argv[1:])
     print("tfship entrypoint: exec", " ".join(argv[1:]), flush=True)
     os.execv(argv[0], argv)

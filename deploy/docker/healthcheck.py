@@ -15,6 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 
 def main() -> int:
+    """Exit 0 when the server's `grpc.health.v1` answers SERVING, else 1 (Docker's HEALTHCHECK contract)."""
     target = f"127.0.0.1:{os.environ.get('GRPC_PORT', '8500')}"
     service = os.environ.get("HEALTH_SERVICE", "")
     timeout = float(os.environ.get("HEALTH_TIMEOUT_S", "3"))

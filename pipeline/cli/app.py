@@ -16,6 +16,13 @@ from core.errors import TfshipError
 from pipeline.cli.arguments import add_config_arguments, add_run_folder_argument
 
 
+def _held_out_digits(count: int, config: Path | None):
+    """`tfship query`'s samples: the pipeline's held-out test split (data read only when the command runs)."""
+    from pipeline.data.splits import held_out_digits
+
+    return held_out_digits(count, config)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand registered."""
     import deploy.cli as deploy
@@ -59,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("path", type=Path)
     inspect.add_argument("--json", action="store_true", help="print JSON instead of tables")
     inspect.set_defaults(func=commands.cmd_inspect)
-    serving_cli.register(sub)
+    serving_cli.register(sub, held_out=_held_out_digits)
     deploy.register(sub)
     _no_abbreviations(parser)
     return parser
@@ -68,8 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _no_abbreviations(parser: argparse.ArgumentParser) -> None:
     """Refuse abbreviated flags everywhere (`--run` must not silently mean `--runs-dir`)."""
     parser.allow_abbrev = False
-    for action in parser._actions:  # noqa: SLF001 - argparse keeps subparsers only here
-        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
             for child in action.choices.values():
                 _no_abbreviations(child)
 

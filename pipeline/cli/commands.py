@@ -30,13 +30,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     """`tfship run`: the whole pipeline; prints the stage, artifact and publish tables."""
     from rich.table import Table
 
-    from pipeline.cli.arguments import config_from_args
-    from pipeline.orchestration.report import summary_tables, write_report
-    from pipeline.orchestration.run import run_pipeline
-
     from core.errors import ConfigError
-    from pipeline.orchestration.run import run_export_only
+    from pipeline.cli.arguments import config_from_args
     from pipeline.export_only.user_model import ExportOnlyRequest
+    from pipeline.orchestration.report import summary_tables, write_report
+    from pipeline.orchestration.run import run_export_only, run_pipeline
 
     config = config_from_args(args)
     started = time.perf_counter()
@@ -79,9 +77,9 @@ def _run_folder(args: argparse.Namespace, config) -> RunFolder:
 
 
 def _stage_command(args: argparse.Namespace, name: str) -> int:
-    from pipeline.orchestration import steps
     from pipeline.cli.arguments import config_from_args
     from pipeline.data.splits import load_split_arrays
+    from pipeline.orchestration import steps
 
     config = config_from_args(args)
     if name == "train" and getattr(args, "resume", None):

@@ -1,5 +1,6 @@
 """`tfship inspect PATH`: the signatures of a SavedModel, a `.tflite` or an `.onnx`, like
-`saved_model_cli show` (names, dtypes, shapes with -1 for dynamic dimensions)."""
+`saved_model_cli show` (names, dtypes, shapes with -1 for dynamic dimensions).
+"""
 
 from __future__ import annotations
 

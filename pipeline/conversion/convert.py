@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.config import ConvertSection
+from core.contract import Signature
 from core.errors import ConversionError, TfshipError
+from pipeline.config import ConvertSection
 from pipeline.conversion.large_models import tflite_refusal
 from pipeline.conversion.onnx_convert import convert_to_onnx
 from pipeline.gate.runners import Artifact
-from core.contract import Signature
 from signatures.recurrent import FUSED_LSTM_NOTE, TENSOR_LIST_FAILURE
 
 REQUIRED_TFLITE_MODE = "float32"

@@ -15,7 +15,8 @@ import shutil
 import zipfile
 from pathlib import Path
 
-FLATBUFFER_LIMIT_NAME = "TFLite's FlatBuffer format stops at 2 GiB (32-bit offsets; LiteRT has no external-weights form)"
+FLATBUFFER_LIMIT_NAME = ("TFLite's FlatBuffer format stops at 2 GiB (32-bit offsets; LiteRT has no "
+                         "external-weights form)")
 
 
 def saved_model_weight_bytes(saved_model_dir: Path) -> int:

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from core.errors import ConversionError
 from core.contract import Signature
+from core.errors import ConversionError
 from core.processes import die_with_parent
 from pipeline.conversion.large_models import onnx_needs_external_data, repack_external_data
 
@@ -93,7 +93,7 @@ def check_onnx_artifact(path: Path, contract: Signature, sample: dict[str, np.nd
     try:  # by path: the checker reads external data itself, and no Python copy of the weights is made for it
         onnx.checker.check_model(str(path), full_check=True)
         model = onnx.load(str(path), load_external_data=False)  # the graph; inline weights come along
-    except Exception as err:  # noqa: BLE001 - onnx raises several unrelated types
+    except Exception as err:
         raise ConversionError(f"{path}: onnx.checker failed: {err}") from err
     unknown = _unknown_ops(model)
     if unknown:
@@ -115,7 +115,7 @@ def check_onnx_artifact(path: Path, contract: Signature, sample: dict[str, np.nd
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         outputs = session.run(None, {k: np.asarray(v).astype(str).astype(object) if np.asarray(v).dtype.kind in "OSU"
                                      else v for k, v in sample.items()})
-    except Exception as err:  # noqa: BLE001 - onnxruntime raises its own exception types
+    except Exception as err:
         raise ConversionError(f"{path}: onnxruntime could not load or run the model: {err}") from err
     for name, value in zip(output_names, outputs):
         if np.issubdtype(value.dtype, np.floating) and not np.all(np.isfinite(value)):
@@ -181,7 +181,8 @@ def _large_command(saved_model_dir: Path, archive: Path, signature: str, opset: 
 def _convert_external(saved_model_dir: Path, output: Path, contract: Signature, opset: int,
                       sample: dict[str, np.ndarray], timeout_s: float) -> OnnxResult:
     """tf2onnx `--large_model` into a hidden staging folder, repacked to `output` + `<output>.data`, checked,
-    then both moved into place (data first); a failure or kill leaves only the hidden folder, removed here."""
+    then both moved into place (data first); a failure or kill leaves only the hidden folder, removed here.
+    """
     stage = output.with_name(f".{output.stem}.{secrets.token_hex(4)}.large")
     stage.mkdir()
     data = output.with_name(output.name + ".data")

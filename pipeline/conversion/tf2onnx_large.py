@@ -13,7 +13,7 @@ import numpy as np
 if not hasattr(np, "product"):
     np.product = np.prod  # the name NumPy < 2 had for the same function
 
-from tf2onnx.convert import main  # noqa: E402 - after the shim, as tf2onnx reads np.product at call time
+from tf2onnx.convert import main
 
 if __name__ == "__main__":
     main()

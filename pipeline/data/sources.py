@@ -196,7 +196,8 @@ def read_image_folder(path: Path | str, image_size: tuple[int, int], *, rescale:
     names = tuple(classes) or tuple(p.name for p in folders)
     for folder in folders:
         if folder.name not in names:
-            raise DatasetError(f"{folder}: class folder {folder.name!r} is not one of the declared classes {list(names)}")
+            raise DatasetError(f"{folder}: class folder {folder.name!r} is not one of the declared classes "
+                               f"{list(names)}")
     channels = 1 if color_mode == "grayscale" else 3
     images, labels = [], []
     for class_id, name in enumerate(names):
@@ -253,7 +254,7 @@ def read_tfrecord(paths: Sequence[Path | str] | Path | str, feature_spec: Mappin
     for file in files:
         record = -1
         try:
-            for record, serialized in enumerate(tf.data.TFRecordDataset(file)):
+            for record, serialized in enumerate(tf.data.TFRecordDataset(file)):  # noqa: B007 - named on error
                 example = tf.io.parse_single_example(serialized, spec)
                 for name in columns:
                     columns[name].append(example[name].numpy())

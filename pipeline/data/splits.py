@@ -7,11 +7,12 @@ The default source is scikit-learn's bundled digits (no download ever).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
-from pipeline.config import DataSection
 from core.errors import DatasetError
+from pipeline.config import DataSection
 from pipeline.data.sources import DIGITS_IMAGE_SHAPE, DIGITS_PIXEL_MAX, read_digits, read_source
 
 __all__ = ["ArraySplit", "DatasetSplits", "DIGITS_IMAGE_SHAPE", "DIGITS_PIXEL_MAX", "load_digits_arrays",
@@ -21,7 +22,8 @@ __all__ = ["ArraySplit", "DatasetSplits", "DIGITS_IMAGE_SHAPE", "DIGITS_PIXEL_MA
 @dataclass(frozen=True)
 class ArraySplit:
     """One split: `images` is the model's single input array [N, ...] (digits: float32 [N, 8, 8, 1]
-    in [0, 1]; text: int token ids [N, L]); `labels` int64 [N] class ids."""
+    in [0, 1]; text: int token ids [N, L]); `labels` int64 [N] class ids.
+    """
 
     images: np.ndarray
     labels: np.ndarray
@@ -119,3 +121,19 @@ def make_dataset(split: ArraySplit, batch_size: int, *, training: bool, seed: in
             dataset = dataset.repeat()
     dataset = dataset.batch(batch_size, drop_remainder=training)
     return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def held_out_digits(count: int, config: Path | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The first `count` held-out test rows of the configured data (`tfship query`'s samples).
+
+    Returns:
+        images [count, ...] (float32 in [0, 1] for the bundled digits, [count, 8, 8, 1]) and labels int64 [count].
+
+    Raises:
+        ConfigError, DatasetError: the config or its data source is unusable.
+    """
+    from pipeline.config import load_config
+
+    cfg = load_config(config)
+    test = load_split_arrays(cfg.data, cfg.run.seed).test
+    return test.images[:count], test.labels[:count]

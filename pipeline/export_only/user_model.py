@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from core.errors import ConfigError, DatasetError
 from core.contract import Signature
+from core.errors import ConfigError, DatasetError
 
 LABEL_KEYS = ("y", "label", "labels")
 
@@ -59,11 +59,12 @@ def import_custom_objects(modules: tuple[str, ...]) -> None:
     for name in modules:
         try:
             importlib.import_module(name)
-        except Exception as err:  # noqa: BLE001 - user code
+        except Exception as err:
             raise ConfigError(f"--custom-objects {name}: cannot import it: {type(err).__name__}: {err}") from err
 
 
-_UNKNOWN_CLASS = re.compile(r"Could not locate (?:class|function) '([^']+)'|Unknown (?:layer|object)[^'\"]*['\"]([^'\"]+)")
+_UNKNOWN_CLASS = re.compile(r"Could not locate (?:class|function) '([^']+)'"
+                            r"|Unknown (?:layer|object)[^'\"]*['\"]([^'\"]+)")
 
 
 def _keras_load_error(spec: str, err: Exception, modules: tuple[str, ...]) -> ConfigError:
@@ -105,7 +106,7 @@ def load_user_model(spec: str, custom_objects: tuple[str, ...] = ()):
             raise ConfigError(f"--model {spec}: file not found")
         try:
             return keras.models.load_model(path, compile=False)
-        except Exception as err:  # noqa: BLE001 - Keras raises many types on bad files
+        except Exception as err:
             raise _keras_load_error(spec, err, tuple(custom_objects)) from err
     if ":" not in spec:
         raise ConfigError(f"--model {spec}: expected a .keras/.h5 file, a SavedModel folder or module:function")
@@ -115,7 +116,7 @@ def load_user_model(spec: str, custom_objects: tuple[str, ...] = ()):
     try:
         factory = getattr(importlib.import_module(module_name), function_name)
         model = factory()
-    except Exception as err:  # noqa: BLE001 - user code
+    except Exception as err:
         raise ConfigError(f"--model {spec}: factory failed: {type(err).__name__}: {err}") from err
     if not isinstance(model, keras.Model):
         raise ConfigError(f"--model {spec}: factory returned {type(model).__name__}, expected a keras.Model")

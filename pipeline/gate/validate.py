@@ -31,11 +31,11 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.config import ValidateSection
+from core.contract import Signature
 from core.errors import ParityError
+from pipeline.config import ValidateSection
 from pipeline.gate.runners import Artifact, Runner, runner_for
 from pipeline.gate.task_metric import TaskMetric, index_scores, infer_task
-from core.contract import Signature
 
 FLOAT_MODES = ("float32", "float16")
 # Absolute-error histogram bins: [0, 1e-9), [1e-9, 1e-8), ..., [1e1, inf).
@@ -59,7 +59,8 @@ class OutputParity:
 @dataclass(frozen=True)
 class ArtifactParity:
     """One artifact's verdict: task metric (worst over batch sizes), agreement with the reference's
-    predictions (%, classification; None for regression), latency at batch 1 (ms), per-output rows."""
+    predictions (%, classification; None for regression), latency at batch 1 (ms), per-output rows.
+    """
 
     artifact: str
     kind: str

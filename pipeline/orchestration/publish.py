@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from core.errors import StageError
-from pipeline.orchestration.stages import write_json_atomic
+from core.files import write_json_atomic
 
 WARMUP_FILE = Path("assets.extra") / "tf_serving_warmup_requests"
 GOLDEN_FILE = Path("assets.extra") / "tfship_golden.npz"
@@ -137,7 +137,8 @@ STALE_LEGACY_STAGING_S = 600  # a `.staging-<hex>` folder (no pid in its name) t
 def remove_stale_staging(model_root: Path) -> list[Path]:
     """Delete `.staging-*` folders left by a killed publish: their publisher's pid is gone (or, for names
     without a pid, the folder is older than `STALE_LEGACY_STAGING_S`). A live publisher's folder is kept.
-    Returns what was removed."""
+    Returns what was removed.
+    """
     removed = []
     for path in model_root.glob(".staging-*"):
         pid = path.name.split("-")[1] if path.name.count("-") >= 2 else ""

@@ -1,9 +1,9 @@
 """Run reports: `report.json` for machines, `report.md` with matplotlib plots for people, and the
-rich summary table printed at the end of `tfship run`."""
+rich summary table printed at the end of `tfship run`.
+"""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -98,7 +98,8 @@ def training_details(train: dict[str, Any] | None) -> list[str]:
 
 def write_report(run: RunFolder, summary: dict[str, Any]) -> tuple[Path, Path]:
     """Write `report.json` and `report.md` (+ PNG plots: metric, size, latency, error histogram per output)
-    into the run folder; return both paths."""
+    into the run folder; return both paths.
+    """
     parity = summary["parity"]
     rows = parity["artifacts"]
     json_path = run.write_json("report.json", summary)
@@ -108,7 +109,7 @@ def write_report(run: RunFolder, summary: dict[str, Any]) -> tuple[Path, Path]:
                   if train else f"- export-only: model `{summary.get('export_only', {}).get('model')}`, data "
                   f"`{summary.get('export_only', {}).get('data')}` (training skipped)")
     metric = parity.get("metric", "accuracy_%")
-    lines = [f"# tfship run report", "", f"- run: `{summary['run']}`", f"- published: `{summary['published']}`",
+    lines = ["# tfship run report", "", f"- run: `{summary['run']}`", f"- published: `{summary['published']}`",
              f"- audit: {'passed' if summary['audit_passed'] else 'FAILED'}", train_line, *training_details(train),
              f"- task metric: {metric} on output `{parity.get('metric_output')}` against "
              f"{parity.get('label_source', 'labels')}; SavedModel: {parity.get('reference_metric', float('nan')):.4g}",
@@ -124,7 +125,8 @@ def write_report(run: RunFolder, summary: dict[str, Any]) -> tuple[Path, Path]:
                  if float32_size and row["kind"] == "tflite" else "-")
         agreement = "-" if row["top1_agreement"] is None else f"{row['top1_agreement']:.2f}"
         lines.append(f"| {row['artifact']} | {row['mode']} | {_human_bytes(row['size_bytes'])} | {ratio} "
-                     f"| {row['metric']:.4g} | {agreement} | {row['latency_ms_batch1']:.3f} | {worst_text} | {exact_text or '-'} | "
+                     f"| {row['metric']:.4g} | {agreement} | {row['latency_ms_batch1']:.3f} | {worst_text} "
+                     f"| {exact_text or '-'} | "
                      f"{'pass' if row['passed'] else 'FAIL: ' + row['reason']} |")
     lines += ["", "| conversion | status | recipe | reason |", "|---|---|---|---|"]
     lines += [f"| {c['name']} | {c['status']} | {c.get('recipe') or '-'} | {c['reason'] or '-'} |"
@@ -157,8 +159,3 @@ def summary_tables(summary: dict[str, Any], records: list[StageRecord]):
                           worst.get("output", "-"), f"{worst.get('max_abs_error', float('nan')):.2e}",
                           "; ".join(exact) or "-", "pass" if row["passed"] else "FAIL: " + row["reason"])
     return stages, artifacts
-
-
-def load_summary(run: RunFolder) -> dict[str, Any]:
-    """Read a finished run's `summary.json`."""
-    return json.loads((run.root / "summary.json").read_text(encoding="utf-8"))

@@ -11,8 +11,8 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from pipeline.config import PipelineConfig
 from core.errors import ConfigError, StageError
+from pipeline.config import PipelineConfig
 from pipeline.orchestration.stages import RunFolder, StageRecord
 
 RESUMED = {"skipped": "outputs complete and valid in the resumed run; not rerun"}
@@ -95,8 +95,8 @@ def resume_pipeline(reference: str | Path, config: PipelineConfig, progress=None
     """
     import keras
 
-    from pipeline.orchestration import steps
     from pipeline.data.splits import load_split_arrays
+    from pipeline.orchestration import steps
     from pipeline.orchestration.publish import PublishResult
     from pipeline.orchestration.run import PipelineResult, StageRunner
 

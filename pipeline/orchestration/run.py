@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from core.errors import StageError, TfshipError
 from pipeline.config import PipelineConfig
 from pipeline.data.splits import load_split_arrays
-from core.errors import StageError, TfshipError
-from pipeline.orchestration.publish import PublishResult
-from pipeline.orchestration.stages import RunFolder, StageRecord, StageStatus
 from pipeline.export_only.user_model import ExportOnlyRequest
 from pipeline.orchestration import steps
+from pipeline.orchestration.publish import PublishResult
+from pipeline.orchestration.stages import RunFolder, StageRecord, StageStatus
 
 T = TypeVar("T")
 STAGE_NAMES = ("data", "train", "export", "convert", "validate", "serve-check", "publish")

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import datetime as _dt
 import enum
-import json
-import os
 import secrets
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from core.files import write_json_atomic
 
 
 class StageStatus(str, enum.Enum):
@@ -74,22 +74,3 @@ class RunFolder:
     def record_stages(self, records: list[StageRecord]) -> Path:
         """Persist the stage records (`stages.json`)."""
         return self.write_json("stages.json", [asdict(record) for record in records])
-
-
-def write_json_atomic(path: Path, payload: Any) -> Path:
-    """Write JSON through a temporary file in the same folder and `os.replace` it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    temporary.write_text(json.dumps(payload, indent=2, default=_json_default) + "\n", encoding="utf-8")
-    os.replace(temporary, path)
-    return path
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, Path):
-        return str(value)
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")

@@ -14,22 +14,28 @@ from pathlib import Path
 
 import numpy as np
 
+from core.contract import Signature
+from core.errors import ContractError, StageError
+from core.saved_model import read_signatures
 from pipeline.config import PipelineConfig
 from pipeline.conversion.convert import ConvertResult, convert_artifacts, tflite_filename
 from pipeline.data.splits import DatasetSplits
-from core.errors import ContractError, StageError
-from pipeline.orchestration.publish import (PublishResult, git_commit, library_versions, publish_version, write_golden_set,
-                              write_warmup_requests)
+from pipeline.export_only.user_model import EvalData
 from pipeline.gate.runners import Artifact
 from pipeline.gate.serve_check import ServeCheckResult, serve_check
+from pipeline.gate.validate import ParityReport, raise_if_failed, validate_artifacts
+from pipeline.orchestration.publish import (
+    PublishResult,
+    git_commit,
+    library_versions,
+    publish_version,
+    write_golden_set,
+    write_warmup_requests,
+)
 from pipeline.orchestration.stages import RunFolder
 from pipeline.training.train import TrainInputs, TrainResult, train_model
-from pipeline.export_only.user_model import EvalData
-from pipeline.gate.validate import ParityReport, raise_if_failed, validate_artifacts
 from signatures.audit import AuditReport, audit_saved_model
 from signatures.audit import raise_if_failed as raise_if_audit_failed
-from core.contract import Signature
-from core.saved_model import read_signatures
 from signatures.export import build_classifier_module, classifier_contract, export_saved_model
 
 GOLDEN_SAMPLES = 64
@@ -127,7 +133,8 @@ def _user_saved_model_contract(folder: Path, tags: tuple[str, ...]) -> Signature
 def train_step_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits, progress=None,
                      resume: bool = False) -> TrainResult:
     """Train (or resume from `checkpoints/`), save `model.keras` and `train.json`; events go to
-    `tensorboard/`, event lines to `logs/train.log` (see train_model for the errors raised)."""
+    `tensorboard/`, event lines to `logs/train.log` (see train_model for the errors raised).
+    """
     log_file = run.root / "logs" / "train.log"
     log_file.parent.mkdir(parents=True, exist_ok=True)
 
@@ -257,7 +264,8 @@ def serve_check_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSpl
     candidate = run.candidate_repository / config.run.model_name / "1"
     if candidate.parent.exists():
         shutil.rmtree(candidate.parent)
-    shutil.copytree(run.artifacts, candidate, ignore=shutil.ignore_patterns(".*", "*.reproduce.sh", "*.representative.npz"))
+    shutil.copytree(run.artifacts, candidate,
+                    ignore=shutil.ignore_patterns(".*", "*.reproduce.sh", "*.representative.npz"))
     result = serve_check(run.candidate_repository, config.run.model_name, 1, inputs, expected,
                          atol=config.parity.atol)
     run.write_json("serve_check.json", result.to_json())

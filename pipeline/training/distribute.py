@@ -13,8 +13,8 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from pipeline.config import TrainSection
 from core.errors import ConfigError
+from pipeline.config import TrainSection
 
 
 @dataclass(frozen=True)

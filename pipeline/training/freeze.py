@@ -42,7 +42,7 @@ def freeze_layers(model, patterns: tuple[str, ...]) -> list[str]:
     for pattern in patterns:
         matched = [layer for layer in layers if fnmatch.fnmatchcase(layer.name, pattern)]
         if not matched:
-            raise ConfigError(f"train.freeze: {pattern!r} matches no layer; layers: {[l.name for l in layers]}")
+            raise ConfigError(f"train.freeze: {pattern!r} matches no layer; layers: {[layer.name for layer in layers]}")
         for layer in matched:
             layer.trainable = False
             frozen.append(layer.name)
@@ -65,6 +65,7 @@ def frozen_weights(model, layer_names: list[str]) -> list:
 
 def slots_for(optimizer, weights) -> list[str]:
     """Paths of optimizer variables made for any of `weights` (Keras names a slot after its weight's
-    path, `/` -> `_`, e.g. `adam/conv0_kernel_momentum`); empty when the optimizer holds none."""
+    path, `/` -> `_`, e.g. `adam/conv0_kernel_momentum`); empty when the optimizer holds none.
+    """
     keys = [weight.path.replace("/", "_") for weight in weights]
     return [variable.path for variable in optimizer.variables if any(key in variable.path for key in keys)]

@@ -15,8 +15,8 @@ import importlib
 
 import numpy as np
 
-from pipeline.config import ModelSection
 from core.errors import ConfigError
+from pipeline.config import ModelSection
 
 NUM_DIGIT_CLASSES = 10
 
@@ -99,7 +99,8 @@ def build_model(config: ModelSection, input_shape: tuple[int, ...], num_classes:
 
 def _copy_state(source, target) -> None:
     """Copy weights and the dropout RNG states (not weights in Keras) layer by layer, so a clone
-    trains exactly like its source."""
+    trains exactly like its source.
+    """
     target.set_weights(source.get_weights())
     for a, b in zip(source.layers, target.layers):
         a, b = getattr(a, "inner", a), getattr(b, "inner", b)
@@ -109,7 +110,8 @@ def _copy_state(source, target) -> None:
 
 def without_recompute(model):
     """A copy of `model` with every `Recompute` wrapper replaced by its inner layer (same weights,
-    same layer names): the model export sees. Models without wrappers are returned as they are."""
+    same layer names): the model export sees. Models without wrappers are returned as they are.
+    """
     import keras
 
     wrapper = _recompute_class()
@@ -137,7 +139,8 @@ def _recompute_class():
 
     class Recompute(keras.layers.Layer):
         """Wraps one layer; in training its forward pass is recomputed in the backward pass
-        (`tf.recompute_grad`), in inference it is the inner layer unchanged. Takes the inner layer's name."""
+        (`tf.recompute_grad`), in inference it is the inner layer unchanged. Takes the inner layer's name.
+        """
 
         def __init__(self, inner, **kwargs):
             kwargs.setdefault("name", inner.name)
@@ -199,8 +202,3 @@ def _call_factory(config: ModelSection, input_shape: tuple[int, ...], num_classe
     if not isinstance(model, keras.Model):
         raise ConfigError(f"model.factory = {config.factory!r} returned {type(model).__name__}, not a keras.Model")
     return model
-
-
-def build_cnn(config: ModelSection, input_shape: tuple[int, ...], num_classes: int, seed: int):
-    """The built-in CNN: float32 [B, *input_shape] -> logits float32 [B, num_classes] (kept for callers)."""
-    return build_model(config.model_copy(update={"kind": "cnn", "factory": None}), input_shape, num_classes, seed)

@@ -43,7 +43,8 @@ MULTI_LOSSES = ("cross_entropy", "label_smoothing", "logit_l2", "confidence_pena
 @dataclass(frozen=True)
 class StepContext:
     """What a kind needs from the step: `average(per_example [B]) -> scalar` over the global batch,
-    `scale(loss) -> loss` (the LossScaleOptimizer's scaling, identity otherwise) and the replica count."""
+    `scale(loss) -> loss` (the LossScaleOptimizer's scaling, identity otherwise) and the replica count.
+    """
 
     average: Callable[[Any], Any]
     scale: Callable[[Any], Any]
@@ -53,7 +54,8 @@ class StepContext:
 @dataclass
 class StepOutput:
     """One replica's step: `loss` scalar float32 (unscaled), `logits` [B, C], `gradients` (one per
-    variable, IndexedSlices kept sparse) and `metrics` {name: scalar}, the names of `StepKind.metric_names`."""
+    variable, IndexedSlices kept sparse) and `metrics` {name: scalar}, the names of `StepKind.metric_names`.
+    """
 
     loss: Any
     logits: Any
@@ -336,7 +338,7 @@ def _from_factory(settings):
         step = resolve_function(settings.factory, "train.step.factory")(settings)
     except ConfigError:
         raise
-    except Exception as err:  # noqa: BLE001 - user code
+    except Exception as err:
         raise ConfigError(f"train.step.factory = {settings.factory!r} failed: {type(err).__name__}: {err}") from err
     missing = [attr for attr in ("name", "metric_names", "__call__") if not hasattr(step, attr)]
     if missing:
@@ -353,7 +355,7 @@ def _load_teacher(path: Path | None, num_classes: int):
         raise ConfigError(f"train.step.teacher: distillation needs a .keras teacher file; got {path!r}")
     try:
         teacher = keras.models.load_model(path, compile=False)
-    except Exception as err:  # noqa: BLE001 - Keras raises many types on bad files
+    except Exception as err:
         raise ConfigError(f"train.step.teacher = {str(path)!r}: Keras cannot load it: {err}") from err
     classes = teacher.outputs[0].shape[-1] if getattr(teacher, "outputs", None) else None
     if classes != num_classes:

@@ -63,7 +63,8 @@ class TensorBoardLog:
         it falls on the period, and histograms of `variables` (Keras variables, with `.path`).
 
         Every value is read through the strategy (`distribute.read_value`): numbers, tensors, Keras
-        variables and mirrored / per-replica values all log the same way."""
+        variables and mirrored / per-replica values all log the same way.
+        """
         from pipeline.training.distribute import read_float, read_value
 
         if self._train is None:

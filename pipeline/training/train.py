@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from core.errors import StageError
 from pipeline.config import PipelineConfig
 from pipeline.data.splits import DatasetSplits, make_dataset
-from core.errors import StageError
 
 PARTIAL_BATCH = "dropped (training batches are drop_remainder=True; evaluation keeps all)"
 
@@ -51,7 +51,8 @@ class TrainInputs:
 @dataclass(frozen=True)
 class EpochMetrics:
     """One epoch: mean training loss (nats), training and validation accuracy (fractions in [0, 1]),
-    validation loss (nats) and the step the epoch ended at."""
+    validation loss (nats) and the step the epoch ended at.
+    """
 
     epoch: int
     loss: float
@@ -199,7 +200,7 @@ class _Loop:
     def _save(self, history: list[EpochMetrics]) -> Path:
         path = Path(self.manager.save(checkpoint_number=int(self.step.numpy())))
         if self.runtime.is_chief:
-            from pipeline.orchestration.stages import write_json_atomic
+            from core.files import write_json_atomic
 
             write_json_atomic(self._history_path(), {"step": int(self.step.numpy()),
                                                      "history": [asdict(h) for h in history]})
@@ -274,7 +275,8 @@ class _Loop:
                    "mixed_precision": self.train.mixed_precision, "strategy": self.runtime.kind,
                    "replicas": self.runtime.replicas, "global_batch": self.batch,
                    "accumulation_steps": self.train.accumulation_steps,
-                   "optimizer_updates": int(self.optimizer.iterations.numpy()), "deterministic": self.train.deterministic,
+                   "optimizer_updates": int(self.optimizer.iterations.numpy()),
+                   "deterministic": self.train.deterministic,
                    "stopped_early": stopped_early, "resumed_from_step": start if self.inputs.resume else None,
                    "steps_per_second": round((int(self.step.numpy()) - start) / max(seconds, 1e-9), 2),
                    "notes": list(self.notes), "step_kind": {"kind": steps.kind.name, "last": self.kind_metrics},
@@ -286,8 +288,9 @@ class _Loop:
 
         details["recompute"] = list(self.inputs.config.model.recompute)
         test = self.inputs.splits.test
-        return TrainResult(without_recompute(self.model), tuple(history), steps.traces, steps.accuracy(test.images, test.labels),
-                           checkpoint_path, seconds, int(self.step.numpy()), choice.jit_compile, details)
+        return TrainResult(without_recompute(self.model), tuple(history), steps.traces,
+                           steps.accuracy(test.images, test.labels), checkpoint_path, seconds,
+                           int(self.step.numpy()), choice.jit_compile, details)
 
     def _steps(self, steps, board, history: list[EpochMetrics], task, start: int) -> bool:
         from pipeline.training.optim import current_learning_rate, loss_scale

@@ -48,7 +48,8 @@ def input_assertions(num_classes: int, example_shape: tuple[int, ...]):
 
 def _creation_site(text: str) -> str:
     """The op's creation frames from check-numerics' report: the inferred user frame first ("->"),
-    then the last frames outside TensorFlow's own files."""
+    then the last frames outside TensorFlow's own files.
+    """
     match = re.search(r"Stack trace of op's creation.*?:\s*\n(.*?)(?:\n\s*:|\Z)", text, re.S)
     if not match:
         return ""
@@ -87,7 +88,8 @@ def numerics_guard(enabled: bool, step: int) -> Iterator[None]:
 @contextlib.contextmanager
 def numerics_checked_tracing(enabled: bool) -> Iterator[None]:
     """`tf.debugging.enable_check_numerics()` for the duration (functions traced inside keep the checks),
-    disabled again on exit."""
+    disabled again on exit.
+    """
     import tensorflow as tf
 
     if enabled:

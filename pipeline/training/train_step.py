@@ -48,8 +48,9 @@ class StepFunctions:
         self.variable_names = [v.path for v in variables]
         self.sparse_gradients: dict[str, str] = {}  # variable path -> gradient type, recorded while tracing
         scaled_loss = hasattr(optimizer, "dynamic_scale")
-        context = StepContext(lambda per_example: tf.nn.compute_average_loss(per_example, global_batch_size=global_batch),
-                              optimizer.scale_loss, strategy.num_replicas_in_sync)
+        context = StepContext(
+            lambda per_example: tf.nn.compute_average_loss(per_example, global_batch_size=global_batch),
+            optimizer.scale_loss, strategy.num_replicas_in_sync)
 
         def replica_step(inputs, labels):
             out = self.kind(model, inputs, labels, variables, context)
@@ -86,7 +87,8 @@ class StepFunctions:
 
     def sparse_update_ops(self) -> list[str]:
         """Scatter op types (`ResourceScatterSub`, ...) in the traced step: the optimizer updated some
-        variable row by row. Empty when every update is dense (e.g. global-norm clipping densified it)."""
+        variable row by row. Empty when every update is dense (e.g. global-norm clipping densified it).
+        """
         graph = self.train_step.get_concrete_function().graph.as_graph_def()
         nodes = [*graph.node, *(node for function in graph.library.function for node in function.node_def)]
         return sorted({node.op for node in nodes if "Scatter" in node.op})

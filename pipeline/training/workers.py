@@ -127,7 +127,7 @@ def launch_workers(count: int, train_args: list[str], runs_dir: Path) -> list[Wo
                 try:
                     processes.append(subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=output,
                                                       stderr=None if output is None else subprocess.STDOUT,
-                                                      preexec_fn=_die_with_parent))  # noqa: PLW1509 - no threads here
+                                                      preexec_fn=_die_with_parent))
                 finally:
                     if output is not None:
                         output.close()

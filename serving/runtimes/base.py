@@ -33,12 +33,14 @@ class RuntimeLoadError(FailedPreconditionError):
 class ModelInputError(InvalidRequestError):
     """The backend refused an input value while running the model (an embedding id past the table, a bad
     index): INVALID_ARGUMENT with the backend's own message, as TF Serving answers TensorFlow's
-    InvalidArgumentError. Real server faults stay INTERNAL."""
+    InvalidArgumentError. Real server faults stay INTERNAL.
+    """
 
 
 def input_rejected(backend: str, inputs: Mapping[str, np.ndarray], err: Exception | str) -> ModelInputError:
     """`ModelInputError` naming the inputs sent and the backend's message (e.g. `indices[0,0] = 10 is not in
-    [0, 10)`); callers `raise input_rejected(...) from err`."""
+    [0, 10)`); callers `raise input_rejected(...) from err`.
+    """
     return ModelInputError(f"{backend} rejected the value of input(s) {sorted(inputs)} while running the model: "
                            f"{str(err).strip()}")
 

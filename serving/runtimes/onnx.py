@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from core.contract import Signature, TensorSpec
-from serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions, input_rejected
 from core.saved_model import read_signatures
+from serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions, input_rejected
 
 _INDEX_ERROR = re.compile(r"out of (data )?bounds|out of range|invalid indice|not in \[", re.IGNORECASE)
 _ORT_TYPES = {
@@ -108,7 +108,8 @@ class OnnxRuntime(Runtime):
 
 def _is_input_error(err: Exception) -> bool:
     """ONNX Runtime's INVALID_ARGUMENT status, or a RuntimeException from an index check (GatherND's
-    `invalid indice found`); anything else is a server fault."""
+    `invalid indice found`); anything else is a server fault.
+    """
     kind = type(err).__name__
     text = str(err)
     return kind == "InvalidArgument" or (kind == "RuntimeException" and _INDEX_ERROR.search(text) is not None)

@@ -11,10 +11,9 @@ from pathlib import Path
 import numpy as np
 
 from core.contract import Signature, TensorSpec
-from serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions, input_rejected
-from core.saved_model import read_signatures
 from core.dtypes import dtype_name
-
+from core.saved_model import read_signatures
+from serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions, input_rejected
 
 # LiteRT kernels' messages for an input value they refuse (GATHER: "gather index out of bounds").
 _INDEX_ERROR = re.compile(r"index out of bounds|out of range|indices? .*(out of bounds|not in)", re.IGNORECASE)
@@ -107,7 +106,8 @@ def _prime_dynamic_shapes(runner) -> None:
     """One call at batch 2 (zeros / empty strings) when an input's batch is dynamic: a fresh LiteRT interpreter
     called first at its default batch 1 keeps placeholder shapes for data-dependent ops (a string lookup's
     `HASHTABLE_FIND` -> `RESHAPE` fails); after a call at another size every call reallocates. Same as
-    `tflite.runner.prime_dynamic_shapes`; errors are ignored (real requests report their own)."""
+    `tflite.runner.prime_dynamic_shapes`; errors are ignored (real requests report their own).
+    """
     details = runner.get_input_details()
     feed = {}
     for name, info in details.items():

@@ -39,8 +39,7 @@ def trained(fast_config, splits, tmp_path_factory):
 @pytest.fixture(scope="session")
 def exported(trained, splits, tmp_path_factory):
     """(SavedModel folder, contract, Keras model) for the trained model."""
-    from signatures.export import classifier_contract
-    from signatures.export import build_classifier_module, export_saved_model
+    from signatures.export import build_classifier_module, classifier_contract, export_saved_model
 
     contract = classifier_contract("image", (8, 8, 1), len(splits.class_names))
     folder = tmp_path_factory.mktemp("export") / "1"

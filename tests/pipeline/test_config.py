@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.config import load_config, parse_override
 from core.errors import ConfigError
+from pipeline.config import load_config, parse_override
 
 
 def test_bundled_config_loads_with_documented_defaults():

@@ -60,9 +60,9 @@ def test_limits_decide_before_converting(small_saved_model):
 def test_onnx_past_the_limit_is_written_and_served_with_external_data(small_saved_model, tmp_path):
     import tensorflow as tf
 
+    from core.saved_model import read_signatures
     from pipeline.conversion.onnx_convert import convert_to_onnx
     from serving.runtimes import REGISTRY, RuntimeOptions
-    from core.saved_model import read_signatures
 
     contract = read_signatures(small_saved_model)["serving_default"]
     x = np.random.default_rng(1).random((5, 784), dtype=np.float32)

@@ -9,8 +9,8 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from pipeline.config import load_config
 from core.errors import ParityError
+from pipeline.config import load_config
 from pipeline.conversion.onnx_convert import convert_to_onnx
 from pipeline.gate.runners import Artifact
 from pipeline.gate.validate import raise_if_failed, validate_artifacts

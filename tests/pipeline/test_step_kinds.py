@@ -9,8 +9,16 @@ import pytest
 import tensorflow as tf
 
 from core.errors import ConfigError
-from pipeline.training.step_kinds import (AdversarialStep, CustomLossStep, DistillationStep, GradientPenaltyStep,
-                                 MultiLossStep, StandardStep, StepContext, build_step_kind)
+from pipeline.training.step_kinds import (
+    AdversarialStep,
+    CustomLossStep,
+    DistillationStep,
+    GradientPenaltyStep,
+    MultiLossStep,
+    StandardStep,
+    StepContext,
+    build_step_kind,
+)
 
 CONTEXT = StepContext(average=tf.reduce_mean, scale=lambda loss: loss)
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from core.errors import StageError
 from pipeline.config import load_config
 from pipeline.data.splits import load_split_arrays
-from core.errors import StageError
 from pipeline.training.train import TrainInputs, train_model
 
 FAST = {"train.epochs": 1, "train.jit_compile": True, "train.tensorboard": False, "model.kind": "mlp",
@@ -78,8 +78,7 @@ KINDS = {
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_every_step_kind_trains_once_traced_under_xla_and_exports_forward_only(tmp_path, kind):
     from signatures.audit import audit_saved_model, raise_if_failed
-    from signatures.export import classifier_contract
-    from signatures.export import build_classifier_module, export_saved_model
+    from signatures.export import build_classifier_module, classifier_contract, export_saved_model
 
     overrides = {"train.step.kind": kind, **KINDS[kind]}
     if kind == "distillation":

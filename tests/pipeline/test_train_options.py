@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from core.errors import ConfigError, StageError
 from pipeline.config import load_config
 from pipeline.data.splits import load_split_arrays
-from core.errors import ConfigError, StageError
 from pipeline.training.train import TrainInputs, train_model
 
 FAST = {"train.epochs": 1, "train.jit_compile": False, "train.tensorboard": False}

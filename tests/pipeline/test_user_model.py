@@ -9,12 +9,12 @@ import json
 import numpy as np
 import pytest
 
-from pipeline.config import load_config
-from core.errors import DatasetError, ParityError
-from pipeline.gate.task_metric import index_scores, infer_task
-from pipeline.export_only.user_model import load_user_data
-from pipeline.gate.validate import compare_output
 from core.contract import Signature, TensorSpec
+from core.errors import DatasetError, ParityError
+from pipeline.config import load_config
+from pipeline.export_only.user_model import load_user_data
+from pipeline.gate.task_metric import index_scores, infer_task
+from pipeline.gate.validate import compare_output
 from tests.pipeline.conftest import run_tfship
 from tests.pipeline.user_models import write_classification_npz
 

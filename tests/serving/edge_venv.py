@@ -1,9 +1,10 @@
-"""Create (once) a TensorFlow-free venv, `.venv-edge`, that can serve onnx/tflite and run `query`.
+"""Create (once) `.venv-edge`: tfship installed WITHOUT TensorFlow by the README's command.
 
-Packages are pinned to `requirements.lock`; tfship itself is put on the path by a `.pth` file
-(what `pip install --no-deps -e` does, without needing a recent setuptools in the venv). A stamp
-holding the hash of the package list makes the second run free. Run directly to prebuild:
-`python3.11 tests/serving/edge_venv.py`.
+The dependencies come from `pip install -c requirements.lock .` (the base install: server and client, ONNX
+Runtime and LiteRT backends), run once and cached by a stamp holding the hash of `pyproject.toml` and
+`requirements.lock`. tfship itself is installed as a copy (not a path to the source tree), so the tests run
+what the install put in `site-packages`; when the sources change, only tfship is reinstalled
+(`--no-deps`, seconds). Run directly to prebuild: `python3.11 tests/serving/edge_venv.py`.
 """
 
 from __future__ import annotations
@@ -15,40 +16,51 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv-edge"
-PACKAGES = ("onnxruntime", "ai-edge-litert", "grpcio", "grpcio-health-checking", "grpcio-reflection", "numpy",
-            "protobuf", "pydantic", "rich", "aiohttp", "prometheus-client", "scikit-learn",
-            "google-crc32c")
+# The README's TF-free install (run from the repository root).
+INSTALL = ("install", "-c", "requirements.lock", ".")
+SOURCES = ("core", "serving", "pipeline", "signatures", "tflite", "tfjs", "deploy")
 
 
-def _pins() -> list[str]:
-    lock = {}
-    for line in (ROOT / "requirements.lock").read_text().splitlines():
-        if "==" in line:
-            name, version = line.strip().split("==", 1)
-            lock[name.lower().replace("_", "-")] = f"{name}=={version}"
-    return [lock[p] for p in PACKAGES]
+def _digest(paths) -> str:
+    sha = hashlib.sha256()
+    for path in paths:
+        sha.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    return sha.hexdigest()
+
+
+def _source_files() -> list[Path]:
+    files = [ROOT / "pyproject.toml"]
+    for folder in SOURCES:
+        files += sorted(p for p in (ROOT / folder).rglob("*") if p.is_file() and "__pycache__" not in p.parts
+                        and "node_modules" not in p.parts)
+    return files
 
 
 def ensure_edge_venv(python: str = "python3.11") -> Path:
-    """Path of `.venv-edge/bin/python`, creating/updating the venv when its stamp is stale."""
-    pins = _pins()
-    stamp = VENV / ".tfship-edge-stamp"
-    digest = hashlib.sha256("\n".join(pins).encode()).hexdigest()
+    """Path of `.venv-edge/bin/python`: dependencies installed once, tfship reinstalled when its sources change.
+
+    Raises:
+        RuntimeError: TensorFlow ended up in the venv (the base install must not pull it in).
+        subprocess.CalledProcessError: pip failed (its output is on stderr).
+    """
     interpreter = VENV / "bin" / "python"
-    if stamp.is_file() and stamp.read_text() == digest and interpreter.exists():
-        return interpreter
-    if not interpreter.exists():
-        subprocess.run([python, "-m", "venv", str(VENV)], check=True)
-    pip = [str(interpreter), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-    subprocess.run([*pip, *pins], check=True)
-    site = subprocess.run([str(interpreter), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          check=True, capture_output=True, text=True).stdout.strip()
-    (Path(site) / "tfship-dev.pth").write_text(str(ROOT) + "\n")  # same effect as `pip install --no-deps -e`
+    deps_stamp, code_stamp = VENV / ".tfship-edge-deps", VENV / ".tfship-edge-code"
+    deps = _digest([ROOT / "pyproject.toml", ROOT / "requirements.lock"])
+    code = _digest(_source_files())
+    pip = [str(interpreter), "-m", "pip", "--disable-pip-version-check", "--quiet"]
+    if not (interpreter.exists() and deps_stamp.is_file() and deps_stamp.read_text() == deps):
+        if not interpreter.exists():
+            subprocess.run([python, "-m", "venv", str(VENV)], check=True)
+        subprocess.run([*pip, *INSTALL], cwd=ROOT, check=True)
+        deps_stamp.write_text(deps)
+        code_stamp.write_text(code)
+    elif not (code_stamp.is_file() and code_stamp.read_text() == code):
+        subprocess.run([*pip, "install", "--no-deps", "--force-reinstall", "."], cwd=ROOT, check=True)
+        code_stamp.write_text(code)
     probe = subprocess.run([str(interpreter), "-c", "import importlib.util as u; print(u.find_spec('tensorflow'))"],
-                           check=True, capture_output=True, text=True)
+                           check=True, capture_output=True, text=True, cwd=VENV)
     if probe.stdout.strip() != "None":
         raise RuntimeError(f"{VENV} unexpectedly has TensorFlow: {probe.stdout}")
-    stamp.write_text(digest)
     return interpreter
 
 

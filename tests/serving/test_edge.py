@@ -1,7 +1,9 @@
-"""TensorFlow-free path: a venv without TensorFlow serves tflite and onnx and answers `query`."""
+"""TensorFlow-free path: tfship installed by the README's command (`pip install -c requirements.lock .`) into
+a fresh venv, without TensorFlow, serves tflite and onnx and answers `query` (`edge_venv.py`)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import numpy as np
@@ -21,15 +23,18 @@ def edge_python() -> str:
     return str(ensure_edge_venv())
 
 
-def test_edge_venv_has_no_tensorflow(edge_python):
+def test_edge_venv_has_no_tensorflow(edge_python, tmp_path):
     code = ("import importlib.util, sys; import core.protocol, serving.client, serving.server, serving.query; "
-            "assert importlib.util.find_spec('tensorflow') is None; print('ok')")
-    assert subprocess.run([edge_python, "-c", code], capture_output=True, text=True, check=True).stdout == "ok\n"
+            "assert importlib.util.find_spec('tensorflow') is None; assert 'site-packages' in serving.__file__; "
+            "print('ok')")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the installed copy, not the sources
+    done = subprocess.run([edge_python, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path, env=env)
+    assert done.stdout == "ok\n"
 
 
 @pytest.mark.parametrize("backend", ["tflite", "onnx", "auto"])  # auto without TensorFlow -> onnx
-def test_edge_server_serves_and_answers_query(edge_python, repository, backend, images):
-    with ServerProcess(repository, MODEL, backend=backend, python=edge_python,
+def test_edge_server_serves_and_answers_query(edge_python, repository, backend, images, tmp_path):
+    with ServerProcess(repository, MODEL, backend=backend, python=edge_python, installed=True,
                        extra_args=("--rest-port", "-1", "--metrics-port", "-1")) as server:
         assert server.rest_url is None
         with PredictClient(server.grpc_target) as client:
@@ -38,8 +43,11 @@ def test_edge_server_serves_and_answers_query(edge_python, repository, backend, 
         want = saved_model_outputs(repository / MODEL / "2", {"image": images})
         np.testing.assert_array_equal(got["class_id"], want["class_id"])
         np.testing.assert_allclose(got["logits"], want["logits"], atol=1e-5)
+        samples = tmp_path / "samples.npz"
+        np.savez(samples, image=images, label=want["class_id"])
         query = subprocess.run([edge_python, "-m", "serving", "query", "--target", server.grpc_target,
-                                "--model-name", MODEL, "--count", "7"], capture_output=True, text=True, check=False)
+                                "--model-name", MODEL, "--samples", str(samples)], capture_output=True, text=True,
+                               check=False, cwd=tmp_path, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
         assert query.returncode == 0, query.stderr
-        assert "accuracy:" in query.stdout and "/7)" in query.stdout
+        assert "accuracy: 100.00% (5/5)" in query.stdout
     assert server.returncode == 0

@@ -18,8 +18,8 @@ import pytest
 from conftest import MODEL
 from google.protobuf import text_format
 
-from core.errors import ConfigError, InvalidRequestError, ModelNotFoundError, ResourceExhaustedError
 from core import protocol
+from core.errors import ConfigError, InvalidRequestError, ModelNotFoundError, ResourceExhaustedError
 from serving import cli, converters
 from serving.client import PredictClient, RemoteError
 from serving.launcher import ServerProcess

@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from core import kserve_protocol as kp
 from core.errors import InvalidRequestError, ResourceExhaustedError, UnimplementedError
 from serving import kserve_codec as codec
-from core import kserve_protocol as kp
 from serving.kserve_converters import infer_options, model_ref
 from serving.types import ModelRef
 

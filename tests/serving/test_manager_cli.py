@@ -13,8 +13,8 @@ import pytest
 from conftest import MODEL
 from rich.console import Console
 
-from core.errors import ConfigError, ModelNotFoundError
 from core import protocol
+from core.errors import ConfigError, ModelNotFoundError
 from serving import cli
 from serving.manager import ModelManager
 from serving.model_config import ModelConfig, VersionPolicy, parse_model_server_config
@@ -98,7 +98,10 @@ def test_register_adds_serve_and_query():
 
 def test_query_prints_table_and_accuracy(server):
     buffer = io.StringIO()
-    assert query_digits(server.grpc_target, MODEL, count=5, console=Console(file=buffer, width=100)) == 0
+    from pipeline.data.splits import held_out_digits
+
+    images, labels = held_out_digits(5)
+    assert query_digits(server.grpc_target, MODEL, images, labels, console=Console(file=buffer, width=100)) == 0
     text = buffer.getvalue()
     assert "predicted" in text and "accuracy:" in text and "/5)" in text
 

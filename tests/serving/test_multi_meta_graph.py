@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from core.saved_model import read_signatures, serving_tags
 from serving.client import PredictClient
 from serving.launcher import ServerProcess
-from core.saved_model import read_signatures, serving_tags
 from tests.saved_models import tf1_expected, tf1_multi_meta_graph
 
 

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from core.errors import InvalidRequestError
 from core import protocol
+from core.errors import InvalidRequestError
 from serving.tensors import from_tensor_proto, to_tensor_proto
 
 

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from conftest import MODEL
 
-from core.errors import ConfigError, PermissionDeniedError, UnauthenticatedError
 from core import protocol
+from core.errors import ConfigError, PermissionDeniedError, UnauthenticatedError
 from serving.client import PredictClient, RemoteError
 from serving.launcher import ServerProcess, ServerStartError
 from serving.security import AccessPolicy, read_token_file

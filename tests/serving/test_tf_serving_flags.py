@@ -193,7 +193,7 @@ def test_model_config_file_is_polled(repository, tmp_path):
             try:
                 if [s.version for s in client.model_status("second")] == [2]:
                     break
-            except Exception:  # NOT_FOUND until the changed file is applied
+            except Exception:  # noqa: BLE001 - NOT_FOUND until the changed file is applied
                 time.sleep(0.1)
         assert [s.version for s in client.model_status("second")] == [2]
 

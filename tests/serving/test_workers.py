@@ -36,15 +36,15 @@ def test_num_processes_serves_and_drains_on_sigterm(repository):
 
 
 def test_settings_accept_every_registered_backend():
+    import subprocess
+    import sys
+
     import pytest
     from pydantic import ValidationError
 
     from bench.serve.identity import register
     from serving.runtimes import backend_names
     from serving.settings import ServerSettings
-
-    import subprocess
-    import sys
 
     production = subprocess.run([sys.executable, "-c", "from serving.runtimes import backend_names; "
                                  "print(','.join(backend_names()))"], capture_output=True, text=True, check=True)

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from core.contract import Signature, TensorSpec
+from core.errors import AuditError, ContractError
+from core.saved_model import read_signatures
 from pipeline.gate.behaviour import check_behaviour
 from pipeline.gate.behaviour import raise_if_failed as raise_if_behaviour_failed
-from core.errors import AuditError, ContractError
 from signatures.audit import audit_saved_model, raise_if_failed
-from core.contract import Signature, TensorSpec
-from core.saved_model import read_signatures
 from signatures.export import export_saved_model
 from signatures.keras_export import build_keras_module, contract_from_keras, extra_contract, float32_copy
 from signatures.layers import keras_layers

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from core.errors import ContractError
+from core.saved_model import read_signatures
 from pipeline.gate.runners import saved_model_runner
 from signatures.audit import audit_saved_model
-from core.saved_model import read_signatures
 from signatures.export import build_savedmodel_module, export_saved_model
 from tests.saved_models import tf1_expected, tf1_multi_meta_graph, wrapped_keras_after_fit
 

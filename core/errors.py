@@ -166,3 +166,16 @@ def status_of(error: TfshipError | type[TfshipError]) -> ErrorStatus:
         if base in STATUS_TABLE:
             return STATUS_TABLE[base]
     raise TypeError(f"{kind.__name__} is not a TfshipError")
+
+
+def cli_error(prog: str, error: TfshipError) -> tuple[str, int]:
+    """The one way a tfship command line reports a `TfshipError`: `<prog>: <Kind>: <message>` and its exit status.
+
+    Args:
+        prog: the command as the user typed it, e.g. `tfship run` or `python -m serving serve`.
+        error: the error that stopped the command.
+
+    Returns:
+        (the line for stderr, the exit status from `STATUS_TABLE`).
+    """
+    return f"{prog}: {type(error).__name__}: {error}", error.exit_code

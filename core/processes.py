@@ -1,13 +1,21 @@
 """Child processes that never outlive their parent (no orphans after a `kill -9`).
 
 Linux's `prctl(PR_SET_PDEATHSIG, sig)` asks the kernel to send `sig` to a child the moment its parent dies,
-however it died. `die_with_parent(sig)` returns a `preexec_fn` for `subprocess.Popen` that sets it (and
-covers the race where the parent died before the child got there). Elsewhere (macOS) it is a no-op.
+however it died, and the setting survives `execve`. `die_with_parent_command(command, sig)` returns the argv
+that runs `command` behind a few-line guard: a bare interpreter (`python -S`) sets the signal, checks the parent
+is still the one that started it (covering the race where the parent died first) and `exec`s `command` in the
+same process. Elsewhere (macOS) the command is returned unchanged.
+
+Why not a `preexec_fn`: a `preexec_fn` makes CPython `fork()` instead of `vfork()`, and in a process where gRPC
+is running, gRPC's fork handlers restart its poller thread in the child, which then finds its epoll file
+descriptor closed by `close_fds` and aborts (SIGABRT, "epoll_wait error: Bad file descriptor") before `exec`
+(grpc/grpc#43055). Without a `preexec_fn` CPython uses `vfork()`, which runs no fork handlers.
 
 Used by the serve-check and test servers (`serving.launcher`, SIGKILL), the `--num-processes` workers
-(`serving.workers`, SIGTERM: they drain within the grace period) and the converter children (`tflite`,
-ONNX, SIGKILL). Note the kernel's rule: the signal follows the death of the parent *thread* that started
-the child, so start long-lived children from a thread that lives as long as they should.
+(`serving.workers`, SIGTERM: they drain within the grace period), the multi-worker training launcher (SIGTERM)
+and the converter children (`tflite`, ONNX, TF.js, SIGKILL). Note the kernel's rule: the signal follows the
+death of the parent *thread* that started the child, so start long-lived children from a thread that lives as
+long as they should.
 """
 
 from __future__ import annotations
@@ -16,13 +24,22 @@ import ctypes
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Sequence
 
 PR_SET_PDEATHSIG = 1
 
+# Runs in the child under `python -S -c`: stdlib only, no site-packages, so it starts in about 15 ms.
+_GUARD = (
+    "import ctypes, os, sys\n"
+    "parent, sig = int(sys.argv[1]), int(sys.argv[2])\n"
+    "ctypes.CDLL(None, use_errno=True).prctl(1, sig, 0, 0, 0)\n"
+    "if os.getppid() != parent: os.kill(os.getpid(), sig)\n"
+    "os.execvp(sys.argv[3], sys.argv[3:])\n"
+)
+
 
 def _prctl():
-    """Libc's `prctl`, resolved in the parent (a child between fork and exec must not load libraries)."""
+    """Libc's `prctl` on Linux; None elsewhere."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -34,22 +51,18 @@ def _prctl():
 _PRCTL = _prctl()
 
 
-def die_with_parent(sig: int = signal.SIGKILL) -> Callable[[], None] | None:
-    """A `preexec_fn` making the child receive `sig` when this process dies; None where unsupported.
+def die_with_parent_command(command: Sequence[str], sig: int = signal.SIGKILL) -> list[str]:
+    """The argv running `command` so that it receives `sig` when this process dies (Linux; unchanged elsewhere).
 
-    Example: `subprocess.Popen(cmd, preexec_fn=die_with_parent(signal.SIGTERM))`.
+    The returned process *is* `command` after its first ~15 ms (same pid: the guard `exec`s it), so `Popen`'s
+    pid, signals, pipes and return code all belong to `command`. Raises nothing itself; an unknown program
+    makes the child exit 1 with Python's `FileNotFoundError` on stderr.
+
+    Example: `subprocess.Popen(die_with_parent_command([sys.executable, "-m", "serving"], signal.SIGTERM))`.
     """
     if _PRCTL is None:
-        return None
-    parent = os.getpid()
-    prctl = _PRCTL
-
-    def preexec() -> None:
-        prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
-        if os.getppid() != parent:  # the parent died between fork and prctl: act as the kernel would have
-            os.kill(os.getpid(), sig)
-
-    return preexec
+        return list(command)
+    return [sys.executable, "-S", "-c", _GUARD, str(os.getpid()), str(int(sig)), *command]
 
 
 def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:

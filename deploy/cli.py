@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from core.errors import TfshipError
+from core.errors import TfshipError, cli_error
 
 if TYPE_CHECKING:
     from deploy.engine import Engine, RunSpec
@@ -188,8 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except TfshipError as err:
-        print(f"tfship deploy: {err}", file=sys.stderr)
-        return err.exit_code
+        line, code = cli_error("tfship deploy", err)
+        print(line, file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from core.errors import ConfigError, TfshipError
+from core.errors import ConfigError, TfshipError, cli_error
 from serving.runtimes import backend_names  # the runtime registry (light: backends import lazily)
 from serving.tfs_flags import add_tf_serving_flags, settings_values
 
@@ -193,8 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except TfshipError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return err.exit_code
+        line, code = cli_error(f"{parser.prog} {args.command}", err)
+        print(line, file=sys.stderr)
+        return code
 
 
 def tensorflow_model_server(argv: list[str] | None = None) -> int:

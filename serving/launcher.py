@@ -20,7 +20,7 @@ from typing import Self
 import grpc
 
 from core.errors import TfshipError, UnavailableError
-from core.processes import die_with_parent
+from core.processes import die_with_parent_command
 from serving.client import PredictClient
 
 
@@ -100,9 +100,9 @@ class ServerProcess:
             env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         with open(self._stderr_path, "wb") as stderr:
-            self.process = subprocess.Popen(self.command(), stdout=stderr, stderr=subprocess.STDOUT, env=env,
-                                            cwd=self._dir.name if self.installed else None,
-                                            preexec_fn=die_with_parent(signal.SIGKILL))  # never an orphan
+            guarded = die_with_parent_command(self.command(), signal.SIGKILL)  # never an orphan
+            self.process = subprocess.Popen(guarded, stdout=stderr, stderr=subprocess.STDOUT, env=env,
+                                            cwd=self._dir.name if self.installed else None)
         try:
             self._wait_ready()
         except BaseException:

@@ -9,7 +9,7 @@ SIGTERM/SIGINT/SIGHUP, and exits 0 when every worker drained and exited 0. A wor
 after start-up is restarted (the port file is rewritten with its new pid once it is ready); more than
 `MAX_RESTARTS` restarts within `RESTART_WINDOW_S` seconds is a crash loop: the others are stopped and the
 parent exits 1, as it does when a worker dies before all were ready. Workers die with the parent, even
-when it is killed with SIGKILL (`core.processes.die_with_parent`): none is left holding the ports.
+when it is killed with SIGKILL (`core.processes.die_with_parent_command`): none is left holding the ports.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from core.errors import TfshipError
-from core.processes import die_with_parent
+from core.processes import die_with_parent_command
 from serving.settings import ServerSettings
 
 log = logging.getLogger(__name__)
@@ -77,8 +77,8 @@ def run_workers(settings: ServerSettings) -> int:
 def _start_worker(settings_file: Path, port_file: Path) -> subprocess.Popen:
     """One worker; it gets SIGTERM (and drains) if this parent dies, even by SIGKILL."""
     port_file.unlink(missing_ok=True)
-    return subprocess.Popen([sys.executable, "-m", "serving.workers", str(settings_file), str(port_file)],
-                            preexec_fn=die_with_parent(signal.SIGTERM))
+    command = [sys.executable, "-m", "serving.workers", str(settings_file), str(port_file)]
+    return subprocess.Popen(die_with_parent_command(command, signal.SIGTERM))
 
 
 def _supervise(settings: ServerSettings, procs: list[subprocess.Popen], files: list[Path], base: Path,

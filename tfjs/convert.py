@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from core.errors import ConversionError, TfshipError
-from core.processes import die_with_parent
+from core.processes import die_with_parent_command
 from tfjs.venv import ROOT, ensure_tfjs_venv
 
 _TAIL = 800
@@ -96,8 +96,8 @@ def folder_size(folder: Path) -> int:
 def _run_worker(command: list[str], report: Path, timeout_s: float) -> tuple[dict[str, Any] | None, str]:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
     env.pop("PYTHONPATH", None)  # .venv-tfjs puts the repository on its path itself (tfship-c-repo.pth)
-    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent())
+    proc = subprocess.Popen(die_with_parent_command(command), cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         output, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:

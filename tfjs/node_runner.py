@@ -5,7 +5,7 @@ each call sends {input name: array} and gets {output name: array} back, keyed by
 signature's output names (never by position). TF.js has no 64-bit integers: int64 inputs are sent as
 int32 (refused when a value does not fit) and outputs come back as the dtype the model's signature
 declares (DT_INT64 -> int64). The child is killed when the runner is closed or garbage-collected, when a
-call exceeds its time limit, or when this process dies (`core.processes.die_with_parent`; it also exits at
+call exceeds its time limit, or when this process dies (`core.processes.die_with_parent_command`; it also exits at
 the end of its input).
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from core.errors import ConversionError
-from core.processes import die_with_parent
+from core.processes import die_with_parent_command
 from tfjs.venv import NODE_DIR, ensure_node_modules, node_executable
 
 SCRIPT = NODE_DIR / "run_graph_model.mjs"
@@ -70,10 +70,9 @@ class NodeGraphModelRunner:
         ensure_node_modules()
         self.timeout_s = timeout_s
         self._next_id = 0
-        self._proc = subprocess.Popen([node_executable(), str(SCRIPT), str(Path(model_dir).resolve())],
-                                      cwd=NODE_DIR, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True, start_new_session=True,
-                                      preexec_fn=die_with_parent())
+        command = [node_executable(), str(SCRIPT), str(Path(model_dir).resolve())]
+        self._proc = subprocess.Popen(die_with_parent_command(command), cwd=NODE_DIR, stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         self._stderr: list[str] = []
         threading.Thread(target=self._drain_stderr, daemon=True).start()
         ready = self._read_line("loading the model")

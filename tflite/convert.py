@@ -34,7 +34,7 @@ from typing import Any, Literal
 import numpy as np
 
 from core.errors import ConversionError
-from core.processes import die_with_parent
+from core.processes import die_with_parent_command
 from tflite.modes import TfliteMode, TfliteOptions
 
 Status = Literal["produced", "refused", "crashed"]
@@ -104,9 +104,9 @@ def _run_child(command: list[str], name: str, deadline: float, total_s: float) -
     if remaining <= 0:
         return _Step(None, f"timed out: the {total_s:g} s limit was spent before the {name} step")
     report_path = Path(command[command.index("--report") + 1])
-    proc = subprocess.Popen(command, cwd=REPO_ROOT, env=_child_env(), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                            preexec_fn=die_with_parent())  # a killed run leaves no converter behind
+    proc = subprocess.Popen(die_with_parent_command(command),  # a killed run leaves no converter behind
+                            cwd=REPO_ROOT, env=_child_env(), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         output, _ = proc.communicate(timeout=remaining)
     except subprocess.TimeoutExpired:

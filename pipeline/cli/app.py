@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from core.errors import TfshipError
+from core.errors import TfshipError, cli_error
 from pipeline.cli.arguments import add_config_arguments, add_run_folder_argument
 
 
@@ -92,9 +92,12 @@ def main(argv: list[str] | None = None) -> int:
         import rich.markup
         from rich.console import Console
 
-        Console(stderr=True).print(f"[bold red]tfship {args.command}: {type(err).__name__}[/bold red]: "
-                                   f"{rich.markup.escape(str(err))}", highlight=False, markup=True, soft_wrap=True)
-        return err.exit_code
+        line, code = cli_error(f"tfship {args.command}", err)
+        head = f"tfship {args.command}: {type(err).__name__}"  # the start of `line`, in red
+        Console(stderr=True).print(f"[bold red]{rich.markup.escape(head)}[/bold red]"
+                                   f"{rich.markup.escape(line[len(head):])}", highlight=False, markup=True,
+                                   soft_wrap=True)
+        return code
     except KeyboardInterrupt:
         return 130
 

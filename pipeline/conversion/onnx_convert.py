@@ -24,7 +24,7 @@ import numpy as np
 
 from core.contract import Signature
 from core.errors import ConversionError
-from core.processes import die_with_parent
+from core.processes import die_with_parent_command
 from pipeline.conversion.large_models import onnx_needs_external_data, repack_external_data
 
 
@@ -52,9 +52,9 @@ def onnxslim_command(source: Path, output: Path) -> list[str]:
 
 def _run(command: list[str], what: str, timeout_s: float, reproduce: str) -> None:
     try:
-        completed = subprocess.run(command, capture_output=True, text=True, timeout=max(1.0, timeout_s),
-                                   env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
-                                   preexec_fn=die_with_parent())  # a killed run leaves no converter behind
+        completed = subprocess.run(die_with_parent_command(command),  # a killed run leaves no converter behind
+                                   capture_output=True, text=True, timeout=max(1.0, timeout_s),
+                                   env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
     except subprocess.TimeoutExpired as err:
         raise ConversionError(f"onnx: {what} did not finish within {timeout_s:.0f} s; reproduce: {reproduce}") from err
     if completed.returncode < 0:

@@ -16,8 +16,6 @@ signal counts as 128 + signal number, as a shell reports it).
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import json
 import os
 import signal
@@ -30,10 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import ConfigError
+from core.processes import die_with_parent_command
 
 STOP_GRACE_S = 10.0
 POLL_S = 0.2
-_PR_SET_PDEATHSIG = 1
 _LOG_TAIL = 3000
 
 
@@ -64,11 +62,6 @@ def tf_config(ports: list[int], index: int) -> str:
     """The `TF_CONFIG` JSON of worker `index` in a loopback cluster of `ports`."""
     return json.dumps({"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
                        "task": {"type": "worker", "index": index}})
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _exit_code(returncode: int) -> int:
@@ -125,9 +118,9 @@ def launch_workers(count: int, train_args: list[str], runs_dir: Path) -> list[Wo
                 log = None if index == 0 else Path(scratch) / f"worker{index}.log"
                 output = None if log is None else log.open("wb")
                 try:
-                    processes.append(subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=output,
-                                                      stderr=None if output is None else subprocess.STDOUT,
-                                                      preexec_fn=_die_with_parent))
+                    guarded = die_with_parent_command(command, signal.SIGTERM)
+                    processes.append(subprocess.Popen(guarded, env=env, stdin=subprocess.DEVNULL, stdout=output,
+                                                      stderr=None if output is None else subprocess.STDOUT))
                 finally:
                     if output is not None:
                         output.close()

@@ -57,3 +57,16 @@ def test_http_status_follows_tf_serving_for_every_grpc_code():
     import grpc
 
     assert set(errors.HTTP_STATUS_OF_GRPC_CODE) == {code.name for code in grpc.StatusCode}
+
+
+def test_every_cli_reports_an_error_the_same_way(tmp_path):
+    import subprocess
+    import sys
+
+    from pipeline.cli import main as tfship
+
+    assert errors.cli_error("tfship run", errors.ConfigError("bad key")) == ("tfship run: ConfigError: bad key", 2)
+    assert tfship(["inspect", str(tmp_path / "missing")]) == 2
+    done = subprocess.run([sys.executable, "-m", "serving", "query", "--target", "127.0.0.1:1"], capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 2 and done.stderr.startswith("python -m serving query: ConfigError: query: give --samples")

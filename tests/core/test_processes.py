@@ -1,4 +1,5 @@
-"""`die_with_parent`: a child started with it does not outlive a parent killed with SIGKILL (no orphans)."""
+"""`die_with_parent_command`: a child started through it does not outlive a parent killed with SIGKILL (no orphans),
+and starting it never forks the parent (no gRPC fork handlers: a server started from a gRPC client process lives)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from core.processes import die_with_parent
+from core.processes import die_with_parent_command
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 
@@ -33,9 +34,9 @@ def _alive(pid: int) -> bool:
 def test_child_dies_with_a_killed_parent(guarded, survives):
     parent_code = textwrap.dedent(f"""
         import subprocess, sys, time
-        from core.processes import die_with_parent
-        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
-                                 preexec_fn=die_with_parent() if {guarded} else None, start_new_session=True)
+        from core.processes import die_with_parent_command
+        command = [sys.executable, "-c", "import time; time.sleep(60)"]
+        child = subprocess.Popen(die_with_parent_command(command) if {guarded} else command, start_new_session=True)
         print(child.pid, flush=True)
         time.sleep(60)
     """)
@@ -54,6 +55,28 @@ def test_child_dies_with_a_killed_parent(guarded, survives):
             os.kill(child, signal.SIGKILL)
 
 
-def test_preexec_is_none_or_callable():
-    hook = die_with_parent(signal.SIGTERM)
-    assert hook is None or callable(hook)
+def test_guarded_command_is_the_command_itself():
+    """Same pid, exit code, output and arguments as the command run directly."""
+    command = [sys.executable, "-c", "import os, sys; print(os.getpid(), sys.argv[1:]); sys.exit(3)", "a b", "-c"]
+    child = subprocess.Popen(die_with_parent_command(command, signal.SIGTERM), stdout=subprocess.PIPE, text=True)
+    out, _ = child.communicate(timeout=30)
+    assert child.returncode == 3
+    assert out.split(" ", 1) == [str(child.pid), "['a b', '-c']\n"]
+
+
+def test_grpc_client_process_starts_children_without_forking():
+    """A process with live gRPC channels starts many guarded children; none aborts between fork and exec."""
+    code = textwrap.dedent("""
+        import subprocess, sys, grpc
+        from core.processes import die_with_parent_command
+        channels = [grpc.insecure_channel(f"127.0.0.1:{port}") for port in (1, 2, 3)]
+        for channel in channels:
+            channel.subscribe(lambda state: None, try_to_connect=True)
+        codes = [subprocess.run(die_with_parent_command([sys.executable, "-S", "-c", "pass"])).returncode
+                 for _ in range(30)]
+        print(codes.count(0))
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["30"]

@@ -120,3 +120,19 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+def wait_admitted(metrics_url: str, calls: list, timeout_s: float = 10.0) -> bool:
+    """Wait until every call in `calls` (gRPC futures) reached the server: answered already, or waiting in the
+    batch queue (`tfship_batch_queue_depth`). True when they all did within `timeout_s`."""
+    import re
+    import urllib.request
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        text = urllib.request.urlopen(metrics_url + "/metrics", timeout=5).read().decode()
+        queued = sum(float(v) for v in re.findall(r'^tfship_batch_queue_depth\{[^}]*\} (\S+)$', text, re.M))
+        if queued + sum(call.done() for call in calls) >= len(calls):
+            return True
+        time.sleep(0.01)
+    return False

@@ -114,15 +114,17 @@ def kill_serve_check_parent(source: Path, work: Path, tries: int) -> Row:
         from tflite.convert import convert_tflite
         from tflite.modes import TfliteMode, TfliteOptions
         source, out = Path(sys.argv[1]), Path(sys.argv[2])
+        convert = threading.Thread(target=convert_tflite, args=(
+            source / "digits" / "1", out / "model.tflite", TfliteOptions(TfliteMode.FLOAT32), None, 300))
+        convert.start()  # the converter child and the serve-check server run at the same time
         with ServerProcess(source, "digits", backend="saved_model", extra_args=("--rest-port", "-1")):
-            convert_tflite(source / "digits" / "1", out / "model.tflite", TfliteOptions(TfliteMode.FLOAT32), None,
-                           timeout_s=300)
+            convert.join()
     """)
     for attempt in range(tries):
         out = work / f"convert-{attempt}"
         proc = subprocess.Popen([sys.executable, "-c", code, str(source), str(out)], env=_env(),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(random.uniform(2.0, 12.0))
+        time.sleep(random.uniform(1.5, 8.0))
         _kill_tree(proc, row, f"try {attempt}")
     return row
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 
-from bench.reliability.common import MODEL, Row, copy_version, images, rss_mb
+from bench.reliability.common import MODEL, Row, copy_version, images, rss_mb, wait_admitted
 from core import protocol
 from core.errors import TfshipError
 from serving.client import PredictClient, RemoteError
@@ -103,7 +103,8 @@ def sigterm_under_load(source: Path, tries: int, batching: Path) -> Row:
             channel = grpc.insecure_channel(server.grpc_target)
             predict = channel.unary_unary(f"/{protocol.PREDICTION_SERVICE}/Predict")
             calls = [predict.future(body, timeout=30) for _ in range(48)]
-            time.sleep(random.uniform(0.1, 0.5))
+            admitted = wait_admitted(server.metrics_url, calls)  # all 48 reached the server before the signal
+            time.sleep(random.uniform(0.0, 0.5))
             started = time.monotonic()
             server.process.send_signal(sig)
             late = [predict.future(body, timeout=30) for _ in range(8)]
@@ -111,6 +112,7 @@ def sigterm_under_load(source: Path, tries: int, batching: Path) -> Row:
             exit_code = server.process.wait(30)
             elapsed = time.monotonic() - started
             channel.close()
+        row.check(admitted, f"{sig.name}: the 48 requests did not all reach the server within 10 s")
         row.check(set(codes[:48]) == {"OK"}, f"{sig.name}: admitted requests answered {sorted(set(codes[:48]))}")
         row.check(set(codes[48:]) <= {"OK", "UNAVAILABLE"}, f"{sig.name}: late requests got {set(codes[48:])}")
         row.check(exit_code == 0 and elapsed <= 7, f"{sig.name}: exit {exit_code} after {elapsed:.1f}s")

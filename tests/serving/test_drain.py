@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import socket
 import time
+import urllib.request
 
 import grpc
 import numpy as np
@@ -21,6 +23,18 @@ def _request(rows: int = 1) -> bytes:
     request.model_spec.name = MODEL
     request.inputs["image"].CopyFrom(to_tensor_proto(np.zeros((rows, 8, 8, 1), np.float32)))
     return request.SerializeToString()
+
+
+def _wait_admitted(metrics_url: str, calls: list, timeout_s: float = 10.0) -> bool:
+    """Every call answered already or waiting in the batch queue (metric `tfship_batch_queue_depth`)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        text = urllib.request.urlopen(metrics_url + "/metrics", timeout=5).read().decode()
+        queued = sum(float(v) for v in re.findall(r"^tfship_batch_queue_depth\{[^}]*\} (\S+)$", text, re.M))
+        if queued + sum(call.done() for call in calls) >= len(calls):
+            return True
+        time.sleep(0.01)
+    return False
 
 
 @pytest.fixture
@@ -42,7 +56,7 @@ def test_signal_under_load_answers_every_request(repository, slow_batching, sig)
         predict = channel.unary_unary(f"/{protocol.PREDICTION_SERVICE}/Predict")
         body = _request()
         calls = [predict.future(body, timeout=30) for _ in range(48)]
-        time.sleep(0.3)  # let them reach the server (they wait in the batch queue for 1.5 s)
+        assert _wait_admitted(server.metrics_url, calls)  # all 48 reached the server (queued, or answered)
         started = time.monotonic()
         server.process.send_signal(sig)
         late = [predict.future(body, timeout=30) for _ in range(8)]  # sent during the drain

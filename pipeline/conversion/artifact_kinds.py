@@ -1,4 +1,5 @@
-"""The built-in artifact kinds, registered once: ONNX (tf2onnx) and the four TFLite modes (LiteRT).
+"""The built-in artifact kinds, registered once: ONNX (tf2onnx), the four TFLite modes (LiteRT) and the
+three TF.js modes (a graph-model folder, proven in Node.js; `tfjs.artifact`).
 
 To add an artifact kind (e.g. TF.js), write its converter (`ConversionJob -> VariantOutcome`) and add
 one `register_artifact_kind(ArtifactKind(...))` call here; the convert stage, the parity gate, the
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from core.errors import TfshipError
 from pipeline.conversion.artifacts import ArtifactKind, ConversionJob, VariantOutcome, register_artifact_kind
+from tfjs.artifact import register_tfjs_kinds
 
 TFLITE_MODES = ("float32", "float16", "dynamic_range", "int8")
 
@@ -80,3 +82,4 @@ for _mode in TFLITE_MODES:
         enabled=lambda settings, mode=_mode: mode in settings.tflite_modes, convert=tflite_converter(_mode),
         runtime_options={"tflite_file": tflite_filename(_mode)},
         serve_flags=("--tflite-file", tflite_filename(_mode))))
+register_tfjs_kinds(register_artifact_kind, ArtifactKind)

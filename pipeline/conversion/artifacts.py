@@ -43,9 +43,11 @@ class Artifact:
     path: Path
 
     def size_bytes(self) -> int:
-        """Bytes on disk (for a SavedModel: saved_model.pb plus variables/)."""
+        """Bytes on disk (a SavedModel: saved_model.pb plus variables/; another folder: every file in it)."""
         if self.path.is_file():
             return self.path.stat().st_size
+        if not (self.path / "saved_model.pb").is_file():  # a folder artifact (TF.js: model.json + shards)
+            return sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file())
         files = [self.path / "saved_model.pb", *sorted((self.path / "variables").glob("*"))]
         return sum(f.stat().st_size for f in files if f.is_file())
 

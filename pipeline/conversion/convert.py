@@ -38,20 +38,23 @@ class ConvertResult:
         return [o.__dict__ for o in self.outcomes]
 
 
+def remove_path(path: Path) -> None:
+    """Delete a file or a folder artifact (TF.js) if it exists."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
 def remove_stale_artifacts(version_dir: Path) -> None:
     """Delete every registered kind's file (and temp files of a killed conversion) before converting again,
     so nothing from an earlier conversion can pass for this one's.
     """
     for kind in artifact_kinds().values():
         for name in kind.files:
-            path = version_dir / name
-            if path.is_dir():
-                shutil.rmtree(path)
-            else:
-                path.unlink(missing_ok=True)
-    for leftover in version_dir.glob(".*"):
-        if leftover.is_file():
-            leftover.unlink()
+            remove_path(version_dir / name)
+    for leftover in version_dir.glob(".*"):  # a killed conversion's temp files and folders (TF.js)
+        remove_path(leftover)
 
 
 def conversion_workers(settings: ConvertSection, jobs: int) -> int:

@@ -58,12 +58,18 @@ def _filename(name: str) -> str:
     return kind.filename if kind else ""
 
 
+def _served(name: str) -> bool:
+    """Whether our server serves this kind (TF.js has no serving backend: parity in Node.js is its proof)."""
+    kind = artifact_kinds().get(name)
+    return kind is None or bool(kind.backend)
+
+
 def artifact_outcomes(conversions: list[dict[str, Any]], parity: dict[str, Any] | None,
                       serve_check: dict[str, Any] | None, required: tuple[str, ...]) -> list[ArtifactOutcome]:
     """Each artifact's outcome from the stage records (`convert.json`, `parity.json`, `serve_check.json`).
 
     An artifact is published when it was produced, passed the parity gate and answered correctly from our
-    server; otherwise it is left out with the first stage's reason. A stage whose record is None has not run
+    server (a kind our server does not serve, such as TF.js, on the parity gate alone); otherwise it is left out with the first stage's reason. A stage whose record is None has not run
     yet and leaves nothing out (the serve-check stages the candidate from the earlier stages' outcomes).
     """
     parity_rows = {row["artifact"]: row for row in (parity or {}).get("artifacts", [])}
@@ -80,7 +86,7 @@ def artifact_outcomes(conversions: list[dict[str, Any]], parity: dict[str, Any] 
             stage, reason = "serve-check", serve["reason"]
         elif parity is not None and row is None:
             stage, reason = "validate", "not checked by the parity gate"
-        elif serve_check is not None and serve is None:
+        elif serve_check is not None and serve is None and _served(name):
             stage, reason = "serve-check", "not served by the serve-check"
         else:
             stage, reason = "", ""

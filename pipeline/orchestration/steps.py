@@ -20,7 +20,7 @@ from core.errors import ContractError, StageError
 from core.saved_model import read_signatures
 from pipeline.config import PipelineConfig
 from pipeline.conversion.artifacts import SAVED_MODEL, Artifact, artifact_kinds, as_text, check_required, open_runner
-from pipeline.conversion.convert import ConvertResult, convert_artifacts, raise_if_required_missing
+from pipeline.conversion.convert import ConvertResult, convert_artifacts, raise_if_required_missing, remove_path
 from pipeline.data.splits import DatasetSplits
 from pipeline.export_only.user_model import EvalData
 from pipeline.gate.serve_check import ServeCheckResult, ServeTarget, serve_check
@@ -325,7 +325,7 @@ def serve_check_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSpl
                          config.convert.required, SERVE_BATCH_SIZES)
     run.write_json("serve_check.json", result.to_json())
     for name in left_out_files(_outcomes(config, run)):
-        (candidate / name).unlink(missing_ok=True)
+        remove_path(candidate / name)
     return raise_if_serve_check_failed(result)
 
 

@@ -69,8 +69,9 @@ def artifact_outcomes(conversions: list[dict[str, Any]], parity: dict[str, Any] 
     """Each artifact's outcome from the stage records (`convert.json`, `parity.json`, `serve_check.json`).
 
     An artifact is published when it was produced, passed the parity gate and answered correctly from our
-    server (a kind our server does not serve, such as TF.js, on the parity gate alone); otherwise it is left out with the first stage's reason. A stage whose record is None has not run
-    yet and leaves nothing out (the serve-check stages the candidate from the earlier stages' outcomes).
+    server (a kind our server does not serve, such as TF.js, on the parity gate alone); otherwise it is left
+    out with the first stage's reason. A stage whose record is None has not run yet and leaves nothing out
+    (the serve-check stages the candidate from the earlier stages' outcomes).
     """
     parity_rows = {row["artifact"]: row for row in (parity or {}).get("artifacts", [])}
     served = (serve_check or {}).get("artifacts", {})

@@ -37,6 +37,9 @@ def test_text_input_model_publishes_onnx_and_tflite(tmp_path):
     rows_by_name = {r["artifact"]: r for r in manifest["parity"]["artifacts"]}
     assert {"onnx", "tflite_float32", "tflite_dynamic_range"} <= set(rows_by_name)
     assert all(r["passed"] and r["batch_sizes"] == [1, 7, 64] for r in rows_by_name.values())
-    assert set(manifest["serve_check"]["backends"]) == {"saved_model", "onnx", "tflite"}
+    served = manifest["serve_check"]["artifacts"]
+    assert set(served) == {"saved_model", "onnx", "tflite_float32", "tflite_dynamic_range"}
+    assert all(row["passed"] for row in served.values())
+    assert {row["backend"] for row in served.values()} == {"saved_model", "onnx", "tflite"}
     assert manifest["signature_def"]["serving_default"]["inputs"] == [
         {"name": "city", "dtype": "string", "shape": [-1, 1]}]

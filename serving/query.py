@@ -2,7 +2,9 @@
 
 The samples come from the caller: `tfship query` passes the pipeline's own held-out test split
 (`pipeline.data.splits.held_out_digits`, so the accuracy printed matches what the pipeline validated);
-`python -m serving query --samples FILE.npz` reads arrays `image` and `label` from a file.
+`python -m serving query --samples FILE.npz` reads arrays `image` and `label` from a file, or a published version's
+golden set (`assets.extra/tfship_golden.npz`: `input:image`, and `output:class_id` as the label, so the
+"accuracy" printed is then the agreement with the SavedModel's own answers).
 """
 
 from __future__ import annotations
@@ -18,16 +20,25 @@ from serving.client import PredictClient
 
 
 def samples_from_file(path: Path, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """The first `count` rows of arrays `image` [N, ...] and `label` int [N] in the `.npz` file `path`.
+    """The first `count` rows of images [N, ...] and int64 labels [N] from the `.npz` file `path`.
+
+    Reads arrays `image` and `label`, or a golden set's `input:image` and `output:class_id` (the published
+    SavedModel's answers, written by the pipeline's publish stage).
 
     Raises:
-        ConfigError: the file is unreadable or lacks either array (names the file and what it holds).
+        ConfigError: the file is unreadable or holds neither pair (names the file and what it holds).
     """
     try:
         with np.load(path) as data:
-            return np.asarray(data["image"][:count]), np.asarray(data["label"][:count]).astype(np.int64)
-    except (OSError, ValueError, KeyError) as err:
-        raise ConfigError(f"--samples {path}: need an .npz with arrays 'image' and 'label' ({err})") from err
+            for image_key, label_key in (("image", "label"), ("input:image", "output:class_id")):
+                if image_key in data and label_key in data:
+                    return (np.asarray(data[image_key][:count]),
+                            np.asarray(data[label_key][:count]).astype(np.int64))
+            held = sorted(data.keys())
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"--samples {path}: cannot read it as an .npz ({err})") from err
+    raise ConfigError(f"--samples {path}: need arrays 'image' and 'label' (or a golden set's 'input:image' and "
+                      f"'output:class_id'); the file holds {held}")
 
 
 def query_digits(target: str, model_name: str, images: np.ndarray, labels: np.ndarray,

@@ -7,17 +7,20 @@ module back.
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add `--config`, `--set`, `--epochs`, `--repository` and `--runs-dir` (read by `config_from_args`)."""
+    """Add `--config`, `--set` and the shortcuts `--epochs`, `--repository`, `--runs-dir`, `--model-name`."""
     parser.add_argument("--config", type=Path, help="pipeline TOML (default: the bundled configs/digits.toml)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override a config field, e.g. --set train.epochs=3 (repeatable)")
     parser.add_argument("--epochs", type=int, help="shortcut for --set train.epochs=N")
     parser.add_argument("--repository", type=Path, help="model repository (overrides publish.repository)")
     parser.add_argument("--runs-dir", type=Path, help="runs folder (overrides run.runs_dir)")
+    parser.add_argument("--model-name", help="name in the repository, <repository>/<name>/<version> (overrides "
+                        "run.model_name; export-only runs on the default config take it from --model)")
 
 
 def add_run_folder_argument(parser: argparse.ArgumentParser) -> None:
@@ -36,8 +39,28 @@ def config_from_args(args: argparse.Namespace):
         overrides["publish.repository"] = str(args.repository)
     if args.runs_dir is not None:
         overrides["run.runs_dir"] = str(args.runs_dir)
+    if getattr(args, "model_name", None) is not None:
+        overrides["run.model_name"] = args.model_name
+    elif getattr(args, "model", None) and args.config is None and "run.model_name" not in overrides:
+        overrides["run.model_name"] = model_name_from(args.model)  # never publish a user's model as "digits"
     config = load_config(args.config, overrides)
     from pipeline.conversion.artifacts import check_required
 
     check_required(config.convert)
     return config
+
+
+def model_name_from(model: str) -> str:
+    """A repository name for `--model`: the file's stem, the SavedModel folder's name (its parent's when the folder
+    is a version number) or the function's name of `module:function`, reduced to `[A-Za-z0-9_.-]`, at most 64.
+    """
+    path = Path(model)
+    if ":" in model and not path.exists():
+        raw = model.rsplit(":", 1)[1]
+    elif path.is_dir():
+        resolved = path.resolve()
+        raw = resolved.parent.name if resolved.name.isdigit() else resolved.name
+    else:
+        raw = path.stem
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", raw).lstrip("_.-")[:64]
+    return name or "model"

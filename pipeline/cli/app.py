@@ -81,6 +81,12 @@ def _no_abbreviations(parser: argparse.ArgumentParser) -> None:
                 _no_abbreviations(child)
 
 
+# Top-level modules only the `pipeline` extra installs (pyproject.toml): a command that needs one of them in the
+# TF-free install says which install it needs instead of a traceback.
+PIPELINE_ONLY_MODULES = frozenset({"tensorflow", "keras", "tf2onnx", "onnxslim", "onnx", "tensorflow_serving",
+                                   "sklearn", "matplotlib"})
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `tfship` console script; returns the exit code (`core.errors` table for tfship errors)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -98,6 +104,13 @@ def main(argv: list[str] | None = None) -> int:
                                    f"{rich.markup.escape(line[len(head):])}", highlight=False, markup=True,
                                    soft_wrap=True)
         return code
+    except ModuleNotFoundError as err:
+        if (err.name or "").split(".")[0] not in PIPELINE_ONLY_MODULES:
+            raise
+        print(f"tfship {args.command}: this environment has the TensorFlow-free server install, and "
+              f"`tfship {args.command}` needs the pipeline's packages (missing: {err.name}); install them with "
+              "pip install 'tfship[pipeline]' (or `make setup` in a checkout)", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 

@@ -37,3 +37,4 @@ def test_export_only_name_unless_chosen(extra, expected):
 def test_training_runs_keep_the_configs_name():
     assert config_from_args(build_parser().parse_args(["run"])).run.model_name == "digits"
     assert config_from_args(build_parser().parse_args(["run", "--model-name", "d2"])).run.model_name == "d2"
+

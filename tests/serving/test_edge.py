@@ -51,3 +51,14 @@ def test_edge_server_serves_and_answers_query(edge_python, repository, backend, 
         assert query.returncode == 0, query.stderr
         assert "accuracy: 100.00% (5/5)" in query.stdout
     assert server.returncode == 0
+
+
+def test_edge_install_names_the_pipeline_extra_for_pipeline_commands(edge_python, tmp_path):
+    """`tfship run` in the TensorFlow-free install says which install it needs: exit 2, no traceback."""
+    tfship = str(os.path.join(os.path.dirname(edge_python), "tfship"))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    config = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "digits.toml")
+    done = subprocess.run([tfship, "run", "--config", config], capture_output=True, text=True,
+                          check=False, cwd=tmp_path, env=env)
+    assert done.returncode == 2, done.stderr
+    assert "pip install 'tfship[pipeline]'" in done.stderr and "Traceback" not in done.stderr

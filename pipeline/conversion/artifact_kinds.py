@@ -1,5 +1,5 @@
 """The built-in artifact kinds, registered once: ONNX (tf2onnx), the four TFLite modes (LiteRT) and the
-three TF.js modes (a graph-model folder, proven in Node.js; `tfjs.artifact`).
+three TF.js modes (a graph-model folder, proven in Node.js; `pipeline.conversion.tfjs_kinds`).
 
 To add an artifact kind (e.g. TF.js), write its converter (`ConversionJob -> VariantOutcome`) and add
 one `register_artifact_kind(ArtifactKind(...))` call here; the convert stage, the parity gate, the
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from core.errors import TfshipError
 from pipeline.conversion.artifacts import ArtifactKind, ConversionJob, VariantOutcome, register_artifact_kind
-from tfjs.artifact import register_tfjs_kinds
+from pipeline.conversion.tfjs_kinds import register_tfjs_kinds
 
 TFLITE_MODES = ("float32", "float16", "dynamic_range", "int8")
 

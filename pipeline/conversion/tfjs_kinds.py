@@ -9,6 +9,7 @@ backend serves it, so the serve-check skips it; it is published as static files 
 
 from __future__ import annotations
 
+from pipeline.conversion.artifacts import VariantOutcome
 from tfjs.convert import TfjsQuantization
 
 
@@ -16,7 +17,6 @@ def tfjs_converter(quantization: TfjsQuantization):
     """The converter of one TF.js mode: `ConversionJob -> VariantOutcome`."""
 
     def convert(job):
-        from pipeline.conversion.artifacts import VariantOutcome
         from tfjs.convert import convert_tfjs
 
         done = convert_tfjs(job.version_dir, job.version_dir / quantization.folder, quantization, job.sample,

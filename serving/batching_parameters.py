@@ -71,6 +71,6 @@ class BatchingParameters:
     def from_file(cls, path: Path) -> BatchingParameters:
         """Read `--batching_parameters_file`; raises `ConfigError` naming the file."""
         try:
-            return cls.from_text(Path(path).read_text(), str(path))
-        except OSError as err:
+            return cls.from_text(Path(path).read_text(encoding="utf-8"), str(path))
+        except (OSError, UnicodeDecodeError) as err:
             raise ConfigError(f"cannot read batching parameters file {path}: {err}") from err

@@ -233,7 +233,11 @@ def from_json(name: str, datatype: str, shape, data, max_bytes: int) -> np.ndarr
     if kind == "O":
         _expect(name, datatype, flat, lambda v: type(v) is str, "a string")
         array = np.empty(count, dtype=object)
-        array[:] = [v.encode() for v in flat]
+        try:
+            array[:] = [v.encode() for v in flat]
+        except UnicodeEncodeError as err:
+            raise InvalidRequestError(f"input {name!r}: BYTES value is not valid text ({err.reason} at "
+                                      f"position {err.start})") from None
         return array.reshape(dims)
     if kind == "b":
         _expect(name, datatype, flat, lambda v: type(v) is bool, "true or false")

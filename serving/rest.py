@@ -14,7 +14,7 @@ import logging
 import ssl
 import uuid
 
-from aiohttp import web
+from aiohttp import http_exceptions, web, web_protocol
 from google.protobuf import json_format
 
 from core import protocol
@@ -100,6 +100,7 @@ async def read_body(request: web.Request, timeout_s: float) -> bytes:
 
     Raises:
         RequestTimeoutError: the client did not send the whole body in time (HTTP 408).
+        InvalidRequestError: the body does not decode as its `Content-Encoding` / transfer framing says (400).
     """
     try:
         async with asyncio.timeout(timeout_s):
@@ -107,6 +108,12 @@ async def read_body(request: web.Request, timeout_s: float) -> bytes:
     except TimeoutError:
         raise RequestTimeoutError(f"request body not received within {timeout_s:g} s "
                                   "(--rest-api-timeout-in-ms); send the whole body at once") from None
+    except (http_exceptions.BadHttpMessage, web_protocol.RequestPayloadError) as err:
+        if isinstance(err, http_exceptions.DecompressSizeError):
+            raise
+        encoding = request.headers.get("Content-Encoding", "identity")
+        raise InvalidRequestError(f"request body cannot be read (Content-Encoding: {encoding}): "
+                                  f"{getattr(err, 'message', None) or err}") from None
 
 
 def _http_error(request: web.Request, err: web.HTTPException) -> web.Response:

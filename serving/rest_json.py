@@ -96,6 +96,8 @@ def parse_body(raw: bytes) -> dict:
         raise InvalidRequestError(f"JSON Parse error: {err.msg} at offset: {err.pos}") from err
     except RecursionError as err:
         raise InvalidRequestError("JSON Parse error: the document is nested too deeply") from err
+    except ValueError as err:  # e.g. an integer literal past Python's int-string digit limit (4,300 digits)
+        raise InvalidRequestError(f"JSON Parse error: {err}") from err
     if not isinstance(body, dict):
         raise InvalidRequestError(f"JSON Value: {debug_string(body)} Is not object")
     return body
@@ -184,7 +186,10 @@ def _typed_leaves(leaves: list, dtype: str) -> np.ndarray:
         raise _type_error(next(v for v in leaves if type(v) is not int), dtype)
     if dtype in ("float16", "float32", "float64"):
         if kinds <= {int, float}:
-            return np.array(leaves, dtype=dtype)
+            try:
+                return np.array(leaves, dtype=dtype)
+            except OverflowError:  # an integer literal beyond any float
+                raise _type_error(next(v for v in leaves if type(v) is int and abs(v) > 2 ** 1023), dtype) from None
         raise _type_error(next(v for v in leaves if type(v) not in (int, float)), dtype)
     raise InvalidRequestError(f"Conversion of JSON Value: {debug_string(leaves[:1])} to type: {dtype} "
                               "is not supported by the REST API")

@@ -36,7 +36,7 @@ def read_token_file(path: Path, flag: str) -> frozenset[str]:
             file, and the line for a bad token).
     """
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a leading byte-order mark is not part of the first token
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"cannot read {flag} {path}: {err}") from err
     tokens = set()
@@ -47,6 +47,9 @@ def read_token_file(path: Path, flag: str) -> frozenset[str]:
         if any(c.isspace() for c in token):
             raise ConfigError(f"{flag} {path} line {number}: a token may not contain whitespace "
                               "(one token per line; '#' starts a comment line)")
+        if not (token.isascii() and token.isprintable()):
+            raise ConfigError(f"{flag} {path} line {number}: a token must be printable ASCII (gRPC metadata "
+                              "and HTTP headers carry nothing else)")
         tokens.add(token)
     if not tokens:
         raise ConfigError(f"{flag} {path} holds no token (empty, blank or comment lines only); refusing to start "
@@ -105,7 +108,11 @@ class AccessPolicy:
 
 
 def _member(token: str, tokens: frozenset[str]) -> bool:
-    """Constant-time membership (no early exit on the first differing byte)."""
+    """Constant-time membership (no early exit on the first differing byte); a token that is not ASCII (a header
+    carrying other bytes) matches nothing, since every configured token is printable ASCII.
+    """
+    if not token.isascii():
+        return False
     found = False
     for known in tokens:
         found |= hmac.compare_digest(token.encode(), known.encode())

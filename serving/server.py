@@ -44,8 +44,8 @@ def model_configs(settings: ServerSettings) -> list[ModelConfig]:
     """Models to serve: `--model-config-file`, else `--repository` + `--model-name`; raises `ConfigError`."""
     if settings.model_config_file:
         try:
-            text = settings.model_config_file.read_text()
-        except OSError as err:
+            text = settings.model_config_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
             raise ConfigError(f"cannot read --model-config-file {settings.model_config_file}: {err}") from err
         return parse_model_server_config(text, str(settings.model_config_file))
     if settings.model_base_path:  # TF Serving's --model_name + --model_base_path (the model's own folder)
@@ -62,12 +62,12 @@ async def poll_model_config_file(settings: ServerSettings, manager: ModelManager
     changed (TF Serving's behaviour); a file that does not parse is logged and the running config kept.
     """
     path, interval = settings.model_config_file, settings.model_config_file_poll_wait_seconds
-    last = path.read_text() if path.is_file() else ""
+    last = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
     while True:
         await asyncio.sleep(interval)
         try:
-            text = path.read_text()
-        except OSError as err:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
             log.error("cannot read --model-config-file %s; the running config stays: %s", path, err)
             continue
         if text == last:

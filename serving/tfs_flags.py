@@ -149,8 +149,8 @@ def _message_classes() -> dict[str, type]:
 
 def _parse_text(path: Path, flag: str, type_name: str):
     try:
-        text = Path(path).read_text()
-    except OSError as err:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"cannot read {flag} {path}: {err}") from err
     try:
         return text_format.Parse(text, _message_classes()[type_name]())
@@ -169,6 +169,9 @@ def monitoring_settings(path: Path) -> dict:
     if not route.startswith("/") or any(c in route for c in " ?#{}"):
         raise ConfigError(f"--monitoring_config_file {path}: prometheus_config.path {route!r} must be a URL path "
                           "starting with '/'")
+    if route.rstrip("/") in ("/v1", "/v2") or route.startswith(("/v1/", "/v2/")):
+        raise ConfigError(f"--monitoring_config_file {path}: prometheus_config.path {route!r} lies under the "
+                          "API's /v1/ or /v2/ routes and would shadow them; choose another path")
     return {"prometheus_path": route}
 
 

@@ -62,6 +62,10 @@ def read_token_env(name: str, flag: str) -> frozenset[str]:
     tokens = frozenset(t.strip() for t in os.environ.get(name, "").split(",") if t.strip())
     if not tokens:
         raise ConfigError(f"{flag} {name} is empty or unset")
+    for number, token in enumerate(sorted(tokens), start=1):
+        if not (token.isascii() and token.isprintable()) or any(c.isspace() for c in token):
+            raise ConfigError(f"{flag} {name}: token {number} (sorted) is not printable ASCII without whitespace "
+                              "(gRPC metadata and HTTP headers carry nothing else)")
     return tokens
 
 

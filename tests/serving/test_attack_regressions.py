@@ -14,7 +14,7 @@ from conftest import MODEL
 from core.errors import ConfigError
 from serving.batching_parameters import BatchingParameters
 from serving.launcher import ServerProcess
-from serving.security import read_token_file
+from serving.security import read_token_env, read_token_file
 from serving.tfs_flags import monitoring_settings, ssl_settings
 
 TOKEN = "reader-1"
@@ -114,3 +114,11 @@ def test_metrics_path_may_not_shadow_the_api(tmp_path, path):
         monitoring_settings(config)
     config.write_text('prometheus_config { enable: true path: "/ops/metrics" }\n')
     assert monitoring_settings(config) == {"prometheus_path": "/ops/metrics"}
+
+
+def test_environment_tokens_follow_the_same_rule(monkeypatch):
+    monkeypatch.setenv("TFSHIP_TEST_TOKENS", "alpha, beta")
+    assert read_token_env("TFSHIP_TEST_TOKENS", "--auth-token-env") == {"alpha", "beta"}
+    monkeypatch.setenv("TFSHIP_TEST_TOKENS", "alpha,b\u00e9ta")
+    with pytest.raises(ConfigError, match="--auth-token-env TFSHIP_TEST_TOKENS: token 2"):
+        read_token_env("TFSHIP_TEST_TOKENS", "--auth-token-env")

@@ -228,6 +228,8 @@ def from_json(name: str, datatype: str, shape, data, max_bytes: int) -> np.ndarr
     if len(flat) != count:
         raise InvalidRequestError(f"input {name!r}: shape {[int(d) for d in shape]} needs {count} values, got "
                                   f"{len(flat)} in 'data'")
+    if len(flat) != len(data):  # nested: the nesting must be the shape, not a ragged or partial one
+        _check_nesting(name, data, [int(d) for d in shape])
     dims = tuple(int(d) for d in shape)
     kind = dtype.kind
     if kind == "O":
@@ -279,6 +281,24 @@ def _flatten(name: str, data) -> list:
         else:
             stack.pop()
     return flat
+
+
+def _check_nesting(name: str, data: list, shape: list[int]) -> None:
+    """Nested `data` must nest exactly as `shape` (lists of length shape[d] at depth d, values below);
+    raises InvalidRequestError naming the depth otherwise. Level by level: no Python recursion.
+    """
+    level = [data]
+    for depth, dim in enumerate(shape):
+        following = []
+        for item in level:
+            if not isinstance(item, list) or len(item) != dim:
+                got = f"{len(item)} values" if isinstance(item, list) else "a single value"
+                raise InvalidRequestError(f"input {name!r}: nested 'data' does not follow shape {shape}: at depth "
+                                          f"{depth} a list of {dim} is needed, got {got}")
+            following.extend(item)
+        level = following
+    if any(isinstance(item, list) for item in level):
+        raise InvalidRequestError(f"input {name!r}: nested 'data' is deeper than shape {shape}")
 
 
 def _expect(name: str, datatype: str, flat: list, ok, wanted: str) -> None:

@@ -122,3 +122,17 @@ def test_environment_tokens_follow_the_same_rule(monkeypatch):
     monkeypatch.setenv("TFSHIP_TEST_TOKENS", "alpha,b\u00e9ta")
     with pytest.raises(ConfigError, match="--auth-token-env TFSHIP_TEST_TOKENS: token 2"):
         read_token_env("TFSHIP_TEST_TOKENS", "--auth-token-env")
+
+
+@pytest.mark.parametrize(("data", "depth"), [
+    ([[0.0] * 64, [[[0.0]] * 8] * 8], "depth 1"),  # right count, one row flat under the batch dimension
+    ([[[[0.0]] * 8] * 8, [[0.0] * 8] * 8], "depth 3"),  # one row nested as the shape, the other one level short
+])
+def test_v2_ragged_nested_data_is_400(guarded_server, data, depth):
+    body = {"inputs": [{"name": "image", "datatype": "FP32", "shape": [2, 8, 8, 1], "data": data}]}
+    status, text = _send(guarded_server.rest_url + f"/v2/models/{MODEL}/infer", "POST", json.dumps(body).encode())
+    assert status == 400 and f"does not follow shape [2, 8, 8, 1]: at {depth}" in json.loads(text)["error"], text[:300]
+    for good in ([0.0] * 128, [[[[0.0]] * 8] * 8] * 2):  # flat, and nested exactly as the shape
+        body["inputs"][0]["data"] = good
+        assert _send(guarded_server.rest_url + f"/v2/models/{MODEL}/infer", "POST",
+                     json.dumps(body).encode())[0] == 200

@@ -8,13 +8,11 @@ bytes of `--response-file`. The REST floor of `make bench-serve`. Prints `READY 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import os
-import sys
-from pathlib import Path
 
 from aiohttp import web
+
+from bench.serve.reference_cli import announce_ready, parse_reference_args
 
 
 async def serve(reply: bytes, port: int) -> None:
@@ -30,21 +28,14 @@ async def serve(reply: bytes, port: int) -> None:
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", port)
     await site.start()
-    sys.stdout.write(f"READY {runner.addresses[0][1]}\n")
-    sys.stdout.flush()
+    announce_ready(runner.addresses[0][1])
     await asyncio.Event().wait()
 
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point (see the module docstring)."""
-    p = argparse.ArgumentParser(prog="python -m bench.serve.bare_rest")
-    p.add_argument("--response-file", type=Path, required=True, help="JSON body to send")
-    p.add_argument("--port", type=int, default=0)
-    p.add_argument("--cpu", type=int, action="append", default=[], help="pin to these cores")
-    args = p.parse_args(argv)
-    if args.cpu:
-        os.sched_setaffinity(0, set(args.cpu))
-    asyncio.run(serve(args.response_file.read_bytes(), args.port))
+    source, port = parse_reference_args("python -m bench.serve.bare_rest", "--response-file", "JSON body to send", argv)
+    asyncio.run(serve(source.read_bytes(), port))
     return 0
 
 

@@ -10,13 +10,11 @@ once listening.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import os
-import sys
-from pathlib import Path
 
 import grpc
+
+from bench.serve.reference_cli import parse_reference_args, serve_grpc
 
 SERVICE = "tensorflow.serving.PredictionService"
 
@@ -31,25 +29,13 @@ def _handler(reply: bytes) -> grpc.GenericRpcHandler:
 
 async def serve(reply: bytes, port: int) -> None:
     """Listen on 127.0.0.1:`port` (0 = any free port) until cancelled or SIGTERM."""
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20)])
-    server.add_generic_rpc_handlers((_handler(reply),))
-    bound = server.add_insecure_port(f"127.0.0.1:{port}")
-    await server.start()
-    sys.stdout.write(f"READY {bound}\n")
-    sys.stdout.flush()
-    await server.wait_for_termination()
+    await serve_grpc(_handler(reply), port)
 
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point (see the module docstring)."""
-    p = argparse.ArgumentParser(prog="python -m bench.serve.bare_server")
-    p.add_argument("--response-file", type=Path, required=True, help="serialised PredictResponse to send")
-    p.add_argument("--port", type=int, default=0)
-    p.add_argument("--cpu", type=int, action="append", default=[], help="pin to these cores")
-    args = p.parse_args(argv)
-    if args.cpu:
-        os.sched_setaffinity(0, set(args.cpu))
-    asyncio.run(serve(args.response_file.read_bytes(), args.port))
+    source, port = parse_reference_args("python -m bench.serve.bare_server", "--response-file", "serialised PredictResponse to send", argv)
+    asyncio.run(serve(source.read_bytes(), port))
     return 0
 
 

@@ -11,10 +11,7 @@ Prints `READY <port>` on stdout once listening.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import os
-import sys
 from pathlib import Path
 
 import grpc
@@ -22,6 +19,8 @@ import numpy as np
 import onnxruntime as ort
 from tensorflow.core.framework import tensor_pb2, types_pb2  # protos only (tensorflow-serving-api's deps)
 from tensorflow_serving.apis import predict_pb2
+
+from bench.serve.reference_cli import parse_reference_args, serve_grpc
 
 SERVICE = "tensorflow.serving.PredictionService"
 
@@ -60,25 +59,13 @@ def _handler(session: ort.InferenceSession) -> grpc.GenericRpcHandler:
 
 async def serve(model: Path, port: int) -> None:
     """Listen on 127.0.0.1:`port` (0 = any free port) until cancelled or SIGTERM."""
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20)])
-    server.add_generic_rpc_handlers((_handler(_session(model)),))
-    bound = server.add_insecure_port(f"127.0.0.1:{port}")
-    await server.start()
-    sys.stdout.write(f"READY {bound}\n")
-    sys.stdout.flush()
-    await server.wait_for_termination()
+    await serve_grpc(_handler(_session(model)), port)
 
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point (see the module docstring)."""
-    p = argparse.ArgumentParser(prog="python -m bench.serve.ort_server")
-    p.add_argument("--model", type=Path, required=True, help="the .onnx file")
-    p.add_argument("--port", type=int, default=0)
-    p.add_argument("--cpu", type=int, action="append", default=[], help="pin to these cores")
-    args = p.parse_args(argv)
-    if args.cpu:
-        os.sched_setaffinity(0, set(args.cpu))
-    asyncio.run(serve(args.model, args.port))
+    source, port = parse_reference_args("python -m bench.serve.ort_server", "--model", "the .onnx file", argv)
+    asyncio.run(serve(source, port))
     return 0
 
 

@@ -13,6 +13,7 @@ import numpy as np
 from core.contract import PREDICT_METHOD, Signature
 from core.dtypes import dtype_name
 from core.errors import InvalidRequestError
+from serving.memory import estimate_request_bytes
 
 
 def describe_array(array: np.ndarray) -> str:
@@ -84,3 +85,35 @@ def batch_size(signature: Signature, inputs: Mapping[str, np.ndarray]) -> int | 
         if spec and spec.shape and spec.shape[0] is None and array.ndim > 0:
             return int(array.shape[0])
     return None
+
+
+class RequestChecks:
+    """`validate_inputs`, `batch_size` and `estimate_request_bytes` of a request, remembered by its layout.
+
+    The three depend only on the signature and on each input's alias, dtype and shape, so a layout that
+    passed once passes again: the data plane checks each new layout in full and later requests of the same
+    layout with one dict lookup (the per-request path of issue 14). At most `max_entries` layouts are kept
+    (the memo is emptied when full); entries hold their signature, so a recycled `id()` never matches.
+    """
+
+    def __init__(self, max_entries: int = 1024) -> None:
+        self.max_entries = max_entries
+        self._known: dict[tuple, tuple[Signature, int | None, int]] = {}
+
+    def check(self, signature: Signature, inputs: Mapping[str, np.ndarray]) -> tuple[int | None, int]:
+        """(rows, bytes held) of a valid request: `batch_size` and `estimate_request_bytes`.
+
+        Raises:
+            InvalidRequestError: as `validate_inputs` (never remembered).
+        """
+        key = (id(signature), *[(alias, array.dtype, array.shape) for alias, array in inputs.items()])
+        known = self._known.get(key)
+        if known is not None and known[0] is signature:
+            return known[1], known[2]
+        validate_inputs(signature, inputs)
+        rows = batch_size(signature, inputs)
+        held = estimate_request_bytes(signature, inputs, rows)
+        if len(self._known) >= self.max_entries:
+            self._known.clear()
+        self._known[key] = (signature, rows, held)
+        return rows, held

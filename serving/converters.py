@@ -17,11 +17,14 @@ def model_ref(spec) -> ModelRef:
     Raises:
         InvalidRequestError: empty `model_spec.name` (the same answer from every RPC).
     """
-    if not spec.name:
+    name = spec.name
+    if not name:
         raise InvalidRequestError("model_spec.name is required")
     choice = spec.WhichOneof("version_choice")
+    if choice is None:
+        return ModelRef(name)
     return ModelRef(
-        name=spec.name,
+        name=name,
         version=spec.version.value if choice == "version" else None,
         label=spec.version_label if choice == "version_label" else None,
     )
@@ -33,13 +36,14 @@ def predict_request(proto, time_remaining: float | None = None,
 
     Each input decodes to at most `max_tensor_bytes` (see `serving.tensors.from_tensor_proto`).
     """
-    model = model_ref(proto.model_spec)
+    spec = proto.model_spec
+    model = model_ref(spec)
     inputs = {key: from_tensor_proto(tensor, key, max_tensor_bytes) for key, tensor in proto.inputs.items()}
     deadline = None if time_remaining is None else time.monotonic() + time_remaining
     return InferenceRequest(
         model=model,
         inputs=inputs,
-        signature_name=proto.model_spec.signature_name or "serving_default",
+        signature_name=spec.signature_name or "serving_default",
         output_filter=tuple(proto.output_filter),
         deadline=deadline,
     )
@@ -48,9 +52,10 @@ def predict_request(proto, time_remaining: float | None = None,
 def predict_response(response: InferenceResponse):
     """`InferenceResponse` -> `PredictResponse` (model_spec names the version that served it)."""
     proto = protocol.PredictResponse()
-    proto.model_spec.name = response.model_name
-    proto.model_spec.version.value = response.version
-    proto.model_spec.signature_name = response.signature_name
+    spec = proto.model_spec
+    spec.name = response.model_name
+    spec.version.value = response.version
+    spec.signature_name = response.signature_name
     outputs = proto.outputs
     for key, array in response.outputs.items():
         fill_tensor_proto(outputs[key], array)  # in place: no intermediate message, no CopyFrom

@@ -18,9 +18,9 @@ from core.errors import (
     UnavailableError,
     UnimplementedError,
 )
-from serving.contract import batch_size, validate_inputs
+from serving.contract import RequestChecks
 from serving.manager import ModelManager
-from serving.memory import estimate_request_bytes, release_freed_memory
+from serving.memory import release_freed_memory
 from serving.metrics import Metrics
 from serving.model_config import ModelConfig
 from serving.offload import Offloader
@@ -96,6 +96,16 @@ def _check_response_size(outputs: dict, limit: int) -> None:
                                      "ask for fewer rows or fewer outputs (output_filter)")
 
 
+def _check_output_filter(signature, output_filter: tuple[str, ...]) -> None:
+    """Every `output_filter` alias names an output of `signature`, once (TF Serving: INVALID_ARGUMENT)."""
+    unknown = sorted(set(output_filter) - set(signature.outputs))
+    if unknown:
+        raise InvalidRequestError(f"output_filter {unknown} not in signature {signature.name!r} outputs "
+                                  f"{sorted(signature.outputs)}")
+    if len(set(output_filter)) != len(output_filter):
+        raise InvalidRequestError(f"output_filter {list(output_filter)} names an output twice")
+
+
 class DataPlane:
     """Serves Predict, GetModelMetadata, GetModelStatus and ReloadConfig on top of a `ModelManager`.
 
@@ -117,8 +127,7 @@ class DataPlane:
         self._metrics = metrics
         self._inflight = 0
         metrics.inflight.set_function(lambda: self._inflight)  # read at scrape time, not per request
-        self._counters: dict[tuple[str, str, str], object] = {}  # labelled children, looked up once
-        self._latencies: dict[str, object] = {}
+        self._checks = RequestChecks()  # validation, rows and memory estimate by request layout
         self._releasing = False
         self.gate = RequestGate()
         self.offloader = Offloader()  # decodes large payloads in a helper process (both transports)
@@ -162,18 +171,7 @@ class DataPlane:
             raise
         finally:  # unknown names share one label value: clients cannot grow the metrics without bound
             name = request.model.name if self.manager.is_configured(request.model.name) else UNKNOWN_MODEL_LABEL
-            self._observe(name, version, status, time.perf_counter() - started)
-
-    def _observe(self, model: str, version: str, status: str, seconds: float) -> None:
-        counter = self._counters.get((model, version, status))
-        if counter is None:
-            counter = self._counters[(model, version, status)] = self._metrics.requests.labels(
-                model, version, "predict", status)
-        latency = self._latencies.get(model)
-        if latency is None:
-            latency = self._latencies[model] = self._metrics.latency.labels(model, "predict")
-        counter.inc()
-        latency.observe(seconds)
+            self._metrics.requests.record(name, version, "predict", status, time.perf_counter() - started)
 
     async def _predict(self, request: InferenceRequest, version: int, runtime) -> InferenceResponse:
         signatures = runtime.metadata()
@@ -181,15 +179,11 @@ class DataPlane:
         if signature is None:
             raise InvalidRequestError(f"Serving signature name: {request.signature_name!r} not found in signature "
                                       f"def; available: {sorted(signatures)}")
-        validate_inputs(signature, request.inputs)
-        unknown = sorted(set(request.output_filter) - set(signature.outputs))
-        if unknown:
-            raise InvalidRequestError(f"output_filter {unknown} not in signature {signature.name!r} outputs "
-                                      f"{sorted(signature.outputs)}")
-        if len(set(request.output_filter)) != len(request.output_filter):
-            raise InvalidRequestError(f"output_filter {list(request.output_filter)} names an output twice")
-        rows = batch_size(signature, request.inputs)
-        note_request(model=request.model.name, version=str(version), signature=signature.name, batch_rows=rows)
+        rows, held = self._checks.check(signature, request.inputs)  # validates (InvalidRequestError)
+        if request.output_filter:
+            _check_output_filter(signature, request.output_filter)
+        if self.request_log.sampling_rate > 0.0:
+            note_request(model=request.model.name, version=str(version), signature=signature.name, batch_rows=rows)
         if rows == 0:  # refused alike by every backend, batched or not (runtimes disagree on empty batches)
             raise InvalidRequestError("batch of 0 rows: send at least one row")
         limit = self._limits.max_batch_per_request
@@ -198,7 +192,6 @@ class DataPlane:
         deadline = request.deadline
         if deadline is None and self._limits.default_deadline_s:
             deadline = time.monotonic() + self._limits.default_deadline_s
-        held = estimate_request_bytes(signature, request.inputs, rows)
         cap = self._limits.max_request_memory_bytes
         if cap and held > cap:
             raise ResourceExhaustedError(f"request needs at least {held} bytes for its inputs and outputs ({rows} "

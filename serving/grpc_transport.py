@@ -38,16 +38,15 @@ def _rpc(method):
         dataplane = getattr(self, "_dp", None)  # servicers hold their DataPlane as `_dp`
         gate = getattr(dataplane, "gate", None)
         entered, status = False, "OK"
-        logged = _start_request_log(dataplane, method.__name__, request, context)
+        request_log = getattr(dataplane, "request_log", None)
+        logged = (_start_request_log(request_log, method.__name__, request, context)
+                  if request_log is not None and request_log.sampling_rate > 0.0 else None)
         try:
             if gate is not None:
                 gate.enter()  # UNAVAILABLE while draining
                 entered = True
-            if isinstance(request, _Undecodable):
-                raise InvalidRequestError(f"request is not a valid {request.type_name} message: {request.error}")
-            if isinstance(request, _TooLarge):
-                raise ResourceExhaustedError(f"request of {request.size} bytes exceeds --max-message-bytes "
-                                             f"{request.limit} bytes")
+            if type(request) in _REFUSED:
+                _refuse(request)
             return await method(self, request, context)
         except TfshipError as err:
             status = err.grpc_code
@@ -66,11 +65,15 @@ def _rpc(method):
     return wrapper
 
 
-def _start_request_log(dataplane, method: str, request, context):
-    """Open this call's request-log record when the server logs requests and this one is sampled."""
-    request_log = getattr(dataplane, "request_log", None)
-    if request_log is None or request_log.sampling_rate <= 0.0:
-        return None
+def _refuse(request) -> None:
+    """Raise the error of a request the deserializer could not hand over (`_Undecodable`, `_TooLarge`)."""
+    if isinstance(request, _Undecodable):
+        raise InvalidRequestError(f"request is not a valid {request.type_name} message: {request.error}")
+    raise ResourceExhaustedError(f"request of {request.size} bytes exceeds --max-message-bytes {request.limit} bytes")
+
+
+def _start_request_log(request_log, method: str, request, context):
+    """Open this call's request-log record (the server logs requests; this one may be sampled)."""
     spec = getattr(request, "model_spec", None)
     model = spec.name if spec is not None else getattr(request, "model_name", "") or getattr(request, "name", "")
     return request_log.start("grpc", method, context.peer() or "", model if isinstance(model, str) else "")
@@ -167,6 +170,9 @@ class _TooLarge:
 
     def __init__(self, size: int, limit: int) -> None:
         self.size, self.limit = size, limit
+
+
+_REFUSED = (_Undecodable, _TooLarge)
 
 
 def _deserializer(request_cls, max_bytes: int):

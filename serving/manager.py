@@ -220,7 +220,7 @@ class ModelManager:
             UnavailableError: the model is known but no version is AVAILABLE yet.
         """
         model = self._model(ref.name)
-        available = {s.version: s for s in self._available(model)}
+        available = {v: s for v, s in model.versions.items() if s.state is VersionState.AVAILABLE}
         if ref.label is not None:
             if ref.label not in model.config.labels:
                 raise _unknown_label(ref, model.config.labels)

@@ -50,6 +50,8 @@ class LevelResult:
         loadgen_cpu: this process' CPU time / window_s, in cores.
         mean_batch_rows: rows per backend call during the window (server's `tfship_batch_size`
             histogram, batching on only); None when not scraped or no batch ran.
+        server_threads: per server thread group (`thread_counters`): CPU seconds, run-queue wait seconds,
+            voluntary and involuntary context switches during the window; where the server's core went.
     """
 
     concurrency: int
@@ -63,6 +65,7 @@ class LevelResult:
     server_cpu: float | None
     loadgen_cpu: float
     mean_batch_rows: float | None = None
+    server_threads: dict[str, dict[str, float]] | None = None
 
 
 def process_cpu_s(pid: int) -> float:
@@ -80,6 +83,44 @@ def processes_cpu_s(pids: list[int]) -> float:
         except (OSError, IndexError):
             pass
     return total
+
+
+def thread_counters(pids: list[int]) -> dict[str, list[float]]:
+    """Per thread group of `pids`: [CPU seconds, run-queue wait seconds, voluntary and involuntary context
+    switches], summed, from /proc/<pid>/task/<tid>/{schedstat,status}.
+
+    Groups: `main` (the thread whose tid is the pid: the event loop in tfship and the references), else the
+    thread's name (`event_engine`, `python` for grpc.aio's poller, `tfship-model_0`... digits dropped).
+    """
+    groups: dict[str, list[float]] = {}
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            base = f"/proc/{pid}/task/{tid}"
+            try:
+                run_ns, wait_ns, _slices = Path(f"{base}/schedstat").read_text().split()
+                status = Path(f"{base}/status").read_text()
+            except (OSError, ValueError):
+                continue
+            fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+            name = "main" if tid == str(pid) else fields.get("Name", "?").strip().rstrip("0123456789_")
+            group = groups.setdefault(name, [0.0, 0.0, 0.0, 0.0])
+            group[0] += int(run_ns) / 1e9
+            group[1] += int(wait_ns) / 1e9
+            group[2] += int(fields.get("voluntary_ctxt_switches", "0"))
+            group[3] += int(fields.get("nonvoluntary_ctxt_switches", "0"))
+    return groups
+
+
+def thread_deltas(before: dict[str, list[float]], after: dict[str, list[float]]) -> dict[str, dict[str, float]]:
+    """`thread_counters` differences over a window: cpu_s, wait_s, voluntary, involuntary per group."""
+    keys = ("cpu_s", "wait_s", "voluntary", "involuntary")
+    zero = [0.0] * 4
+    return {name: dict(zip(keys, (a - b for a, b in zip(values, before.get(name, zero)))))
+            for name, values in after.items()}
 
 
 def batch_histogram(metrics_urls: list[str]) -> tuple[float, float]:
@@ -196,9 +237,11 @@ async def run_level(
     ]
     await asyncio.sleep(max(start_w - time.perf_counter(), 0.0))
     cpu0 = (processes_cpu_s(server_pids), time.process_time())
+    threads0 = thread_counters(server_pids)
     hist0 = await asyncio.to_thread(batch_histogram, metrics_urls)
     await asyncio.sleep(max(end_w - time.perf_counter(), 0.0))
     cpu1 = (processes_cpu_s(server_pids), time.process_time())
+    threads1 = thread_counters(server_pids)
     hist1 = await asyncio.to_thread(batch_histogram, metrics_urls)
     calls = hist1[1] - hist0[1]
     stop.set()
@@ -227,6 +270,7 @@ async def run_level(
         server_cpu=(cpu1[0] - cpu0[0]) / window_s if server_pids else None,
         loadgen_cpu=(cpu1[1] - cpu0[1]) / window_s,
         mean_batch_rows=(hist1[0] - hist0[0]) / calls if calls else None,
+        server_threads=thread_deltas(threads0, threads1),
     )
 
 

@@ -54,8 +54,29 @@ def medians(rows: list[dict]) -> dict[tuple, dict]:
                     "p99": statistics.median(q["p99"] for q in lat) if lat else 0.0,
                     "server_cpu": statistics.median(r["server_cpu"] or 0 for r in rs),
                     "rows_per_call": statistics.median(r.get("mean_batch_rows") or 0 for r in rs),
-                    "errors": sum(r["errors"] for r in rs), "rounds": len(rs)}
+                    "errors": sum(r["errors"] for r in rs), "rounds": len(rs),
+                    **_thread_medians(rs)}
     return out
+
+
+def _thread_medians(rs: list[dict]) -> dict:
+    """Median per-request server thread figures of one case (`loadgen.thread_counters` deltas):
+    main-thread and other-thread CPU (microseconds per request) and the main thread's involuntary
+    context switches per request; {} when the rows carry no thread figures.
+    """
+    main_us, other_us, preempted = [], [], []
+    for r in rs:
+        threads, done = r.get("server_threads"), r.get("requests_per_s", 0) * r.get("window_s", 0)
+        if not threads or not done:
+            continue
+        main = threads.get("main", {})
+        main_us.append(main.get("cpu_s", 0) / done * 1e6)
+        other_us.append(sum(t["cpu_s"] for name, t in threads.items() if name != "main") / done * 1e6)
+        preempted.append(main.get("involuntary", 0) / done)
+    if not main_us:
+        return {}
+    return {"main_us": statistics.median(main_us), "other_us": statistics.median(other_us),
+            "main_preempted": statistics.median(preempted)}
 
 
 def inprocess(rows: list[dict], model: str, batch: int) -> float | None:
@@ -151,12 +172,38 @@ def markdown(doc: dict) -> str:
         tail = v["p99"] / v["p50"] if v["p50"] else 0
         lines.append(f"| {mode} | {model} | {case} | {c} | {v['inf_s']:,.0f} | {v['p50']:.2f} | {v['p99']:.2f} | "
                      f"{tail:.2f} | {v['rows_per_call']:.1f} | {v['server_cpu']:.2f} | {v['errors']} |")
+    lines += _threads(m, doc.get("handler_cost"))
     lines += ["", "## In-process (ONNX Runtime, one thread, server core; median)", "", "| model | batch | inf/s |",
               "|---|---:|---:|"]
     lines += [f"| {model} | {b} | {_cell(inprocess(rows, model, b))} |" for model, _ in MODELS for b in (1, 32)]
     failed = [r for r in rows if "error" in r]
     lines += [f"\nFailed case {r['mode']} {r['model']}/{r.get('case')}: {r['error']}" for r in failed]
     return "\n".join(lines) + "\n"
+
+
+def _threads(m: dict, handler_cost: dict | None) -> list[str]:
+    """Where the pinned server's core goes per request (gRPC cases), and tfship's handler cost in-process."""
+    keys = sorted((k for k in m if k[0] == "grpc" and "main_us" in m[k]), key=lambda k: tuple(map(str, k)))
+    if not keys:
+        return []
+    lines = ["", "## Where the server's core goes, per request (gRPC, medians)", "",
+             "CPU time of the server's threads from /proc (schedstat) over the window, divided by the requests "
+             "answered: `main` is the event loop (grpc.aio's callbacks, tfship's handler, ONNX Runtime when run "
+             "inline); `other` is grpc's poller and event-engine threads, model threads and the batch thread. "
+             "`preempted` counts the main thread's involuntary context switches per request.", "",
+             "| model | case | c | req/s | main us | other us | total us | preempted |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for key in keys:
+        v = m[key]
+        lines.append(f"| {key[1]} | {key[2]} | {key[3]} | {v['inf_s']:,.0f} | {v['main_us']:.0f} | "
+                     f"{v['other_us']:.0f} | {v['main_us'] + v['other_us']:.0f} | {v['main_preempted']:.1f} |")
+    if handler_cost:
+        lines += ["", f"tfship's Predict handler on the identity backend (request parsed, handler, reply serialised), "
+                      f"called in a loop on an idle core with no transport: **{handler_cost['us_per_call']:.1f} us "
+                      f"CPU per call** (`bench.serve.handler_cost`, {handler_cost['calls']:,} calls). Compare the "
+                      "main-thread difference identity - bare above: what the handler costs when it shares the core "
+                      "with grpc's threads under load."]
+    return lines
 
 
 def _multiprocess(m: dict) -> list[str]:

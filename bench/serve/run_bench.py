@@ -104,6 +104,18 @@ def inprocess(plan: Plan, info: ModelInfo, backend: str = "onnx") -> list[dict]:
             for r in json.loads(done.stdout.strip().splitlines()[-1])]
 
 
+def handler_cost(plan: Plan, info: ModelInfo) -> dict | None:
+    """`bench.serve.handler_cost` on the identity version of `info`, pinned to the server core; None on failure."""
+    cmd = [sys.executable, "-m", "bench.serve.handler_cost", "--repo", str(plan.work / "repo"), "--model",
+           f"identity_{info.name}", "--request-file", str(plan.work / f"request_identity_{info.name}.bin"),
+           f"--cpu={cores()[0]}"]
+    done = subprocess.run(cmd, check=False, capture_output=True, text=True, env=child_env(), timeout=300)
+    if done.returncode != 0:
+        print(f"[bench-serve] handler_cost failed: {done.stderr[-600:]}", flush=True)
+        return None
+    return {"model": info.name, **json.loads(done.stdout.strip().splitlines()[-1])}
+
+
 def _model_files(plan: Plan, info: ModelInfo) -> dict[str, Path]:
     """Request files of `info`: gRPC (model, identity) and REST bodies (row, columnar)."""
     import numpy as np
@@ -189,6 +201,7 @@ def run(plan: Plan) -> dict:
     if plan.multiprocess and heavy:
         print("[bench-serve] --num-processes 1 vs 2", flush=True)
         rows += multiprocess(plan, heavy[0])
+    cost = handler_cost(plan, heavy[0]) if heavy else None
     profile = None
     if plan.profile_s > 0 and heavy:
         from bench.serve.profile import profile_cases
@@ -198,7 +211,7 @@ def run(plan: Plan) -> dict:
             "host": {**report.host_info(), "uptime_before": uptime_before, "uptime_after": report.uptime()},
             "plan": {k: str(v) if isinstance(v, Path) else v for k, v in vars(plan).items()},
             "batching_parameters": BATCHING, "server_flags": list(THREAD_FLAGS),
-            "models": [vars(i) for i in infos], "rows": rows, "profile": profile}
+            "models": [vars(i) for i in infos], "rows": rows, "profile": profile, "handler_cost": cost}
 
 
 def parse(argv: list[str] | None = None) -> Plan:

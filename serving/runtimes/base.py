@@ -187,6 +187,7 @@ class RuntimeRegistry:
 def _rows(inputs: Mapping[str, np.ndarray]) -> int:
     """Rows of a request (dim 0 of its first non-scalar input); 1 when every input is a scalar."""
     for array in inputs.values():
-        if np.ndim(array) > 0:
-            return max(int(np.shape(array)[0]), 1)
+        shape = array.shape if isinstance(array, np.ndarray) else np.shape(array)
+        if shape:
+            return max(int(shape[0]), 1)
     return 1

@@ -31,6 +31,7 @@ FIELDS = {
     "server_cpu",
     "loadgen_cpu",
     "mean_batch_rows",
+    "server_threads",
 }
 
 
@@ -78,3 +79,21 @@ def test_loadgen_serves_without_errors(tmp_path: Path, batching: bool) -> None:
         assert 0 < lvl["latency_ms"]["p50"] <= lvl["latency_ms"]["p99"]
         assert lvl["server_cpu"] > 0
         assert (lvl["mean_batch_rows"] is not None) == batching
+        threads = lvl["server_threads"]  # where the server's core went: the event loop did work every request
+        assert threads["main"]["cpu_s"] > 0 and threads["main"]["voluntary"] + threads["main"]["involuntary"] > 0
+        assert sum(t["cpu_s"] for t in threads.values()) <= lvl["server_cpu"] * lvl["window_s"] * 1.5 + 0.05
+
+
+def test_handler_cost_measures_the_predict_handler_in_process(tmp_path: Path) -> None:
+    info = ModelInfo("identity_echo", "x", (16,), "test")
+    write_identity(tmp_path / "repo" / "identity_echo" / "1", info)
+    request = tmp_path / "request.bin"
+    request.write_bytes(request_bytes("identity_echo", "x", (16,)))
+    cmd = [sys.executable, "-m", "bench.serve.handler_cost", "--repo", str(tmp_path / "repo"), "--model",
+           "identity_echo", "--request-file", str(request), "--calls", "300", "--repeats", "2"]
+    done = subprocess.run(cmd, check=False, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["calls"] == 600 and len(result["repeats"]) == 2
+    assert 0 < result["us_per_call"] < 10_000  # a real call costs microseconds, never zero

@@ -69,3 +69,15 @@ def test_targets_use_the_runs_own_limit_and_medians():
     assert no_loss["value"] == pytest.approx(700 / 720) and no_loss["met"]
     assert by_name["identity / bare grpc.aio, heavy payload, c=8"]["value"] is None  # not measured: MISS, not PASS
     assert not by_name["identity / bare grpc.aio, heavy payload, c=8"]["met"]
+
+
+def test_thread_figures_are_per_request_medians_and_rendered():
+    threads = {"main": {"cpu_s": 0.3, "wait_s": 0.0, "voluntary": 10, "involuntary": 2000},
+               "event_engine": {"cpu_s": 0.1, "wait_s": 0.0, "voluntary": 5, "involuntary": 0}}
+    rows = [{**_row("grpc", "mlp", "identity", 32, 2000), "requests_per_s": 2000, "window_s": 1.0,
+             "server_threads": threads}]
+    m = report.medians(rows)[("grpc", "mlp", "identity", 32)]
+    assert m["main_us"] == pytest.approx(150) and m["other_us"] == pytest.approx(50)
+    assert m["main_preempted"] == pytest.approx(1.0)
+    text = "\n".join(report._threads(report.medians(rows), {"us_per_call": 14.5, "calls": 15000}))
+    assert "| mlp | identity | 32 | 2,000 | 150 | 50 | 200 | 1.0 |" in text and "14.5 us" in text

@@ -1,0 +1,85 @@
+"""tfship's Predict handler alone: CPU per call with no transport, on an idle core.
+
+Builds the data plane the server builds (model manager, metrics, limits) over one version folder of
+the `identity` backend, then awaits `PredictionServicer.Predict` in a loop on a parsed request and
+serialises each reply, as grpc would around it. What it measures is the Python work tfship adds per
+request; `make bench-serve` sets it beside the main-thread CPU per request of the pinned server under
+load (`bench.serve.report`), which shows how much more the same work costs when it shares the core
+with grpc's threads.
+
+    python -m bench.serve.handler_cost --repo REPO --model identity_mlp --request-file REQ.bin [--cpu 0]
+
+Prints one JSON object: `us_per_call` (CPU microseconds per call, median of `--repeats`), `calls`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+
+class _Context:
+    """The two `grpc.aio.ServicerContext` methods `Predict` calls on success."""
+
+    def time_remaining(self) -> None:
+        return None
+
+    def peer(self) -> str:
+        return "ipv4:127.0.0.1:0"
+
+
+async def measure(repo: Path, model: str, request: bytes, calls: int, repeats: int) -> dict:
+    """CPU microseconds per `Predict` call (parse, handler, serialise), median of `repeats` loops of `calls`."""
+    from bench.serve.identity import register
+    from core import protocol
+    from serving.dataplane import DataPlane
+    from serving.grpc_transport import PredictionServicer
+    from serving.manager import ModelManager
+    from serving.metrics import Metrics
+    from serving.model_config import from_repository
+    from serving.runtimes.base import RuntimeOptions
+    from serving.types import ServerLimits
+
+    register()
+    metrics, executor = Metrics(), ThreadPoolExecutor(2)
+    manager = ModelManager("identity", RuntimeOptions(intra_op_threads=1, inter_op_threads=1), executor,
+                           metrics=metrics)
+    dataplane = DataPlane(manager, executor, ServerLimits(), metrics)
+    await manager.apply_config(from_repository(repo, model))
+    servicer, context, parse = PredictionServicer(dataplane), _Context(), protocol.PredictRequest.FromString
+    for _ in range(500):  # warm-up: the first calls go to a thread until the backend's cost is measured
+        (await servicer.Predict(parse(request), context)).SerializeToString()
+    per_call = []
+    for _ in range(repeats):
+        started = time.thread_time()
+        for _ in range(calls):
+            (await servicer.Predict(parse(request), context)).SerializeToString()
+        per_call.append((time.thread_time() - started) / calls * 1e6)
+    executor.shutdown(wait=False)
+    return {"us_per_call": statistics.median(per_call), "calls": calls * repeats, "repeats": per_call}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point (see the module docstring)."""
+    p = argparse.ArgumentParser(prog="python -m bench.serve.handler_cost", description=__doc__.splitlines()[0])
+    p.add_argument("--repo", type=Path, required=True)
+    p.add_argument("--model", default="identity_mlp")
+    p.add_argument("--request-file", type=Path, required=True)
+    p.add_argument("--calls", type=int, default=5000)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--cpu", type=int, default=None, help="core to pin this process to")
+    a = p.parse_args(argv)
+    if a.cpu is not None:
+        os.sched_setaffinity(0, {a.cpu})
+    print(json.dumps(asyncio.run(measure(a.repo, a.model, a.request_file.read_bytes(), a.calls, a.repeats))))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

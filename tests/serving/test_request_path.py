@@ -1,0 +1,90 @@
+"""The per-request path's shortcuts (issue 14) give the answers of the long way.
+
+`RequestChecks` remembers a request layout that passed `validate_inputs`; `RequestStats` keeps the two
+per-request metrics as plain numbers. Each is checked against what it replaces: the full validation
+(same errors, every time) and prometheus_client's own Counter and Histogram (same exposition).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+from core.contract import Signature, TensorSpec
+from core.errors import InvalidRequestError
+from serving.contract import RequestChecks, batch_size, validate_inputs
+from serving.memory import estimate_request_bytes
+from serving.metrics import LATENCY_BUCKETS_S, RequestStats
+
+
+def _signature(width: int = 4, name: str = "serving_default") -> Signature:
+    return Signature(name, {"x": TensorSpec("float32", (None, width)), "k": TensorSpec("int64", (None,))},
+                     {"y": TensorSpec("float32", (None, 2))})
+
+
+def _inputs(rows: int, width: int = 4, dtype=np.float32) -> dict:
+    return {"x": np.zeros((rows, width), dtype), "k": np.zeros((rows,), np.int64)}
+
+
+def test_remembered_layouts_give_the_full_checks_answers():
+    checks, signature = RequestChecks(), _signature()
+    for rows in (1, 3, 1, 3, 7):
+        inputs = _inputs(rows)
+        expected = (batch_size(signature, inputs), estimate_request_bytes(signature, inputs, rows))
+        assert checks.check(signature, inputs) == expected == (rows, rows * (16 + 8 + 8))
+
+
+@pytest.mark.parametrize("bad", [
+    {"x": np.zeros((2, 4), np.float64), "k": np.zeros((2,), np.int64)},   # dtype
+    {"x": np.zeros((2, 5), np.float32), "k": np.zeros((2,), np.int64)},   # fixed dim
+    {"x": np.zeros((2, 4), np.float32), "k": np.zeros((3,), np.int64)},   # batch sizes disagree
+    {"x": np.zeros((2, 4), np.float32)},                                  # missing input
+])
+def test_a_bad_layout_is_refused_every_time_with_the_full_message(bad):
+    checks, signature = RequestChecks(), _signature()
+    with pytest.raises(InvalidRequestError) as full:
+        validate_inputs(signature, bad)
+    for _ in range(3):  # never remembered as valid
+        with pytest.raises(InvalidRequestError) as remembered:
+            checks.check(signature, bad)
+        assert str(remembered.value) == str(full.value)
+
+
+def test_a_layout_valid_for_one_signature_is_checked_again_for_another():
+    checks = RequestChecks()
+    narrow, wide = _signature(4), _signature(5)
+    assert checks.check(narrow, _inputs(2, 4)) == (2, 64)
+    with pytest.raises(InvalidRequestError, match="dimension 1 must be 5"):
+        checks.check(wide, _inputs(2, 4))
+
+
+def test_the_memo_is_bounded():
+    checks, signature = RequestChecks(max_entries=4), _signature()
+    for rows in range(1, 20):
+        checks.check(signature, _inputs(rows))
+        assert len(checks._known) <= 4
+
+
+def _samples(text: bytes, prefix: str) -> list[str]:
+    return sorted(line for line in text.decode().splitlines() if line.startswith(prefix) and "_created" not in line)
+
+
+def test_request_stats_render_as_prometheus_clients_counter_and_histogram():
+    latencies = [0.0001, 0.0005, 0.0007, 0.003, 0.02, 0.02, 0.7, 3.0, 42.0]
+    stats, ours = RequestStats(), CollectorRegistry()
+    ours.register(stats)
+    theirs = CollectorRegistry()
+    counter = Counter("tfship_requests", "Requests by model, version, method and status code.",
+                      ["model", "version", "method", "status"], registry=theirs)
+    histogram = Histogram("tfship_request_latency_seconds", "Request latency in seconds.", ["model", "method"],
+                          registry=theirs, buckets=LATENCY_BUCKETS_S)
+    for i, seconds in enumerate(latencies):
+        status = "OK" if i % 3 else "INVALID_ARGUMENT"
+        stats.record("digits", "2", "predict", status, seconds)
+        counter.labels("digits", "2", "predict", status).inc()
+        histogram.labels("digits", "predict").observe(seconds)
+    for prefix in ("tfship_requests_total", "tfship_request_latency_seconds_bucket",
+                   "tfship_request_latency_seconds_count", "tfship_request_latency_seconds_sum"):
+        assert _samples(generate_latest(ours), prefix) == _samples(generate_latest(theirs), prefix), prefix
+    assert stats.count("digits", "2", "predict", "OK") == 6

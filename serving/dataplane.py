@@ -159,10 +159,12 @@ class DataPlane:
         started = time.perf_counter()
         status, version = "OK", ""
         try:
-            async with self.manager.acquire(request.model) as served:
+            served = self.manager.hold(request.model)
+            try:
                 version = str(served.version)
-                response = await self._predict(request, served.version, served.runtime)
-            return response
+                return await self._predict(request, served.version, served.runtime)
+            finally:
+                self.manager.release(served)
         except TfshipError as err:
             status = err.grpc_code
             raise

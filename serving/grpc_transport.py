@@ -74,6 +74,8 @@ def _refuse(request) -> None:
 
 def _start_request_log(request_log, method: str, request, context):
     """Open this call's request-log record (the server logs requests; this one may be sampled)."""
+    if type(request) is _Large:
+        request = request.message
     spec = getattr(request, "model_spec", None)
     model = spec.name if spec is not None else getattr(request, "model_name", "") or getattr(request, "name", "")
     return request_log.start("grpc", method, context.peer() or "", model if isinstance(model, str) else "")
@@ -98,13 +100,13 @@ class PredictionServicer:
     @_rpc
     async def Predict(self, request, context):
         limit = self._dp.limits.max_tensor_bytes
-        size = request.ByteSize()
-        if size > OFF_LOOP_BYTES and any(not t.tensor_content for t in request.inputs.values()):
+        if type(request) is _Large and any(not t.tensor_content for t in request.message.inputs.values()):
             # typed *_val fields: decoding is one long GIL-holding call, so it runs in the helper process
-            inference = await self._dp.offloader.run_if_large(size, decode_predict, request.SerializeToString(),
+            inference = await self._dp.offloader.run_if_large(request.size, decode_predict, request.data,
                                                               _time_remaining(context), limit)
-        else:  # tensor_content is a view on the received bytes: nothing to offload
-            inference = converters.predict_request(request, _time_remaining(context), limit)
+        else:  # small, or tensor_content (a view on the received bytes): nothing to offload
+            message = request.message if type(request) is _Large else request
+            inference = converters.predict_request(message, _time_remaining(context), limit)
         response = await self._dp.predict(inference)
         if sum(a.nbytes for a in response.outputs.values()) > OFF_LOOP_BYTES:
             proto = await asyncio.to_thread(converters.predict_response, response)
@@ -165,6 +167,18 @@ class _Undecodable:
         self.type_name, self.error = type_name, error
 
 
+class _Large:
+    """A `PredictRequest` above `OFF_LOOP_BYTES` on the wire: the parsed message and its bytes, which `Predict`
+    hands to the helper process when its tensors are typed `*_val` fields (smaller requests arrive as the bare
+    message, so the common path never asks for a size).
+    """
+
+    __slots__ = ("data", "message", "size")
+
+    def __init__(self, data: bytes, message) -> None:
+        self.data, self.message, self.size = data, message, len(data)
+
+
 class _TooLarge:
     """A request above --max-message-bytes; `_rpc` answers RESOURCE_EXHAUSTED naming the flag and both sizes."""
 
@@ -178,14 +192,16 @@ _REFUSED = (_Undecodable, _TooLarge)
 def _deserializer(request_cls, max_bytes: int):
     parse = request_cls.FromString
     type_name = request_cls.DESCRIPTOR.full_name
+    mark_large = request_cls is protocol.PredictRequest
 
     def deserialize(data: bytes):
         if len(data) > max_bytes:
             return _TooLarge(len(data), max_bytes)
         try:
-            return parse(data)
+            message = parse(data)
         except DecodeError as err:
             return _Undecodable(type_name, err)
+        return _Large(data, message) if mark_large and len(data) > OFF_LOOP_BYTES else message
 
     return deserialize
 

@@ -234,11 +234,21 @@ class ModelManager:
             raise UnavailableError(f"model {ref.name!r} has no version available yet")
         return available[max(available)]
 
-    def acquire(self, ref: ModelRef) -> _Lease:
-        """`async with manager.acquire(ref) as served`: hold the targeted version for one request; it is not
-        unloaded until released. Resolves (and raises as `resolve()`) on entry.
+    def hold(self, ref: ModelRef) -> ServedVersion:
+        """Resolve `ref` (raises as `resolve()`) and hold that version for one request: it is not unloaded
+        until `release()` is called with it. Synchronous: no coroutine per request.
         """
-        return _Lease(self, ref)
+        served = self.resolve(ref)
+        served.inflight += 1
+        served.idle.clear()
+        return served
+
+    @staticmethod
+    def release(served: ServedVersion) -> None:
+        """End one request's hold taken by `hold()`; the version may be unloaded once none is left."""
+        served.inflight -= 1
+        if served.inflight == 0:
+            served.idle.set()
 
     def statuses(self, ref: ModelRef) -> list[VersionStatus]:
         """GetModelStatus entries for the model (or its one version/label), ascending by version."""
@@ -259,27 +269,6 @@ class ModelManager:
     def model_names(self) -> list[str]:
         """Configured model names."""
         return sorted(self._models)
-
-
-class _Lease:
-    """One request's hold on a version (a plain class: no generator per request, unlike asynccontextmanager)."""
-
-    __slots__ = ("_manager", "_ref", "_served")
-
-    def __init__(self, manager: ModelManager, ref: ModelRef) -> None:
-        self._manager, self._ref = manager, ref
-
-    async def __aenter__(self) -> ServedVersion:
-        served = self._served = self._manager.resolve(self._ref)
-        served.inflight += 1
-        served.idle.clear()
-        return served
-
-    async def __aexit__(self, *exc) -> None:
-        served = self._served
-        served.inflight -= 1
-        if served.inflight == 0:
-            served.idle.set()
 
 
 def check_config(configs: list[ModelConfig]) -> None:

@@ -10,6 +10,7 @@ with grpc's threads.
     python -m bench.serve.handler_cost --repo REPO --model identity_mlp --request-file REQ.bin [--cpu 0]
 
 Prints one JSON object: `us_per_call` (CPU microseconds per call, median of `--repeats`), `calls`.
+`--evict-mib 64` measures the same calls with the caches evicted before each one.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
+
 
 class _Context:
     """The two `grpc.aio.ServicerContext` methods `Predict` calls on success."""
@@ -34,8 +37,13 @@ class _Context:
         return "ipv4:127.0.0.1:0"
 
 
-async def measure(repo: Path, model: str, request: bytes, calls: int, repeats: int) -> dict:
-    """CPU microseconds per `Predict` call (parse, handler, serialise), median of `repeats` loops of `calls`."""
+async def measure(repo: Path, model: str, request: bytes, calls: int, repeats: int, evict_mib: int = 0) -> dict:
+    """CPU microseconds per `Predict` call (parse, handler, serialise), median of `repeats` loops of `calls`.
+
+    `evict_mib` > 0: before each call, write a buffer of that many MiB (outside the timed part), so every
+    call starts with the caches holding something else, as in a server whose core runs grpc's work between
+    two requests; 64 MiB is twice this machine's L3.
+    """
     from bench.serve.identity import register
     from core import protocol
     from serving.dataplane import DataPlane
@@ -55,14 +63,20 @@ async def measure(repo: Path, model: str, request: bytes, calls: int, repeats: i
     servicer, context, parse = PredictionServicer(dataplane), _Context(), protocol.PredictRequest.FromString
     for _ in range(500):  # warm-up: the first calls go to a thread until the backend's cost is measured
         (await servicer.Predict(parse(request), context)).SerializeToString()
-    per_call = []
+    per_call, clock = [], time.thread_time
+    evict = np.zeros(evict_mib << 18, np.float32) if evict_mib > 0 else None
     for _ in range(repeats):
-        started = time.thread_time()
+        spent = 0.0
         for _ in range(calls):
+            if evict is not None:
+                evict += 1.0
+            started = clock()
             (await servicer.Predict(parse(request), context)).SerializeToString()
-        per_call.append((time.thread_time() - started) / calls * 1e6)
+            spent += clock() - started
+        per_call.append(spent / calls * 1e6)
     executor.shutdown(wait=False)
-    return {"us_per_call": statistics.median(per_call), "calls": calls * repeats, "repeats": per_call}
+    return {"us_per_call": statistics.median(per_call), "calls": calls * repeats, "repeats": per_call,
+            "evict_mib": evict_mib}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,10 +88,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--calls", type=int, default=5000)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--cpu", type=int, default=None, help="core to pin this process to")
+    p.add_argument("--evict-mib", type=int, default=0, help="MiB written between calls to evict the caches")
     a = p.parse_args(argv)
     if a.cpu is not None:
         os.sched_setaffinity(0, {a.cpu})
-    print(json.dumps(asyncio.run(measure(a.repo, a.model, a.request_file.read_bytes(), a.calls, a.repeats))))
+    print(json.dumps(asyncio.run(measure(a.repo, a.model, a.request_file.read_bytes(), a.calls, a.repeats, a.evict_mib))))
     return 0
 
 

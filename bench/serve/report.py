@@ -197,12 +197,15 @@ def _threads(m: dict, handler_cost: dict | None) -> list[str]:
         v = m[key]
         lines.append(f"| {key[1]} | {key[2]} | {key[3]} | {v['inf_s']:,.0f} | {v['main_us']:.0f} | "
                      f"{v['other_us']:.0f} | {v['main_us'] + v['other_us']:.0f} | {v['main_preempted']:.1f} |")
-    if handler_cost:
+    warm, cold = (handler_cost or {}).get("warm"), (handler_cost or {}).get("cold")
+    if warm:
         lines += ["", f"tfship's Predict handler on the identity backend (request parsed, handler, reply serialised), "
-                      f"called in a loop on an idle core with no transport: **{handler_cost['us_per_call']:.1f} us "
-                      f"CPU per call** (`bench.serve.handler_cost`, {handler_cost['calls']:,} calls). Compare the "
-                      "main-thread difference identity - bare above: what the handler costs when it shares the core "
-                      "with grpc's threads under load."]
+                      f"called in a loop on the server core with no transport (`bench.serve.handler_cost`): "
+                      f"**{warm['us_per_call']:.1f} us CPU per call** with warm caches ({warm['calls']:,} calls)"
+                      + (f", **{cold['us_per_call']:.1f} us** when {cold['evict_mib']} MiB are written between calls "
+                         f"so each call starts with cold caches ({cold['calls']:,} calls)" if cold else "")
+                      + ". Compare the main-thread difference identity - bare above: in the server the core runs "
+                      "grpc's work between two handler calls, so the handler runs at its cold-cache cost."]
     return lines
 
 

@@ -104,11 +104,13 @@ def inprocess(plan: Plan, info: ModelInfo, backend: str = "onnx") -> list[dict]:
             for r in json.loads(done.stdout.strip().splitlines()[-1])]
 
 
-def handler_cost(plan: Plan, info: ModelInfo) -> dict | None:
-    """`bench.serve.handler_cost` on the identity version of `info`, pinned to the server core; None on failure."""
+def handler_cost(plan: Plan, info: ModelInfo, evict_mib: int = 0) -> dict | None:
+    """`bench.serve.handler_cost` on the identity version of `info`, pinned to the server core, with warm
+    caches (`evict_mib` 0) or with that many MiB written between calls; None on failure.
+    """
     cmd = [sys.executable, "-m", "bench.serve.handler_cost", "--repo", str(plan.work / "repo"), "--model",
            f"identity_{info.name}", "--request-file", str(plan.work / f"request_identity_{info.name}.bin"),
-           f"--cpu={cores()[0]}"]
+           f"--cpu={cores()[0]}", f"--evict-mib={evict_mib}", *(("--calls", "1000") if evict_mib else ())]
     done = subprocess.run(cmd, check=False, capture_output=True, text=True, env=child_env(), timeout=300)
     if done.returncode != 0:
         print(f"[bench-serve] handler_cost failed: {done.stderr[-600:]}", flush=True)
@@ -201,7 +203,7 @@ def run(plan: Plan) -> dict:
     if plan.multiprocess and heavy:
         print("[bench-serve] --num-processes 1 vs 2", flush=True)
         rows += multiprocess(plan, heavy[0])
-    cost = handler_cost(plan, heavy[0]) if heavy else None
+    cost = {"warm": handler_cost(plan, heavy[0]), "cold": handler_cost(plan, heavy[0], evict_mib=64)} if heavy else None
     profile = None
     if plan.profile_s > 0 and heavy:
         from bench.serve.profile import profile_cases

@@ -90,10 +90,10 @@ def test_handler_cost_measures_the_predict_handler_in_process(tmp_path: Path) ->
     request = tmp_path / "request.bin"
     request.write_bytes(request_bytes("identity_echo", "x", (16,)))
     cmd = [sys.executable, "-m", "bench.serve.handler_cost", "--repo", str(tmp_path / "repo"), "--model",
-           "identity_echo", "--request-file", str(request), "--calls", "300", "--repeats", "2"]
+           "identity_echo", "--request-file", str(request), "--calls", "300", "--repeats", "2", "--evict-mib", "4"]
     done = subprocess.run(cmd, check=False, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
                           timeout=120)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["calls"] == 600 and len(result["repeats"]) == 2
+    assert result["calls"] == 600 and len(result["repeats"]) == 2 and result["evict_mib"] == 4
     assert 0 < result["us_per_call"] < 10_000  # a real call costs microseconds, never zero

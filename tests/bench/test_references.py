@@ -79,5 +79,7 @@ def test_thread_figures_are_per_request_medians_and_rendered():
     m = report.medians(rows)[("grpc", "mlp", "identity", 32)]
     assert m["main_us"] == pytest.approx(150) and m["other_us"] == pytest.approx(50)
     assert m["main_preempted"] == pytest.approx(1.0)
-    text = "\n".join(report._threads(report.medians(rows), {"us_per_call": 14.5, "calls": 15000}))
-    assert "| mlp | identity | 32 | 2,000 | 150 | 50 | 200 | 1.0 |" in text and "14.5 us" in text
+    cost = {"warm": {"us_per_call": 14.5, "calls": 15000}, "cold": {"us_per_call": 98.0, "calls": 3000, "evict_mib": 64}}
+    text = "\n".join(report._threads(report.medians(rows), cost))
+    assert "| mlp | identity | 32 | 2,000 | 150 | 50 | 200 | 1.0 |" in text
+    assert "14.5 us CPU per call" in text and "98.0 us** when 64 MiB" in text

@@ -57,12 +57,15 @@ def test_unload_waits_for_in_flight_requests(repository):
         with ThreadPoolExecutor(2) as pool:
             manager = _manager(pool)
             await manager.apply_config([ModelConfig(MODEL, repository / MODEL, policy=VersionPolicy("all"))])
-            async with manager.acquire(ModelRef(MODEL, version=1)) as served:
+            served = manager.hold(ModelRef(MODEL, version=1))
+            try:
                 removal = asyncio.create_task(manager.apply_config([]))
                 while served.state is not VersionState.UNLOADING:
                     await asyncio.sleep(0)  # yield to the removal task
                 assert served.runtime is not None and not removal.done()
                 out = served.runtime.predict({"image": np.zeros((1, 8, 8, 1), np.float32)})
+            finally:
+                manager.release(served)
             await removal
             assert served.state is VersionState.END and served.runtime is None
             with pytest.raises(ModelNotFoundError):

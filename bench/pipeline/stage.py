@@ -68,7 +68,9 @@ def run_stage(stage: str, run_dir: Path, model: Path, data: Path, repository: Pa
     elif stage == "validate":
         detail = {"passed": steps.validate_stage(cfg, run, _data(cfg, run, data)).passed}
     elif stage == "serve_check":
-        detail = {"backends": steps.serve_check_stage(cfg, run, _data(cfg, run, data)).backends}
+        checked = steps.serve_check_stage(cfg, run, _data(cfg, run, data))
+        detail = {"passed": checked.passed, "artifacts": {name: {k: row.get(k) for k in ("backend", "passed", "reason")}
+                                                          for name, row in checked.artifacts.items()}}
     elif stage == "publish":
         published = steps.publish_stage(cfg, run, _data(cfg, run, data), repository, {})
         detail = {"version": published.version, "path": str(published.version_dir)}

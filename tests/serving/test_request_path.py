@@ -7,15 +7,24 @@ per-request metrics as plain numbers. Each is checked against what it replaces: 
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import grpc
 import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
+from core import protocol
 from core.contract import Signature, TensorSpec
 from core.errors import InvalidRequestError
 from serving.contract import RequestChecks, batch_size, validate_inputs
+from serving.launcher import ServerProcess
 from serving.memory import estimate_request_bytes
 from serving.metrics import LATENCY_BUCKETS_S, RequestStats
+from serving.offload import OFF_LOOP_BYTES
+from serving.tensors import from_tensor_proto, to_tensor_proto
+
+PREDICT = "/tensorflow.serving.PredictionService/Predict"
 
 
 def _signature(width: int = 4, name: str = "serving_default") -> Signature:
@@ -88,3 +97,42 @@ def test_request_stats_render_as_prometheus_clients_counter_and_histogram():
                    "tfship_request_latency_seconds_count", "tfship_request_latency_seconds_sum"):
         assert _samples(generate_latest(ours), prefix) == _samples(generate_latest(theirs), prefix), prefix
     assert stats.count("digits", "2", "predict", "OK") == 6
+
+
+def _children(pid: int) -> list[int]:
+    children = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        children += [int(c) for c in (task / "children").read_text().split()]
+    return children
+
+
+def _call(target: str, message) -> bytes:
+    with grpc.insecure_channel(target) as channel:
+        return channel.unary_unary(PREDICT, request_serializer=None, response_deserializer=None)(
+            message.SerializeToString(), timeout=60)
+
+
+def test_large_typed_requests_decode_in_the_helper_process_and_tensor_content_on_the_loop(tmp_path):
+    """Requests above OFF_LOOP_BYTES: typed `float_val` decodes in the helper process (started on first use),
+    `tensor_content` as a view on the loop; both answers equal the request's values (identity backend)."""
+    from bench.serve.models import ModelInfo, write_identity
+
+    write_identity(tmp_path / "repo" / "echo" / "1", ModelInfo("echo", "x", (784,), "test"))
+    values = np.random.default_rng(0).random((400, 784), dtype=np.float32)  # 1.25 MB as tensor_content
+    content = protocol.PredictRequest()
+    content.model_spec.name = "echo"
+    content.inputs["x"].CopyFrom(to_tensor_proto(values))
+    typed = protocol.PredictRequest()
+    typed.model_spec.name = "echo"
+    typed.inputs["x"].dtype = content.inputs["x"].dtype
+    typed.inputs["x"].tensor_shape.CopyFrom(content.inputs["x"].tensor_shape)
+    typed.inputs["x"].float_val.extend(values.reshape(-1).tolist())
+    assert content.ByteSize() > OFF_LOOP_BYTES and typed.ByteSize() > OFF_LOOP_BYTES
+    with ServerProcess(tmp_path / "repo", "echo", "auto", ["--rest-port", "-1", "--file-system-poll-wait-seconds", "0"],
+                       startup_timeout_s=60, module="bench.serve.identity") as server:
+        answer = protocol.PredictResponse.FromString(_call(server.grpc_target, content))
+        np.testing.assert_array_equal(from_tensor_proto(answer.outputs["x"]), values)
+        assert not _children(server.process.pid)  # tensor_content: decoded on the loop, no helper started
+        answer = protocol.PredictResponse.FromString(_call(server.grpc_target, typed))
+        np.testing.assert_array_equal(from_tensor_proto(answer.outputs["x"]), values)
+        assert _children(server.process.pid)  # float_val: the helper process decoded it

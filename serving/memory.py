@@ -46,8 +46,18 @@ def release_freed_memory() -> None:
         libc.malloc_trim(0)
 
 
+# Item sizes of TensorFlow dtypes numpy does not hold (contract names, `core.dtypes`); anything else unknown
+# (resource, variant, quantized, 2- and 4-bit) counts one byte: the estimate is a lower bound.
+_TF_ONLY_ITEM_BYTES = {"bfloat16": 2, "qint16": 2, "quint16": 2, "qint32": 4}
+
+
 def _item_bytes(dtype: str) -> int:
-    return STRING_ITEM_BYTES if dtype == "string" else np.dtype(dtype).itemsize
+    if dtype == "string":
+        return STRING_ITEM_BYTES
+    try:
+        return np.dtype(dtype).itemsize
+    except TypeError:  # a TensorFlow-only dtype (bfloat16, float8_*, int4, resource, ...)
+        return _TF_ONLY_ITEM_BYTES.get(dtype, 1)
 
 
 def estimate_request_bytes(signature: Signature, inputs: Mapping[str, np.ndarray], rows: int | None) -> int:

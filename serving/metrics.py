@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import bisect
+import os
 import threading
+import time
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -12,6 +14,8 @@ from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricF
 from prometheus_client.utils import floatToGoString
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+# prometheus_client's own switch for the `_created` series, read the way it reads it
+_CREATED_SERIES = os.environ.get("PROMETHEUS_DISABLE_CREATED_SERIES", "False").lower() not in ("true", "1", "t")
 LATENCY_BUCKETS_S = (.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10)
 
 
@@ -21,7 +25,8 @@ class RequestStats:
     The two metrics every request updates: `record()` adds 1 to a count and the latency to a histogram
     under one lock (about a tenth of what three prometheus_client `inc()`s cost per request), and
     `collect()` turns them into samples at scrape time through prometheus_client's custom-collector
-    API, so the exposition (names, labels, cumulative `le` buckets, `_sum`, `_count`) is the library's.
+    API, so the exposition (names, labels, cumulative `le` buckets, `_sum`, `_count`, `_created` unless
+    PROMETHEUS_DISABLE_CREATED_SERIES is set) is the library's.
 
     Args:
         buckets_s: upper bounds of the latency buckets, seconds, ascending (`+Inf` is added).
@@ -32,16 +37,22 @@ class RequestStats:
         self._lock = threading.Lock()
         self._counts: dict[tuple[str, str, str, str], int] = {}
         self._latency: dict[tuple[str, str], list] = {}  # (model, method) -> [per-bucket counts, sum seconds]
+        self._created: dict[tuple, float] = {}  # label values -> when the series began (time.time() seconds)
 
     def record(self, model: str, version: str, method: str, status: str, seconds: float) -> None:
         """Count one request (status: gRPC code name) that took `seconds`."""
         key = (model, version, method, status)
         bucket = bisect.bisect_left(self._bounds, seconds)  # first bound >= seconds; len(bounds) = +Inf
         with self._lock:
-            self._counts[key] = self._counts.get(key, 0) + 1
+            count = self._counts.get(key)
+            if count is None:
+                count = 0
+                self._created[key] = time.time()
+            self._counts[key] = count + 1
             latency = self._latency.get((model, method))
             if latency is None:
                 latency = self._latency[(model, method)] = [[0] * (len(self._bounds) + 1), 0.0]
+                self._created[(model, method)] = time.time()
             latency[0][bucket] += 1
             latency[1] += seconds
 
@@ -55,10 +66,11 @@ class RequestStats:
         with self._lock:
             counts = list(self._counts.items())
             latency = [(key, list(buckets), total) for key, (buckets, total) in self._latency.items()]
+            created = dict(self._created) if _CREATED_SERIES else {}
         requests = CounterMetricFamily("tfship_requests", "Requests by model, version, method and status code.",
                                        labels=["model", "version", "method", "status"])
         for labels, value in counts:
-            requests.add_metric(list(labels), value)
+            requests.add_metric(list(labels), value, created=created.get(labels))
         yield requests
         histogram = HistogramMetricFamily("tfship_request_latency_seconds", "Request latency in seconds.",
                                           labels=["model", "method"])
@@ -68,6 +80,9 @@ class RequestStats:
                 running += n
                 cumulative.append((bound, running))
             histogram.add_metric(list(labels), cumulative, total)
+            if labels in created:  # as prometheus_client's Histogram: <name>_created per label set
+                histogram.add_sample("tfship_request_latency_seconds_created", dict(zip(("model", "method"), labels)),
+                                     created[labels])
         yield histogram
 
 

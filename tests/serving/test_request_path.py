@@ -68,6 +68,16 @@ def test_a_layout_valid_for_one_signature_is_checked_again_for_another():
         checks.check(wide, _inputs(2, 4))
 
 
+@pytest.mark.parametrize(("dtype", "item"), [("bfloat16", 2), ("float8_e4m3fn", 1), ("int4", 1), ("resource", 1)])
+def test_tensorflow_only_output_dtypes_are_estimated_and_client_errors_stay_client_errors(dtype, item):
+    """An output dtype numpy cannot name (a SavedModel may declare one) is counted, never an INTERNAL TypeError."""
+    signature = Signature("serving_default", {"x": TensorSpec("float32", (None, 2))}, {"y": TensorSpec(dtype, (None, 3))})
+    assert RequestChecks().check(signature, {"x": np.zeros((4, 2), np.float32)}) == (4, 4 * 8 + 4 * 3 * item)
+    assert RequestChecks().check(signature, {"x": np.zeros((0, 2), np.float32)})[0] == 0  # refused later: 0 rows
+    with pytest.raises(InvalidRequestError):
+        RequestChecks().check(signature, {"x": np.zeros((1, 2), np.float64)})
+
+
 def test_the_memo_is_bounded():
     checks, signature = RequestChecks(max_entries=4), _signature()
     for rows in range(1, 20):
@@ -76,7 +86,12 @@ def test_the_memo_is_bounded():
 
 
 def _samples(text: bytes, prefix: str) -> list[str]:
-    return sorted(line for line in text.decode().splitlines() if line.startswith(prefix) and "_created" not in line)
+    return sorted(line for line in text.decode().splitlines() if line.startswith(prefix))
+
+
+def _created_series(text: bytes) -> list[str]:
+    """`_created` lines without their values (the time each series began differs between the two registries)."""
+    return sorted(line.rsplit(" ", 1)[0] for line in text.decode().splitlines() if "_created" in line)
 
 
 def test_request_stats_render_as_prometheus_clients_counter_and_histogram():
@@ -96,6 +111,9 @@ def test_request_stats_render_as_prometheus_clients_counter_and_histogram():
     for prefix in ("tfship_requests_total", "tfship_request_latency_seconds_bucket",
                    "tfship_request_latency_seconds_count", "tfship_request_latency_seconds_sum"):
         assert _samples(generate_latest(ours), prefix) == _samples(generate_latest(theirs), prefix), prefix
+    assert _created_series(generate_latest(ours)) == _created_series(generate_latest(theirs))
+    series = [line for line in _created_series(generate_latest(ours)) if not line.startswith("#")]
+    assert len(series) == 3  # one per label set: 2 counters, 1 histogram
     assert stats.count("digits", "2", "predict", "OK") == 6
 
 

@@ -30,16 +30,23 @@ from serving.security import AccessPolicy
 log = logging.getLogger(__name__)
 
 
-def _rpc(method):
-    """Map exceptions raised by `method` to gRPC statuses (the single error-mapping point)."""
+def _rpc(method=None, *, large: bool = False):
+    """Map exceptions raised by `method` to gRPC statuses (the single error-mapping point).
+
+    Requests above `OFF_LOOP_BYTES` arrive from the deserializer as `_Large`; `method` gets the bare message,
+    or, with `@_rpc(large=True)`, the `_Large` itself (see `_wire`) to decode it in the helper process.
+    """
+    if method is None:
+        return functools.partial(_rpc, large=large)
 
     @functools.wraps(method)
     async def wrapper(self, request, context: grpc.aio.ServicerContext):
         dataplane = getattr(self, "_dp", None)  # servicers hold their DataPlane as `_dp`
         gate = getattr(dataplane, "gate", None)
         entered, status = False, "OK"
+        message = request.message if type(request) is _Large else request
         request_log = getattr(dataplane, "request_log", None)
-        logged = (_start_request_log(request_log, method.__name__, request, context)
+        logged = (_start_request_log(request_log, method.__name__, message, context)
                   if request_log is not None and request_log.sampling_rate > 0.0 else None)
         try:
             if gate is not None:
@@ -47,7 +54,7 @@ def _rpc(method):
                 entered = True
             if type(request) in _REFUSED:
                 _refuse(request)
-            return await method(self, request, context)
+            return await method(self, request if large else message, context)
         except TfshipError as err:
             status = err.grpc_code
             await context.abort(grpc.StatusCode[err.grpc_code], str(err))
@@ -74,8 +81,6 @@ def _refuse(request) -> None:
 
 def _start_request_log(request_log, method: str, request, context):
     """Open this call's request-log record (the server logs requests; this one may be sampled)."""
-    if type(request) is _Large:
-        request = request.message
     spec = getattr(request, "model_spec", None)
     model = spec.name if spec is not None else getattr(request, "model_name", "") or getattr(request, "name", "")
     return request_log.start("grpc", method, context.peer() or "", model if isinstance(model, str) else "")
@@ -97,16 +102,16 @@ class PredictionServicer:
     def __init__(self, dataplane: DataPlane) -> None:
         self._dp = dataplane
 
-    @_rpc
+    @_rpc(large=True)
     async def Predict(self, request, context):
         limit = self._dp.limits.max_tensor_bytes
-        if type(request) is _Large and any(not t.tensor_content for t in request.message.inputs.values()):
+        request, wire = _wire(request)
+        if wire is not None and any(not t.tensor_content for t in request.inputs.values()):
             # typed *_val fields: decoding is one long GIL-holding call, so it runs in the helper process
-            inference = await self._dp.offloader.run_if_large(request.size, decode_predict, request.data,
+            inference = await self._dp.offloader.run_if_large(len(wire), decode_predict, wire,
                                                               _time_remaining(context), limit)
         else:  # small, or tensor_content (a view on the received bytes): nothing to offload
-            message = request.message if type(request) is _Large else request
-            inference = converters.predict_request(message, _time_remaining(context), limit)
+            inference = converters.predict_request(request, _time_remaining(context), limit)
         response = await self._dp.predict(inference)
         if sum(a.nbytes for a in response.outputs.values()) > OFF_LOOP_BYTES:
             proto = await asyncio.to_thread(converters.predict_response, response)
@@ -168,15 +173,20 @@ class _Undecodable:
 
 
 class _Large:
-    """A `PredictRequest` above `OFF_LOOP_BYTES` on the wire: the parsed message and its bytes, which `Predict`
-    hands to the helper process when its tensors are typed `*_val` fields (smaller requests arrive as the bare
-    message, so the common path never asks for a size).
+    """A request above `OFF_LOOP_BYTES` on the wire: the parsed message and its bytes, which `Predict` and
+    `ModelInfer` hand to the helper process when its tensors are typed values (smaller requests arrive as the
+    bare message, so the common path never asks a message for its size).
     """
 
-    __slots__ = ("data", "message", "size")
+    __slots__ = ("data", "message")
 
     def __init__(self, data: bytes, message) -> None:
-        self.data, self.message, self.size = data, message, len(data)
+        self.data, self.message = data, message
+
+
+def _wire(request) -> tuple:
+    """(message, its wire bytes when above `OFF_LOOP_BYTES`, else None) of an `@_rpc(large=True)` request."""
+    return (request.message, request.data) if type(request) is _Large else (request, None)
 
 
 class _TooLarge:
@@ -192,7 +202,6 @@ _REFUSED = (_Undecodable, _TooLarge)
 def _deserializer(request_cls, max_bytes: int):
     parse = request_cls.FromString
     type_name = request_cls.DESCRIPTOR.full_name
-    mark_large = request_cls is protocol.PredictRequest
 
     def deserialize(data: bytes):
         if len(data) > max_bytes:
@@ -201,7 +210,7 @@ def _deserializer(request_cls, max_bytes: int):
             message = parse(data)
         except DecodeError as err:
             return _Undecodable(type_name, err)
-        return _Large(data, message) if mark_large and len(data) > OFF_LOOP_BYTES else message
+        return _Large(data, message) if len(data) > OFF_LOOP_BYTES else message
 
     return deserialize
 

@@ -19,7 +19,7 @@ import grpc
 from core import kserve_protocol as kp
 from core.errors import InvalidRequestError
 from serving.dataplane import DataPlane
-from serving.grpc_transport import _handler, _rpc, _time_remaining
+from serving.grpc_transport import _handler, _rpc, _time_remaining, _wire
 from serving.kserve_codec import datatype_for, fill_contents, from_contents, from_raw, to_raw
 from serving.kserve_converters import (
     EXTENSIONS,
@@ -95,18 +95,17 @@ class InferenceServicer:
                 field.add(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
         return response
 
-    @_rpc
+    @_rpc(large=True)
     async def ModelInfer(self, request, context):
+        request, wire = _wire(request)
         params = parameters(request.parameters)
         options = infer_options(params, _time_remaining(context))
         meta = await self._dp.metadata(model_ref(request.model_name, request.model_version))
         signature = signature_of(meta.signatures, options.signature_name)
         limit = self._dp.limits.max_tensor_bytes
-        size = request.ByteSize()
-        if size > OFF_LOOP_BYTES and not request.raw_input_contents:
+        if wire is not None and not request.raw_input_contents:
             # typed contents: converting them is one long GIL-holding call, so it runs in the helper process
-            decoded = await self._dp.offloader.run_if_large(size, decode_infer_inputs, request.SerializeToString(),
-                                                            limit)
+            decoded = await self._dp.offloader.run_if_large(len(wire), decode_infer_inputs, wire, limit)
         else:  # raw contents are views on the received bytes: nothing to offload
             decoded = _decode_inputs(request, limit)
         inputs = check_inputs(signature, decoded)

@@ -56,11 +56,6 @@ class RequestStats:
             latency[0][bucket] += 1
             latency[1] += seconds
 
-    def count(self, model: str, version: str, method: str, status: str) -> int:
-        """Requests recorded under these labels so far."""
-        with self._lock:
-            return self._counts.get((model, version, method, status), 0)
-
     def collect(self) -> Iterator[Metric]:
         """prometheus_client collector protocol: one counter and one histogram family."""
         with self._lock:

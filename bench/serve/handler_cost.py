@@ -28,13 +28,10 @@ import numpy as np
 
 
 class _Context:
-    """The two `grpc.aio.ServicerContext` methods `Predict` calls on success."""
+    """The one `grpc.aio.ServicerContext` method `Predict` calls on success (no deadline)."""
 
     def time_remaining(self) -> None:
         return None
-
-    def peer(self) -> str:
-        return "ipv4:127.0.0.1:0"
 
 
 async def measure(repo: Path, model: str, request: bytes, calls: int, repeats: int, evict_mib: int = 0) -> dict:

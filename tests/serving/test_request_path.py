@@ -114,7 +114,8 @@ def test_request_stats_render_as_prometheus_clients_counter_and_histogram():
     assert _created_series(generate_latest(ours)) == _created_series(generate_latest(theirs))
     series = [line for line in _created_series(generate_latest(ours)) if not line.startswith("#")]
     assert len(series) == 3  # one per label set: 2 counters, 1 histogram
-    assert stats.count("digits", "2", "predict", "OK") == 6
+    assert 'tfship_requests_total{method="predict",model="digits",status="OK",version="2"} 6.0' in \
+        generate_latest(ours).decode()
 
 
 def _children(pid: int) -> list[int]:
@@ -154,3 +155,37 @@ def test_large_typed_requests_decode_in_the_helper_process_and_tensor_content_on
         answer = protocol.PredictResponse.FromString(_call(server.grpc_target, typed))
         np.testing.assert_array_equal(from_tensor_proto(answer.outputs["x"]), values)
         assert _children(server.process.pid)  # float_val: the helper process decoded it
+
+
+def test_large_typed_v2_infer_requests_decode_in_the_helper_process_too(tmp_path):
+    """The same rule on the Open Inference Protocol's ModelInfer: typed `fp32_contents` above OFF_LOOP_BYTES
+    decode in the helper process, `raw_input_contents` on the loop; both answers equal the values sent."""
+    from bench.serve.models import ModelInfo, write_identity
+    from core import kserve_protocol as kp
+
+    write_identity(tmp_path / "repo" / "echo" / "1", ModelInfo("echo", "x", (784,), "test"))
+    values = np.random.default_rng(1).random((400, 784), dtype=np.float32)
+
+    def request(raw: bool):
+        message = kp.ModelInferRequest(model_name="echo")
+        tensor = message.inputs.add(name="x", datatype="FP32", shape=list(values.shape))
+        if raw:
+            message.raw_input_contents.append(values.tobytes())
+        else:
+            tensor.contents.fp32_contents.extend(values.reshape(-1).tolist())
+        assert message.ByteSize() > OFF_LOOP_BYTES
+        return message
+
+    with ServerProcess(tmp_path / "repo", "echo", "auto", ["--rest-port", "-1", "--file-system-poll-wait-seconds", "0"],
+                       startup_timeout_s=60, module="bench.serve.identity") as server:
+        with grpc.insecure_channel(server.grpc_target) as channel:
+            infer = channel.unary_unary(f"/{kp.SERVICE}/ModelInfer", request_serializer=None,
+                                        response_deserializer=None)
+            answer = kp.ModelInferResponse.FromString(infer(request(raw=True).SerializeToString(), timeout=60))
+            np.testing.assert_array_equal(np.frombuffer(answer.raw_output_contents[0], np.float32).reshape(values.shape),
+                                          values)
+            assert not _children(server.process.pid)
+            answer = kp.ModelInferResponse.FromString(infer(request(raw=False).SerializeToString(), timeout=60))
+            typed = np.array(answer.outputs[0].contents.fp32_contents, np.float32).reshape(values.shape)
+            np.testing.assert_array_equal(typed, values)
+            assert _children(server.process.pid)

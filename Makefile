@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml requirements.lock requirements-nodeps.lock
 # The TF.js converter's own venv (.venv-tfjs, requirements-tfjs.lock; why: tfjs/venv.py) and the Node.js
 # runner's packages (tfjs/node, npm ci). Built on first use by a config with `convert.tfjs = true`.
 tfjs-setup: setup
-	$(PY) -m tfjs.venv
+	$(PY) -m tfship.tfjs.venv
 
 pipeline: setup
 	$(TFSHIP) run --config $(CONFIG) --repository $(REPOSITORY)
@@ -61,11 +61,11 @@ clean:
 	rm -rf runs models .pytest_cache .hypothesis .venv-edge .venv-tfjs tfjs/node/node_modules bench/work
 
 # ---------------------------------------------------------------- containers (deploy/README.md)
-# Docker targets drive the engine through `python -m deploy` (= `tfship deploy`). Where no
+# Docker targets drive the engine through `python -m tfship.deploy` (= `tfship deploy`). Where no
 # engine answers, deploy/docker/ensure-dockerd.sh starts one (root only) and records it;
 # docker-test stops what it started. BASE_IMAGE empty: the official python slim image when present
 # or pullable, else tfship/base:bookworm (made by docker-base from the Debian mirror apt uses).
-DEPLOY := $(PY) -m deploy
+DEPLOY := $(PY) -m tfship.deploy
 BASE_IMAGE ?=
 OFFICIAL_BASE_IMAGE := python:3.11-slim-bookworm
 METRICS_PORT ?= 9090

@@ -172,7 +172,7 @@ def cli_error(prog: str, error: TfshipError) -> tuple[str, int]:
     """The one way a tfship command line reports a `TfshipError`: `<prog>: <Kind>: <message>` and its exit status.
 
     Args:
-        prog: the command as the user typed it, e.g. `tfship run` or `python -m serving serve`.
+        prog: the command as the user typed it, e.g. `tfship run` or `python -m tfship.serving serve`.
         error: the error that stopped the command.
 
     Returns:

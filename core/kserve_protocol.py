@@ -13,7 +13,7 @@ from pathlib import Path
 
 from google.protobuf import descriptor_pb2
 
-from core import protocol
+from tfship.core import protocol
 
 DESCRIPTOR_SET = Path(__file__).resolve().parent / "protos" / "open_inference.desc"
 SERVICE = "inference.GRPCInferenceService"

@@ -58,7 +58,7 @@ def die_with_parent_command(command: Sequence[str], sig: int = signal.SIGKILL) -
     pid, signals, pipes and return code all belong to `command`. Raises nothing itself; an unknown program
     makes the child exit 1 with Python's `FileNotFoundError` on stderr.
 
-    Example: `subprocess.Popen(die_with_parent_command([sys.executable, "-m", "serving"], signal.SIGTERM))`.
+    Example: `subprocess.Popen(die_with_parent_command([sys.executable, "-m", "tfship.serving"], signal.SIGTERM))`.
     """
     if _PRCTL is None:
         return list(command)

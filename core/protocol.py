@@ -2,7 +2,7 @@
 
 `protos/tf_serving_api.desc` holds the FileDescriptorProtos of `tensorflow_serving/apis/*`,
 `tensorflow_serving/config/model_server_config.proto`, `tensorflow/core/protobuf/saved_model.proto`
-and everything they import (regenerate with `python -m core.protos.build_descriptors`). The
+and everything they import (regenerate with `python -m tfship.core.protos.build_descriptors`). The
 classes live in a private `DescriptorPool`, so they never clash with TensorFlow's generated modules
 loaded in the same process, and they are wire-compatible with `tensorflow_serving.apis.*_pb2`.
 """

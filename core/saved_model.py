@@ -11,10 +11,10 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from core import protocol
-from core.contract import Signature, TensorSpec
-from core.dtypes import data_type_of_dtype_name, dtype_name_of_data_type
-from core.errors import ContractError
+from tfship.core import protocol
+from tfship.core.contract import Signature, TensorSpec
+from tfship.core.dtypes import data_type_of_dtype_name, dtype_name_of_data_type
+from tfship.core.errors import ContractError
 
 SERVE_TAGS = ("serve",)
 _CACHE_SIZE = 8

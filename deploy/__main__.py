@@ -1,7 +1,7 @@
-"""`python -m deploy ...` is `tfship deploy ...`."""
+"""`python -m tfship.deploy ...` is `tfship deploy ...`."""
 
 import sys
 
-from deploy.cli import main
+from tfship.deploy.cli import main
 
 sys.exit(main())

@@ -1,6 +1,6 @@
 """`tfship deploy build|run|stop --target cloud|edge`: the server images, driven through the Docker SDK.
 
-`register(subparsers)` adds the `deploy` command to the main CLI; `python -m deploy ...`
+`register(subparsers)` adds the `deploy` command to the main CLI; `python -m tfship.deploy ...`
 runs the same commands on its own (the Makefile's docker targets use that). Importing this module
 imports neither docker nor TensorFlow: the engine layer (`deploy.engine`) loads when a
 command runs.
@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from core.errors import TfshipError, cli_error
+from tfship.core.errors import TfshipError, cli_error
 
 if TYPE_CHECKING:
-    from deploy.engine import Engine, RunSpec
+    from tfship.deploy.engine import Engine, RunSpec
 
 TARGETS = ("cloud", "edge")
 DEFAULT_IMAGE = "tfship:{target}"
@@ -83,7 +83,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     """Build one target and print its tag and size."""
     from rich.console import Console
 
-    from deploy.engine import BuildSpec, Engine, Target
+    from tfship.deploy.engine import BuildSpec, Engine, Target
 
     console = Console(stderr=True, highlight=False)
     engine = Engine.connect()
@@ -124,7 +124,7 @@ def _escape(text: str) -> str:
 
 def run_spec(args: argparse.Namespace, engine: Engine) -> RunSpec:
     """The RunSpec for `deploy run` arguments (host networking where the engine has no bridge)."""
-    from deploy.engine import Ports, RunSpec
+    from tfship.deploy.engine import Ports, RunSpec
 
     host_network = args.network == "host" or (args.network == "auto" and not engine.has_bridge())
     return RunSpec(
@@ -143,7 +143,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     """Start the container, wait for health SERVING, print the endpoint."""
     from rich.console import Console
 
-    from deploy.engine import Engine
+    from tfship.deploy.engine import Engine
 
     console = Console(stderr=True, highlight=False)
     engine = Engine.connect()
@@ -164,7 +164,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
     """Stop the container; non-zero when it did not exit cleanly (exit code 0)."""
     from rich.console import Console
 
-    from deploy.engine import Engine
+    from tfship.deploy.engine import Engine
 
     console = Console(stderr=True, highlight=False)
     engine = Engine.connect()
@@ -181,7 +181,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m deploy ...` (same as `tfship deploy ...`)."""
+    """`python -m tfship.deploy ...` (same as `tfship deploy ...`)."""
     parser = argparse.ArgumentParser(prog="tfship")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["deploy", *(sys.argv[1:] if argv is None else argv)])

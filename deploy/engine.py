@@ -19,7 +19,7 @@ import docker.errors
 from docker.models.containers import Container
 from docker.types import DeviceRequest
 
-from core.errors import FailedPreconditionError
+from tfship.core.errors import FailedPreconditionError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 OFFICIAL_BASE_IMAGE = "python:3.11-slim-bookworm"

@@ -1,7 +1,7 @@
-"""`python -m serving ...`: run the `serve` command standalone (or `query`)."""
+"""`python -m tfship.serving ...`: run the `serve` command standalone (or `query`)."""
 
 import sys
 
-from serving.cli import main
+from tfship.serving.cli import main
 
 sys.exit(main())

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from core.errors import DeadlineExceededError
+from tfship.core.errors import DeadlineExceededError
 
 
 def settle(settled: list[tuple[Any, dict | None, BaseException | None]]) -> None:

@@ -29,11 +29,11 @@ from pathlib import Path
 
 import numpy as np
 
-from core.contract import Signature
-from core.errors import DeadlineExceededError, InvalidRequestError, ResourceExhaustedError
-from serving.batch_results import join_parts, settle
-from serving.batching_parameters import BatchingParameters
-from serving.runtimes.base import Runtime
+from tfship.core.contract import Signature
+from tfship.core.errors import DeadlineExceededError, InvalidRequestError, ResourceExhaustedError
+from tfship.serving.batch_results import join_parts, settle
+from tfship.serving.batching_parameters import BatchingParameters
+from tfship.serving.runtimes.base import Runtime
 
 __all__ = ["PEAK_WINDOW_S", "Batched", "BatchingParameters"]
 

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.errors import ConfigError
+from tfship.core.errors import ConfigError
 
 
 @dataclass(frozen=True)

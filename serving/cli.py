@@ -12,9 +12,9 @@ import os
 import sys
 from pathlib import Path
 
-from core.errors import ConfigError, TfshipError, cli_error
-from serving.runtimes import backend_names  # the runtime registry (light: backends import lazily)
-from serving.tfs_flags import add_tf_serving_flags, settings_values
+from tfship.core.errors import ConfigError, TfshipError, cli_error
+from tfship.serving.runtimes import backend_names  # the runtime registry (light: backends import lazily)
+from tfship.serving.tfs_flags import add_tf_serving_flags, settings_values
 
 ENV_PREFIX = "TFSHIP_SERVING_"
 
@@ -115,13 +115,13 @@ def add_query_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_serve(args: argparse.Namespace) -> int:
     """Run the server until SIGTERM; returns the exit code. Raises `TfshipError` on bad settings."""
-    from serving import logs
-    from serving.server import run_server
+    from tfship.serving import logs
+    from tfship.serving.server import run_server
 
     settings = settings_from_args(args)
     logs.configure(settings.json_logs)
     if settings.num_processes > 1:
-        from serving.workers import run_workers
+        from tfship.serving.workers import run_workers
 
         return run_workers(settings)
     return asyncio.run(run_server(settings))
@@ -131,7 +131,7 @@ def settings_from_args(args: argparse.Namespace):
     """`ServerSettings` from parsed `serve` flags; raises `ConfigError` naming each bad flag and its value."""
     from pydantic import ValidationError
 
-    from serving.settings import ServerSettings
+    from tfship.serving.settings import ServerSettings
 
     values = settings_values(args, ServerSettings.model_fields)
     try:
@@ -153,7 +153,7 @@ def run_query(args: argparse.Namespace) -> int:
     Raises:
         ConfigError: neither `--samples` nor a registered loader.
     """
-    from serving.query import query_digits, samples_from_file
+    from tfship.serving.query import query_digits, samples_from_file
 
     if args.samples is not None:
         images, labels = samples_from_file(args.samples, args.count)
@@ -183,11 +183,11 @@ def register(subparsers, held_out=None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m serving [serve|query] ...`; with no subcommand, `serve` is assumed."""
+    """`python -m tfship.serving [serve|query] ...`; with no subcommand, `serve` is assumed."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in ("serve", "query", "-h", "--help"):
         argv.insert(0, "serve")
-    parser = argparse.ArgumentParser(prog="python -m serving")
+    parser = argparse.ArgumentParser(prog="python -m tfship.serving")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     try:
@@ -209,7 +209,7 @@ def tensorflow_model_server(argv: list[str] | None = None) -> int:
 
 
 def tensorflow_model_server_argv(argv: list[str]) -> list[str]:
-    """`python -m serving` arguments for a `tensorflow_model_server` command line (REST off unless asked)."""
+    """`python -m tfship.serving` arguments for a `tensorflow_model_server` command line (REST off unless asked)."""
     if argv[:1] in (["-h"], ["--help"]):
         return ["serve", *argv]
     return ["serve", "--rest-port", "-1", *argv]

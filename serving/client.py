@@ -15,12 +15,12 @@ import grpc
 import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from core import protocol
-from core.contract import Signature
-from core.errors import ErrorStatus, TfshipError, UnavailableError
-from core.saved_model import from_signature_def
-from serving.tensors import from_tensor_proto, to_tensor_proto
-from serving.types import VersionState, VersionStatus
+from tfship.core import protocol
+from tfship.core.contract import Signature
+from tfship.core.errors import ErrorStatus, TfshipError, UnavailableError
+from tfship.core.saved_model import from_signature_def
+from tfship.serving.tensors import from_tensor_proto, to_tensor_proto
+from tfship.serving.types import VersionState, VersionStatus
 
 
 class RemoteError(TfshipError):

@@ -10,10 +10,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from core.contract import PREDICT_METHOD, Signature
-from core.dtypes import dtype_name
-from core.errors import InvalidRequestError
-from serving.memory import estimate_request_bytes
+from tfship.core.contract import PREDICT_METHOD, Signature
+from tfship.core.dtypes import dtype_name
+from tfship.core.errors import InvalidRequestError
+from tfship.serving.memory import estimate_request_bytes
 
 
 def describe_array(array: np.ndarray) -> str:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import time
 
-from core import protocol
-from core.errors import InvalidRequestError
-from core.saved_model import to_signature_def
-from serving.tensors import DEFAULT_MAX_TENSOR_BYTES, fill_tensor_proto, from_tensor_proto
-from serving.types import InferenceRequest, InferenceResponse, ModelMetadata, ModelRef, VersionStatus
+from tfship.core import protocol
+from tfship.core.errors import InvalidRequestError
+from tfship.core.saved_model import to_signature_def
+from tfship.serving.tensors import DEFAULT_MAX_TENSOR_BYTES, fill_tensor_proto, from_tensor_proto
+from tfship.serving.types import InferenceRequest, InferenceResponse, ModelMetadata, ModelRef, VersionStatus
 
 
 def model_ref(spec) -> ModelRef:

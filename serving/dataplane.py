@@ -10,7 +10,7 @@ import asyncio
 import time
 from concurrent.futures import Executor
 
-from core.errors import (
+from tfship.core.errors import (
     DeadlineExceededError,
     InvalidRequestError,
     ResourceExhaustedError,
@@ -18,14 +18,14 @@ from core.errors import (
     UnavailableError,
     UnimplementedError,
 )
-from serving.contract import RequestChecks
-from serving.manager import ModelManager
-from serving.memory import release_freed_memory
-from serving.metrics import Metrics
-from serving.model_config import ModelConfig
-from serving.offload import Offloader
-from serving.request_log import RequestLog, note_request
-from serving.types import (
+from tfship.serving.contract import RequestChecks
+from tfship.serving.manager import ModelManager
+from tfship.serving.memory import release_freed_memory
+from tfship.serving.metrics import Metrics
+from tfship.serving.model_config import ModelConfig
+from tfship.serving.offload import Offloader
+from tfship.serving.request_log import RequestLog, note_request
+from tfship.serving.types import (
     InferenceRequest,
     InferenceResponse,
     ModelMetadata,

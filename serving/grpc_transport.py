@@ -19,13 +19,13 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
-from core import protocol
-from core.errors import InvalidRequestError, ResourceExhaustedError, TfshipError
-from serving import converters
-from serving.dataplane import DataPlane
-from serving.model_config import from_proto
-from serving.offload import OFF_LOOP_BYTES
-from serving.security import AccessPolicy
+from tfship.core import protocol
+from tfship.core.errors import InvalidRequestError, ResourceExhaustedError, TfshipError
+from tfship.serving import converters
+from tfship.serving.dataplane import DataPlane
+from tfship.serving.model_config import from_proto
+from tfship.serving.offload import OFF_LOOP_BYTES
+from tfship.serving.security import AccessPolicy
 
 log = logging.getLogger(__name__)
 

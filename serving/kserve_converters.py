@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.contract import Signature, TensorSpec
-from core.errors import InvalidRequestError, ResourceExhaustedError
-from serving.kserve_codec import datatype_for
-from serving.types import InferenceRequest, InferenceResponse, ModelMetadata, ModelRef
+from tfship.core.contract import Signature, TensorSpec
+from tfship.core.errors import InvalidRequestError, ResourceExhaustedError
+from tfship.serving.kserve_codec import datatype_for
+from tfship.serving.types import InferenceRequest, InferenceResponse, ModelMetadata, ModelRef
 
 SERVER_NAME = "tfship"
 EXTENSIONS = ("binary_tensor_data", "model_configuration")  # Triton's names: binary HTTP tensors, ModelConfig

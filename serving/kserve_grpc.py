@@ -16,12 +16,12 @@ import asyncio
 
 import grpc
 
-from core import kserve_protocol as kp
-from core.errors import InvalidRequestError
-from serving.dataplane import DataPlane
-from serving.grpc_transport import _handler, _rpc, _time_remaining, _wire
-from serving.kserve_codec import datatype_for, fill_contents, from_contents, from_raw, to_raw
-from serving.kserve_converters import (
+from tfship.core import kserve_protocol as kp
+from tfship.core.errors import InvalidRequestError
+from tfship.serving.dataplane import DataPlane
+from tfship.serving.grpc_transport import _handler, _rpc, _time_remaining, _wire
+from tfship.serving.kserve_codec import datatype_for, fill_contents, from_contents, from_raw, to_raw
+from tfship.serving.kserve_converters import (
     EXTENSIONS,
     SERVER_NAME,
     check_inputs,
@@ -36,8 +36,8 @@ from serving.kserve_converters import (
     server_version,
     signature_of,
 )
-from serving.offload import OFF_LOOP_BYTES
-from serving.types import ModelRef
+from tfship.serving.offload import OFF_LOOP_BYTES
+from tfship.serving.types import ModelRef
 
 
 def parameters(proto_map) -> dict[str, object]:

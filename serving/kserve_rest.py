@@ -28,10 +28,10 @@ import numpy as np
 from aiohttp import web
 from aiohttp.web_response import ContentCoding
 
-from core.errors import InvalidRequestError
-from serving.dataplane import DataPlane
-from serving.kserve_codec import datatype_for, from_json, from_raw, to_json, to_raw
-from serving.kserve_converters import (
+from tfship.core.errors import InvalidRequestError
+from tfship.serving.dataplane import DataPlane
+from tfship.serving.kserve_codec import datatype_for, from_json, from_raw, to_json, to_raw
+from tfship.serving.kserve_converters import (
     EXTENSIONS,
     SERVER_NAME,
     check_inputs,
@@ -46,7 +46,7 @@ from serving.kserve_converters import (
     server_version,
     signature_of,
 )
-from serving.types import ModelRef
+from tfship.serving.types import ModelRef
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 _MODEL = r"/v2/models/{name}{sel:(/versions/[^/]+)?}"

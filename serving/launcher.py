@@ -1,4 +1,4 @@
-"""Start `python -m serving` as a subprocess on free loopback ports and wait until it is SERVING.
+"""Start `python -m tfship.serving` as a subprocess on free loopback ports and wait until it is SERVING.
 
 Used by the tests and by the pipeline's serve-check stage. Ports are chosen by the server (port 0)
 and reported through `--port-file`; readiness is grpc.health.v1 saying SERVING, never a sleep.
@@ -19,9 +19,9 @@ from typing import Self
 
 import grpc
 
-from core.errors import TfshipError, UnavailableError
-from core.processes import die_with_parent_command
-from serving.client import PredictClient
+from tfship.core.errors import TfshipError, UnavailableError
+from tfship.core.processes import die_with_parent_command
+from tfship.serving.client import PredictClient
 
 
 class ServerStartError(UnavailableError):

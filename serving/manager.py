@@ -23,12 +23,12 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.errors import ConfigError, InvalidRequestError, ModelNotFoundError, TfshipError, UnavailableError
-from serving.memory import release_freed_memory
-from serving.model_config import ModelConfig
-from serving.runtimes import REGISTRY, Runtime, RuntimeOptions
-from serving.types import ModelRef, VersionState, VersionStatus
-from serving.warmup import warmup_predicts
+from tfship.core.errors import ConfigError, InvalidRequestError, ModelNotFoundError, TfshipError, UnavailableError
+from tfship.serving.memory import release_freed_memory
+from tfship.serving.model_config import ModelConfig
+from tfship.serving.runtimes import REGISTRY, Runtime, RuntimeOptions
+from tfship.serving.types import ModelRef, VersionState, VersionStatus
+from tfship.serving.warmup import warmup_predicts
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from core.contract import Signature
+from tfship.core.contract import Signature
 
 log = logging.getLogger(__name__)
 _LIBC = None

@@ -9,8 +9,8 @@ from typing import Literal
 
 from google.protobuf import text_format
 
-from core import protocol
-from core.errors import ConfigError
+from tfship.core import protocol
+from tfship.core.errors import ConfigError
 
 MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 # `model_platform` values tfship accepts: TF Serving's own name plus the artifact kinds the runtimes serve

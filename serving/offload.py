@@ -14,7 +14,7 @@ import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
-from core.processes import set_parent_death_signal
+from tfship.core.processes import set_parent_death_signal
 
 OFF_LOOP_BYTES = 1 << 20  # payloads above this are decoded in the helper process
 

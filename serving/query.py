@@ -2,8 +2,8 @@
 
 The samples come from the caller: `tfship query` passes the pipeline's own held-out test split
 (`pipeline.data.splits.held_out_digits`, so the accuracy printed matches what the pipeline validated);
-`python -m serving query --samples FILE.npz` reads arrays `image` and `label` from a file, or a published version's
-golden set (`assets.extra/tfship_golden.npz`: `input:image`, and `output:class_id` as the label, so the
+`python -m tfship.serving query --samples FILE.npz` reads arrays `image` and `label` from a file, or a
+published version's golden set (`assets.extra/tfship_golden.npz`: `input:image`, and `output:class_id` as the label, so the
 "accuracy" printed is then the agreement with the SavedModel's own answers).
 """
 
@@ -15,8 +15,8 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from core.errors import ConfigError
-from serving.client import PredictClient
+from tfship.core.errors import ConfigError
+from tfship.serving.client import PredictClient
 
 
 def samples_from_file(path: Path, count: int) -> tuple[np.ndarray, np.ndarray]:

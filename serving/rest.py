@@ -17,16 +17,16 @@ import uuid
 from aiohttp import http_exceptions, web, web_protocol
 from google.protobuf import json_format
 
-from core import protocol
-from core.errors import InvalidRequestError, RequestTimeoutError, ResourceExhaustedError, TfshipError
-from serving import converters, rest_json
-from serving.dataplane import DataPlane, RequestGate
-from serving.kserve_rest import add_v2_routes
-from serving.metrics import CONTENT_TYPE, Metrics
-from serving.offload import Offloader
-from serving.request_log import RequestLog
-from serving.security import AccessPolicy
-from serving.types import InferenceRequest, ModelRef
+from tfship.core import protocol
+from tfship.core.errors import InvalidRequestError, RequestTimeoutError, ResourceExhaustedError, TfshipError
+from tfship.serving import converters, rest_json
+from tfship.serving.dataplane import DataPlane, RequestGate
+from tfship.serving.kserve_rest import add_v2_routes
+from tfship.serving.metrics import CONTENT_TYPE, Metrics
+from tfship.serving.offload import Offloader
+from tfship.serving.request_log import RequestLog
+from tfship.serving.security import AccessPolicy
+from tfship.serving.types import InferenceRequest, ModelRef
 
 log = logging.getLogger(__name__)
 _MAX_BYTES = web.AppKey("max_bytes", int)

@@ -30,8 +30,8 @@ try:
 except ImportError:  # optional: the standard parser gives the same results, slower
     orjson = None
 
-from core.contract import Signature
-from core.errors import InvalidRequestError
+from tfship.core.contract import Signature
+from tfship.core.errors import InvalidRequestError
 
 _DEBUG_CHARS = 256  # TF Serving's kMaxJsonDebugStringBytes
 BYTES_SUFFIX = "_bytes"

@@ -23,7 +23,7 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.errors import ConfigError, PermissionDeniedError, UnauthenticatedError
+from tfship.core.errors import ConfigError, PermissionDeniedError, UnauthenticatedError
 
 BEARER = "Bearer "
 

@@ -19,18 +19,18 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2
 
-from core.errors import ConfigError, TfshipError
-from serving.dataplane import DataPlane
-from serving.grpc_transport import AccessInterceptor, add_services
-from serving.kserve_grpc import add_inference_service
-from serving.manager import ModelManager, check_config
-from serving.metrics import Metrics
-from serving.model_config import ModelConfig, check_model_name, from_repository, parse_model_server_config
-from serving.request_log import RequestLog
-from serving.runtimes import RuntimeOptions
-from serving.security import grpc_credentials, ssl_context, tls_material
-from serving.settings import ServerSettings
-from serving.types import ServerLimits
+from tfship.core.errors import ConfigError, TfshipError
+from tfship.serving.dataplane import DataPlane
+from tfship.serving.grpc_transport import AccessInterceptor, add_services
+from tfship.serving.kserve_grpc import add_inference_service
+from tfship.serving.manager import ModelManager, check_config
+from tfship.serving.metrics import Metrics
+from tfship.serving.model_config import ModelConfig, check_model_name, from_repository, parse_model_server_config
+from tfship.serving.request_log import RequestLog
+from tfship.serving.runtimes import RuntimeOptions
+from tfship.serving.security import grpc_credentials, ssl_context, tls_material
+from tfship.serving.settings import ServerSettings
+from tfship.serving.types import ServerLimits
 
 log = logging.getLogger(__name__)
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -85,7 +85,7 @@ async def poll_model_config_file(settings: ServerSettings, manager: ModelManager
 def _runtime_wrapper(settings: ServerSettings, metrics: Metrics):
     if not (settings.enable_batching or settings.batching_parameters_file):
         return None
-    from serving.batching import Batched, BatchingParameters
+    from tfship.serving.batching import Batched, BatchingParameters
 
     params = (BatchingParameters.from_file(settings.batching_parameters_file)
               if settings.batching_parameters_file else BatchingParameters())
@@ -175,7 +175,7 @@ async def run_server(settings: ServerSettings) -> int:
     await server.start()
     await health.overall()
 
-    from serving.rest import start_metrics, start_rest
+    from tfship.serving.rest import start_metrics, start_rest
 
     rest = await _bind_http(start_rest(dataplane, settings, policy, metrics, ssl_ctx), settings, "--rest-port",
                             settings.rest_port)

@@ -6,11 +6,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from serving.runtimes import backend_names
+from tfship.serving.runtimes import backend_names
 
 
 class ServerSettings(BaseModel):
-    """Everything `python -m serving` needs. Ports: 0 = any free port; -1 = transport off (REST/metrics)."""
+    """Everything `python -m tfship.serving` needs. Ports: 0 = any free port; -1 = transport off (REST/metrics)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -70,6 +70,6 @@ class ServerSettings(BaseModel):
 
     def access_policy(self):
         """The `serving.security.AccessPolicy` these settings define; raises `ConfigError` (see there)."""
-        from serving.security import access_policy
+        from tfship.serving.security import access_policy
 
         return access_policy(self)

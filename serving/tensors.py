@@ -11,11 +11,11 @@ import math
 
 import numpy as np
 
-from core import protocol
-from core.dtypes import DT_TO_NUMPY as _DT_TO_NUMPY
-from core.dtypes import NUMPY_TO_DT as _NUMPY_TO_DT
-from core.dtypes import dtype_name
-from core.errors import InvalidRequestError, ResourceExhaustedError
+from tfship.core import protocol
+from tfship.core.dtypes import DT_TO_NUMPY as _DT_TO_NUMPY
+from tfship.core.dtypes import NUMPY_TO_DT as _NUMPY_TO_DT
+from tfship.core.dtypes import dtype_name
+from tfship.core.errors import InvalidRequestError, ResourceExhaustedError
 
 # Typed value field per DataType name (TensorProto field that `tf.make_tensor_proto` would fill).
 _VAL_FIELD = {

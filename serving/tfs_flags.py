@@ -21,7 +21,7 @@ from pathlib import Path
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format
 
-from core.errors import ConfigError
+from tfship.core.errors import ConfigError
 
 PROMETHEUS_PATH = "/monitoring/prometheus/metrics"
 

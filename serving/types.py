@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.contract import Signature
+from tfship.core.contract import Signature
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,9 @@ import google_crc32c
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from core import protocol
-from core.errors import ConfigError
-from serving.tensors import from_tensor_proto
+from tfship.core import protocol
+from tfship.core.errors import ConfigError
+from tfship.serving.tensors import from_tensor_proto
 
 WARMUP_FILE = Path("assets.extra") / "tf_serving_warmup_requests"
 

@@ -26,9 +26,9 @@ import threading
 import time
 from pathlib import Path
 
-from core.errors import TfshipError
-from core.processes import die_with_parent_command
-from serving.settings import ServerSettings
+from tfship.core.errors import TfshipError
+from tfship.core.processes import die_with_parent_command
+from tfship.serving.settings import ServerSettings
 
 log = logging.getLogger(__name__)
 POLL_S = 0.1
@@ -77,7 +77,7 @@ def run_workers(settings: ServerSettings) -> int:
 def _start_worker(settings_file: Path, port_file: Path) -> subprocess.Popen:
     """One worker; it gets SIGTERM (and drains) if this parent dies, even by SIGKILL."""
     port_file.unlink(missing_ok=True)
-    command = [sys.executable, "-m", "serving.workers", str(settings_file), str(port_file)]
+    command = [sys.executable, "-m", "tfship.serving.workers", str(settings_file), str(port_file)]
     return subprocess.Popen(die_with_parent_command(command, signal.SIGTERM))
 
 
@@ -139,11 +139,11 @@ def _wait(proc: subprocess.Popen, timeout_s: float) -> int:
 
 
 def worker_main(argv: list[str]) -> int:
-    """`python -m serving.workers SETTINGS_JSON PORT_FILE`: one worker (started by `run_workers`)."""
+    """`python -m tfship.serving.workers SETTINGS_JSON PORT_FILE`: one worker (started by `run_workers`)."""
     import asyncio
 
-    from serving import logs
-    from serving.server import run_server
+    from tfship.serving import logs
+    from tfship.serving.server import run_server
 
     settings = ServerSettings.model_validate_json(Path(argv[0]).read_text())
     settings = settings.model_copy(update={"port_file": Path(argv[1])})

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from core.errors import AuditError, ContractError
-from core.saved_model import serving_meta_graph
-from signatures.layers import LayerInfo, explain, layer_for_op
+from tfship.core.errors import AuditError, ContractError
+from tfship.core.saved_model import serving_meta_graph
+from tfship.signatures.layers import LayerInfo, explain, layer_for_op
 
 GRADIENT_OP = re.compile(r"(Grad|GradV2|GradGrad)$|^SymbolicGradient$|Backprop")
 OPTIMIZER_OP = re.compile(r"^(Resource)?(Sparse)?Apply[A-Z]")

@@ -13,9 +13,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.contract import DEFAULT_SIGNATURE, Signature, TensorSpec, compare_contracts
-from core.errors import ContractError
-from core.saved_model import read_signatures
+from tfship.core.contract import DEFAULT_SIGNATURE, Signature, TensorSpec, compare_contracts
+from tfship.core.errors import ContractError
+from tfship.core.saved_model import read_signatures
 
 
 @dataclass(frozen=True)
@@ -161,7 +161,7 @@ def _reachable_state(root, function) -> tuple[list, list, list]:
     import tensorflow as tf
     from tensorflow.saved_model.experimental import TrackableResource
 
-    from signatures.reachable import used_placeholders
+    from tfship.signatures.reachable import used_placeholders
 
     captures = list(function.captured_inputs)
     placeholders = [t.op.name for t in function.graph.internal_captures]

@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from core.contract import DEFAULT_SIGNATURE, Signature, TensorSpec
-from core.errors import ContractError
+from tfship.core.contract import DEFAULT_SIGNATURE, Signature, TensorSpec
+from tfship.core.errors import ContractError
 
 LOW_PRECISION = ("float16", "bfloat16")
 _OP_NAME = re.compile(r"[^A-Za-z0-9_.\-/]")
@@ -164,7 +164,7 @@ def signature_functions(model, contract: Signature,
     import keras
     import tensorflow as tf
 
-    from signatures.export import tf_tensor_spec
+    from tfship.signatures.export import tf_tensor_spec
 
     specs = {t.name: tf_tensor_spec(t) for t in contract.inputs.values()}
     model_inputs = {t.name: t for t in model.inputs}

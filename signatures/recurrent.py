@@ -80,8 +80,8 @@ def write_unrolled_source(model, contract, folder: Path, build_module=None) -> d
     """
     import shutil
 
-    from signatures.export import export_saved_model
-    from signatures.keras_export import build_keras_module
+    from tfship.signatures.export import export_saved_model
+    from tfship.signatures.keras_export import build_keras_module
 
     folder = Path(folder)
     if folder.exists():

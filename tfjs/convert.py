@@ -1,7 +1,7 @@
 """Convert a SavedModel's `serving_default` to a TF.js graph model and prove it runs in Node.js.
 
 Steps (TF.js converter 4.22.0, `tensorflowjs.converters.convert_tf_saved_model`):
-1. `python -m tfjs.worker` in `.venv-tfjs` (child process, own session, killed with SIGKILL past the
+1. `python -m tfship.tfjs.worker` in `.venv-tfjs` (child process, own session, killed with SIGKILL past the
    time limit) writes `model.json` + weight shards into a hidden temporary folder beside `output_dir`
    and names every output in `model.json`'s signature (see `tfjs.worker`).
 2. Node.js (`tfjs.node_runner`, CPU backend) loads the folder and runs one real input batch: the output
@@ -31,9 +31,12 @@ from typing import Any
 
 import numpy as np
 
-from core.errors import ConversionError, TfshipError
-from core.processes import die_with_parent_command
-from tfjs.venv import ROOT, ensure_tfjs_venv
+from tfship.core.errors import ConversionError, TfshipError
+from tfship.core.processes import die_with_parent_command
+from tfship.tfjs.venv import ROOT, ensure_tfjs_venv
+
+# Run by file path: the converter's own venv (.venv-tfjs) has TensorFlow.js but not tfship installed.
+WORKER = Path(__file__).resolve().with_name("worker.py")
 
 _TAIL = 800
 
@@ -116,7 +119,7 @@ def _run_worker(command: list[str], report: Path, timeout_s: float) -> tuple[dic
 def _node_check(folder: Path, sample: dict[str, np.ndarray], expected: tuple[str, ...], timeout_s: float
                 ) -> tuple[str, dict[str, str]]:
     """'' when the model runs in Node with the expected names, finite floats and the input's batch; else why."""
-    from tfjs.node_runner import NodeGraphModelRunner
+    from tfship.tfjs.node_runner import NodeGraphModelRunner
 
     batch = len(next(iter(sample.values())))
     try:
@@ -170,7 +173,7 @@ def convert_tfjs(saved_model_dir: Path, output_dir: Path, quantization: TfjsQuan
     reproduce = ""
     try:
         interpreter = ensure_tfjs_venv()
-        command = [str(interpreter), "-m", "tfjs.worker", "--saved-model", str(saved_model_dir),
+        command = [str(interpreter), str(WORKER), "--saved-model", str(saved_model_dir),
                    "--output", str(tmp), "--quantization", quantization.value, "--report", str(report)]
         reproduce = shlex.join(command[:-2]) + ' --report "$(mktemp -u)"'
         _write_reproduce(output_dir.with_name(output_dir.name + ".reproduce.sh"), reproduce, output_dir, tmp)

@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from core.errors import ConversionError
-from core.processes import die_with_parent_command
-from tfjs.venv import NODE_DIR, ensure_node_modules, node_executable
+from tfship.core.errors import ConversionError
+from tfship.core.processes import die_with_parent_command
+from tfship.tfjs.venv import NODE_DIR, ensure_node_modules, node_executable
 
 SCRIPT = NODE_DIR / "run_graph_model.mjs"
 _TO_NUMPY = {"DT_FLOAT": np.float32, "DT_INT32": np.int32, "DT_INT64": np.int64, "DT_BOOL": np.bool_}

@@ -8,7 +8,7 @@ from the main venv's site-packages through a `.pth` file placed after its own, s
 same TensorFlow as the export; `tfjs/shims` supplies the import-only `tensorflow_decision_forests`.
 
 Both are built on first use and stamped with the hash of what they were built from (lock file, main
-site-packages path; package-lock.json), so the second call returns at once. `python -m tfjs.venv` prebuilds
+site-packages path; package-lock.json), so the second call returns at once. `python -m tfship.tfjs.venv` prebuilds
 both (`make tfjs-setup`).
 """
 
@@ -21,7 +21,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from core.errors import ConversionError
+from tfship.core.errors import ConversionError
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv-tfjs"

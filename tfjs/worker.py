@@ -1,6 +1,6 @@
 """The TF.js conversion child: runs in `.venv-tfjs` (see `tfjs.venv`), never in the main process.
 
-`python -m tfjs.worker --saved-model DIR --output DIR --quantization float32|float16|uint8 --report FILE`
+`python tfjs/worker.py --saved-model DIR --output DIR --quantization float32|float16|uint8 --report FILE`
 
 1. Converts the SavedModel's `serving_default` with `tensorflowjs.converters.convert_tf_saved_model`
    (TF.js converter 4.22.0: freeze, Grappler, `model.json` + 4 MiB weight shards).
@@ -85,7 +85,7 @@ def convert(saved_model_dir: Path, output_dir: Path, quantization: str) -> dict[
 
 def main(argv: list[str] | None = None) -> int:
     """Run the TF.js conversion worker on the command line `argv`; returns the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m tfjs.worker", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="tfjs/worker.py", description=__doc__.splitlines()[0])
     parser.add_argument("--saved-model", type=Path, required=True)
     parser.add_argument("--output", type=Path, required=True)
     parser.add_argument("--quantization", choices=sorted(QUANTIZATION_MAPS), default="float32")

@@ -1,6 +1,6 @@
 """Convert a SavedModel's `serving_default` to one TFLite variant, each step in a child process.
 
-Steps per variant, each a `python -m tflite.worker` child with the remaining time budget:
+Steps per variant, each a `python -m tfship.tflite.worker` child with the remaining time budget:
 1. `convert` (TensorFlow): float16 overflow scan, `TFLiteConverter.from_saved_model`, Flex retry.
 2. `smoke` (LiteRT only): load the artifact, check names and dynamic batch against the SavedModel
    signature, run it once on a representative sample, require finite float outputs.
@@ -33,9 +33,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from core.errors import ConversionError
-from core.processes import die_with_parent_command
-from tflite.modes import TfliteMode, TfliteOptions
+from tfship.core.errors import ConversionError
+from tfship.core.processes import die_with_parent_command
+from tfship.tflite.modes import TfliteMode, TfliteOptions
 
 Status = Literal["produced", "refused", "crashed"]
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -84,7 +84,7 @@ class _Step:
 
 
 def _worker_command(step: str, **flags: str | None) -> list[str]:
-    command = [sys.executable, "-m", "tflite.worker", step]
+    command = [sys.executable, "-m", "tfship.tflite.worker", step]
     for flag, value in flags.items():
         if value is not None:
             command += [f"--{flag.replace('_', '-')}", value]

@@ -14,7 +14,7 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 from ai_edge_litert.interpreter import Interpreter
 
-from core.errors import ConversionError
+from tfship.core.errors import ConversionError
 
 FLEX_PREFIX = "Flex"
 _BUILTIN_NAMES: dict[int, str] = {

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Literal
 
-from core.errors import ConversionError
+from tfship.core.errors import ConversionError
 
 
 class TfliteMode(str, Enum):

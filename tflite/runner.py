@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from ai_edge_litert.interpreter import Interpreter
 
-from core.errors import ContractError, ConversionError, InvalidRequestError
+from tfship.core.errors import ContractError, ConversionError, InvalidRequestError
 
 DEFAULT_SIGNATURE = "serving_default"
 _QUANTIZED_DTYPES = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16))

@@ -14,7 +14,7 @@ import tensorflow as tf
 from tensorflow.core.framework import tensor_pb2
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
-from core.saved_model import read_saved_model, serving_meta_graph
+from tfship.core.saved_model import read_saved_model, serving_meta_graph
 
 FLOAT16_MAX = 65504.0
 _OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"

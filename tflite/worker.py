@@ -1,4 +1,4 @@
-"""Child process for one TFLite conversion or one LiteRT check: `python -m tflite.worker {convert,smoke}`.
+"""Child process for one TFLite conversion or one LiteRT check: `python -m tfship.tflite.worker {convert,smoke}`.
 
 `tflite.convert.convert_tflite` runs each step in its own process so that a converter or runtime crash
 (segfault, abort) fails only that variant. Each step writes a JSON report (`--report`, or stdout when
@@ -23,11 +23,11 @@ from typing import Any
 
 import numpy as np
 
-from core.contract import Signature
-from core.errors import TfshipError
-from core.saved_model import read_signatures
-from tflite.inspect import flex_ops, op_histogram
-from tflite.modes import TfliteMode, TfliteOptions
+from tfship.core.contract import Signature
+from tfship.core.errors import TfshipError
+from tfship.core.saved_model import read_signatures
+from tfship.tflite.inspect import flex_ops, op_histogram
+from tfship.tflite.modes import TfliteMode, TfliteOptions
 
 TEST_HOOK_ENV = "TFSHIP_TFLITE_WORKER_TEST_HOOK"
 SIGNATURE_KEY = "serving_default"
@@ -128,7 +128,7 @@ def _check_representative(signature: Signature, samples: dict[str, np.ndarray] |
 
 def _float16_activations(tf, saved_model_dir: str, samples: dict[str, np.ndarray] | None) -> str:
     """Why float16 cannot hold the activations of the representative data, or "" (none given: not checked)."""
-    from tflite.activation_scan import find_activation_overflows
+    from tfship.tflite.activation_scan import find_activation_overflows
 
     if not samples:
         return ""
@@ -150,7 +150,7 @@ def run_convert(saved_model_dir: str, output: str, options: TfliteOptions,
     """Convert one variant and write it to `output`; returns the report (see module docstring)."""
     import tensorflow as tf
 
-    from tflite.savedmodel_scan import file_initialised_tables, find_float16_overflows
+    from tfship.tflite.savedmodel_scan import file_initialised_tables, find_float16_overflows
 
     try:
         signatures = read_signatures(Path(saved_model_dir))
@@ -248,7 +248,7 @@ def run_smoke(model: str, signature: Signature, representative: str | None,
     `table_files`: asset files lookup tables are initialised from (named in the reason when LiteRT
     fails on an uninitialised `HASHTABLE`).
     """
-    from tflite.runner import LiteRtRunner
+    from tfship.tflite.runner import LiteRtRunner
 
     histogram = op_histogram(Path(model).read_bytes())
     if "READ_VARIABLE" in histogram and "CALL_ONCE" not in histogram:
@@ -277,7 +277,7 @@ def run_smoke(model: str, signature: Signature, representative: str | None,
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m tflite.worker", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tfship.tflite.worker", description=__doc__.splitlines()[0])
     steps = parser.add_subparsers(dest="step", required=True)
     convert = steps.add_parser("convert", help="convert a SavedModel's serving_default to .tflite")
     convert.add_argument("--saved-model", required=True)

@@ -98,7 +98,7 @@ def _model_info(folder: Path) -> dict:
 
 def serve_checks(repository: Path, work: Path) -> dict:
     """Per backend: seconds to SERVING, first Predict latency (ms), server RSS, RSS over the identity server."""
-    from serving.launcher import ServerProcess
+    from tfship.serving.launcher import ServerProcess
 
     identity = work / "identity_repo" / "wide" / "1"
     identity.mkdir(parents=True, exist_ok=True)
@@ -125,7 +125,7 @@ def serve_checks(repository: Path, work: Path) -> dict:
 def _first_request_ms(target: str) -> float:
     import numpy as np
 
-    from serving.client import PredictClient
+    from tfship.serving.client import PredictClient
 
     x = np.random.default_rng(1).random((1, 784), dtype=np.float32)
     with PredictClient(target, timeout_s=120) as client:

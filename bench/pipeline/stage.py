@@ -22,7 +22,7 @@ TFLITE_MODES = ("float32", "float16", "dynamic_range", "int8")
 
 def config(run: Path, repository: Path, timeout_s: float, workers: int | None = None):
     """The pipeline config of the benchmark: every TFLite mode, per-conversion limit `timeout_s`."""
-    from pipeline.config import load_config
+    from tfship.pipeline.config import load_config
 
     overrides = {"run.model_name": "wide", "run.runs_dir": str(run.parent), "publish.repository": str(repository),
                  "convert.tflite_modes": list(TFLITE_MODES), "convert.timeout_seconds": timeout_s}
@@ -32,8 +32,8 @@ def config(run: Path, repository: Path, timeout_s: float, workers: int | None = 
 
 
 def _data(cfg, run, data: Path):
-    from pipeline.export_only.user_model import load_user_data
-    from pipeline.orchestration import steps
+    from tfship.pipeline.export_only.user_model import load_user_data
+    from tfship.pipeline.orchestration import steps
 
     return load_user_data(data, steps.read_contract(run), cfg.convert.representative_samples, cfg.run.seed)
 
@@ -41,21 +41,21 @@ def _data(cfg, run, data: Path):
 def run_stage(stage: str, run_dir: Path, model: Path, data: Path, repository: Path, timeout_s: float,
               workers: int | None) -> dict:
     """Run `stage` and time it; returns the JSON line's dict."""
-    from pipeline.orchestration import steps
-    from pipeline.orchestration.stages import RunFolder
+    from tfship.pipeline.orchestration import steps
+    from tfship.pipeline.orchestration.stages import RunFolder
 
     cfg, run = config(run_dir, repository, timeout_s, workers), RunFolder(run_dir)
     run.root.mkdir(parents=True, exist_ok=True)
     started, parts, detail = time.perf_counter(), {}, None
     if stage == "export":
-        from pipeline.export_only.user_model import load_user_model
+        from tfship.pipeline.export_only.user_model import load_user_model
 
         keras_model = load_user_model(str(model))
         parts["load_model"] = time.perf_counter() - started
         exported, _ = steps.export_user_stage(cfg, run, keras_model, data)
         detail = {"audit_passed": exported.audit.passed}
     elif stage == "audit":
-        from signatures.audit import audit_saved_model
+        from tfship.signatures.audit import audit_saved_model
 
         detail = {"passed": audit_saved_model(run.artifacts).passed}
     elif stage in ("onnx", *(f"tflite_{m}" for m in TFLITE_MODES)):
@@ -91,9 +91,9 @@ def _record_outcome(run, stage: str, detail: dict, seconds: float) -> None:
 
 
 def _one_conversion(stage: str, cfg, run, data) -> dict:
-    from pipeline.conversion.convert import tflite_filename
-    from pipeline.conversion.onnx_convert import convert_to_onnx
-    from pipeline.orchestration import steps
+    from tfship.pipeline.conversion.convert import tflite_filename
+    from tfship.pipeline.conversion.onnx_convert import convert_to_onnx
+    from tfship.pipeline.orchestration import steps
 
     contract = steps.read_contract(run)
     if stage == "onnx":
@@ -101,8 +101,8 @@ def _one_conversion(stage: str, cfg, run, data) -> dict:
         done = convert_to_onnx(run.artifacts, run.artifacts / "model.onnx", contract, cfg.convert.onnx_opset, sample,
                                cfg.convert.timeout_seconds)
         return {"status": "produced", "size_bytes": done.size_bytes}
-    from tflite.convert import convert_tflite
-    from tflite.modes import TfliteMode, TfliteOptions
+    from tfship.tflite.convert import convert_tflite
+    from tfship.tflite.modes import TfliteMode, TfliteOptions
 
     mode = stage.removeprefix("tflite_")
     options = TfliteOptions(mode=TfliteMode(mode), representative_samples=cfg.convert.representative_samples)

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 from bench.reliability.common import MODEL, ROOT, Row, descendants, wait_gone
-from pipeline.orchestration.publish import publish_version
-from serving.launcher import ServerProcess
+from tfship.pipeline.orchestration.publish import publish_version
+from tfship.serving.launcher import ServerProcess
 
 ORPHAN_WAIT_S = 15.0  # a child killed by its parent's death signal is gone well within this
 
@@ -89,7 +89,7 @@ def kill_server(source: Path, tries: int) -> Row:
     row = Row("kill9_server", "kill -9 of a --num-processes server at random moments")
     for attempt in range(tries):
         port = _free_port()
-        proc = subprocess.Popen([sys.executable, "-m", "serving", "serve", "--repository", str(source),
+        proc = subprocess.Popen([sys.executable, "-m", "tfship.serving", "serve", "--repository", str(source),
                                  "--model-name", MODEL, "--backend", "onnx", "--port", str(port), "--rest-port", "-1",
                                  "--num-processes", "2", "--file-system-poll-wait-seconds", "0"],
                                 env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -110,9 +110,9 @@ def kill_serve_check_parent(source: Path, work: Path, tries: int) -> Row:
     code = textwrap.dedent("""
         import sys, threading
         from pathlib import Path
-        from serving.launcher import ServerProcess
-        from tflite.convert import convert_tflite
-        from tflite.modes import TfliteMode, TfliteOptions
+        from tfship.serving.launcher import ServerProcess
+        from tfship.tflite.convert import convert_tflite
+        from tfship.tflite.modes import TfliteMode, TfliteOptions
         source, out = Path(sys.argv[1]), Path(sys.argv[2])
         convert = threading.Thread(target=convert_tflite, args=(
             source / "digits" / "1", out / "model.tflite", TfliteOptions(TfliteMode.FLOAT32), None, 300))
@@ -134,7 +134,7 @@ def kill_run(work: Path, tries: int) -> Row:
     row = Row("kill9_run", "kill -9 of `tfship run` (1 epoch) at random moments")
     repo, runs = work / "run-repo", work / "runs"
     for attempt in range(tries):
-        proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "run", "--epochs", "1", "--repository",
+        proc = subprocess.Popen([sys.executable, "-m", "tfship.pipeline.cli", "run", "--epochs", "1", "--repository",
                                  str(repo), "--runs-dir", str(runs)], cwd=ROOT, env=_env(),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(random.uniform(8.0, 40.0))

@@ -20,11 +20,11 @@ import grpc
 import numpy as np
 
 from bench.reliability.common import MODEL, Row, copy_version, images, rss_mb, wait_admitted
-from core import protocol
-from core.errors import TfshipError
-from serving.client import PredictClient, RemoteError
-from serving.launcher import ServerProcess, ServerStartError
-from serving.tensors import to_tensor_proto
+from tfship.core import protocol
+from tfship.core.errors import TfshipError
+from tfship.serving.client import PredictClient, RemoteError
+from tfship.serving.launcher import ServerProcess, ServerStartError
+from tfship.serving.tensors import to_tensor_proto
 
 
 def _expected_logits(source: Path, versions: int) -> dict[int, np.ndarray]:

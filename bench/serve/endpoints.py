@@ -1,6 +1,6 @@
 """The servers `make bench-serve` measures, each a child process pinned to the server core.
 
-* `TfshipEndpoint`: `python -m serving serve` (gRPC + REST) for one model/backend/batching setting;
+* `TfshipEndpoint`: `python -m tfship.serving serve` (gRPC + REST) for one model/backend/batching setting;
 * `ReferenceEndpoint`: one of the reference servers of this package (`bare_server`, `ort_server`,
   `bare_rest`), which print `READY <port>` on stdout once listening (no sleeps, no polling).
 
@@ -44,7 +44,7 @@ class TfshipEndpoint:
 
     def __init__(self, repo: Path, model: str, backend: str, batching_file: Path | None, cpu: int | None,
                  extra: tuple[str, ...] = ()) -> None:
-        from serving.launcher import ServerProcess
+        from tfship.serving.launcher import ServerProcess
 
         args = ["--file-system-poll-wait-seconds", "0", *THREAD_FLAGS, *extra]
         if batching_file:

@@ -42,14 +42,14 @@ async def measure(repo: Path, model: str, request: bytes, calls: int, repeats: i
     two requests; 64 MiB is twice this machine's L3.
     """
     from bench.serve.identity import register
-    from core import protocol
-    from serving.dataplane import DataPlane
-    from serving.grpc_transport import PredictionServicer
-    from serving.manager import ModelManager
-    from serving.metrics import Metrics
-    from serving.model_config import from_repository
-    from serving.runtimes.base import RuntimeOptions
-    from serving.types import ServerLimits
+    from tfship.core import protocol
+    from tfship.serving.dataplane import DataPlane
+    from tfship.serving.grpc_transport import PredictionServicer
+    from tfship.serving.manager import ModelManager
+    from tfship.serving.metrics import Metrics
+    from tfship.serving.model_config import from_repository
+    from tfship.serving.runtimes.base import RuntimeOptions
+    from tfship.serving.types import ServerLimits
 
     register()
     metrics, executor = Metrics(), ThreadPoolExecutor(2)

@@ -5,7 +5,7 @@ Serves a version folder holding only `identity.json`, which declares the contrac
 input is returned under the same alias, so the response carries as many bytes as the request.
 A benchmark and test fixture, not a production backend: `register()` adds it to the serving registry
 (last, so `auto` picks it only for folders with no real model artifact), and `python -m bench.serve.identity
-serve ...` is `python -m serving serve ...` with it registered (what the benchmark and tests start).
+serve ...` is `python -m tfship.serving serve ...` with it registered (what the benchmark and tests start).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from core.contract import Signature, TensorSpec
-from serving.runtimes import REGISTRY
-from serving.runtimes.base import Runtime, RuntimeLoadError
+from tfship.core.contract import Signature, TensorSpec
+from tfship.serving.runtimes import REGISTRY
+from tfship.serving.runtimes.base import Runtime, RuntimeLoadError
 
 
 class IdentityRuntime(Runtime):
@@ -72,9 +72,9 @@ def register() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m serving ...` with the `identity` backend registered; returns the exit code."""
+    """`python -m tfship.serving ...` with the `identity` backend registered; returns the exit code."""
     register()
-    from serving import cli
+    from tfship.serving import cli
 
     return cli.main(argv)
 

@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cpu:
         os.sched_setaffinity(0, set(args.cpu))
     from bench.serve.identity import register
-    from serving.runtimes import REGISTRY, RuntimeOptions
+    from tfship.serving.runtimes import REGISTRY, RuntimeOptions
 
     register()
 

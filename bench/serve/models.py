@@ -82,7 +82,7 @@ def _convert(version_dir: Path, alias: str, shape: tuple[int, ...]) -> None:
     """tf2onnx + TFLiteConverter from the SavedModel, then compare both with TF (atol 1e-4); raises on mismatch."""
     import tensorflow as tf
 
-    from pipeline.conversion.onnx_convert import onnx_command
+    from tfship.pipeline.conversion.onnx_convert import onnx_command
 
     subprocess.run(
         onnx_command(version_dir, version_dir / "model.onnx", "serving_default", 17),
@@ -98,7 +98,7 @@ def _convert(version_dir: Path, alias: str, shape: tuple[int, ...]) -> None:
     (version_dir / "model.tflite").write_bytes(converter.convert())
     x = np.random.default_rng(0).random((4, *shape), dtype=np.float32)
     want = loaded.signatures["serving_default"](tf.constant(x))["probabilities"]
-    from serving.runtimes import REGISTRY, RuntimeOptions
+    from tfship.serving.runtimes import REGISTRY, RuntimeOptions
 
     failures = []
     for backend in ("onnx", "tflite"):
@@ -183,8 +183,8 @@ def load_infos(work: Path) -> list[ModelInfo]:
 
 def request_bytes(model_name: str, alias: str, shape: tuple[int, ...], rows: int = 1, seed: int = 0) -> bytes:
     """A serialised `tensorflow.serving.PredictRequest` for `model_name` with `rows` random rows in [0, 1)."""
-    from core import protocol
-    from serving.tensors import to_tensor_proto
+    from tfship.core import protocol
+    from tfship.serving.tensors import to_tensor_proto
 
     request = protocol.PredictRequest()
     request.model_spec.name = model_name

@@ -20,10 +20,10 @@ VARIANTS = {"baseline": {}, "check_numerics": {"train.check_numerics": True},
 def _build(name: str, overrides: dict):
     import tensorflow as tf
 
-    from pipeline.config import load_config
-    from pipeline.data.splits import load_split_arrays
-    from pipeline.training.train import TrainInputs, _Loop
-    from pipeline.training.train_checks import numerics_checked_tracing
+    from tfship.pipeline.config import load_config
+    from tfship.pipeline.data.splits import load_split_arrays
+    from tfship.pipeline.training.train import TrainInputs, _Loop
+    from tfship.pipeline.training.train_checks import numerics_checked_tracing
 
     config = load_config(None, {"train.jit_compile": False, "train.tensorboard": False} | overrides)
     splits = load_split_arrays(config.data, config.run.seed)

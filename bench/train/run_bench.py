@@ -40,12 +40,12 @@ def bench_case(model_name: str, mode: str, precision: str, *, warmup: int, windo
     """Time one case on a fixed digits batch (float32 [batch_size, 8, 8, 1]); see the module docstring."""
     import tensorflow as tf
 
-    from pipeline.config import load_config
-    from pipeline.data.splits import load_split_arrays
-    from pipeline.training.distribute import training_runtime
-    from pipeline.training.model import build_model
-    from pipeline.training.optim import build_optimizer
-    from pipeline.training.train_step import StepFunctions
+    from tfship.pipeline.config import load_config
+    from tfship.pipeline.data.splits import load_split_arrays
+    from tfship.pipeline.training.distribute import training_runtime
+    from tfship.pipeline.training.model import build_model
+    from tfship.pipeline.training.optim import build_optimizer
+    from tfship.pipeline.training.train_step import StepFunctions
 
     config = load_config(None, MODELS[model_name] | {"train.mixed_precision": precision,
                                                      "train.run_eagerly": mode == "eager",

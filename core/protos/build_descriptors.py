@@ -4,7 +4,7 @@ Development-time only (needs `tensorflow-serving-api`, hence TensorFlow). Walks 
 modules' `DESCRIPTOR`s transitively and writes every file they depend on, dependencies first, so
 `core.protocol` can rebuild the same messages at runtime with `descriptor_pool` alone.
 
-Usage: `python -m core.protos.build_descriptors [--output PATH]`
+Usage: `python -m tfship.core.protos.build_descriptors [--output PATH]`
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Development-time only: needs `grpcio-tools` (protoc), which the serving package 
 the project's environment (it would upgrade setuptools there); use a throwaway one:
 
     python3.11 -m venv /tmp/protoc && /tmp/protoc/bin/pip install grpcio-tools==1.85.1
-    /tmp/protoc/bin/python -m core.protos.build_open_inference
+    /tmp/protoc/bin/python -m tfship.core.protos.build_open_inference
 
 The descriptor is a serialized `FileDescriptorSet` holding the one file (it imports nothing), written
 deterministically; `core.kserve_protocol` loads it into tfship's private descriptor pool.

@@ -1,7 +1,7 @@
 """Container entry point: turn TF Serving-style env vars into the server's flags, then exec it.
 
 The image's ENTRYPOINT runs this file in exec form; it replaces itself with
-`python -m serving ...` (os.execv), so the server is PID 1 and gets SIGTERM directly from
+`python -m tfship.serving ...` (os.execv), so the server is PID 1 and gets SIGTERM directly from
 `docker stop` or the kubelet. Arguments given to the container (CMD / `args:`) are appended
 after the flags built here, so they can add or override any flag.
 
@@ -23,7 +23,7 @@ import sys
 def server_argv(env: dict[str, str], extra: list[str]) -> list[str]:
     """The server's command line for this environment (extra args appended last)."""
     return [
-        sys.executable, "-m", "serving",
+        sys.executable, "-m", "tfship.serving",
         "--repository", env.get("MODEL_BASE_PATH", "/models"),
         "--model-name", env.get("MODEL_NAME", "model"),
         "--host", "0.0.0.0",

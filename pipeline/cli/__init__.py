@@ -1,8 +1,8 @@
 """The `tfship` command line: the parser and entry point (`app`), the shared arguments and the handlers.
 
-`main` is re-exported here because the console script is `pipeline.cli:main`.
+`main` is re-exported here because the console script is `tfship.pipeline.cli:main`.
 """
 
-from pipeline.cli.app import main
+from tfship.pipeline.cli.app import main
 
 __all__ = ["main"]

@@ -1,7 +1,7 @@
-"""`python -m pipeline.cli ...` is the `tfship` command."""
+"""`python -m tfship.pipeline.cli ...` is the `tfship` command."""
 
 import sys
 
-from pipeline.cli import main
+from tfship.pipeline.cli import main
 
 sys.exit(main())

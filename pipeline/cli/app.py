@@ -12,22 +12,22 @@ import os
 import sys
 from pathlib import Path
 
-from core.errors import TfshipError, cli_error
-from pipeline.cli.arguments import add_config_arguments, add_run_folder_argument
+from tfship.core.errors import TfshipError, cli_error
+from tfship.pipeline.cli.arguments import add_config_arguments, add_run_folder_argument
 
 
 def _held_out_digits(count: int, config: Path | None):
     """`tfship query`'s samples: the pipeline's held-out test split (data read only when the command runs)."""
-    from pipeline.data.splits import held_out_digits
+    from tfship.pipeline.data.splits import held_out_digits
 
     return held_out_digits(count, config)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand registered."""
-    import deploy.cli as deploy
-    from pipeline.cli import commands
-    from serving import cli as serving_cli
+    import tfship.deploy.cli as deploy
+    from tfship.pipeline.cli import commands
+    from tfship.serving import cli as serving_cli
 
     parser = argparse.ArgumentParser(prog="tfship", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)

@@ -30,7 +30,7 @@ def add_run_folder_argument(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace):
     """The validated config from `--config`, `--set` and the shortcut flags (raises ConfigError)."""
-    from pipeline.config import load_config, parse_override
+    from tfship.pipeline.config import load_config, parse_override
 
     overrides = dict(parse_override(text) for text in args.overrides)
     if args.epochs is not None:
@@ -44,7 +44,7 @@ def config_from_args(args: argparse.Namespace):
     elif getattr(args, "model", None) and args.config is None and "run.model_name" not in overrides:
         overrides["run.model_name"] = model_name_from(args.model)  # never publish a user's model as "digits"
     config = load_config(args.config, overrides)
-    from pipeline.conversion.artifacts import check_required
+    from tfship.pipeline.conversion.artifacts import check_required
 
     check_required(config.convert)
     return config

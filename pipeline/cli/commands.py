@@ -9,7 +9,7 @@ import time
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from pipeline.orchestration.stages import RunFolder, StageRecord, StageStatus
+from tfship.pipeline.orchestration.stages import RunFolder, StageRecord, StageStatus
 
 console = Console(width=None if Console().is_terminal else 160)
 
@@ -34,19 +34,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     """
     from rich.table import Table
 
-    from core.errors import ConfigError
-    from pipeline.cli.arguments import config_from_args
-    from pipeline.export_only.user_model import ExportOnlyRequest
-    from pipeline.orchestration.outcomes import RunStatus
-    from pipeline.orchestration.report import summary_tables, write_report
-    from pipeline.orchestration.run import run_export_only, run_pipeline
+    from tfship.core.errors import ConfigError
+    from tfship.pipeline.cli.arguments import config_from_args
+    from tfship.pipeline.export_only.user_model import ExportOnlyRequest
+    from tfship.pipeline.orchestration.outcomes import RunStatus
+    from tfship.pipeline.orchestration.report import summary_tables, write_report
+    from tfship.pipeline.orchestration.run import run_export_only, run_pipeline
 
     config = config_from_args(args)
     started = time.perf_counter()
     if bool(getattr(args, "model", None)) != bool(getattr(args, "data", None)):
         raise ConfigError("tfship run: --model and --data go together (export-only mode needs both)")
     if getattr(args, "resume", None):
-        from pipeline.orchestration.resume import resume_pipeline
+        from tfship.pipeline.orchestration.resume import resume_pipeline
 
         with _progress() as progress:
             result = resume_pipeline(args.resume, config, progress, _print_stage)
@@ -79,21 +79,21 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run_folder(args: argparse.Namespace, config) -> RunFolder:
-    from pipeline.orchestration.run import latest_run
+    from tfship.pipeline.orchestration.run import latest_run
 
     return RunFolder(args.run.resolve()) if args.run else latest_run(config.run.runs_dir)
 
 
 def _stage_command(args: argparse.Namespace, name: str) -> int:
     """Run one stage of the chain alone (`pipeline.orchestration.run.run_single_stage`) and print its result."""
-    from pipeline.cli.arguments import config_from_args
-    from pipeline.orchestration.chain import StageContext
-    from pipeline.orchestration.run import run_single_stage
+    from tfship.pipeline.cli.arguments import config_from_args
+    from tfship.pipeline.orchestration.chain import StageContext
+    from tfship.pipeline.orchestration.run import run_single_stage
 
     config = config_from_args(args)
     if name == "train":
         if getattr(args, "resume", None):
-            from pipeline.orchestration.resume import resolve_run, stored_config
+            from tfship.pipeline.orchestration.resume import resolve_run, stored_config
 
             run = resolve_run(args.resume, config.run.runs_dir)
             config = stored_config(run)
@@ -116,7 +116,7 @@ def _stage_command(args: argparse.Namespace, name: str) -> int:
         return 0
     result = run_single_stage(ctx, name)
     if name == "validate":
-        from pipeline.orchestration.report import summary_tables
+        from tfship.pipeline.orchestration.report import summary_tables
 
         console.print(summary_tables({"parity": result.to_json()}, [])[1])
         console.print(f"run folder: {run.root} (full figures in parity.json)", soft_wrap=True)
@@ -150,9 +150,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _train_workers(args: argparse.Namespace) -> int:
     """`tfship train --workers N` (pipeline.training.workers): exit code = the worst worker's."""
-    from core.errors import ConfigError
-    from pipeline.cli.arguments import config_from_args
-    from pipeline.training.workers import launch_workers, worst_exit_code
+    from tfship.core.errors import ConfigError
+    from tfship.pipeline.cli.arguments import config_from_args
+    from tfship.pipeline.training.workers import launch_workers, worst_exit_code
 
     if args.resume:
         raise ConfigError("tfship train: --workers and --resume do not go together")
@@ -191,7 +191,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     """`tfship inspect PATH`: signatures of a SavedModel, .tflite or .onnx."""
-    from pipeline.cli.inspect_artifact import describe, print_description
+    from tfship.pipeline.cli.inspect_artifact import describe, print_description
 
     info = describe(args.path)
     if args.json:

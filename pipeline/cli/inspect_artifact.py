@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from core.errors import ConfigError
+from tfship.core.errors import ConfigError
 
 
 def _resolve(path: Path) -> Path:
@@ -42,13 +42,13 @@ def describe(path: Path) -> dict[str, Any]:
     """
     path = _resolve(Path(path))
     if (path / "saved_model.pb").is_file():
-        from core.saved_model import read_signatures
+        from tfship.core.saved_model import read_signatures
 
         contracts = read_signatures(path)
         return {"format": "saved_model", "path": str(path),
                 "signatures": {k: c.to_json() for k, c in contracts.items()}} | _outcomes(path)
     if path.suffix == ".tflite" and path.is_file():
-        from tflite.inspect import describe_tflite
+        from tfship.tflite.inspect import describe_tflite
 
         info = describe_tflite(path)
         info["signatures"] = {

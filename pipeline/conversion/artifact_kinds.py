@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.errors import TfshipError
-from pipeline.conversion.artifacts import ArtifactKind, ConversionJob, VariantOutcome, register_artifact_kind
-from pipeline.conversion.tfjs_kinds import register_tfjs_kinds
+from tfship.core.errors import TfshipError
+from tfship.pipeline.conversion.artifacts import ArtifactKind, ConversionJob, VariantOutcome, register_artifact_kind
+from tfship.pipeline.conversion.tfjs_kinds import register_tfjs_kinds
 
 TFLITE_MODES = ("float32", "float16", "dynamic_range", "int8")
 
@@ -24,7 +24,7 @@ def tflite_filename(mode: str) -> str:
 
 def convert_onnx(job: ConversionJob) -> VariantOutcome:
     """tf2onnx's SavedModel route in a child process, checked (`pipeline.conversion.onnx_convert`)."""
-    from pipeline.conversion.onnx_convert import convert_to_onnx
+    from tfship.pipeline.conversion.onnx_convert import convert_to_onnx
 
     path = job.version_dir / "model.onnx"
     try:
@@ -42,10 +42,10 @@ def tflite_converter(mode: str):
     """
 
     def convert(job: ConversionJob) -> VariantOutcome:
-        from pipeline.conversion.large_models import tflite_refusal
-        from signatures.recurrent import FUSED_LSTM_NOTE, TENSOR_LIST_FAILURE
-        from tflite.convert import convert_tflite
-        from tflite.modes import TfliteMode, TfliteOptions
+        from tfship.pipeline.conversion.large_models import tflite_refusal
+        from tfship.signatures.recurrent import FUSED_LSTM_NOTE, TENSOR_LIST_FAILURE
+        from tfship.tflite.convert import convert_tflite
+        from tfship.tflite.modes import TfliteMode, TfliteOptions
 
         settings, name = job.settings, f"tflite_{mode}"
         options = TfliteOptions(mode=TfliteMode(mode), representative_samples=settings.representative_samples,

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from core.errors import ConfigError
+from tfship.core.errors import ConfigError
 
 Runner = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
 FLOAT_MODES = ("float32", "float16")
@@ -196,7 +196,7 @@ class RuntimeRunner:
     """
 
     def __init__(self, artifact: Artifact, runtime_options: Mapping[str, Any] | None = None) -> None:
-        from serving.runtimes import REGISTRY, RuntimeOptions
+        from tfship.serving.runtimes import REGISTRY, RuntimeOptions
 
         version_dir = artifact.path if artifact.path.is_dir() else artifact.path.parent
         options = dict(runtime_options or {})

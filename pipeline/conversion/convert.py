@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from core.contract import Signature
-from core.errors import ConversionError
-from pipeline.config import ConvertSection
-from pipeline.conversion.artifact_kinds import tflite_filename
-from pipeline.conversion.artifacts import Artifact, ConversionJob, VariantOutcome, artifact_kinds, enabled_kinds
+from tfship.core.contract import Signature
+from tfship.core.errors import ConversionError
+from tfship.pipeline.config import ConvertSection
+from tfship.pipeline.conversion.artifact_kinds import tflite_filename
+from tfship.pipeline.conversion.artifacts import Artifact, ConversionJob, VariantOutcome, artifact_kinds, enabled_kinds
 
 __all__ = ["ConvertResult", "VariantOutcome", "convert_artifacts", "raise_if_required_missing", "tflite_filename"]
 

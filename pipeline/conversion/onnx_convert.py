@@ -22,10 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
-from core.contract import Signature
-from core.errors import ConversionError
-from core.processes import die_with_parent_command
-from pipeline.conversion.large_models import onnx_needs_external_data, repack_external_data
+from tfship.core.contract import Signature
+from tfship.core.errors import ConversionError
+from tfship.core.processes import die_with_parent_command
+from tfship.pipeline.conversion.large_models import onnx_needs_external_data, repack_external_data
 
 
 @dataclass(frozen=True)
@@ -175,7 +175,7 @@ def convert_to_onnx(saved_model_dir: Path, output: Path, contract: Signature, op
 def _large_command(saved_model_dir: Path, archive: Path, signature: str, opset: int) -> list[str]:
     """tf2onnx's command line with `--large_model` (through `pipeline.conversion.tf2onnx_large`: NumPy 2 shim)."""
     command = onnx_command(saved_model_dir, archive, signature, opset)
-    return [command[0], "-m", "pipeline.conversion.tf2onnx_large", *command[3:], "--large_model"]
+    return [command[0], "-m", "tfship.pipeline.conversion.tf2onnx_large", *command[3:], "--large_model"]
 
 
 def _convert_external(saved_model_dir: Path, output: Path, contract: Signature, opset: int,

@@ -1,4 +1,4 @@
-"""`python -m pipeline.conversion.tf2onnx_large ARGS`: tf2onnx's command line for its large-model path.
+"""`python -m tfship.pipeline.conversion.tf2onnx_large ARGS`: tf2onnx's command line for its large-model path.
 
 tf2onnx 1.17's `--large_model` path calls `numpy.product`, which NumPy 2.0 removed (the pinned NumPy is
 2.x), so that path fails with AttributeError before writing anything. This entry point, run only in the

@@ -9,15 +9,15 @@ backend serves it, so the serve-check skips it; it is published as static files 
 
 from __future__ import annotations
 
-from pipeline.conversion.artifacts import VariantOutcome
-from tfjs.convert import TfjsQuantization
+from tfship.pipeline.conversion.artifacts import VariantOutcome
+from tfship.tfjs.convert import TfjsQuantization
 
 
 def tfjs_converter(quantization: TfjsQuantization):
     """The converter of one TF.js mode: `ConversionJob -> VariantOutcome`."""
 
     def convert(job):
-        from tfjs.convert import convert_tfjs
+        from tfship.tfjs.convert import convert_tfjs
 
         done = convert_tfjs(job.version_dir, job.version_dir / quantization.folder, quantization, job.sample,
                             job.contract.output_names(), job.settings.timeout_seconds)
@@ -29,7 +29,7 @@ def tfjs_converter(quantization: TfjsQuantization):
 
 def open_node_runner(path):
     """A runner for a TF.js folder: a Node.js child that is stopped when the runner is closed."""
-    from tfjs.node_runner import NodeGraphModelRunner
+    from tfship.tfjs.node_runner import NodeGraphModelRunner
 
     return NodeGraphModelRunner(path)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from core.errors import DatasetError
+from tfship.core.errors import DatasetError
 
 DIGITS_IMAGE_SHAPE = (8, 8, 1)
 DIGITS_PIXEL_MAX = 16.0

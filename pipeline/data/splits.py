@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from core.errors import DatasetError
-from pipeline.config import DataSection
-from pipeline.data.sources import DIGITS_IMAGE_SHAPE, DIGITS_PIXEL_MAX, read_digits, read_source
+from tfship.core.errors import DatasetError
+from tfship.pipeline.config import DataSection
+from tfship.pipeline.data.sources import DIGITS_IMAGE_SHAPE, DIGITS_PIXEL_MAX, read_digits, read_source
 
 __all__ = ["ArraySplit", "DatasetSplits", "DIGITS_IMAGE_SHAPE", "DIGITS_PIXEL_MAX", "load_digits_arrays",
            "load_split_arrays", "make_dataset"]
@@ -132,7 +132,7 @@ def held_out_digits(count: int, config: Path | None = None) -> tuple[np.ndarray,
     Raises:
         ConfigError, DatasetError: the config or its data source is unusable.
     """
-    from pipeline.config import load_config
+    from tfship.pipeline.config import load_config
 
     cfg = load_config(config)
     test = load_split_arrays(cfg.data, cfg.run.seed).test

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from core.contract import Signature
-from core.errors import ConfigError, DatasetError
+from tfship.core.contract import Signature
+from tfship.core.errors import ConfigError, DatasetError
 
 LABEL_KEYS = ("y", "label", "labels")
 
@@ -125,7 +125,7 @@ def load_user_model(spec: str, custom_objects: tuple[str, ...] = ()):
 
 def _as_text(name: str, array: np.ndarray, where: str) -> np.ndarray:
     """A text input as numpy unicode, whether the file holds `str`, UTF-8 `bytes` or objects of either."""
-    from pipeline.conversion.artifacts import as_text
+    from tfship.pipeline.conversion.artifacts import as_text
 
     if array.dtype.kind not in "OSU":
         raise DatasetError(f"{where}: input '{name}' is a string input; the array holds {array.dtype} values")
@@ -148,7 +148,7 @@ def _coerce(name: str, array: np.ndarray, dtype: str, shape: tuple | None, where
 
 
 def _read_arrays(path: Path, contract: Signature) -> tuple[dict[str, np.ndarray], np.ndarray | None, tuple]:
-    from pipeline.data import sources
+    from tfship.pipeline.data import sources
 
     names = list(contract.input_names())
     if path.is_dir():

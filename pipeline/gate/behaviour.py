@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from core.errors import AuditError
-from pipeline.gate.compare import Tolerance, compare_outputs
+from tfship.core.errors import AuditError
+from tfship.pipeline.gate.compare import Tolerance, compare_outputs
 
 BATCH = 8
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.conversion.artifacts import as_text
+from tfship.pipeline.conversion.artifacts import as_text
 
 __all__ = ["ERROR_BIN_EDGES", "OutputParity", "Tolerance", "as_text", "compare_output", "compare_outputs", "failures",
            "saturation"]
@@ -207,7 +207,7 @@ def compare_outputs(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray
     Returns:
         One row per reference output, in `want`'s order.
     """
-    from pipeline.gate.task_metric import index_scores as find_index_scores
+    from tfship.pipeline.gate.task_metric import index_scores as find_index_scores
 
     pairs = find_index_scores(want) if index_scores is None else index_scores
     rows = []

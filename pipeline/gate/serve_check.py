@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from core.errors import StageError
-from pipeline.conversion.artifacts import SAVED_MODEL
-from pipeline.gate.compare import Tolerance, compare_outputs, failures
+from tfship.core.errors import StageError
+from tfship.pipeline.conversion.artifacts import SAVED_MODEL
+from tfship.pipeline.gate.compare import Tolerance, compare_outputs, failures
 
 
 @dataclass(frozen=True)
@@ -75,8 +75,8 @@ class ServeCheckResult:
 
 def _check_one(repository: Path, model_name: str, version: int, target: ServeTarget, inputs: dict[str, np.ndarray],
                expected: dict[str, np.ndarray], batch_sizes: tuple[int, ...]) -> dict[str, Any]:
-    from serving.client import PredictClient
-    from serving.launcher import ServerProcess
+    from tfship.serving.client import PredictClient
+    from tfship.serving.launcher import ServerProcess
 
     started = time.perf_counter()
     worst, problems, answers, offset = 0.0, [], [], 0

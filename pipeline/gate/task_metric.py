@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.errors import ParityError
+from tfship.core.errors import ParityError
 
 
 @dataclass(frozen=True)

@@ -37,12 +37,12 @@ from typing import Any
 
 import numpy as np
 
-from core.contract import Signature
-from core.errors import ParityError
-from pipeline.config import ValidateSection
-from pipeline.conversion.artifacts import FLOAT_MODES, SAVED_MODEL, Artifact, Runner, open_runner
-from pipeline.gate.compare import ERROR_BIN_EDGES, OutputParity, Tolerance, compare_outputs, failures
-from pipeline.gate.task_metric import TaskMetric, index_scores, infer_task
+from tfship.core.contract import Signature
+from tfship.core.errors import ParityError
+from tfship.pipeline.config import ValidateSection
+from tfship.pipeline.conversion.artifacts import FLOAT_MODES, SAVED_MODEL, Artifact, Runner, open_runner
+from tfship.pipeline.gate.compare import ERROR_BIN_EDGES, OutputParity, Tolerance, compare_outputs, failures
+from tfship.pipeline.gate.task_metric import TaskMetric, index_scores, infer_task
 
 TIE_ERROR_QUANTILE = 0.99
 

@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.errors import StageError
-from pipeline.config import PipelineConfig
-from pipeline.orchestration import steps
-from pipeline.orchestration.stages import RunFolder, StageRecord
+from tfship.core.errors import StageError
+from tfship.pipeline.config import PipelineConfig
+from tfship.pipeline.orchestration import steps
+from tfship.pipeline.orchestration.stages import RunFolder, StageRecord
 
 RESUMED = {"skipped": "outputs complete and valid in the resumed run; not rerun"}
 
@@ -81,11 +81,11 @@ def load_run_data(config: PipelineConfig, run: RunFolder):
     Raises:
         DatasetError, StageError: the data cannot be read, or the run has no SavedModel yet.
     """
-    from pipeline.data.splits import load_split_arrays
+    from tfship.pipeline.data.splits import load_split_arrays
 
     stored = _json(run, "config.json") or {}
     if "export_only" in stored:
-        from pipeline.export_only.user_model import load_user_data
+        from tfship.pipeline.export_only.user_model import load_user_data
 
         return load_user_data(Path(stored["export_only"]["data"]), steps.read_contract(run),
                               config.convert.representative_samples, config.run.seed, config.data.classes)
@@ -106,10 +106,10 @@ def _passed(run: RunFolder, name: str) -> bool:
 
 def _data(ctx: StageContext):
     if ctx.request is not None:
-        from pipeline.export_only.user_model import load_user_model
+        from tfship.pipeline.export_only.user_model import load_user_model
 
         return load_user_model(ctx.request.model, ctx.request.custom_objects)
-    from pipeline.data.splits import load_split_arrays
+    from tfship.pipeline.data.splits import load_split_arrays
 
     ctx.data = load_split_arrays(ctx.config.data, ctx.config.run.seed)
     return ctx.data
@@ -160,7 +160,7 @@ def _publish(ctx: StageContext):
 
 
 def _stored_publish(ctx: StageContext):
-    from pipeline.orchestration.publish import PublishResult
+    from tfship.pipeline.orchestration.publish import PublishResult
 
     summary = _json(ctx.run, "summary.json") or {}
     version_dir = Path(summary["published"])

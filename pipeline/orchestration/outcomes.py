@@ -17,8 +17,8 @@ import enum
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from core.errors import CLI_EXIT_CODE
-from pipeline.conversion.artifacts import SAVED_MODEL, artifact_kinds
+from tfship.core.errors import CLI_EXIT_CODE
+from tfship.pipeline.conversion.artifacts import SAVED_MODEL, artifact_kinds
 
 PARTIAL_EXIT_CODE = 3
 PUBLISHED = "published"

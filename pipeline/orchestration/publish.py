@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from core.errors import StageError
-from core.files import write_json_atomic
+from tfship.core.errors import StageError
+from tfship.core.files import write_json_atomic
 
 WARMUP_FILE = Path("assets.extra") / "tf_serving_warmup_requests"
 GOLDEN_FILE = Path("assets.extra") / "tfship_golden.npz"

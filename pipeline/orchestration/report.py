@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pipeline.orchestration.stages import RunFolder, StageRecord
+from tfship.pipeline.orchestration.stages import RunFolder, StageRecord
 
 
 def _human_bytes(size: int) -> str:

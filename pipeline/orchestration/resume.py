@@ -11,9 +11,9 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from core.errors import ConfigError, StageError
-from pipeline.config import PipelineConfig
-from pipeline.orchestration.stages import RunFolder, StageRecord
+from tfship.core.errors import ConfigError, StageError
+from tfship.pipeline.config import PipelineConfig
+from tfship.pipeline.orchestration.stages import RunFolder, StageRecord
 
 
 def resolve_run(reference: str | Path, runs_dir: Path) -> RunFolder:
@@ -22,7 +22,7 @@ def resolve_run(reference: str | Path, runs_dir: Path) -> RunFolder:
     Raises:
         StageError: no such run folder.
     """
-    from pipeline.orchestration.run import latest_run
+    from tfship.pipeline.orchestration.run import latest_run
 
     if str(reference) == "latest":
         return latest_run(runs_dir)
@@ -63,9 +63,9 @@ def resume_pipeline(reference: str | Path, config: PipelineConfig, progress=None
     Raises:
         TfshipError: the failing stage's error (its record, report.json and report.md are already written).
     """
-    from pipeline.export_only.user_model import ExportOnlyRequest
-    from pipeline.orchestration.chain import StageContext
-    from pipeline.orchestration.run import execute
+    from tfship.pipeline.export_only.user_model import ExportOnlyRequest
+    from tfship.pipeline.orchestration.chain import StageContext
+    from tfship.pipeline.orchestration.run import execute
 
     run = resolve_run(reference, config.run.runs_dir)
     config = stored_config(run)

@@ -16,14 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from core.errors import StageError, TfshipError
-from pipeline.config import PipelineConfig
-from pipeline.export_only.user_model import ExportOnlyRequest
-from pipeline.orchestration import steps
-from pipeline.orchestration.chain import STAGES, StageContext, run_chain
-from pipeline.orchestration.outcomes import RunStatus, artifact_outcomes, run_status, status_line
-from pipeline.orchestration.publish import PublishResult
-from pipeline.orchestration.stages import RunFolder, StageRecord, StageStatus
+from tfship.core.errors import StageError, TfshipError
+from tfship.pipeline.config import PipelineConfig
+from tfship.pipeline.export_only.user_model import ExportOnlyRequest
+from tfship.pipeline.orchestration import steps
+from tfship.pipeline.orchestration.chain import STAGES, StageContext, run_chain
+from tfship.pipeline.orchestration.outcomes import RunStatus, artifact_outcomes, run_status, status_line
+from tfship.pipeline.orchestration.publish import PublishResult
+from tfship.pipeline.orchestration.stages import RunFolder, StageRecord, StageStatus
 
 T = TypeVar("T")
 STAGE_NAMES = tuple(STAGES)
@@ -150,7 +150,7 @@ def reported_failure(config: PipelineConfig, run: RunFolder, extra: dict[str, An
     try:
         yield
     except TfshipError as err:
-        from pipeline.orchestration.report import write_report
+        from tfship.pipeline.orchestration.report import write_report
 
         stages = _read(run, "stages.json") or []
         write_report(run, run_summary(config, run, None, extra | {"error": f"{type(err).__name__}: {err}",

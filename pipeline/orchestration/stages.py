@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.files import write_json_atomic
+from tfship.core.files import write_json_atomic
 
 
 class StageStatus(str, enum.Enum):

@@ -15,19 +15,26 @@ from pathlib import Path
 
 import numpy as np
 
-from core.contract import Signature
-from core.errors import ContractError, StageError
-from core.saved_model import read_signatures
-from pipeline.config import PipelineConfig
-from pipeline.conversion.artifacts import SAVED_MODEL, Artifact, artifact_kinds, as_text, check_required, open_runner
-from pipeline.conversion.convert import ConvertResult, convert_artifacts, raise_if_required_missing, remove_path
-from pipeline.data.splits import DatasetSplits
-from pipeline.export_only.user_model import EvalData
-from pipeline.gate.serve_check import ServeCheckResult, ServeTarget, serve_check
-from pipeline.gate.serve_check import raise_if_failed as raise_if_serve_check_failed
-from pipeline.gate.validate import ParityReport, raise_if_failed, tolerance_for, validate_artifacts
-from pipeline.orchestration.outcomes import artifact_outcomes, left_out_files, run_status
-from pipeline.orchestration.publish import (
+from tfship.core.contract import Signature
+from tfship.core.errors import ContractError, StageError
+from tfship.core.saved_model import read_signatures
+from tfship.pipeline.config import PipelineConfig
+from tfship.pipeline.conversion.artifacts import (
+    SAVED_MODEL,
+    Artifact,
+    artifact_kinds,
+    as_text,
+    check_required,
+    open_runner,
+)
+from tfship.pipeline.conversion.convert import ConvertResult, convert_artifacts, raise_if_required_missing, remove_path
+from tfship.pipeline.data.splits import DatasetSplits
+from tfship.pipeline.export_only.user_model import EvalData
+from tfship.pipeline.gate.serve_check import ServeCheckResult, ServeTarget, serve_check
+from tfship.pipeline.gate.serve_check import raise_if_failed as raise_if_serve_check_failed
+from tfship.pipeline.gate.validate import ParityReport, raise_if_failed, tolerance_for, validate_artifacts
+from tfship.pipeline.orchestration.outcomes import artifact_outcomes, left_out_files, run_status
+from tfship.pipeline.orchestration.publish import (
     PublishResult,
     git_commit,
     library_versions,
@@ -35,11 +42,11 @@ from pipeline.orchestration.publish import (
     write_golden_set,
     write_warmup_requests,
 )
-from pipeline.orchestration.stages import RunFolder
-from pipeline.training.train import TrainInputs, TrainResult, train_model
-from signatures.audit import AuditReport, audit_saved_model
-from signatures.audit import raise_if_failed as raise_if_audit_failed
-from signatures.export import build_classifier_module, classifier_contract, export_saved_model
+from tfship.pipeline.orchestration.stages import RunFolder
+from tfship.pipeline.training.train import TrainInputs, TrainResult, train_model
+from tfship.signatures.audit import AuditReport, audit_saved_model
+from tfship.signatures.audit import raise_if_failed as raise_if_audit_failed
+from tfship.signatures.export import build_classifier_module, classifier_contract, export_saved_model
 
 GOLDEN_SAMPLES = 64
 SERVE_BATCH_SIZES = (1, 7, 32)  # the serve-check's requests (rows each)
@@ -73,8 +80,8 @@ def _test_inputs(contract: Signature, splits: DatasetSplits | EvalData) -> dict[
 
 def _audit_and_prove(config: PipelineConfig, run: RunFolder, contract: Signature, inputs,
                      expected_variables, layers) -> ExportOutcome:
-    from pipeline.gate.behaviour import check_behaviour
-    from pipeline.gate.behaviour import raise_if_failed as raise_if_behaviour_failed
+    from tfship.pipeline.gate.behaviour import check_behaviour
+    from tfship.pipeline.gate.behaviour import raise_if_failed as raise_if_behaviour_failed
 
     audit = audit_saved_model(run.artifacts, expected_variables=expected_variables, layers=layers)
     behaviour = check_behaviour(run.artifacts, inputs, contract.name, config.parity.atol, config.parity.rtol) \
@@ -99,10 +106,10 @@ def export_user_stage(config: PipelineConfig, run: RunFolder, model, data_path: 
     Raises:
         ContractError, AuditError, DatasetError: the export, the audit, the behaviour checks or the data.
     """
-    from pipeline.export_only.user_model import load_user_data
-    from signatures.export import build_savedmodel_module
-    from signatures.keras_export import build_keras_module, contract_from_keras, extra_contract, float32_copy
-    from signatures.layers import keras_layers
+    from tfship.pipeline.export_only.user_model import load_user_data
+    from tfship.signatures.export import build_savedmodel_module
+    from tfship.signatures.keras_export import build_keras_module, contract_from_keras, extra_contract, float32_copy
+    from tfship.signatures.layers import keras_layers
 
     if isinstance(model, Path):
         contract = _user_saved_model_contract(model, tags)
@@ -173,8 +180,8 @@ def export_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits, 
         if not model_path.is_file():
             raise StageError(f"export: {model_path} does not exist; run the train stage first")
         model = keras.models.load_model(model_path)
-    from signatures.keras_export import float32_copy, low_precision_layers
-    from signatures.layers import keras_layers
+    from tfship.signatures.keras_export import float32_copy, low_precision_layers
+    from tfship.signatures.layers import keras_layers
 
     trained_policies = sorted(set(low_precision_layers(model).values()))
     model = float32_copy(model)
@@ -225,7 +232,7 @@ def _tflite_sources(run: RunFolder) -> dict:
 
 def _write_recipe_sources(run: RunFolder, model, contract: Signature, build_module=None) -> dict:
     """An unrolled copy of a recurrent model for the TFLite converter (`signatures.recurrent`); its record."""
-    from signatures.recurrent import write_unrolled_source
+    from tfship.signatures.recurrent import write_unrolled_source
 
     return write_unrolled_source(model, contract, run.root / "tflite_sources" / "unrolled", build_module)
 
@@ -266,7 +273,7 @@ def _golden(run: RunFolder, contract: Signature, splits: DatasetSplits | EvalDat
 
 def _own_answers(artifact: Artifact, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The artifact's outputs in process, request by request as serve-check sends them."""
-    from pipeline.gate.validate import run_batched
+    from tfship.pipeline.gate.validate import run_batched
 
     runner, chunks, offset = open_runner(artifact), [], 0
     for size in SERVE_BATCH_SIZES:

@@ -13,8 +13,8 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from core.errors import ConfigError
-from pipeline.config import TrainSection
+from tfship.core.errors import ConfigError
+from tfship.pipeline.config import TrainSection
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 
-from core.errors import ConfigError
+from tfship.core.errors import ConfigError
 
 
 def _walk(layer):

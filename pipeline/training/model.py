@@ -15,8 +15,8 @@ import importlib
 
 import numpy as np
 
-from core.errors import ConfigError
-from pipeline.config import ModelSection
+from tfship.core.errors import ConfigError
+from tfship.pipeline.config import ModelSection
 
 NUM_DIGIT_CLASSES = 10
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from pipeline.config import TrainSection
+from tfship.pipeline.config import TrainSection
 
 
 def _warmup_schedule_class():
@@ -78,14 +78,14 @@ def build_optimizer(config: TrainSection, total_updates: int):
 
 def current_learning_rate(optimizer) -> float:
     """The learning rate the next update uses (float), read through the strategy (`distribute.read_float`)."""
-    from pipeline.training.distribute import read_float
+    from tfship.pipeline.training.distribute import read_float
 
     return read_float(optimizer.learning_rate)
 
 
 def loss_scale(optimizer) -> float:
     """The dynamic loss scale of a `LossScaleOptimizer`; 1.0 for any other optimizer."""
-    from pipeline.training.distribute import read_float
+    from tfship.pipeline.training.distribute import read_float
 
     scale = getattr(optimizer, "dynamic_scale", None)
     return read_float(scale) if scale is not None else 1.0

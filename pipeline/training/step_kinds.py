@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.errors import ConfigError
+from tfship.core.errors import ConfigError
 
 MULTI_LOSSES = ("cross_entropy", "label_smoothing", "logit_l2", "confidence_penalty")
 

@@ -65,7 +65,7 @@ class TensorBoardLog:
         Every value is read through the strategy (`distribute.read_value`): numbers, tensors, Keras
         variables and mirrored / per-replica values all log the same way.
         """
-        from pipeline.training.distribute import read_float, read_value
+        from tfship.pipeline.training.distribute import read_float, read_value
 
         if self._train is None:
             return
@@ -81,7 +81,7 @@ class TensorBoardLog:
         """Log per-epoch validation metrics at `step`."""
         if self._validation is None:
             return
-        from pipeline.training.distribute import read_float
+        from tfship.pipeline.training.distribute import read_float
 
         with self._validation.as_default(step=step):
             for name, value in metrics.items():

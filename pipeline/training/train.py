@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from core.errors import StageError
-from pipeline.config import PipelineConfig
-from pipeline.data.splits import DatasetSplits, make_dataset
+from tfship.core.errors import StageError
+from tfship.pipeline.config import PipelineConfig
+from tfship.pipeline.data.splits import DatasetSplits, make_dataset
 
 PARTIAL_BATCH = "dropped (training batches are drop_remainder=True; evaluation keeps all)"
 
@@ -106,7 +106,7 @@ def train_model(inputs: TrainInputs, progress=None) -> TrainResult:
             a checkpoint.
         ConfigError: an invalid model or strategy setting.
     """
-    from pipeline.training.distribute import training_runtime
+    from tfship.pipeline.training.distribute import training_runtime
 
     with training_runtime(inputs.config.train, inputs.config.run.seed):
         return _Loop(inputs, progress).run()
@@ -118,9 +118,9 @@ class _Loop:
     def __init__(self, inputs: TrainInputs, progress):
         import tensorflow as tf
 
-        from pipeline.training.distribute import make_strategy
-        from pipeline.training.model import build_model
-        from pipeline.training.optim import build_optimizer, total_optimizer_updates
+        from tfship.pipeline.training.distribute import make_strategy
+        from tfship.pipeline.training.model import build_model
+        from tfship.pipeline.training.optim import build_optimizer, total_optimizer_updates
 
         self.inputs, self.progress, self.notes = inputs, progress, []
         config, splits = inputs.config, inputs.splits
@@ -140,8 +140,8 @@ class _Loop:
                 precision=config.train.mixed_precision)
             self.optimizer = build_optimizer(
                 config.train, total_optimizer_updates(self.total_steps, config.train.accumulation_steps))
-            from pipeline.training.freeze import freeze_layers
-            from pipeline.training.step_kinds import build_step_kind
+            from tfship.pipeline.training.freeze import freeze_layers
+            from tfship.pipeline.training.step_kinds import build_step_kind
 
             self.frozen = freeze_layers(self.model, config.train.freeze)  # before the optimizer: no slots for them
             self.step_kind = build_step_kind(config.train.step, len(splits.class_names))
@@ -155,7 +155,7 @@ class _Loop:
         self.dataset = make_dataset(splits.train, per_call, training=True, seed=config.run.seed,
                                     shuffle_buffer=config.data.shuffle_buffer, cache=config.data.cache, repeat=True)
         if config.train.assert_inputs:
-            from pipeline.training.train_checks import input_assertions
+            from tfship.pipeline.training.train_checks import input_assertions
 
             self.dataset = self.dataset.map(input_assertions(len(splits.class_names), splits.train.images.shape[1:]))
         self._make_iterator()
@@ -200,7 +200,7 @@ class _Loop:
     def _save(self, history: list[EpochMetrics]) -> Path:
         path = Path(self.manager.save(checkpoint_number=int(self.step.numpy())))
         if self.runtime.is_chief:
-            from core.files import write_json_atomic
+            from tfship.core.files import write_json_atomic
 
             write_json_atomic(self._history_path(), {"step": int(self.step.numpy()),
                                                      "history": [asdict(h) for h in history]})
@@ -219,7 +219,7 @@ class _Loop:
         return history
 
     def _build_step(self):
-        from pipeline.training.train_step import StepFunctions, XlaChoice, choose_step
+        from tfship.pipeline.training.train_step import StepFunctions, XlaChoice, choose_step
 
         setting = self.train.jit_compile
         if self.runtime.kind != "default" and setting is not False:
@@ -251,11 +251,11 @@ class _Loop:
         return steps, choice
 
     def run(self) -> TrainResult:
-        from pipeline.training.tensorboard_log import TensorBoardLog
+        from tfship.pipeline.training.tensorboard_log import TensorBoardLog
 
         history = self._restore() if self.inputs.resume else []
         start = int(self.step.numpy())
-        from pipeline.training.train_checks import numerics_checked_tracing, numerics_guard
+        from tfship.pipeline.training.train_checks import numerics_checked_tracing, numerics_guard
 
         # The first call of the step runs a real step (then restored): errors name step start + 1.
         with numerics_guard(self.train.check_numerics, start + 1), numerics_checked_tracing(self.train.check_numerics):
@@ -284,7 +284,7 @@ class _Loop:
                    "sparse_update_ops": steps.sparse_update_ops() if not self.train.run_eagerly else [],
                    "debug": {"check_numerics": self.train.check_numerics, "assert_inputs": self.train.assert_inputs,
                              "run_eagerly": self.train.run_eagerly}}
-        from pipeline.training.model import without_recompute
+        from tfship.pipeline.training.model import without_recompute
 
         details["recompute"] = list(self.inputs.config.model.recompute)
         test = self.inputs.splits.test
@@ -293,7 +293,7 @@ class _Loop:
                            int(self.step.numpy()), choice.jit_compile, details)
 
     def _steps(self, steps, board, history: list[EpochMetrics], task, start: int) -> bool:
-        from pipeline.training.optim import current_learning_rate, loss_scale
+        from tfship.pipeline.training.optim import current_learning_rate, loss_scale
 
         sums = self.sums.numpy().tolist()
         float16 = self.train.mixed_precision == "mixed_float16"
@@ -333,7 +333,7 @@ class _Loop:
         return False
 
     def _frozen_summary(self) -> dict:
-        from pipeline.training.freeze import frozen_weights, slots_for
+        from tfship.pipeline.training.freeze import frozen_weights, slots_for
 
         weights = frozen_weights(self.model, self.frozen)
         return {"layers": self.frozen, "weights": [w.path for w in weights],
@@ -341,7 +341,7 @@ class _Loop:
                 "optimizer_variables": len(self.optimizer.variables)}
 
     def _call_step(self, steps, images, labels, step: int):
-        from pipeline.training.train_checks import numerics_guard
+        from tfship.pipeline.training.train_checks import numerics_guard
 
         with numerics_guard(self.train.check_numerics, step):
             return steps.train_step(images, labels)

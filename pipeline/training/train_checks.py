@@ -15,7 +15,7 @@ import contextlib
 import re
 from collections.abc import Iterator
 
-from core.errors import StageError
+from tfship.core.errors import StageError
 
 
 def input_assertions(num_classes: int, example_shape: tuple[int, ...]):

@@ -38,7 +38,7 @@ class StepFunctions:
                  kind=None):
         import tensorflow as tf
 
-        from pipeline.training.step_kinds import StandardStep, StepContext
+        from tfship.pipeline.training.step_kinds import StandardStep, StepContext
 
         self.traces = 0
         self.jit_compile = jit_compile

@@ -27,8 +27,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.errors import ConfigError
-from core.processes import die_with_parent_command
+from tfship.core.errors import ConfigError
+from tfship.core.processes import die_with_parent_command
 
 STOP_GRACE_S = 10.0
 POLL_S = 0.2
@@ -112,7 +112,7 @@ def launch_workers(count: int, train_args: list[str], runs_dir: Path) -> list[Wo
                 signal.signal(sig, forward)
             for index in range(count):
                 folder = runs_dir if index == 0 else Path(scratch) / f"worker{index}" / "runs"
-                command = [sys.executable, "-m", "pipeline.cli", "train", *train_args,
+                command = [sys.executable, "-m", "tfship.pipeline.cli", "train", *train_args,
                            "--set", "train.strategy=multi_worker", "--runs-dir", str(folder)]
                 env = {**os.environ, "TF_CONFIG": tf_config(ports, index)}
                 log = None if index == 0 else Path(scratch) / f"worker{index}.log"

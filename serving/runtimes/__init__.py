@@ -1,9 +1,9 @@
 """Backends behind one interface, registered by name in `REGISTRY` (order = `auto`'s preference)."""
 
-from serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions, RuntimeRegistry
-from serving.runtimes.onnx import OnnxRuntime
-from serving.runtimes.saved_model import SavedModelRuntime
-from serving.runtimes.tflite import TfliteRuntime
+from tfship.serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions, RuntimeRegistry
+from tfship.serving.runtimes.onnx import OnnxRuntime
+from tfship.serving.runtimes.saved_model import SavedModelRuntime
+from tfship.serving.runtimes.tflite import TfliteRuntime
 
 REGISTRY = RuntimeRegistry()
 REGISTRY.register(SavedModelRuntime.name, SavedModelRuntime)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from core.contract import Signature
-from core.errors import ConfigError, FailedPreconditionError, InvalidRequestError
+from tfship.core.contract import Signature
+from tfship.core.errors import ConfigError, FailedPreconditionError, InvalidRequestError
 
 # A model call expected to take less than this (seconds) runs on the event loop: handing it to a worker
 # thread and back costs more (two GIL hand-offs and a self-pipe wake-up, ~25 % of a one-core server's time

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from core.contract import Signature, TensorSpec
-from core.saved_model import read_signatures
-from serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions, input_rejected
+from tfship.core.contract import Signature, TensorSpec
+from tfship.core.saved_model import read_signatures
+from tfship.serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions, input_rejected
 
 _INDEX_ERROR = re.compile(r"out of (data )?bounds|out of range|invalid indice|not in \[", re.IGNORECASE)
 _ORT_TYPES = {

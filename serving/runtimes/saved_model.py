@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from core.contract import Signature
-from core.saved_model import read_signatures, serving_tags
-from serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions, input_rejected
+from tfship.core.contract import Signature
+from tfship.core.saved_model import read_signatures, serving_tags
+from tfship.serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions, input_rejected
 
 
 class SavedModelRuntime(Runtime):

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
-from core.contract import Signature, TensorSpec
-from core.dtypes import dtype_name
-from core.saved_model import read_signatures
-from serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions, input_rejected
+from tfship.core.contract import Signature, TensorSpec
+from tfship.core.dtypes import dtype_name
+from tfship.core.saved_model import read_signatures
+from tfship.serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions, input_rejected
 
 # LiteRT kernels' messages for an input value they refuse (GATHER: "gather index out of bounds").
 _INDEX_ERROR = re.compile(r"index out of bounds|out of range|indices? .*(out of bounds|not in)", re.IGNORECASE)

@@ -1,6 +1,6 @@
 """Smoke test of the serving benchmark's load generator against a real server (identity backend).
 
-Starts `python -m serving` through `ServerProcess` on a free port, runs `bench.serve.loadgen` as its
+Starts `python -m tfship.serving` through `ServerProcess` on a free port, runs `bench.serve.loadgen` as its
 own process for ~2 s at concurrency 1 and 8, and checks that requests were served with zero errors
 and that the JSON result carries every field the report reads.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from bench.serve.models import ModelInfo, request_bytes, write_identity
-from serving.launcher import ServerProcess
+from tfship.serving.launcher import ServerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 FIELDS = {

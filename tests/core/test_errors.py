@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core import errors
+from tfship.core import errors
 
 # kind -> (gRPC code, HTTP status); TF Serving's http_server.cc maps FAILED_PRECONDITION to 400.
 EXPECTED = {
@@ -34,9 +34,9 @@ def test_every_error_class_in_core_is_in_the_expectations():
 
 
 def test_errors_defined_above_core_follow_their_base():
-    from deploy.engine import DeployError
-    from serving.launcher import ServerStartError
-    from serving.runtimes.base import RuntimeLoadError
+    from tfship.deploy.engine import DeployError
+    from tfship.serving.launcher import ServerStartError
+    from tfship.serving.runtimes.base import RuntimeLoadError
 
     # RuntimeLoadError was FAILED_PRECONDITION over gRPC but 500 over REST before the table.
     assert (RuntimeLoadError("x").grpc_code, RuntimeLoadError("x").http_status) == ("FAILED_PRECONDITION", 400)
@@ -47,7 +47,7 @@ def test_errors_defined_above_core_follow_their_base():
 def test_a_remote_status_is_carried_as_received():
     import grpc
 
-    from serving.client import RemoteError
+    from tfship.serving.client import RemoteError
 
     error = RemoteError(grpc.StatusCode.RESOURCE_EXHAUSTED, "queue full")
     assert (error.grpc_code, error.http_status, error.details) == ("RESOURCE_EXHAUSTED", 429, "queue full")
@@ -63,10 +63,10 @@ def test_every_cli_reports_an_error_the_same_way(tmp_path):
     import subprocess
     import sys
 
-    from pipeline.cli import main as tfship
+    from tfship.pipeline.cli import main as tfship
 
     assert errors.cli_error("tfship run", errors.ConfigError("bad key")) == ("tfship run: ConfigError: bad key", 2)
     assert tfship(["inspect", str(tmp_path / "missing")]) == 2
-    done = subprocess.run([sys.executable, "-m", "serving", "query", "--target", "127.0.0.1:1"], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "tfship.serving", "query", "--target", "127.0.0.1:1"], capture_output=True,
                           text=True, check=False)
-    assert done.returncode == 2 and done.stderr.startswith("python -m serving query: ConfigError: query: give --samples")
+    assert done.returncode == 2 and done.stderr.startswith("python -m tfship.serving query: ConfigError: query: give --samples")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from core.processes import die_with_parent_command
+from tfship.core.processes import die_with_parent_command
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 
@@ -34,7 +34,7 @@ def _alive(pid: int) -> bool:
 def test_child_dies_with_a_killed_parent(guarded, survives):
     parent_code = textwrap.dedent(f"""
         import subprocess, sys, time
-        from core.processes import die_with_parent_command
+        from tfship.core.processes import die_with_parent_command
         command = [sys.executable, "-c", "import time; time.sleep(60)"]
         child = subprocess.Popen(die_with_parent_command(command) if {guarded} else command, start_new_session=True)
         print(child.pid, flush=True)
@@ -68,7 +68,7 @@ def test_grpc_client_process_starts_children_without_forking():
     """A process with live gRPC channels starts many guarded children; none aborts between fork and exec."""
     code = textwrap.dedent("""
         import subprocess, sys, grpc
-        from core.processes import die_with_parent_command
+        from tfship.core.processes import die_with_parent_command
         channels = [grpc.insecure_channel(f"127.0.0.1:{port}") for port in (1, 2, 3)]
         for channel in channels:
             channel.subscribe(lambda state: None, try_to_connect=True)

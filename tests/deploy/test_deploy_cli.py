@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy import cli as deploy
+from tfship.deploy import cli as deploy
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -74,7 +74,7 @@ def test_entrypoint_maps_env_to_server_flags() -> None:
     entrypoint = _load("entrypoint")
     argv = entrypoint.server_argv({"MODEL_NAME": "digits", "MODEL_BASE_PATH": "/mnt/models", "GRPC_PORT": "9000",
                                    "MODEL_BACKEND": "tflite"}, ["--json-logs"])
-    assert argv[1:3] == ["-m", "serving"]
+    assert argv[1:3] == ["-m", "tfship.serving"]
     flags = dict(zip(argv[3:-1:2], argv[4::2]))
     assert flags["--repository"] == "/mnt/models" and flags["--model-name"] == "digits"
     assert flags["--port"] == "9000" and flags["--rest-port"] == "8501" and flags["--metrics-port"] == "9090"
@@ -87,7 +87,7 @@ def test_entrypoint_leaves_backend_to_the_server_when_unset() -> None:
 
 
 def test_entrypoint_flags_exist_in_the_server_cli() -> None:
-    from serving.cli import add_serve_arguments
+    from tfship.serving.cli import add_serve_arguments
 
     parser = argparse.ArgumentParser()
     add_serve_arguments(parser)
@@ -114,7 +114,7 @@ def unused_tcp_port() -> int:
 
 
 def test_no_engine_is_a_deploy_error_that_says_how_to_start_one(monkeypatch, tmp_path: Path) -> None:
-    from deploy.engine import DeployError, Engine
+    from tfship.deploy.engine import DeployError, Engine
 
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path / 'no-such.sock'}")
     with pytest.raises(DeployError, match="ensure-dockerd.sh") as caught:
@@ -123,6 +123,6 @@ def test_no_engine_is_a_deploy_error_that_says_how_to_start_one(monkeypatch, tmp
 
 
 def test_created_timestamp_parses_to_unix_seconds() -> None:
-    from deploy.engine import _parse_ts
+    from tfship.deploy.engine import _parse_ts
 
     assert _parse_ts("1970-01-01T00:01:40.123456789Z") == 99

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import load_config
-from pipeline.data.splits import load_split_arrays
+from tfship.pipeline.config import load_config
+from tfship.pipeline.data.splits import load_split_arrays
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FAST_OVERRIDES = {"train.epochs": 2}
@@ -31,7 +31,7 @@ def splits(fast_config):
 @pytest.fixture(scope="session")
 def trained(fast_config, splits, tmp_path_factory):
     """A `TrainResult` from the real training loop (2 epochs, XLA on)."""
-    from pipeline.training.train import TrainInputs, train_model
+    from tfship.pipeline.training.train import TrainInputs, train_model
 
     return train_model(TrainInputs(fast_config, splits, tmp_path_factory.mktemp("checkpoints")))
 
@@ -39,7 +39,7 @@ def trained(fast_config, splits, tmp_path_factory):
 @pytest.fixture(scope="session")
 def exported(trained, splits, tmp_path_factory):
     """(SavedModel folder, contract, Keras model) for the trained model."""
-    from signatures.export import build_classifier_module, classifier_contract, export_saved_model
+    from tfship.signatures.export import build_classifier_module, classifier_contract, export_saved_model
 
     contract = classifier_contract("image", (8, 8, 1), len(splits.class_names))
     folder = tmp_path_factory.mktemp("export") / "1"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.errors import ConfigError
-from pipeline.config import load_config, parse_override
+from tfship.core.errors import ConfigError
+from tfship.pipeline.config import load_config, parse_override
 
 
 def test_bundled_config_loads_with_documented_defaults():
@@ -70,7 +70,7 @@ def test_infinite_tolerance_is_refused():
 
 
 def test_abbreviated_flags_are_refused(capsys):
-    from pipeline.cli.app import build_parser
+    from tfship.pipeline.cli.app import build_parser
 
     with pytest.raises(SystemExit):
         build_parser().parse_args(["train", "--run", "x"])  # must not mean --runs-dir

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.contract import Signature, TensorSpec
-from core.saved_model import from_signature_def, read_signatures, to_signature_def
+from tfship.core.contract import Signature, TensorSpec
+from tfship.core.saved_model import from_signature_def, read_signatures, to_signature_def
 
 EXPECTED = Signature.of(
     "serving_default",
@@ -45,11 +45,11 @@ def _source_model(folder):
 
 @pytest.fixture(scope="module")
 def version_dir(tmp_path_factory):
-    from pipeline.conversion.onnx_convert import convert_to_onnx
-    from signatures.audit import audit_saved_model, raise_if_failed
-    from signatures.export import build_savedmodel_module, export_saved_model
-    from tflite.convert import convert_tflite
-    from tflite.modes import TfliteOptions
+    from tfship.pipeline.conversion.onnx_convert import convert_to_onnx
+    from tfship.signatures.audit import audit_saved_model, raise_if_failed
+    from tfship.signatures.export import build_savedmodel_module, export_saved_model
+    from tfship.tflite.convert import convert_tflite
+    from tfship.tflite.modes import TfliteOptions
 
     root = tmp_path_factory.mktemp("shapes")
     _source_model(root / "source")
@@ -66,7 +66,7 @@ def version_dir(tmp_path_factory):
 
 @pytest.mark.slow
 def test_export_audit_and_reader_agree(version_dir):
-    from signatures.audit import audit_saved_model
+    from tfship.signatures.audit import audit_saved_model
 
     written = read_signatures(version_dir)["serving_default"]
     assert _same(written) == _same(EXPECTED)
@@ -78,7 +78,7 @@ def test_export_audit_and_reader_agree(version_dir):
 
 @pytest.mark.slow
 def test_inspect_reports_the_same_shapes(version_dir):
-    from pipeline.cli.inspect_artifact import describe
+    from tfship.pipeline.cli.inspect_artifact import describe
 
     described = describe(version_dir)["signatures"]["serving_default"]
     assert {t["name"]: t["shape"] for t in described["inputs"]} == {"s": [], "x": None}
@@ -87,7 +87,7 @@ def test_inspect_reports_the_same_shapes(version_dir):
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_every_runtime_serves_the_same_contract_and_answer(version_dir, backend):
-    from serving.runtimes import REGISTRY
+    from tfship.serving.runtimes import REGISTRY
 
     runtime = REGISTRY.create(backend, version_dir)
     runtime.load()
@@ -102,8 +102,8 @@ def test_every_runtime_serves_the_same_contract_and_answer(version_dir, backend)
 
 @pytest.mark.slow
 def test_grpc_metadata_and_predict_agree_for_every_backend(version_dir):
-    from serving.client import PredictClient
-    from serving.launcher import ServerProcess
+    from tfship.serving.client import PredictClient
+    from tfship.serving.launcher import ServerProcess
 
     for backend in BACKENDS:
         with ServerProcess(version_dir.parent.parent, "scale", backend, ["--rest-port", "-1", "--metrics-port", "-1"],

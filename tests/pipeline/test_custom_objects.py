@@ -11,9 +11,9 @@ import textwrap
 import numpy as np
 import pytest
 
-from core.errors import ConfigError
-from pipeline.export_only.user_model import load_user_model
 from tests.pipeline.conftest import run_tfship
+from tfship.core.errors import ConfigError
+from tfship.pipeline.export_only.user_model import load_user_model
 
 MODULE = "tfship_test_custom_layers"
 SOURCE = textwrap.dedent('''

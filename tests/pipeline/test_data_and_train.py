@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.data.splits import load_split_arrays, make_dataset
+from tfship.pipeline.data.splits import load_split_arrays, make_dataset
 
 
 def test_split_is_stratified_seeded_and_disjoint(fast_config, splits):

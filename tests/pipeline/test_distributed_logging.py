@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pipeline.config import load_config
-from pipeline.training.distribute import read_float, read_value
-from pipeline.training.optim import build_optimizer, current_learning_rate, loss_scale
-from pipeline.training.tensorboard_log import TensorBoardLog
+from tfship.pipeline.config import load_config
+from tfship.pipeline.training.distribute import read_float, read_value
+from tfship.pipeline.training.optim import build_optimizer, current_learning_rate, loss_scale
+from tfship.pipeline.training.tensorboard_log import TensorBoardLog
 
 
 def test_values_held_by_a_mirrored_strategy_log_as_floats(tmp_path):

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from pipeline.orchestration.publish import read_golden_set
 from tests.pipeline.conftest import run_tfship
+from tfship.pipeline.orchestration.publish import read_golden_set
 
 pytestmark = pytest.mark.slow
 

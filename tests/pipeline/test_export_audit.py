@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.contract import Signature, TensorSpec, compare_contracts
-from core.errors import AuditError, ContractError
-from core.saved_model import read_signatures
-from signatures.audit import audit_saved_model, raise_if_failed
+from tfship.core.contract import Signature, TensorSpec, compare_contracts
+from tfship.core.errors import AuditError, ContractError
+from tfship.core.saved_model import read_signatures
+from tfship.signatures.audit import audit_saved_model, raise_if_failed
 
 
 def test_export_writes_the_contract_and_matches_the_model(exported, splits):

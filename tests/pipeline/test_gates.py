@@ -11,12 +11,12 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from core.contract import Signature, TensorSpec
-from pipeline.config import load_config
-from pipeline.conversion.artifacts import Artifact
-from pipeline.gate.compare import Tolerance, compare_outputs
-from pipeline.gate.serve_check import ServeTarget, serve_check
-from pipeline.gate.validate import tolerance_for, validate_artifacts
+from tfship.core.contract import Signature, TensorSpec
+from tfship.pipeline.config import load_config
+from tfship.pipeline.conversion.artifacts import Artifact
+from tfship.pipeline.gate.compare import Tolerance, compare_outputs
+from tfship.pipeline.gate.serve_check import ServeTarget, serve_check
+from tfship.pipeline.gate.validate import tolerance_for, validate_artifacts
 
 
 def _linear_onnx(folder: Path, weights: np.ndarray, bias: np.ndarray, argmax: bool = True) -> Path:
@@ -132,8 +132,8 @@ def _log_softmax_saved_model(folder: Path) -> Path:
 
 @pytest.mark.slow
 def test_int8_log_softmax_saturation_is_named_even_with_perfect_top1(tmp_path):
-    from tflite.convert import convert_tflite
-    from tflite.modes import TfliteMode, TfliteOptions
+    from tfship.tflite.convert import convert_tflite
+    from tfship.tflite.modes import TfliteMode, TfliteOptions
 
     saved_model = _log_softmax_saved_model(tmp_path / "sm")
     x = np.random.default_rng(3).uniform(0.2, 1.0, (64, 4)).astype(np.float32)
@@ -155,7 +155,7 @@ def test_int8_log_softmax_saturation_is_named_even_with_perfect_top1(tmp_path):
 def test_string_tensors_reach_onnx_as_text_through_the_serving_runtime(tmp_path):
     """The gate feeds strings as the server does (object arrays of UTF-8 bytes); the ONNX runtime hands
     ONNX Runtime text, so an identity model answers the same words (not "b'...'")."""
-    from pipeline.conversion.artifacts import open_runner
+    from tfship.pipeline.conversion.artifacts import open_runner
 
     graph = helper.make_graph([helper.make_node("Identity", ["city"], ["echo"])], "echo",
                               [helper.make_tensor_value_info("city", TensorProto.STRING, ["n", 1])],

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.conversion.large_models import (
+from tfship.pipeline.conversion.large_models import (
     FLATBUFFER_LIMIT_NAME,
     has_external_data,
     onnx_needs_external_data,
@@ -60,9 +60,9 @@ def test_limits_decide_before_converting(small_saved_model):
 def test_onnx_past_the_limit_is_written_and_served_with_external_data(small_saved_model, tmp_path):
     import tensorflow as tf
 
-    from core.saved_model import read_signatures
-    from pipeline.conversion.onnx_convert import convert_to_onnx
-    from serving.runtimes import REGISTRY, RuntimeOptions
+    from tfship.core.saved_model import read_signatures
+    from tfship.pipeline.conversion.onnx_convert import convert_to_onnx
+    from tfship.serving.runtimes import REGISTRY, RuntimeOptions
 
     contract = read_signatures(small_saved_model)["serving_default"]
     x = np.random.default_rng(1).random((5, 784), dtype=np.float32)

@@ -10,11 +10,11 @@ import keras
 import numpy as np
 import pytest
 
-from pipeline.config import load_config
-from pipeline.orchestration import steps
-from pipeline.orchestration.stages import RunFolder
-from pipeline.training.model import build_model
 from tests.pipeline.conftest import REPO_ROOT, run_tfship
+from tfship.pipeline.config import load_config
+from tfship.pipeline.orchestration import steps
+from tfship.pipeline.orchestration.stages import RunFolder
+from tfship.pipeline.training.model import build_model
 
 
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
@@ -27,7 +27,7 @@ def test_trained_mixed_precision_model_exports_its_float32_copy(policy, splits, 
     assert outcome.audit.passed and outcome.behaviour.passed, outcome.behaviour.to_json()
     record = json.loads((run.root / "export.json").read_text())
     assert record["trained_precision"] == [policy] and record["float32_copy"] is True
-    from pipeline.conversion.artifacts import saved_model_runner
+    from tfship.pipeline.conversion.artifacts import saved_model_runner
 
     images = splits.test.images[:16]
     logits = saved_model_runner(run.artifacts)({"image": images})["logits"]

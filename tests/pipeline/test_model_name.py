@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.cli.app import build_parser
-from pipeline.cli.arguments import config_from_args, model_name_from
+from tfship.pipeline.cli.app import build_parser
+from tfship.pipeline.cli.arguments import config_from_args, model_name_from
 
 
 @pytest.mark.parametrize(("model", "expected"), [

@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from pipeline.cli.app import main
 from tests.pipeline.conftest import run_tfship
 from tests.pipeline.user_models import write_flex_npz
+from tfship.pipeline.cli.app import main
 
 FACTORY = "tests.pipeline.user_models:flex_classifier"
 

@@ -9,11 +9,11 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from core.errors import ParityError
-from pipeline.config import load_config
-from pipeline.conversion.artifacts import Artifact
-from pipeline.conversion.onnx_convert import convert_to_onnx
-from pipeline.gate.validate import raise_if_failed, validate_artifacts
+from tfship.core.errors import ParityError
+from tfship.pipeline.config import load_config
+from tfship.pipeline.conversion.artifacts import Artifact
+from tfship.pipeline.conversion.onnx_convert import convert_to_onnx
+from tfship.pipeline.gate.validate import raise_if_failed, validate_artifacts
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import shutil
 
 import pytest
 
-from core.errors import StageError
-from pipeline.orchestration.publish import existing_versions, publish_version
+from tfship.core.errors import StageError
+from tfship.pipeline.orchestration.publish import existing_versions, publish_version
 
 
 def test_versions_increase_and_manifest_hashes_every_file(exported, tmp_path):

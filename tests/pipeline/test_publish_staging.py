@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from pipeline.orchestration.publish import STALE_LEGACY_STAGING_S, publish_version, remove_stale_staging
+from tfship.pipeline.orchestration.publish import STALE_LEGACY_STAGING_S, publish_version, remove_stale_staging
 
 
 def _dead_pid() -> int:

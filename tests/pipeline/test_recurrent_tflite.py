@@ -11,11 +11,11 @@ import keras
 import numpy as np
 import pytest
 
-from pipeline.config import load_config
-from pipeline.orchestration import steps
-from pipeline.orchestration.stages import RunFolder
-from signatures.recurrent import recurrent_layers, unrolled_copy
 from tests.pipeline.conftest import run_tfship
+from tfship.pipeline.config import load_config
+from tfship.pipeline.orchestration import steps
+from tfship.pipeline.orchestration.stages import RunFolder
+from tfship.signatures.recurrent import recurrent_layers, unrolled_copy
 
 
 def lstm_classifier():
@@ -58,8 +58,8 @@ def test_lstm_model_publishes_tflite_through_the_unrolled_recipe(tmp_path):
 
 
 def test_dynamic_time_lstm_is_refused_naming_the_recipes_tried(tmp_path):
-    from core.errors import TfshipError
-    from pipeline.export_only.user_model import load_user_data
+    from tfship.core.errors import TfshipError
+    from tfship.pipeline.export_only.user_model import load_user_data
 
     keras.utils.set_random_seed(0)
     sequence = keras.Input((None, 4), name="sequence")

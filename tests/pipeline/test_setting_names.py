@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from pipeline.config import PipelineConfig, load_config
+from tfship.pipeline.config import PipelineConfig, load_config
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("pipeline", "signatures", "tflite")

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.errors import DatasetError
-from pipeline.config import DataSection
-from pipeline.data.sources import read_csv, read_image_folder, read_npz, read_source, read_tfrecord
-from pipeline.data.splits import load_split_arrays, make_dataset
+from tfship.core.errors import DatasetError
+from tfship.pipeline.config import DataSection
+from tfship.pipeline.data.sources import read_csv, read_image_folder, read_npz, read_source, read_tfrecord
+from tfship.pipeline.data.splits import load_split_arrays, make_dataset
 
 
 def _write_csv(path, rows, header="x1,x2,colour,species"):

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from core.errors import ConfigError
-from pipeline.training.step_kinds import (
+from tfship.core.errors import ConfigError
+from tfship.pipeline.training.step_kinds import (
     AdversarialStep,
     CustomLossStep,
     DistillationStep,
@@ -143,7 +143,7 @@ def test_custom_loss_gradient_matches_the_hand_derived_value(batch):
 
 
 def test_step_settings_are_checked_by_name(tmp_path):
-    from pipeline.config import StepSection
+    from tfship.pipeline.config import StepSection
 
     with pytest.raises(ConfigError, match="teacher"):
         build_step_kind(StepSection(kind="distillation"), 10)
@@ -173,7 +173,7 @@ class ClassWeightedStep:
         return average(per_example * tf.gather(tf.constant(self.weights, per_example.dtype), y))
 
     def __call__(self, model, inputs, labels, variables, ctx):
-        from pipeline.training.step_kinds import StepOutput
+        from tfship.pipeline.training.step_kinds import StepOutput
 
         with tf.GradientTape() as tape:
             logits = model(inputs, training=True)
@@ -192,7 +192,7 @@ def class_weighted_factory(settings):
 
 
 def test_factory_hook_builds_a_user_step_whose_gradient_matches(batch):
-    from pipeline.config import StepSection
+    from tfship.pipeline.config import StepSection
 
     model, (x, y) = _linear(9), batch
     kind = build_step_kind(StepSection(kind="factory",

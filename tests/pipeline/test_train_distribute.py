@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import load_config
-from pipeline.data.splits import load_split_arrays
-from pipeline.orchestration.stages import RunFolder
 from tests.pipeline.conftest import REPO_ROOT
+from tfship.pipeline.config import load_config
+from tfship.pipeline.data.splits import load_split_arrays
+from tfship.pipeline.orchestration.stages import RunFolder
 
 pytestmark = pytest.mark.slow
 
@@ -31,7 +31,7 @@ def _free_ports(count: int) -> list[int]:
 
 
 def test_two_workers_train_and_the_chief_model_passes_audit_and_parity(tmp_path):
-    from pipeline.orchestration import steps
+    from tfship.pipeline.orchestration import steps
 
     workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
     overrides = ("--set", "train.strategy=multi_worker", "--set", "train.epochs=6", "--set", "train.tensorboard=false")

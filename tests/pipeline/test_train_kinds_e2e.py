@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.errors import StageError
-from pipeline.config import load_config
-from pipeline.data.splits import load_split_arrays
-from pipeline.training.train import TrainInputs, train_model
+from tfship.core.errors import StageError
+from tfship.pipeline.config import load_config
+from tfship.pipeline.data.splits import load_split_arrays
+from tfship.pipeline.training.train import TrainInputs, train_model
 
 FAST = {"train.epochs": 1, "train.jit_compile": True, "train.tensorboard": False, "model.kind": "mlp",
         "model.hidden_units": [32]}
@@ -77,8 +77,8 @@ KINDS = {
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_every_step_kind_trains_once_traced_under_xla_and_exports_forward_only(tmp_path, kind):
-    from signatures.audit import audit_saved_model, raise_if_failed
-    from signatures.export import build_classifier_module, classifier_contract, export_saved_model
+    from tfship.signatures.audit import audit_saved_model, raise_if_failed
+    from tfship.signatures.export import build_classifier_module, classifier_contract, export_saved_model
 
     overrides = {"train.step.kind": kind, **KINDS[kind]}
     if kind == "distillation":
@@ -130,7 +130,7 @@ def test_assert_inputs_passes_on_clean_data_and_is_reported(tmp_path):
 def test_input_assertions_name_the_failed_check():
     import tensorflow as tf
 
-    from pipeline.training.train_checks import input_assertions
+    from tfship.pipeline.training.train_checks import input_assertions
 
     check = input_assertions(10, (8, 8, 1))
     good = np.zeros((2, 8, 8, 1), np.float32)
@@ -177,7 +177,7 @@ def test_frozen_block_is_bit_identical_has_no_slots_and_batch_norm_stays_in_infe
 
 
 def test_freeze_by_pattern_on_the_cnn_and_unknown_pattern_is_named(tmp_path):
-    from core.errors import ConfigError
+    from tfship.core.errors import ConfigError
 
     result, _ = _train(tmp_path, {"model.kind": "cnn", "model.filters": [8, 8], "train.freeze": ["conv*"]})
     assert result.summary()["frozen"]["layers"] == ["conv0", "conv1"]
@@ -199,7 +199,7 @@ def test_large_embedding_trains_with_indexed_slices_gradients(tmp_path):
     assert summary["sparse_gradients"] == {"embedding/embeddings": "IndexedSlices"}
     assert summary["sparse_update_ops"] == ["ResourceScatterSub"]  # applied row by row, never densified
     assert result.train_step_traces == 1
-    from pipeline.orchestration.report import training_details
+    from tfship.pipeline.orchestration.report import training_details
 
     assert "  - sparse gradient: `embedding/embeddings` trains with IndexedSlices (rows touched only), applied " \
            "sparsely (ResourceScatterSub)" in training_details(summary)

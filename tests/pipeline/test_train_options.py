@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.errors import ConfigError, StageError
-from pipeline.config import load_config
-from pipeline.data.splits import load_split_arrays
-from pipeline.training.train import TrainInputs, train_model
+from tfship.core.errors import ConfigError, StageError
+from tfship.pipeline.config import load_config
+from tfship.pipeline.data.splits import load_split_arrays
+from tfship.pipeline.training.train import TrainInputs, train_model
 
 FAST = {"train.epochs": 1, "train.jit_compile": False, "train.tensorboard": False}
 
@@ -105,7 +105,7 @@ def test_mixed_precision_keeps_float32_variables_and_outputs(tmp_path, policy):
 
 
 def test_recompute_blocks_and_unknown_block(tmp_path):
-    from pipeline.training.model import _recompute_class
+    from tfship.pipeline.training.model import _recompute_class
 
     plain = _train(tmp_path / "plain", {"train.deterministic": True})
     result = _train(tmp_path, {"model.recompute": ["conv1", "hidden"], "train.deterministic": True})

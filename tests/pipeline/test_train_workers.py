@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import tensorflow as tf
 
-from pipeline.training.workers import WorkerResult, tf_config, worst_exit_code
 from tests.pipeline.conftest import REPO_ROOT, run_tfship
+from tfship.pipeline.training.workers import WorkerResult, tf_config, worst_exit_code
 
 CONFIG = str(REPO_ROOT / "configs" / "digits-2workers.toml")
 
@@ -53,7 +53,7 @@ def _children(pid: int) -> list[int]:
 
 def test_workers_die_with_the_launcher(tmp_path):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    launcher = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "train", "--config", CONFIG, "--workers", "2",
+    launcher = subprocess.Popen([sys.executable, "-m", "tfship.pipeline.cli", "train", "--config", CONFIG, "--workers", "2",
                                  "--runs-dir", str(tmp_path / "runs")], cwd=REPO_ROOT, env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.errors import DatasetError
-from pipeline.export_only.user_model import load_user_data
-from signatures.export import classifier_contract
+from tfship.core.errors import DatasetError
+from tfship.pipeline.export_only.user_model import load_user_data
+from tfship.signatures.export import classifier_contract
 
 CONTRACT = classifier_contract("image", (8, 8, 1), 10)
 CLASSES = tuple(str(i) for i in range(10))
@@ -53,7 +53,7 @@ def test_corrupt_npz_is_a_dataset_error(tmp_path):
 def test_sequential_model_gets_a_contract():
     import keras
 
-    from signatures.keras_export import contract_from_keras
+    from tfship.signatures.keras_export import contract_from_keras
 
     model = keras.Sequential([keras.Input((4,), name="features"), keras.layers.Dense(3, name="scores")])
     contract = contract_from_keras(model)

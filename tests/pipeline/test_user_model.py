@@ -9,14 +9,14 @@ import json
 import numpy as np
 import pytest
 
-from core.contract import Signature, TensorSpec
-from core.errors import DatasetError, ParityError
-from pipeline.config import load_config
-from pipeline.export_only.user_model import load_user_data
-from pipeline.gate.compare import Tolerance, compare_outputs
-from pipeline.gate.task_metric import index_scores, infer_task
 from tests.pipeline.conftest import run_tfship
 from tests.pipeline.user_models import write_classification_npz
+from tfship.core.contract import Signature, TensorSpec
+from tfship.core.errors import DatasetError, ParityError
+from tfship.pipeline.config import load_config
+from tfship.pipeline.export_only.user_model import load_user_data
+from tfship.pipeline.gate.compare import Tolerance, compare_outputs
+from tfship.pipeline.gate.task_metric import index_scores, infer_task
 
 FACTORY = "tests.pipeline.user_models:two_input_classifier"
 

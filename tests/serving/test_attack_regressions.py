@@ -11,11 +11,11 @@ from urllib.parse import urlsplit
 import pytest
 from conftest import MODEL
 
-from core.errors import ConfigError
-from serving.batching_parameters import BatchingParameters
-from serving.launcher import ServerProcess
-from serving.security import read_token_env, read_token_file
-from serving.tfs_flags import monitoring_settings, ssl_settings
+from tfship.core.errors import ConfigError
+from tfship.serving.batching_parameters import BatchingParameters
+from tfship.serving.launcher import ServerProcess
+from tfship.serving.security import read_token_env, read_token_file
+from tfship.serving.tfs_flags import monitoring_settings, ssl_settings
 
 TOKEN = "reader-1"
 

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from conftest import MODEL
 
-from core.errors import ConfigError, DeadlineExceededError, InvalidRequestError, ResourceExhaustedError
-from serving.batching import PEAK_WINDOW_S, Batched, BatchingParameters
-from serving.metrics import Metrics
-from serving.runtimes.base import Runtime
-from serving.runtimes.onnx import OnnxRuntime
+from tfship.core.errors import ConfigError, DeadlineExceededError, InvalidRequestError, ResourceExhaustedError
+from tfship.serving.batching import PEAK_WINDOW_S, Batched, BatchingParameters
+from tfship.serving.metrics import Metrics
+from tfship.serving.runtimes.base import Runtime
+from tfship.serving.runtimes.onnx import OnnxRuntime
 
 
 class Gated(Runtime):
@@ -163,8 +163,8 @@ def test_full_queue_deadline_and_batch_failure(onnx_runtime):
 
 
 def test_server_batching_gives_each_client_its_own_outputs(repository, tmp_path):
-    from serving.client import PredictClient
-    from serving.launcher import ServerProcess
+    from tfship.serving.client import PredictClient
+    from tfship.serving.launcher import ServerProcess
 
     params = tmp_path / "batching.txt"
     params.write_text("max_batch_size { value: 16 }\nbatch_timeout_micros { value: 2000 }\n"
@@ -288,9 +288,9 @@ def test_cancelled_async_request_is_dropped_from_the_queue(onnx_runtime):
 def test_server_batches_merge_under_concurrent_load(repository, tmp_path):
     import grpc
 
-    from core import protocol
-    from serving.launcher import ServerProcess
-    from serving.tensors import to_tensor_proto
+    from tfship.core import protocol
+    from tfship.serving.launcher import ServerProcess
+    from tfship.serving.tensors import to_tensor_proto
 
     params = tmp_path / "batching.txt"
     params.write_text("max_batch_size { value: 32 }\nbatch_timeout_micros { value: 20000 }\n"

@@ -11,13 +11,13 @@ import pytest
 from conftest import MODEL
 from test_batching import Gated
 
-from core.errors import DeadlineExceededError, ResourceExhaustedError
-from serving.dataplane import DataPlane
-from serving.manager import ModelManager
-from serving.metrics import Metrics
-from serving.model_config import ModelConfig
-from serving.runtimes import RuntimeOptions
-from serving.types import InferenceRequest, ModelRef, ServerLimits
+from tfship.core.errors import DeadlineExceededError, ResourceExhaustedError
+from tfship.serving.dataplane import DataPlane
+from tfship.serving.manager import ModelManager
+from tfship.serving.metrics import Metrics
+from tfship.serving.model_config import ModelConfig
+from tfship.serving.runtimes import RuntimeOptions
+from tfship.serving.types import InferenceRequest, ModelRef, ServerLimits
 
 X = {"image": np.zeros((1, 8, 8, 1), np.float32)}
 

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from conftest import MODEL
 
-from core import protocol
-from serving.launcher import ServerProcess
-from serving.tensors import to_tensor_proto
+from tfship.core import protocol
+from tfship.serving.launcher import ServerProcess
+from tfship.serving.tensors import to_tensor_proto
 
 
 def _request(rows: int = 1) -> bytes:

@@ -11,8 +11,8 @@ import pytest
 from conftest import MODEL, saved_model_outputs
 from edge_venv import ensure_edge_venv
 
-from serving.client import PredictClient
-from serving.launcher import ServerProcess
+from tfship.serving.client import PredictClient
+from tfship.serving.launcher import ServerProcess
 
 pytestmark = pytest.mark.slow
 
@@ -45,7 +45,7 @@ def test_edge_server_serves_and_answers_query(edge_python, repository, backend, 
         np.testing.assert_allclose(got["logits"], want["logits"], atol=1e-5)
         samples = tmp_path / "samples.npz"
         np.savez(samples, image=images, label=want["class_id"])
-        query = subprocess.run([edge_python, "-m", "serving", "query", "--target", server.grpc_target,
+        query = subprocess.run([edge_python, "-m", "tfship.serving", "query", "--target", server.grpc_target,
                                 "--model-name", MODEL, "--samples", str(samples)], capture_output=True, text=True,
                                check=False, cwd=tmp_path, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
         assert query.returncode == 0, query.stderr

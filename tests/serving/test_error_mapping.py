@@ -11,8 +11,8 @@ import asyncio
 import grpc
 import pytest
 
-from core import errors
-from serving.grpc_transport import _rpc
+from tfship.core import errors
+from tfship.serving.grpc_transport import _rpc
 
 KINDS = {
     "InvalidRequestError": "INVALID_ARGUMENT", "ModelNotFoundError": "NOT_FOUND",

@@ -18,16 +18,16 @@ import pytest
 from conftest import MODEL
 from google.protobuf import text_format
 
-from core import protocol
-from core.errors import ConfigError, InvalidRequestError, ModelNotFoundError, ResourceExhaustedError
-from serving import cli, converters
-from serving.client import PredictClient, RemoteError
-from serving.launcher import ServerProcess
-from serving.manager import ModelManager
-from serving.model_config import parse_model_server_config
-from serving.runtimes import RuntimeOptions
-from serving.tensors import from_tensor_proto, to_tensor_proto
-from serving.types import ModelRef, VersionState
+from tfship.core import protocol
+from tfship.core.errors import ConfigError, InvalidRequestError, ModelNotFoundError, ResourceExhaustedError
+from tfship.serving import cli, converters
+from tfship.serving.client import PredictClient, RemoteError
+from tfship.serving.launcher import ServerProcess
+from tfship.serving.manager import ModelManager
+from tfship.serving.model_config import parse_model_server_config
+from tfship.serving.runtimes import RuntimeOptions
+from tfship.serving.tensors import from_tensor_proto, to_tensor_proto
+from tfship.serving.types import ModelRef, VersionState
 
 TOKEN = "hardening-token"
 ADMIN_TOKEN = "hardening-admin-token"

@@ -21,7 +21,7 @@ from conftest import MODEL, saved_model_outputs
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from serving.settings import ServerSettings
+from tfship.serving.settings import ServerSettings
 
 EXTENSIONS = ["binary_tensor_data", "model_configuration"]
 DIGITS_METADATA = {

@@ -12,11 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from core import kserve_protocol as kp
-from core.errors import InvalidRequestError, ResourceExhaustedError, UnimplementedError
-from serving import kserve_codec as codec
-from serving.kserve_converters import infer_options, model_ref
-from serving.types import ModelRef
+from tfship.core import kserve_protocol as kp
+from tfship.core.errors import InvalidRequestError, ResourceExhaustedError, UnimplementedError
+from tfship.serving import kserve_codec as codec
+from tfship.serving.kserve_converters import infer_options, model_ref
+from tfship.serving.types import ModelRef
 
 MAX = 64 << 20
 NUMERIC = [d for d in codec.DATATYPES if d != "BYTES"]
@@ -218,8 +218,8 @@ def test_large_payload_functions_run_in_a_spawned_helper_process():
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from serving.kserve_grpc import decode_infer_inputs
-    from serving.kserve_rest import decode_body, encode_answer
+    from tfship.serving.kserve_grpc import decode_infer_inputs
+    from tfship.serving.kserve_rest import decode_body, encode_answer
 
     request = kp.ModelInferRequest(model_name="m")
     request.inputs.add(name="x", datatype="FP32", shape=[2, 2]).contents.fp32_contents.extend([1, 2, 3, 4])

@@ -11,14 +11,14 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from conftest import MODEL
 
-from core.errors import ModelNotFoundError
-from serving.dataplane import DataPlane
-from serving.manager import ModelManager
-from serving.metrics import Metrics
-from serving.model_config import from_repository
-from serving.rest import build_app
-from serving.runtimes import RuntimeOptions
-from serving.types import ModelRef, ServerLimits
+from tfship.core.errors import ModelNotFoundError
+from tfship.serving.dataplane import DataPlane
+from tfship.serving.manager import ModelManager
+from tfship.serving.metrics import Metrics
+from tfship.serving.model_config import from_repository
+from tfship.serving.rest import build_app
+from tfship.serving.runtimes import RuntimeOptions
+from tfship.serving.types import ModelRef, ServerLimits
 
 
 def _publish(repository: Path, root: Path, version: int, broken: bool = False) -> None:

@@ -13,17 +13,17 @@ import pytest
 from conftest import MODEL
 from rich.console import Console
 
-from core import protocol
-from core.errors import ConfigError, ModelNotFoundError
-from serving import cli
-from serving.manager import ModelManager
-from serving.model_config import ModelConfig, VersionPolicy, parse_model_server_config
-from serving.query import query_digits
-from serving.runtimes import RuntimeOptions
-from serving.settings import ServerSettings
-from serving.tensors import to_tensor_proto
-from serving.types import ModelRef, VersionState
-from serving.warmup import WARMUP_FILE, encode_record, warmup_predicts
+from tfship.core import protocol
+from tfship.core.errors import ConfigError, ModelNotFoundError
+from tfship.serving import cli
+from tfship.serving.manager import ModelManager
+from tfship.serving.model_config import ModelConfig, VersionPolicy, parse_model_server_config
+from tfship.serving.query import query_digits
+from tfship.serving.runtimes import RuntimeOptions
+from tfship.serving.settings import ServerSettings
+from tfship.serving.tensors import to_tensor_proto
+from tfship.serving.types import ModelRef, VersionState
+from tfship.serving.warmup import WARMUP_FILE, encode_record, warmup_predicts
 
 
 def _manager(pool) -> ModelManager:
@@ -101,7 +101,7 @@ def test_register_adds_serve_and_query():
 
 def test_query_prints_table_and_accuracy(server):
     buffer = io.StringIO()
-    from pipeline.data.splits import held_out_digits
+    from tfship.pipeline.data.splits import held_out_digits
 
     images, labels = held_out_digits(5)
     assert query_digits(server.grpc_target, MODEL, images, labels, console=Console(file=buffer, width=100)) == 0

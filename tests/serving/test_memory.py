@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from conftest import MODEL
 
-from serving.client import PredictClient, RemoteError
-from serving.launcher import ServerProcess
-from serving.memory import estimate_request_bytes
-from serving.settings import ServerSettings
+from tfship.serving.client import PredictClient, RemoteError
+from tfship.serving.launcher import ServerProcess
+from tfship.serving.memory import estimate_request_bytes
+from tfship.serving.settings import ServerSettings
 
 
 def _rss_mb(pid: int) -> float:
@@ -61,7 +61,7 @@ def test_request_memory_bound_names_the_flag(repository):
 
 
 def test_estimate_counts_inputs_and_outputs():
-    from core.contract import Signature, TensorSpec
+    from tfship.core.contract import Signature, TensorSpec
 
     signature = Signature("s", {"x": TensorSpec("float32", (None, 4))},
                           {"y": TensorSpec("float32", (None, 10)), "z": TensorSpec("int64", (None,))})

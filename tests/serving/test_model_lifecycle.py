@@ -11,10 +11,10 @@ import pytest
 from conftest import MODEL
 from google.protobuf import text_format
 
-from core import protocol
-from serving.client import PredictClient, RemoteError
-from serving.launcher import ServerProcess, ServerStartError
-from serving.types import VersionState
+from tfship.core import protocol
+from tfship.serving.client import PredictClient, RemoteError
+from tfship.serving.launcher import ServerProcess, ServerStartError
+from tfship.serving.types import VersionState
 
 
 def _copy_version(repository: Path, source: int, target_root: Path, target: int) -> None:

@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from core import protocol
-from core.errors import InvalidRequestError
-from serving.tensors import from_tensor_proto, to_tensor_proto
+from tfship.core import protocol
+from tfship.core.errors import InvalidRequestError
+from tfship.serving.tensors import from_tensor_proto, to_tensor_proto
 
 
 def _predict_request():

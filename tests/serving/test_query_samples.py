@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.errors import ConfigError
-from serving.query import samples_from_file
+from tfship.core.errors import ConfigError
+from tfship.serving.query import samples_from_file
 
 
 def test_labelled_samples_are_read_and_cut_to_count(tmp_path):

@@ -11,10 +11,10 @@ import pytest
 import requests
 from conftest import MODEL
 
-from serving import cli
-from serving.client import PredictClient, RemoteError
-from serving.launcher import ServerProcess
-from serving.request_log import RequestLog
+from tfship.serving import cli
+from tfship.serving.client import PredictClient, RemoteError
+from tfship.serving.launcher import ServerProcess
+from tfship.serving.request_log import RequestLog
 
 
 def _request_lines(server) -> list[dict]:

@@ -14,15 +14,15 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from core import protocol
-from core.contract import Signature, TensorSpec
-from core.errors import InvalidRequestError
-from serving.contract import RequestChecks, batch_size, validate_inputs
-from serving.launcher import ServerProcess
-from serving.memory import estimate_request_bytes
-from serving.metrics import LATENCY_BUCKETS_S, RequestStats
-from serving.offload import OFF_LOOP_BYTES
-from serving.tensors import from_tensor_proto, to_tensor_proto
+from tfship.core import protocol
+from tfship.core.contract import Signature, TensorSpec
+from tfship.core.errors import InvalidRequestError
+from tfship.serving.contract import RequestChecks, batch_size, validate_inputs
+from tfship.serving.launcher import ServerProcess
+from tfship.serving.memory import estimate_request_bytes
+from tfship.serving.metrics import LATENCY_BUCKETS_S, RequestStats
+from tfship.serving.offload import OFF_LOOP_BYTES
+from tfship.serving.tensors import from_tensor_proto, to_tensor_proto
 
 PREDICT = "/tensorflow.serving.PredictionService/Predict"
 
@@ -161,7 +161,7 @@ def test_large_typed_v2_infer_requests_decode_in_the_helper_process_too(tmp_path
     """The same rule on the Open Inference Protocol's ModelInfer: typed `fp32_contents` above OFF_LOOP_BYTES
     decode in the helper process, `raw_input_contents` on the loop; both answers equal the values sent."""
     from bench.serve.models import ModelInfo, write_identity
-    from core import kserve_protocol as kp
+    from tfship.core import kserve_protocol as kp
 
     write_identity(tmp_path / "repo" / "echo" / "1", ModelInfo("echo", "x", (784,), "test"))
     values = np.random.default_rng(1).random((400, 784), dtype=np.float32)

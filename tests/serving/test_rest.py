@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from conftest import MODEL, saved_model_outputs
 
-from core.contract import Signature, TensorSpec
-from serving.rest_json import request_inputs, response_json
+from tfship.core.contract import Signature, TensorSpec
+from tfship.serving.rest_json import request_inputs, response_json
 
 
 def _http(url: str, body: dict | bytes | None = None) -> tuple[int, dict]:

@@ -17,9 +17,9 @@ import requests
 from conftest import MODEL
 from typed_models import TABLE, build_typed_model
 
-from core import protocol
-from serving.client import RemoteError
-from serving.launcher import ServerProcess
+from tfship.core import protocol
+from tfship.serving.client import RemoteError
+from tfship.serving.launcher import ServerProcess
 
 TYPED = "typed"
 

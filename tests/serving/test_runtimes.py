@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from conftest import MODEL, saved_model_outputs
 
-from core.errors import ConfigError
-from serving.runtimes import REGISTRY, RuntimeLoadError, RuntimeRegistry
-from serving.runtimes.onnx import OnnxRuntime
-from serving.runtimes.saved_model import SavedModelRuntime
-from serving.runtimes.tflite import TfliteRuntime
+from tfship.core.errors import ConfigError
+from tfship.serving.runtimes import REGISTRY, RuntimeLoadError, RuntimeRegistry
+from tfship.serving.runtimes.onnx import OnnxRuntime
+from tfship.serving.runtimes.saved_model import SavedModelRuntime
+from tfship.serving.runtimes.tflite import TfliteRuntime
 
 
 def test_registry_refuses_duplicates_and_unknown_names():

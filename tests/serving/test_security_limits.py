@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 from conftest import MODEL
 
-from core import protocol
-from core.errors import ConfigError, PermissionDeniedError, UnauthenticatedError
-from serving.client import PredictClient, RemoteError
-from serving.launcher import ServerProcess, ServerStartError
-from serving.security import AccessPolicy, read_token_file
-from serving.settings import ServerSettings
+from tfship.core import protocol
+from tfship.core.errors import ConfigError, PermissionDeniedError, UnauthenticatedError
+from tfship.serving.client import PredictClient, RemoteError
+from tfship.serving.launcher import ServerProcess, ServerStartError
+from tfship.serving.security import AccessPolicy, read_token_file
+from tfship.serving.settings import ServerSettings
 
 
 @pytest.fixture(scope="module")
@@ -195,7 +195,7 @@ def test_empty_token_file_refuses_to_start(repository, tmp_path, content):
         read_token_file(tokens, "--auth-token-file")
     if content:  # one real start is enough to prove the server refuses (exit 2, file named)
         return
-    result = subprocess.run([sys.executable, "-m", "serving", "serve", "--repository", str(repository),
+    result = subprocess.run([sys.executable, "-m", "tfship.serving", "serve", "--repository", str(repository),
                              "--model-name", MODEL, "--backend", "tflite", "--port", "0", "--rest-port", "-1",
                              "--auth-token-file", str(tokens)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and str(tokens) in result.stderr and "holds no token" in result.stderr

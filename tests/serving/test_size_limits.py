@@ -13,12 +13,12 @@ import pytest
 import requests
 from typed_models import TABLE, build_typed_model
 
-from core import protocol
-from serving import converters, rest_json
-from serving.client import PredictClient, RemoteError
-from serving.launcher import ServerProcess
-from serving.tensors import to_tensor_proto
-from serving.types import InferenceResponse
+from tfship.core import protocol
+from tfship.serving import converters, rest_json
+from tfship.serving.client import PredictClient, RemoteError
+from tfship.serving.launcher import ServerProcess
+from tfship.serving.tensors import to_tensor_proto
+from tfship.serving.types import InferenceResponse
 
 MODEL = "typed"
 LIMIT = 1024

@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 from conftest import MODEL
 
-from core.errors import ConfigError
-from serving import cli
-from serving.client import PredictClient
-from serving.launcher import ServerProcess
-from serving.tfs_flags import ALIASES, REFUSED
+from tfship.core.errors import ConfigError
+from tfship.serving import cli
+from tfship.serving.client import PredictClient
+from tfship.serving.launcher import ServerProcess
+from tfship.serving.tfs_flags import ALIASES, REFUSED
 
 # Every flag of TF Serving's main.cc (tensorflow/serving, model_servers/main.cc).
 TF_SERVING_FLAGS = (
@@ -209,7 +209,7 @@ def test_container_args_list_from_a_tf_serving_manifest_runs_unchanged():
     args = ["--port=8500", "--rest_api_port=8501", "--model_name=digits", "--model_base_path=/models/digits",
             "--file_system_poll_wait_seconds=30", "--enable_batching=true"]
     argv = entrypoint.server_argv({}, args)
-    assert argv[1:3] == ["-m", "serving"]
+    assert argv[1:3] == ["-m", "tfship.serving"]
     settings = _settings(argv[3:])
     assert (settings.model_name, settings.model_base_path, settings.port, settings.rest_port) == (
         "digits", Path("/models/digits"), 8500, 8501)

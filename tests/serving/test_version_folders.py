@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from conftest import MODEL
 
-from serving.client import PredictClient
-from serving.launcher import ServerProcess
-from serving.manager import MAX_VERSION, version_of
+from tfship.serving.client import PredictClient
+from tfship.serving.launcher import ServerProcess
+from tfship.serving.manager import MAX_VERSION, version_of
 
 
 @pytest.mark.parametrize(("name", "version"), [

@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 from conftest import MODEL
 
-from core import protocol
-from serving.manager import ModelManager
-from serving.model_config import ModelConfig
-from serving.runtimes import RuntimeOptions
-from serving.tensors import to_tensor_proto
-from serving.types import ModelRef, VersionState
-from serving.warmup import MAX_RECORDS, WARMUP_FILE, WarmupFileError, encode_record, warmup_predicts
+from tfship.core import protocol
+from tfship.serving.manager import ModelManager
+from tfship.serving.model_config import ModelConfig
+from tfship.serving.runtimes import RuntimeOptions
+from tfship.serving.tensors import to_tensor_proto
+from tfship.serving.types import ModelRef, VersionState
+from tfship.serving.warmup import MAX_RECORDS, WARMUP_FILE, WarmupFileError, encode_record, warmup_predicts
 
 
 def _log(rows: int = 1) -> bytes:

@@ -7,8 +7,8 @@ import os
 import numpy as np
 from conftest import MODEL
 
-from serving.client import PredictClient
-from serving.launcher import ServerProcess
+from tfship.serving.client import PredictClient
+from tfship.serving.launcher import ServerProcess
 
 
 def _alive(pid: int) -> bool:
@@ -43,8 +43,8 @@ def test_settings_accept_every_registered_backend():
     from pydantic import ValidationError
 
     from bench.serve.identity import register
-    from serving.runtimes import backend_names
-    from serving.settings import ServerSettings
+    from tfship.serving.runtimes import backend_names
+    from tfship.serving.settings import ServerSettings
 
     production = subprocess.run([sys.executable, "-c", "from serving.runtimes import backend_names; "
                                  "print(','.join(backend_names()))"], capture_output=True, text=True, check=True)

@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from core.contract import Signature, TensorSpec
-from core.errors import AuditError, ContractError
-from core.saved_model import read_signatures
-from pipeline.gate.behaviour import check_behaviour
-from pipeline.gate.behaviour import raise_if_failed as raise_if_behaviour_failed
-from signatures.audit import audit_saved_model, raise_if_failed
-from signatures.export import export_saved_model
-from signatures.keras_export import build_keras_module, contract_from_keras, extra_contract, float32_copy
-from signatures.layers import keras_layers
+from tfship.core.contract import Signature, TensorSpec
+from tfship.core.errors import AuditError, ContractError
+from tfship.core.saved_model import read_signatures
+from tfship.pipeline.gate.behaviour import check_behaviour
+from tfship.pipeline.gate.behaviour import raise_if_failed as raise_if_behaviour_failed
+from tfship.signatures.audit import audit_saved_model, raise_if_failed
+from tfship.signatures.export import export_saved_model
+from tfship.signatures.keras_export import build_keras_module, contract_from_keras, extra_contract, float32_copy
+from tfship.signatures.layers import keras_layers
 
 RNG = np.random.default_rng(0)
 

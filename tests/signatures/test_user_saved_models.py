@@ -9,12 +9,12 @@ import re
 import numpy as np
 import pytest
 
-from core.errors import ContractError
-from core.saved_model import read_signatures
-from pipeline.conversion.artifacts import saved_model_runner
-from signatures.audit import audit_saved_model
-from signatures.export import build_savedmodel_module, export_saved_model
 from tests.saved_models import tf1_expected, tf1_multi_meta_graph, wrapped_keras_after_fit
+from tfship.core.errors import ContractError
+from tfship.core.saved_model import read_signatures
+from tfship.pipeline.conversion.artifacts import saved_model_runner
+from tfship.signatures.audit import audit_saved_model
+from tfship.signatures.export import build_savedmodel_module, export_saved_model
 
 FEATURES = np.random.default_rng(1).random((7, 4), dtype=np.float32)
 

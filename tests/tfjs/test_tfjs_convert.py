@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_digits
 
-from core.errors import ConversionError
-from pipeline.conversion.artifacts import saved_model_runner
-from pipeline.gate.compare import Tolerance, compare_output
-from tfjs.convert import TfjsQuantization, convert_tfjs
-from tfjs.node_runner import NodeGraphModelRunner
-from tfjs.worker import name_outputs
+from tfship.core.errors import ConversionError
+from tfship.pipeline.conversion.artifacts import saved_model_runner
+from tfship.pipeline.gate.compare import Tolerance, compare_output
+from tfship.tfjs.convert import TfjsQuantization, convert_tfjs
+from tfship.tfjs.node_runner import NodeGraphModelRunner
+from tfship.tfjs.worker import name_outputs
 
 OUTPUTS = ("class_id", "logits", "probabilities")
 

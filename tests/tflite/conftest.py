@@ -15,8 +15,8 @@ import pytest
 import tensorflow as tf
 from sklearn.datasets import load_digits
 
-from tflite.convert import TfliteConversionResult, convert_tflite
-from tflite.modes import TfliteOptions
+from tfship.tflite.convert import TfliteConversionResult, convert_tflite
+from tfship.tflite.modes import TfliteOptions
 
 CONVERT_TIMEOUT_S = 240.0
 

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from ai_edge_litert.interpreter import Interpreter
 
-from tflite.convert import convert_tflite
-from tflite.inspect import describe_tflite
-from tflite.modes import TfliteMode, TfliteOptions
-from tflite.runner import LiteRtRunner
+from tfship.tflite.convert import convert_tflite
+from tfship.tflite.inspect import describe_tflite
+from tfship.tflite.modes import TfliteMode, TfliteOptions
+from tfship.tflite.runner import LiteRtRunner
 
 BATCH_SIZES = (1, 3, 16)
 OUTPUTS = ("class_id", "logits", "probabilities")

@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.errors import ConversionError
-from tflite.convert import convert_tflite
-from tflite.modes import TfliteMode, TfliteOptions
-from tflite.worker import TEST_HOOK_ENV
+from tfship.core.errors import ConversionError
+from tfship.tflite.convert import convert_tflite
+from tfship.tflite.modes import TfliteMode, TfliteOptions
+from tfship.tflite.worker import TEST_HOOK_ENV
 
 TIMEOUT_S = 240.0
 

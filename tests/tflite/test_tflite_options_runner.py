@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.errors import ContractError, ConversionError, InvalidRequestError
-from tflite.modes import TfliteMode, TfliteOptions
-from tflite.runner import LiteRtRunner
+from tfship.core.errors import ContractError, ConversionError, InvalidRequestError
+from tfship.tflite.modes import TfliteMode, TfliteOptions
+from tfship.tflite.runner import LiteRtRunner
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

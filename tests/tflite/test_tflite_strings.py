@@ -11,14 +11,14 @@ import keras
 import numpy as np
 import pytest
 
-from core.errors import InvalidRequestError
-from pipeline.conversion.artifacts import saved_model_runner
-from signatures.export import export_saved_model
-from signatures.keras_export import build_keras_module, contract_from_keras
 from tests.tflite.conftest import CONVERT_TIMEOUT_S
-from tflite.convert import convert_tflite
-from tflite.modes import TfliteMode, TfliteOptions
-from tflite.runner import LiteRtRunner
+from tfship.core.errors import InvalidRequestError
+from tfship.pipeline.conversion.artifacts import saved_model_runner
+from tfship.signatures.export import export_saved_model
+from tfship.signatures.keras_export import build_keras_module, contract_from_keras
+from tfship.tflite.convert import convert_tflite
+from tfship.tflite.modes import TfliteMode, TfliteOptions
+from tfship.tflite.runner import LiteRtRunner
 
 CITIES = ["paris", "rome", "oslo", "lima", "são paulo"]
 TEXT = np.array([["paris"], ["rome"], ["nowhere"], ["são paulo"], ["oslo"]])
@@ -89,7 +89,7 @@ def test_file_initialised_lookup_is_refused_with_litert_reason(tmp_path):
 
 
 def test_serving_tflite_runtime_takes_text_as_str_or_bytes(city_tflite, tmp_path):
-    from serving.runtimes.tflite import TfliteRuntime
+    from tfship.serving.runtimes.tflite import TfliteRuntime
 
     saved_model, tflite = city_tflite
     version = tmp_path / "1"
@@ -110,8 +110,8 @@ def test_serving_onnx_runtime_reads_text_sent_as_bytes_or_str(tmp_path):
     import onnx
     from onnx import TensorProto, helper
 
-    from serving.runtimes.base import ModelInputError
-    from serving.runtimes.onnx import OnnxRuntime
+    from tfship.serving.runtimes.base import ModelInputError
+    from tfship.serving.runtimes.onnx import OnnxRuntime
 
     graph = helper.make_graph([helper.make_node("Identity", ["city"], ["echo"])], "echo",
                               [helper.make_tensor_value_info("city", TensorProto.STRING, [None, 1])],

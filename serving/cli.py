@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tfship.core.errors import ConfigError, TfshipError, cli_error
 from tfship.serving.runtimes import backend_names  # the runtime registry (light: backends import lazily)
-from tfship.serving.tfs_flags import add_tf_serving_flags, settings_values
+from tfship.serving.tfs.flags import add_tf_serving_flags, settings_values
 
 ENV_PREFIX = "TFSHIP_SERVING_"
 
@@ -115,7 +115,7 @@ def add_query_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_serve(args: argparse.Namespace) -> int:
     """Run the server until SIGTERM; returns the exit code. Raises `TfshipError` on bad settings."""
-    from tfship.serving import logs
+    from tfship.serving.operations import logs
     from tfship.serving.server import run_server
 
     settings = settings_from_args(args)

@@ -21,7 +21,7 @@ import grpc
 
 from tfship.core.errors import TfshipError, UnavailableError
 from tfship.core.processes import die_with_parent_command
-from tfship.serving.client import PredictClient
+from tfship.serving.tfs.client import PredictClient
 
 
 class ServerStartError(UnavailableError):

@@ -3,8 +3,8 @@
 The samples come from the caller: `tfship query` passes the pipeline's own held-out test split
 (`pipeline.data.splits.held_out_digits`, so the accuracy printed matches what the pipeline validated);
 `python -m tfship.serving query --samples FILE.npz` reads arrays `image` and `label` from a file, or a
-published version's golden set (`assets.extra/tfship_golden.npz`: `input:image`, and `output:class_id` as the label, so the
-"accuracy" printed is then the agreement with the SavedModel's own answers).
+published version's golden set (`assets.extra/tfship_golden.npz`: `input:image`, and `output:class_id` as
+the label, so the "accuracy" printed is then the agreement with the SavedModel's own answers).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tfship.core.errors import ConfigError
-from tfship.serving.client import PredictClient
+from tfship.serving.tfs.client import PredictClient
 
 
 def samples_from_file(path: Path, count: int) -> tuple[np.ndarray, np.ndarray]:
@@ -52,7 +52,7 @@ def query_digits(target: str, model_name: str, images: np.ndarray, labels: np.nd
         0.
 
     Raises:
-        serving.client.RemoteError: the server refused the request.
+        serving.tfs.client.RemoteError: the server refused the request.
     """
     with PredictClient(target, timeout_s=timeout_s) as client:
         outputs = client.predict(model_name, {"image": images}, signature_name=signature_name, version=version)

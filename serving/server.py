@@ -20,17 +20,22 @@ import grpc
 from grpc_health.v1 import health_pb2
 
 from tfship.core.errors import ConfigError, TfshipError
-from tfship.serving.dataplane import DataPlane
-from tfship.serving.grpc_transport import AccessInterceptor, add_services
-from tfship.serving.kserve_grpc import add_inference_service
-from tfship.serving.manager import ModelManager, check_config
-from tfship.serving.metrics import Metrics
-from tfship.serving.model_config import ModelConfig, check_model_name, from_repository, parse_model_server_config
-from tfship.serving.request_log import RequestLog
+from tfship.serving.dataplane.manager import ModelManager, check_config
+from tfship.serving.dataplane.model_config import (
+    ModelConfig,
+    check_model_name,
+    from_repository,
+    parse_model_server_config,
+)
+from tfship.serving.dataplane.service import DataPlane
+from tfship.serving.dataplane.types import ServerLimits
+from tfship.serving.kserve.grpc_service import add_inference_service
+from tfship.serving.operations.metrics import Metrics
+from tfship.serving.operations.request_log import RequestLog
+from tfship.serving.operations.security import grpc_credentials, ssl_context, tls_material
 from tfship.serving.runtimes import RuntimeOptions
-from tfship.serving.security import grpc_credentials, ssl_context, tls_material
 from tfship.serving.settings import ServerSettings
-from tfship.serving.types import ServerLimits
+from tfship.serving.tfs.grpc_service import AccessInterceptor, add_services
 
 log = logging.getLogger(__name__)
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -85,7 +90,7 @@ async def poll_model_config_file(settings: ServerSettings, manager: ModelManager
 def _runtime_wrapper(settings: ServerSettings, metrics: Metrics):
     if not (settings.enable_batching or settings.batching_parameters_file):
         return None
-    from tfship.serving.batching import Batched, BatchingParameters
+    from tfship.serving.dataplane.batching import Batched, BatchingParameters
 
     params = (BatchingParameters.from_file(settings.batching_parameters_file)
               if settings.batching_parameters_file else BatchingParameters())
@@ -175,7 +180,7 @@ async def run_server(settings: ServerSettings) -> int:
     await server.start()
     await health.overall()
 
-    from tfship.serving.rest import start_metrics, start_rest
+    from tfship.serving.tfs.rest import start_metrics, start_rest
 
     rest = await _bind_http(start_rest(dataplane, settings, policy, metrics, ssl_ctx), settings, "--rest-port",
                             settings.rest_port)

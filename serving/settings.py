@@ -49,14 +49,16 @@ class ServerSettings(BaseModel):
     tls_cert: Path | None = Field(None, description="Server certificate (PEM); enables TLS.")
     tls_key: Path | None = Field(None, description="Server private key (PEM).")
     tls_client_ca: Path | None = Field(None, description="Client CA (PEM); enables mutual TLS.")
-    auth_token_file: Path | None = Field(None, description="File of inference bearer tokens (serving.security).")
+    auth_token_file: Path | None = Field(None, description="File of inference bearer tokens "
+                                           "(serving.operations.security).")
     auth_token_env: str | None = Field(None, description="Env var holding inference tokens, comma-separated.")
     admin_token_file: Path | None = Field(None, description="File of admin tokens (reload); turns admin calls on.")
     admin_token_env: str | None = Field(None, description="Env var holding admin tokens, comma-separated.")
     enable_admin_api: bool = Field(False, description="Allow admin calls without admin tokens (no auth at all).")
     json_logs: bool = Field(False, description="Log one JSON object per line.")
     request_log_sampling_rate: float = Field(0.0, ge=0.0, le=1.0, description="Fraction of requests logged as one "
-                                             "structured line each (serving.request_log); 0 = off (default).")
+                                             "structured line each (serving.operations.request_log); "
+                                             "0 = off (default).")
     num_processes: int = Field(1, ge=1, description="Server processes sharing the ports (SO_REUSEPORT).")
     reuse_port: bool = Field(False, description="Bind the REST port with SO_REUSEPORT (set for --num-processes "
                                                 "workers; gRPC always does on Linux).")
@@ -69,7 +71,7 @@ class ServerSettings(BaseModel):
         return value
 
     def access_policy(self):
-        """The `serving.security.AccessPolicy` these settings define; raises `ConfigError` (see there)."""
-        from tfship.serving.security import access_policy
+        """The `serving.operations.security.AccessPolicy` these settings define; raises `ConfigError` (see there)."""
+        from tfship.serving.operations.security import access_policy
 
         return access_policy(self)

@@ -142,7 +142,7 @@ def worker_main(argv: list[str]) -> int:
     """`python -m tfship.serving.workers SETTINGS_JSON PORT_FILE`: one worker (started by `run_workers`)."""
     import asyncio
 
-    from tfship.serving import logs
+    from tfship.serving.operations import logs
     from tfship.serving.server import run_server
 
     settings = ServerSettings.model_validate_json(Path(argv[0]).read_text())

@@ -125,7 +125,7 @@ def serve_checks(repository: Path, work: Path) -> dict:
 def _first_request_ms(target: str) -> float:
     import numpy as np
 
-    from tfship.serving.client import PredictClient
+    from tfship.serving.tfs.client import PredictClient
 
     x = np.random.default_rng(1).random((1, 784), dtype=np.float32)
     with PredictClient(target, timeout_s=120) as client:

@@ -22,9 +22,9 @@ import numpy as np
 from bench.reliability.common import MODEL, Row, copy_version, images, rss_mb, wait_admitted
 from tfship.core import protocol
 from tfship.core.errors import TfshipError
-from tfship.serving.client import PredictClient, RemoteError
+from tfship.serving.dataplane.tensors import to_tensor_proto
 from tfship.serving.launcher import ServerProcess, ServerStartError
-from tfship.serving.tensors import to_tensor_proto
+from tfship.serving.tfs.client import PredictClient, RemoteError
 
 
 def _expected_logits(source: Path, versions: int) -> dict[int, np.ndarray]:

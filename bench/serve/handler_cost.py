@@ -43,13 +43,13 @@ async def measure(repo: Path, model: str, request: bytes, calls: int, repeats: i
     """
     from bench.serve.identity import register
     from tfship.core import protocol
-    from tfship.serving.dataplane import DataPlane
-    from tfship.serving.grpc_transport import PredictionServicer
-    from tfship.serving.manager import ModelManager
-    from tfship.serving.metrics import Metrics
-    from tfship.serving.model_config import from_repository
+    from tfship.serving.dataplane.manager import ModelManager
+    from tfship.serving.dataplane.model_config import from_repository
+    from tfship.serving.dataplane.service import DataPlane
+    from tfship.serving.dataplane.types import ServerLimits
+    from tfship.serving.operations.metrics import Metrics
     from tfship.serving.runtimes.base import RuntimeOptions
-    from tfship.serving.types import ServerLimits
+    from tfship.serving.tfs.grpc_service import PredictionServicer
 
     register()
     metrics, executor = Metrics(), ThreadPoolExecutor(2)

@@ -38,7 +38,7 @@ class Load:
         self._threads = [threading.Thread(target=self._run, args=(target, inputs), daemon=True) for _ in range(threads)]
 
     def _run(self, target: str, inputs) -> None:
-        from tfship.serving.client import PredictClient, RemoteError
+        from tfship.serving.tfs.client import PredictClient, RemoteError
 
         with PredictClient(target, timeout_s=30) as client:
             while not self._stop.is_set():
@@ -98,8 +98,8 @@ def _publish(source: Path, model_dir: Path, version: int) -> None:
 def hot_swap(source: Path, work: Path, backend: str, cycles: int, inputs: dict[str, np.ndarray],
              load_threads: int = 4, poll_s: float = 0.2) -> dict:
     """Run `cycles` swaps of `source` (a version folder) under load; returns the measurements (RSS in bytes)."""
-    from tfship.serving.client import PredictClient
     from tfship.serving.launcher import ServerProcess
+    from tfship.serving.tfs.client import PredictClient
 
     model_dir = work / "hotswap_repo" / MODEL
     shutil.rmtree(model_dir.parent, ignore_errors=True)

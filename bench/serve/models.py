@@ -184,7 +184,7 @@ def load_infos(work: Path) -> list[ModelInfo]:
 def request_bytes(model_name: str, alias: str, shape: tuple[int, ...], rows: int = 1, seed: int = 0) -> bytes:
     """A serialised `tensorflow.serving.PredictRequest` for `model_name` with `rows` random rows in [0, 1)."""
     from tfship.core import protocol
-    from tfship.serving.tensors import to_tensor_proto
+    from tfship.serving.dataplane.tensors import to_tensor_proto
 
     request = protocol.PredictRequest()
     request.model_spec.name = model_name

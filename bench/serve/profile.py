@@ -21,7 +21,7 @@ _LINE = re.compile(r"^(.*) (\d+)$")
 
 
 def _func(frame: str) -> str:
-    """`predict (serving/dataplane.py:57)` -> `predict (serving/dataplane.py)`: merge a function's lines."""
+    """`predict (serving/dataplane/service.py:57)` -> `predict (serving/dataplane/service.py)`: merge a function's lines."""
     return re.sub(r":\d+\)$", ")", frame.strip())
 
 

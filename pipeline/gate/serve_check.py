@@ -75,8 +75,8 @@ class ServeCheckResult:
 
 def _check_one(repository: Path, model_name: str, version: int, target: ServeTarget, inputs: dict[str, np.ndarray],
                expected: dict[str, np.ndarray], batch_sizes: tuple[int, ...]) -> dict[str, Any]:
-    from tfship.serving.client import PredictClient
     from tfship.serving.launcher import ServerProcess
+    from tfship.serving.tfs.client import PredictClient
 
     started = time.perf_counter()
     worst, problems, answers, offset = 0.0, [], [], 0

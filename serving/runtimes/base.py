@@ -110,7 +110,7 @@ class Runtime(abc.ABC):
 
         The default runs `predict()` on a thread of `executor`, or on the event loop itself once calls are
         measured cheaper than `INLINE_CALL_BUDGET_S` for this many rows (the thread hop would cost more).
-        Queueing wrappers override it by composition (`serving.batching.Batched` awaits its slice of a
+        Queueing wrappers override it by composition (`serving.dataplane.batching.Batched` awaits its slice of a
         merged call, no thread parked per request) and use `deadline` to drop a request that expired while
         queued; the default ignores it (the data plane times the call out itself).
 

@@ -47,7 +47,7 @@ def test_errors_defined_above_core_follow_their_base():
 def test_a_remote_status_is_carried_as_received():
     import grpc
 
-    from tfship.serving.client import RemoteError
+    from tfship.serving.tfs.client import RemoteError
 
     error = RemoteError(grpc.StatusCode.RESOURCE_EXHAUSTED, "queue full")
     assert (error.grpc_code, error.http_status, error.details) == ("RESOURCE_EXHAUSTED", 429, "queue full")

@@ -127,7 +127,7 @@ def test_serves_validated_answers_and_stops_cleanly(engine: Engine, server: RunS
     assert query.returncode == 0, f"tfship query failed:\n{query.stdout}\n{query.stderr}"
     assert "accuracy" in query.stdout
 
-    from tfship.serving.client import PredictClient
+    from tfship.serving.tfs.client import PredictClient
 
     inputs, expected = golden
     with PredictClient(target, timeout_s=30) as client:

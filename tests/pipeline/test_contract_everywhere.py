@@ -102,8 +102,8 @@ def test_every_runtime_serves_the_same_contract_and_answer(version_dir, backend)
 
 @pytest.mark.slow
 def test_grpc_metadata_and_predict_agree_for_every_backend(version_dir):
-    from tfship.serving.client import PredictClient
     from tfship.serving.launcher import ServerProcess
+    from tfship.serving.tfs.client import PredictClient
 
     for backend in BACKENDS:
         with ServerProcess(version_dir.parent.parent, "scale", backend, ["--rest-port", "-1", "--metrics-port", "-1"],

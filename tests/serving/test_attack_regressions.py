@@ -12,10 +12,10 @@ import pytest
 from conftest import MODEL
 
 from tfship.core.errors import ConfigError
-from tfship.serving.batching_parameters import BatchingParameters
+from tfship.serving.dataplane.batching_parameters import BatchingParameters
 from tfship.serving.launcher import ServerProcess
-from tfship.serving.security import read_token_env, read_token_file
-from tfship.serving.tfs_flags import monitoring_settings, ssl_settings
+from tfship.serving.operations.security import read_token_env, read_token_file
+from tfship.serving.tfs.flags import monitoring_settings, ssl_settings
 
 TOKEN = "reader-1"
 

@@ -12,8 +12,8 @@ import pytest
 from conftest import MODEL
 
 from tfship.core.errors import ConfigError, DeadlineExceededError, InvalidRequestError, ResourceExhaustedError
-from tfship.serving.batching import PEAK_WINDOW_S, Batched, BatchingParameters
-from tfship.serving.metrics import Metrics
+from tfship.serving.dataplane.batching import PEAK_WINDOW_S, Batched, BatchingParameters
+from tfship.serving.operations.metrics import Metrics
 from tfship.serving.runtimes.base import Runtime
 from tfship.serving.runtimes.onnx import OnnxRuntime
 
@@ -163,8 +163,8 @@ def test_full_queue_deadline_and_batch_failure(onnx_runtime):
 
 
 def test_server_batching_gives_each_client_its_own_outputs(repository, tmp_path):
-    from tfship.serving.client import PredictClient
     from tfship.serving.launcher import ServerProcess
+    from tfship.serving.tfs.client import PredictClient
 
     params = tmp_path / "batching.txt"
     params.write_text("max_batch_size { value: 16 }\nbatch_timeout_micros { value: 2000 }\n"
@@ -289,8 +289,8 @@ def test_server_batches_merge_under_concurrent_load(repository, tmp_path):
     import grpc
 
     from tfship.core import protocol
+    from tfship.serving.dataplane.tensors import to_tensor_proto
     from tfship.serving.launcher import ServerProcess
-    from tfship.serving.tensors import to_tensor_proto
 
     params = tmp_path / "batching.txt"
     params.write_text("max_batch_size { value: 32 }\nbatch_timeout_micros { value: 20000 }\n"

@@ -16,13 +16,13 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from bench.serve.identity import register
-from tfship.serving.dataplane import DataPlane
-from tfship.serving.manager import ModelManager
-from tfship.serving.metrics import Metrics
-from tfship.serving.model_config import ModelConfig
+from tfship.serving.dataplane.manager import ModelManager
+from tfship.serving.dataplane.model_config import ModelConfig
+from tfship.serving.dataplane.service import DataPlane
+from tfship.serving.dataplane.types import InferenceRequest, ModelRef, ServerLimits
+from tfship.serving.operations.metrics import Metrics
 from tfship.serving.runtimes import RuntimeOptions
 from tfship.serving.runtimes.base import INLINE_CALL_BUDGET_S, Runtime
-from tfship.serving.types import InferenceRequest, ModelRef, ServerLimits
 
 
 class Recorded(Runtime):

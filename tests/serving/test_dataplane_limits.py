@@ -12,12 +12,12 @@ from conftest import MODEL
 from test_batching import Gated
 
 from tfship.core.errors import DeadlineExceededError, ResourceExhaustedError
-from tfship.serving.dataplane import DataPlane
-from tfship.serving.manager import ModelManager
-from tfship.serving.metrics import Metrics
-from tfship.serving.model_config import ModelConfig
+from tfship.serving.dataplane.manager import ModelManager
+from tfship.serving.dataplane.model_config import ModelConfig
+from tfship.serving.dataplane.service import DataPlane
+from tfship.serving.dataplane.types import InferenceRequest, ModelRef, ServerLimits
+from tfship.serving.operations.metrics import Metrics
 from tfship.serving.runtimes import RuntimeOptions
-from tfship.serving.types import InferenceRequest, ModelRef, ServerLimits
 
 X = {"image": np.zeros((1, 8, 8, 1), np.float32)}
 

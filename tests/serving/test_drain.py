@@ -14,8 +14,8 @@ import pytest
 from conftest import MODEL
 
 from tfship.core import protocol
+from tfship.serving.dataplane.tensors import to_tensor_proto
 from tfship.serving.launcher import ServerProcess
-from tfship.serving.tensors import to_tensor_proto
 
 
 def _request(rows: int = 1) -> bytes:

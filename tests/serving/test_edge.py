@@ -11,8 +11,8 @@ import pytest
 from conftest import MODEL, saved_model_outputs
 from edge_venv import ensure_edge_venv
 
-from tfship.serving.client import PredictClient
 from tfship.serving.launcher import ServerProcess
+from tfship.serving.tfs.client import PredictClient
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +24,7 @@ def edge_python() -> str:
 
 
 def test_edge_venv_has_no_tensorflow(edge_python, tmp_path):
-    code = ("import importlib.util, sys; import core.protocol, serving.client, serving.server, serving.query; "
+    code = ("import importlib.util, sys; import core.protocol, serving.tfs.client, serving.server, serving.query; "
             "assert importlib.util.find_spec('tensorflow') is None; assert 'site-packages' in serving.__file__; "
             "print('ok')")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the installed copy, not the sources

@@ -1,4 +1,4 @@
-"""One test per error mapping: the `_rpc` decorator turns each TfshipError kind into its gRPC status.
+"""One test per error mapping: the `rpc` decorator turns each TfshipError kind into its gRPC status.
 
 A real in-process `grpc.aio` server on a free port serves a tiny servicer whose one method raises the
 error named in the request; unexpected exceptions become INTERNAL with a generic message.
@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from tfship.core import errors
-from tfship.serving.grpc_transport import _rpc
+from tfship.serving.grpc_calls import rpc
 
 KINDS = {
     "InvalidRequestError": "INVALID_ARGUMENT", "ModelNotFoundError": "NOT_FOUND",
@@ -27,7 +27,7 @@ KINDS = {
 class Raiser:
     """Servicer whose method raises the exception class named by the request bytes."""
 
-    @_rpc
+    @rpc
     async def Raise(self, request: bytes, context):
         name = request.decode()
         if name == "ValueError":

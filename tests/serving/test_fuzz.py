@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tfship.core import protocol
-from tfship.serving.client import PredictClient
 from tfship.serving.launcher import ServerProcess
+from tfship.serving.tfs.client import PredictClient
 
 CLIENT_STATUSES = {"OK", "INVALID_ARGUMENT", "NOT_FOUND", "RESOURCE_EXHAUSTED"}
 
@@ -236,7 +236,7 @@ def _proto(dtype: str, shape: list[int], field: str | None = None, values=()) ->
 def test_malformed_tensors_are_invalid_argument_before_numpy(proto, message):
     """The attacks QA found answered INTERNAL: each is now INVALID_ARGUMENT naming the input and the value."""
     from tfship.core.errors import InvalidRequestError
-    from tfship.serving.tensors import from_tensor_proto
+    from tfship.serving.dataplane.tensors import from_tensor_proto
 
     with pytest.raises(InvalidRequestError, match=message) as err:
         from_tensor_proto(proto, "image")
@@ -244,7 +244,7 @@ def test_malformed_tensors_are_invalid_argument_before_numpy(proto, message):
 
 
 def test_in_range_narrow_values_decode():
-    from tfship.serving.tensors import from_tensor_proto
+    from tfship.serving.dataplane.tensors import from_tensor_proto
 
     assert from_tensor_proto(_proto("DT_INT8", [2], "int_val", [-128, 127])).tolist() == [-128, 127]
     assert from_tensor_proto(_proto("DT_HALF", [1], "half_val", [0x3C00])).tolist() == [1.0]

@@ -10,8 +10,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from tfship.core import protocol
-from tfship.serving.client import RemoteError
-from tfship.serving.types import VersionState
+from tfship.serving.dataplane.types import VersionState
+from tfship.serving.tfs.client import RemoteError
 
 
 def _assert_outputs_equal(got, want):
@@ -46,7 +46,7 @@ def test_predict_response_names_served_version(client):
     request = protocol.PredictRequest()
     request.model_spec.name = MODEL
     request.model_spec.version_label = "stable"
-    from tfship.serving.tensors import to_tensor_proto
+    from tfship.serving.dataplane.tensors import to_tensor_proto
 
     request.inputs["image"].CopyFrom(to_tensor_proto(np.zeros((1, 8, 8, 1), np.float32)))
     response = client.call(protocol.PREDICTION_SERVICE, "Predict", request)

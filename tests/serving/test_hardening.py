@@ -20,14 +20,15 @@ from google.protobuf import text_format
 
 from tfship.core import protocol
 from tfship.core.errors import ConfigError, InvalidRequestError, ModelNotFoundError, ResourceExhaustedError
-from tfship.serving import cli, converters
-from tfship.serving.client import PredictClient, RemoteError
+from tfship.serving import cli
+from tfship.serving.dataplane.manager import ModelManager
+from tfship.serving.dataplane.model_config import parse_model_server_config
+from tfship.serving.dataplane.tensors import from_tensor_proto, to_tensor_proto
+from tfship.serving.dataplane.types import ModelRef, VersionState
 from tfship.serving.launcher import ServerProcess
-from tfship.serving.manager import ModelManager
-from tfship.serving.model_config import parse_model_server_config
 from tfship.serving.runtimes import RuntimeOptions
-from tfship.serving.tensors import from_tensor_proto, to_tensor_proto
-from tfship.serving.types import ModelRef, VersionState
+from tfship.serving.tfs import converters
+from tfship.serving.tfs.client import PredictClient, RemoteError
 
 TOKEN = "hardening-token"
 ADMIN_TOKEN = "hardening-admin-token"

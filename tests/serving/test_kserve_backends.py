@@ -26,8 +26,8 @@ import tritonclient.http as thttp
 from conftest import MODEL, saved_model_outputs
 from tritonclient.utils import InferenceServerException
 
-from tfship.serving.client import PredictClient
 from tfship.serving.launcher import ServerProcess
+from tfship.serving.tfs.client import PredictClient
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "oip-test-token"

@@ -14,9 +14,9 @@ from hypothesis.extra import numpy as hnp
 
 from tfship.core import kserve_protocol as kp
 from tfship.core.errors import InvalidRequestError, ResourceExhaustedError, UnimplementedError
-from tfship.serving import kserve_codec as codec
-from tfship.serving.kserve_converters import infer_options, model_ref
-from tfship.serving.types import ModelRef
+from tfship.serving.dataplane.types import ModelRef
+from tfship.serving.kserve import codec
+from tfship.serving.kserve.converters import infer_options, model_ref
 
 MAX = 64 << 20
 NUMERIC = [d for d in codec.DATATYPES if d != "BYTES"]
@@ -213,13 +213,13 @@ def test_version_strings_and_parameters():
 
 
 def test_large_payload_functions_run_in_a_spawned_helper_process():
-    """What `serving.offload` runs for large V2 payloads works across a `spawn` process, errors included."""
+    """What `serving.dataplane.offload` runs for large V2 payloads works across a `spawn` process, errors included."""
     import json
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from tfship.serving.kserve_grpc import decode_infer_inputs
-    from tfship.serving.kserve_rest import decode_body, encode_answer
+    from tfship.serving.kserve.grpc_service import decode_infer_inputs
+    from tfship.serving.kserve.rest import decode_body, encode_answer
 
     request = kp.ModelInferRequest(model_name="m")
     request.inputs.add(name="x", datatype="FP32", shape=[2, 2]).contents.fp32_contents.extend([1, 2, 3, 4])

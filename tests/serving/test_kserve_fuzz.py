@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tfship.core import kserve_protocol as kp
-from tfship.serving.kserve_codec import CONTENTS_FIELD, DATATYPES
+from tfship.serving.kserve.codec import CONTENTS_FIELD, DATATYPES
 
 CLIENT_CODES = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.RESOURCE_EXHAUSTED}
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True,

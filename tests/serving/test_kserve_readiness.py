@@ -12,13 +12,13 @@ from aiohttp.test_utils import TestClient, TestServer
 from conftest import MODEL
 
 from tfship.core.errors import ModelNotFoundError
-from tfship.serving.dataplane import DataPlane
-from tfship.serving.manager import ModelManager
-from tfship.serving.metrics import Metrics
-from tfship.serving.model_config import from_repository
-from tfship.serving.rest import build_app
+from tfship.serving.dataplane.manager import ModelManager
+from tfship.serving.dataplane.model_config import from_repository
+from tfship.serving.dataplane.service import DataPlane
+from tfship.serving.dataplane.types import ModelRef, ServerLimits
+from tfship.serving.operations.metrics import Metrics
 from tfship.serving.runtimes import RuntimeOptions
-from tfship.serving.types import ModelRef, ServerLimits
+from tfship.serving.tfs.rest import build_app
 
 
 def _publish(repository: Path, root: Path, version: int, broken: bool = False) -> None:

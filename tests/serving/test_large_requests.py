@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from conftest import MODEL
 
-from tfship.serving.client import PredictClient
 from tfship.serving.launcher import ServerProcess
+from tfship.serving.tfs.client import PredictClient
 
 
 @pytest.mark.slow  # a 10 MB JSON body decoded end to end

@@ -16,14 +16,14 @@ from rich.console import Console
 from tfship.core import protocol
 from tfship.core.errors import ConfigError, ModelNotFoundError
 from tfship.serving import cli
-from tfship.serving.manager import ModelManager
-from tfship.serving.model_config import ModelConfig, VersionPolicy, parse_model_server_config
+from tfship.serving.dataplane.manager import ModelManager
+from tfship.serving.dataplane.model_config import ModelConfig, VersionPolicy, parse_model_server_config
+from tfship.serving.dataplane.tensors import to_tensor_proto
+from tfship.serving.dataplane.types import ModelRef, VersionState
+from tfship.serving.dataplane.warmup import WARMUP_FILE, encode_record, warmup_predicts
 from tfship.serving.query import query_digits
 from tfship.serving.runtimes import RuntimeOptions
 from tfship.serving.settings import ServerSettings
-from tfship.serving.tensors import to_tensor_proto
-from tfship.serving.types import ModelRef, VersionState
-from tfship.serving.warmup import WARMUP_FILE, encode_record, warmup_predicts
 
 
 def _manager(pool) -> ModelManager:

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from conftest import MODEL
 
-from tfship.serving.client import PredictClient, RemoteError
+from tfship.serving.dataplane.memory import estimate_request_bytes
 from tfship.serving.launcher import ServerProcess
-from tfship.serving.memory import estimate_request_bytes
 from tfship.serving.settings import ServerSettings
+from tfship.serving.tfs.client import PredictClient, RemoteError
 
 
 def _rss_mb(pid: int) -> float:

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 from typed_models import TABLE, build_typed_model
 
-from tfship.serving.client import PredictClient, RemoteError
 from tfship.serving.launcher import ServerProcess
 from tfship.serving.runtimes.onnx import _is_input_error
+from tfship.serving.tfs.client import PredictClient, RemoteError
 
 MODEL = "typed"
 BACKEND_WORDS = {"saved_model": "TensorFlow", "onnx": "ONNX Runtime", "tflite": "LiteRT"}

@@ -12,9 +12,9 @@ from conftest import MODEL
 from google.protobuf import text_format
 
 from tfship.core import protocol
-from tfship.serving.client import PredictClient, RemoteError
+from tfship.serving.dataplane.types import VersionState
 from tfship.serving.launcher import ServerProcess, ServerStartError
-from tfship.serving.types import VersionState
+from tfship.serving.tfs.client import PredictClient, RemoteError
 
 
 def _copy_version(repository: Path, source: int, target_root: Path, target: int) -> None:

@@ -7,8 +7,8 @@ import numpy as np
 
 from tests.saved_models import tf1_expected, tf1_multi_meta_graph
 from tfship.core.saved_model import read_signatures, serving_tags
-from tfship.serving.client import PredictClient
 from tfship.serving.launcher import ServerProcess
+from tfship.serving.tfs.client import PredictClient
 
 
 def test_server_serves_the_serve_meta_graph_of_a_tf1_export(tmp_path):

@@ -10,7 +10,7 @@ from hypothesis.extra import numpy as hnp
 
 from tfship.core import protocol
 from tfship.core.errors import InvalidRequestError
-from tfship.serving.tensors import from_tensor_proto, to_tensor_proto
+from tfship.serving.dataplane.tensors import from_tensor_proto, to_tensor_proto
 
 
 def _predict_request():

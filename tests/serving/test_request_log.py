@@ -12,9 +12,9 @@ import requests
 from conftest import MODEL
 
 from tfship.serving import cli
-from tfship.serving.client import PredictClient, RemoteError
 from tfship.serving.launcher import ServerProcess
-from tfship.serving.request_log import RequestLog
+from tfship.serving.operations.request_log import RequestLog
+from tfship.serving.tfs.client import PredictClient, RemoteError
 
 
 def _request_lines(server) -> list[dict]:

@@ -17,12 +17,12 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from tfship.core import protocol
 from tfship.core.contract import Signature, TensorSpec
 from tfship.core.errors import InvalidRequestError
-from tfship.serving.contract import RequestChecks, batch_size, validate_inputs
+from tfship.serving.dataplane.contract import RequestChecks, batch_size, validate_inputs
+from tfship.serving.dataplane.memory import estimate_request_bytes
+from tfship.serving.dataplane.offload import OFF_LOOP_BYTES
+from tfship.serving.dataplane.tensors import from_tensor_proto, to_tensor_proto
 from tfship.serving.launcher import ServerProcess
-from tfship.serving.memory import estimate_request_bytes
-from tfship.serving.metrics import LATENCY_BUCKETS_S, RequestStats
-from tfship.serving.offload import OFF_LOOP_BYTES
-from tfship.serving.tensors import from_tensor_proto, to_tensor_proto
+from tfship.serving.operations.metrics import LATENCY_BUCKETS_S, RequestStats
 
 PREDICT = "/tensorflow.serving.PredictionService/Predict"
 

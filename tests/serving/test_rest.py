@@ -12,7 +12,7 @@ import pytest
 from conftest import MODEL, saved_model_outputs
 
 from tfship.core.contract import Signature, TensorSpec
-from tfship.serving.rest_json import request_inputs, response_json
+from tfship.serving.tfs.rest_json import request_inputs, response_json
 
 
 def _http(url: str, body: dict | bytes | None = None) -> tuple[int, dict]:

@@ -18,8 +18,8 @@ from conftest import MODEL
 from typed_models import TABLE, build_typed_model
 
 from tfship.core import protocol
-from tfship.serving.client import RemoteError
 from tfship.serving.launcher import ServerProcess
+from tfship.serving.tfs.client import RemoteError
 
 TYPED = "typed"
 

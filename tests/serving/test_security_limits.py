@@ -18,10 +18,10 @@ from conftest import MODEL
 
 from tfship.core import protocol
 from tfship.core.errors import ConfigError, PermissionDeniedError, UnauthenticatedError
-from tfship.serving.client import PredictClient, RemoteError
 from tfship.serving.launcher import ServerProcess, ServerStartError
-from tfship.serving.security import AccessPolicy, read_token_file
+from tfship.serving.operations.security import AccessPolicy, read_token_file
 from tfship.serving.settings import ServerSettings
+from tfship.serving.tfs.client import PredictClient, RemoteError
 
 
 @pytest.fixture(scope="module")

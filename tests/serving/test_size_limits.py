@@ -14,11 +14,11 @@ import requests
 from typed_models import TABLE, build_typed_model
 
 from tfship.core import protocol
-from tfship.serving import converters, rest_json
-from tfship.serving.client import PredictClient, RemoteError
+from tfship.serving.dataplane.tensors import to_tensor_proto
+from tfship.serving.dataplane.types import InferenceResponse
 from tfship.serving.launcher import ServerProcess
-from tfship.serving.tensors import to_tensor_proto
-from tfship.serving.types import InferenceResponse
+from tfship.serving.tfs import converters, rest_json
+from tfship.serving.tfs.client import PredictClient, RemoteError
 
 MODEL = "typed"
 LIMIT = 1024

@@ -21,9 +21,9 @@ from conftest import MODEL
 
 from tfship.core.errors import ConfigError
 from tfship.serving import cli
-from tfship.serving.client import PredictClient
 from tfship.serving.launcher import ServerProcess
-from tfship.serving.tfs_flags import ALIASES, REFUSED
+from tfship.serving.tfs.client import PredictClient
+from tfship.serving.tfs.flags import ALIASES, REFUSED
 
 # Every flag of TF Serving's main.cc (tensorflow/serving, model_servers/main.cc).
 TF_SERVING_FLAGS = (

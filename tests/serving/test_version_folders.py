@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from conftest import MODEL
 
-from tfship.serving.client import PredictClient
+from tfship.serving.dataplane.manager import MAX_VERSION, version_of
 from tfship.serving.launcher import ServerProcess
-from tfship.serving.manager import MAX_VERSION, version_of
+from tfship.serving.tfs.client import PredictClient
 
 
 @pytest.mark.parametrize(("name", "version"), [

@@ -15,12 +15,12 @@ import pytest
 from conftest import MODEL
 
 from tfship.core import protocol
-from tfship.serving.manager import ModelManager
-from tfship.serving.model_config import ModelConfig
+from tfship.serving.dataplane.manager import ModelManager
+from tfship.serving.dataplane.model_config import ModelConfig
+from tfship.serving.dataplane.tensors import to_tensor_proto
+from tfship.serving.dataplane.types import ModelRef, VersionState
+from tfship.serving.dataplane.warmup import MAX_RECORDS, WARMUP_FILE, WarmupFileError, encode_record, warmup_predicts
 from tfship.serving.runtimes import RuntimeOptions
-from tfship.serving.tensors import to_tensor_proto
-from tfship.serving.types import ModelRef, VersionState
-from tfship.serving.warmup import MAX_RECORDS, WARMUP_FILE, WarmupFileError, encode_record, warmup_predicts
 
 
 def _log(rows: int = 1) -> bytes:

@@ -7,8 +7,8 @@ import os
 import numpy as np
 from conftest import MODEL
 
-from tfship.serving.client import PredictClient
 from tfship.serving.launcher import ServerProcess
+from tfship.serving.tfs.client import PredictClient
 
 
 def _alive(pid: int) -> bool:

@@ -1,4 +1,4 @@
-"""TF Serving's BatchingParameters: the knobs of `serving.batching.Batched`, and their text format."""
+"""TF Serving's BatchingParameters: the knobs of `serving.dataplane.batching.Batched`, and their text format."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""TF Serving protobuf messages <-> the data plane's types (`serving.types`)."""
+"""TF Serving protobuf messages <-> the data plane's types (`serving.dataplane.types`)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import time
 from tfship.core import protocol
 from tfship.core.errors import InvalidRequestError
 from tfship.core.saved_model import to_signature_def
-from tfship.serving.tensors import DEFAULT_MAX_TENSOR_BYTES, fill_tensor_proto, from_tensor_proto
-from tfship.serving.types import InferenceRequest, InferenceResponse, ModelMetadata, ModelRef, VersionStatus
+from tfship.serving.dataplane.tensors import DEFAULT_MAX_TENSOR_BYTES, fill_tensor_proto, from_tensor_proto
+from tfship.serving.dataplane.types import InferenceRequest, InferenceResponse, ModelMetadata, ModelRef, VersionStatus
 
 
 def model_ref(spec) -> ModelRef:
@@ -34,7 +34,7 @@ def predict_request(proto, time_remaining: float | None = None,
                     max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -> InferenceRequest:
     """`PredictRequest` -> `InferenceRequest`; `time_remaining` (seconds) becomes a monotonic deadline.
 
-    Each input decodes to at most `max_tensor_bytes` (see `serving.tensors.from_tensor_proto`).
+    Each input decodes to at most `max_tensor_bytes` (see `serving.dataplane.tensors.from_tensor_proto`).
     """
     spec = proto.model_spec
     model = model_ref(spec)

@@ -2,7 +2,7 @@
 logging (`logging_config { sampling_config { sampling_rate } }`), written as a log line instead of
 PredictionLog files.
 
-Each transport's single error-mapping point (gRPC `_rpc`, the REST middleware) opens a record when the
+Each transport's single error-mapping point (gRPC `serving.grpc_calls.rpc`, the REST middleware) opens a record when the
 request is sampled and writes it when the answer is known; the data plane adds what only it knows
 (model version, signature, batch rows) through `note_request()`. A line (logger `tfship.requests`, INFO) is a
 JSON object:

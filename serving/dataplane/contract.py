@@ -13,7 +13,7 @@ import numpy as np
 from tfship.core.contract import PREDICT_METHOD, Signature
 from tfship.core.dtypes import dtype_name
 from tfship.core.errors import InvalidRequestError
-from tfship.serving.memory import estimate_request_bytes
+from tfship.serving.dataplane.memory import estimate_request_bytes
 
 
 def describe_array(array: np.ndarray) -> str:

@@ -19,14 +19,14 @@ from google.protobuf import json_format
 
 from tfship.core import protocol
 from tfship.core.errors import InvalidRequestError, RequestTimeoutError, ResourceExhaustedError, TfshipError
-from tfship.serving import converters, rest_json
-from tfship.serving.dataplane import DataPlane, RequestGate
-from tfship.serving.kserve_rest import add_v2_routes
-from tfship.serving.metrics import CONTENT_TYPE, Metrics
-from tfship.serving.offload import Offloader
-from tfship.serving.request_log import RequestLog
-from tfship.serving.security import AccessPolicy
-from tfship.serving.types import InferenceRequest, ModelRef
+from tfship.serving.dataplane.offload import Offloader
+from tfship.serving.dataplane.service import DataPlane, RequestGate
+from tfship.serving.dataplane.types import InferenceRequest, ModelRef
+from tfship.serving.kserve.rest import add_v2_routes
+from tfship.serving.operations.metrics import CONTENT_TYPE, Metrics
+from tfship.serving.operations.request_log import RequestLog
+from tfship.serving.operations.security import AccessPolicy
+from tfship.serving.tfs import converters, rest_json
 
 log = logging.getLogger(__name__)
 _MAX_BYTES = web.AppKey("max_bytes", int)
@@ -166,7 +166,7 @@ def _proto_json(message) -> dict:
 
 def decode_predict(raw: bytes, signatures: dict | None):
     """A `:predict` body -> (signature name, output_filter, inputs, row format?, batch); inputs are None when
-    `signatures` is None (the model was not found). Runs inline or in the helper process (`serving.offload`).
+    `signatures` is None (the model was not found). Runs inline or in the helper process (`serving.dataplane.offload`).
 
     Raises:
         InvalidRequestError: bad JSON, bad fields, an unknown signature or inputs that do not convert.
@@ -191,7 +191,7 @@ def build_app(dataplane: DataPlane, policy: AccessPolicy | None = None, max_byte
     With `metrics`, Prometheus text is also served at `metrics_path` (TF Serving's `/monitoring/prometheus/metrics`
     unless --monitoring_config_file names another). A request body must arrive within `timeout_s` seconds
     (else HTTP 408). Large bodies and answers are decoded / encoded by `offloader` (default: the data plane's
-    helper process, `serving.offload`), so they never stall the event loop.
+    helper process, `serving.dataplane.offload`), so they never stall the event loop.
     """
     offloader = offloader or dataplane.offloader
 

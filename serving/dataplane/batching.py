@@ -31,8 +31,8 @@ import numpy as np
 
 from tfship.core.contract import Signature
 from tfship.core.errors import DeadlineExceededError, InvalidRequestError, ResourceExhaustedError
-from tfship.serving.batch_results import join_parts, settle
-from tfship.serving.batching_parameters import BatchingParameters
+from tfship.serving.dataplane.batch_results import join_parts, settle
+from tfship.serving.dataplane.batching_parameters import BatchingParameters
 from tfship.serving.runtimes.base import Runtime
 
 __all__ = ["PEAK_WINDOW_S", "Batched", "BatchingParameters"]
@@ -63,7 +63,7 @@ class Batched(Runtime):
     Args:
         runtime: the loaded backend (its `load()` has been called).
         params: `BatchingParameters`.
-        metrics: optional `serving.metrics.Metrics` (batch size histogram, queue depth).
+        metrics: optional `serving.operations.metrics.Metrics` (batch size histogram, queue depth).
     """
 
     name = "batched"

@@ -1,7 +1,7 @@
 """The data plane: one method per RPC, shared by the gRPC and REST transports.
 
 Lookup (via the model manager), validation against the signature contract, limits, deadlines and
-metrics live here; transports only convert their wire format to `serving.types` and back.
+metrics live here; transports only convert their wire format to `serving.dataplane.types` and back.
 """
 
 from __future__ import annotations
@@ -18,14 +18,12 @@ from tfship.core.errors import (
     UnavailableError,
     UnimplementedError,
 )
-from tfship.serving.contract import RequestChecks
-from tfship.serving.manager import ModelManager
-from tfship.serving.memory import release_freed_memory
-from tfship.serving.metrics import Metrics
-from tfship.serving.model_config import ModelConfig
-from tfship.serving.offload import Offloader
-from tfship.serving.request_log import RequestLog, note_request
-from tfship.serving.types import (
+from tfship.serving.dataplane.contract import RequestChecks
+from tfship.serving.dataplane.manager import ModelManager
+from tfship.serving.dataplane.memory import release_freed_memory
+from tfship.serving.dataplane.model_config import ModelConfig
+from tfship.serving.dataplane.offload import Offloader
+from tfship.serving.dataplane.types import (
     InferenceRequest,
     InferenceResponse,
     ModelMetadata,
@@ -34,6 +32,8 @@ from tfship.serving.types import (
     VersionState,
     VersionStatus,
 )
+from tfship.serving.operations.metrics import Metrics
+from tfship.serving.operations.request_log import RequestLog, note_request
 
 RELEASE_AFTER_BYTES = 16 << 20  # requests holding this much trigger a malloc_trim once answered
 UNKNOWN_MODEL_LABEL = "__unknown__"  # the `model` label of requests naming a model that is not configured
@@ -115,7 +115,7 @@ class DataPlane:
             cheap calls run on the event loop, the others on these threads; a batching runtime uses its own).
         limits: per-request limits (`ServerLimits`).
         metrics: Prometheus metrics to update.
-        request_log: per-request structured lines (`serving.request_log`); default off. Transports open and
+        request_log: per-request structured lines (`serving.operations.request_log`); default off. Transports open and
             write the records; the data plane notes the version, signature and batch rows it resolved.
     """
 

@@ -29,9 +29,10 @@ from aiohttp import web
 from aiohttp.web_response import ContentCoding
 
 from tfship.core.errors import InvalidRequestError
-from tfship.serving.dataplane import DataPlane
-from tfship.serving.kserve_codec import datatype_for, from_json, from_raw, to_json, to_raw
-from tfship.serving.kserve_converters import (
+from tfship.serving.dataplane.service import DataPlane
+from tfship.serving.dataplane.types import ModelRef
+from tfship.serving.kserve.codec import datatype_for, from_json, from_raw, to_json, to_raw
+from tfship.serving.kserve.converters import (
     EXTENSIONS,
     SERVER_NAME,
     check_inputs,
@@ -46,7 +47,6 @@ from tfship.serving.kserve_converters import (
     server_version,
     signature_of,
 )
-from tfship.serving.types import ModelRef
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 _MODEL = r"/v2/models/{name}{sel:(/versions/[^/]+)?}"
@@ -117,7 +117,7 @@ def _decode_inputs(items: list, binary: bytes, max_bytes: int) -> list:
 def decode_body(header: str | None, body: bytes, max_bytes: int) -> tuple[dict, list]:
     """Parse a V2 REST body and decode its inputs: (the body without its inputs, [(name, datatype, array)]).
 
-    Runs in the data plane's helper process for large bodies (`serving.offload`): JSON parsing and list
+    Runs in the data plane's helper process for large bodies (`serving.dataplane.offload`): JSON parsing and list
     conversion hold the GIL for their whole run, so a thread would stall the event loop all the same.
     """
     parsed, binary = _split_body(header, body)

@@ -24,8 +24,8 @@ import numpy as np
 
 from tfship.core.contract import Signature, TensorSpec
 from tfship.core.errors import InvalidRequestError, ResourceExhaustedError
-from tfship.serving.kserve_codec import datatype_for
-from tfship.serving.types import InferenceRequest, InferenceResponse, ModelMetadata, ModelRef
+from tfship.serving.dataplane.types import InferenceRequest, InferenceResponse, ModelMetadata, ModelRef
+from tfship.serving.kserve.codec import datatype_for
 
 SERVER_NAME = "tfship"
 EXTENSIONS = ("binary_tensor_data", "model_configuration")  # Triton's names: binary HTTP tensors, ModelConfig
@@ -186,7 +186,7 @@ def check_inputs(signature: Signature, inputs: list[tuple[str, str, np.ndarray]]
     """Inputs as `{name: array}` after checking names are unique and datatypes match the signature.
 
     `inputs`: (name, datatype, decoded array) in request order. Missing/unknown inputs and shapes are
-    left to the data plane (`serving.contract.validate_inputs`), which names the expected spec.
+    left to the data plane (`serving.dataplane.contract.validate_inputs`), which names the expected spec.
 
     Raises:
         InvalidRequestError: an input named twice or without a name; a datatype that is not the model's.

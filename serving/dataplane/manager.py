@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tfship.core.errors import ConfigError, InvalidRequestError, ModelNotFoundError, TfshipError, UnavailableError
-from tfship.serving.memory import release_freed_memory
-from tfship.serving.model_config import ModelConfig
+from tfship.serving.dataplane.memory import release_freed_memory
+from tfship.serving.dataplane.model_config import ModelConfig
+from tfship.serving.dataplane.types import ModelRef, VersionState, VersionStatus
+from tfship.serving.dataplane.warmup import warmup_predicts
 from tfship.serving.runtimes import REGISTRY, Runtime, RuntimeOptions
-from tfship.serving.types import ModelRef, VersionState, VersionStatus
-from tfship.serving.warmup import warmup_predicts
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,8 @@ class ModelManager:
         executor: threads used for blocking load/unload/warmup calls.
         wrap: applied to each loaded runtime before it serves (e.g. `Batched`); identity by default.
         on_change: awaited with (model name, has an AVAILABLE version) after each reconcile.
-        metrics: optional `serving.metrics.Metrics`; load events are counted as `loaded`, `load_failed`, `unloaded`.
+        metrics: optional `serving.operations.metrics.Metrics`; load events are counted as `loaded`,
+            `load_failed`, `unloaded`.
     """
 
     def __init__(self, backend: str, options: RuntimeOptions, executor: Executor,

@@ -19,7 +19,7 @@ from google.protobuf.message import DecodeError
 
 from tfship.core import protocol
 from tfship.core.errors import ConfigError
-from tfship.serving.tensors import from_tensor_proto
+from tfship.serving.dataplane.tensors import from_tensor_proto
 
 WARMUP_FILE = Path("assets.extra") / "tf_serving_warmup_requests"
 

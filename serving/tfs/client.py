@@ -19,8 +19,8 @@ from tfship.core import protocol
 from tfship.core.contract import Signature
 from tfship.core.errors import ErrorStatus, TfshipError, UnavailableError
 from tfship.core.saved_model import from_signature_def
-from tfship.serving.tensors import from_tensor_proto, to_tensor_proto
-from tfship.serving.types import VersionState, VersionStatus
+from tfship.serving.dataplane.tensors import from_tensor_proto, to_tensor_proto
+from tfship.serving.dataplane.types import VersionState, VersionStatus
 
 
 class RemoteError(TfshipError):

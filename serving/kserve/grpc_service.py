@@ -1,7 +1,7 @@
 """gRPC transport for the Open Inference Protocol: `inference.GRPCInferenceService` (KServe V2 / Triton).
 
 Registered on the same `grpc.aio` server as TF Serving's API, so the same port, TLS, bearer-token
-interceptor, message-size limits and error mapping (`grpc_transport._rpc`) apply. `ModelInfer` decodes
+interceptor, message-size limits and error mapping (`serving.grpc_calls.rpc`) apply. `ModelInfer` decodes
 the tensors, checks them against the signature and calls `DataPlane.predict`, exactly like Predict.
 
 Response encoding: `raw_output_contents` (as Triton answers, and what tritonclient reads) unless the
@@ -18,10 +18,12 @@ import grpc
 
 from tfship.core import kserve_protocol as kp
 from tfship.core.errors import InvalidRequestError
-from tfship.serving.dataplane import DataPlane
-from tfship.serving.grpc_transport import _handler, _rpc, _time_remaining, _wire
-from tfship.serving.kserve_codec import datatype_for, fill_contents, from_contents, from_raw, to_raw
-from tfship.serving.kserve_converters import (
+from tfship.serving.dataplane.offload import OFF_LOOP_BYTES
+from tfship.serving.dataplane.service import DataPlane
+from tfship.serving.dataplane.types import ModelRef
+from tfship.serving.grpc_calls import generic_handler, rpc, split_large, time_remaining
+from tfship.serving.kserve.codec import datatype_for, fill_contents, from_contents, from_raw, to_raw
+from tfship.serving.kserve.converters import (
     EXTENSIONS,
     SERVER_NAME,
     check_inputs,
@@ -36,8 +38,6 @@ from tfship.serving.kserve_converters import (
     server_version,
     signature_of,
 )
-from tfship.serving.offload import OFF_LOOP_BYTES
-from tfship.serving.types import ModelRef
 
 
 def parameters(proto_map) -> dict[str, object]:
@@ -55,23 +55,23 @@ class InferenceServicer:
     def __init__(self, dataplane: DataPlane) -> None:
         self._dp = dataplane
 
-    @_rpc
+    @rpc
     async def ServerLive(self, request, context):
         return kp.ServerLiveResponse(live=True)
 
-    @_rpc
+    @rpc
     async def ServerReady(self, request, context):
         return kp.ServerReadyResponse(ready=self._dp.server_ready())
 
-    @_rpc
+    @rpc
     async def ModelReady(self, request, context):
         return kp.ModelReadyResponse(ready=self._dp.model_ready(model_ref(request.name, request.version)))
 
-    @_rpc
+    @rpc
     async def ServerMetadata(self, request, context):
         return kp.ServerMetadataResponse(name=SERVER_NAME, version=server_version(), extensions=EXTENSIONS)
 
-    @_rpc
+    @rpc
     async def ModelMetadata(self, request, context):
         ref = model_ref(request.name, request.version)
         meta = await self._dp.metadata(ref)
@@ -82,7 +82,7 @@ class InferenceServicer:
                 field.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
         return response
 
-    @_rpc
+    @rpc
     async def ModelConfig(self, request, context):
         meta = await self._dp.metadata(model_ref(request.name, request.version))
         info = model_config(meta, self._dp.limits.max_batch_per_request)
@@ -95,17 +95,17 @@ class InferenceServicer:
                 field.add(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
         return response
 
-    @_rpc(large=True)
+    @rpc(large=True)
     async def ModelInfer(self, request, context):
-        request, wire = _wire(request)
+        request, wire_bytes = split_large(request)
         params = parameters(request.parameters)
-        options = infer_options(params, _time_remaining(context))
+        options = infer_options(params, time_remaining(context))
         meta = await self._dp.metadata(model_ref(request.model_name, request.model_version))
         signature = signature_of(meta.signatures, options.signature_name)
         limit = self._dp.limits.max_tensor_bytes
-        if wire is not None and not request.raw_input_contents:
+        if wire_bytes is not None and not request.raw_input_contents:
             # typed contents: converting them is one long GIL-holding call, so it runs in the helper process
-            decoded = await self._dp.offloader.run_if_large(len(wire), decode_infer_inputs, wire, limit)
+            decoded = await self._dp.offloader.run_if_large(len(wire_bytes), decode_infer_inputs, wire_bytes, limit)
         else:  # raw contents are views on the received bytes: nothing to offload
             decoded = _decode_inputs(request, limit)
         inputs = check_inputs(signature, decoded)
@@ -123,7 +123,7 @@ class InferenceServicer:
 
 
 def decode_infer_inputs(data: bytes, max_bytes: int) -> list:
-    """Inputs of a serialized `ModelInferRequest` (in the data plane's helper process, `serving.offload`)."""
+    """Inputs of a serialized `ModelInferRequest` (in the data plane's helper process, `serving.dataplane.offload`)."""
     return _decode_inputs(kp.ModelInferRequest.FromString(data), max_bytes)
 
 
@@ -173,5 +173,5 @@ def _response(request, result, tensors, raw: bool):
 
 def add_inference_service(server: grpc.aio.Server, dataplane: DataPlane) -> str:
     """Register `inference.GRPCInferenceService` on `server`; returns the service name (for reflection)."""
-    server.add_generic_rpc_handlers((_handler(kp.SERVICE, InferenceServicer(dataplane), kp.METHODS),))
+    server.add_generic_rpc_handlers((generic_handler(kp.SERVICE, InferenceServicer(dataplane), kp.METHODS),))
     return kp.SERVICE

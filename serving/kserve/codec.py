@@ -19,7 +19,7 @@ import numpy as np
 
 from tfship.core.dtypes import dtype_name
 from tfship.core.errors import InvalidRequestError, ResourceExhaustedError, UnimplementedError
-from tfship.serving.tensors import MAX_RANK
+from tfship.serving.dataplane.tensors import MAX_RANK
 
 # KServe V2 datatype -> numpy dtype (BYTES: object arrays of bytes). BF16 is not served (no numpy dtype).
 DATATYPES: dict[str, np.dtype] = {

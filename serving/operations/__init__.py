@@ -1,0 +1,1 @@
+"""What every port shares: TLS/token security, Prometheus metrics, logging and the request log."""

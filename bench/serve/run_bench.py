@@ -10,7 +10,8 @@ concurrency level from a load generator pinned to the other core (`bench.serve.l
 * `ort`: hand-written per-request ONNX Runtime grpcio server (`bench.serve.ort_server`);
 * `onnx_batching`, `onnx`, `saved_model_batching`: tfship (batching max 32, 1 ms, 1 batch thread);
 * REST `:predict` JSON, row (`instances`) and columnar (`inputs`), against a bare aiohttp server
-  (`bench.serve.bare_rest`) answering with tfship's prebuilt reply.
+  (`bench.serve.bare_rest`) answering with tfship's prebuilt reply, and against a hand-written aiohttp + orjson +
+  ONNX Runtime server that parses every body and runs the model per request (`bench.serve.ort_rest`).
 
 Each round also measures the in-process limit (ONNX Runtime, one thread, batch 1 and 32). After the
 rounds: `--num-processes 2` against one process (nothing pinned), and, with `--profile-s`, py-spy.
@@ -158,6 +159,8 @@ def model_rounds(plan: Plan, info: ModelInfo) -> list[dict]:
             body.write_bytes(rest_reply(tfship.rest_url(), files["rest_row"].read_bytes()))
             bare = stack.enter_context(ReferenceEndpoint("bare_rest", ["--response-file", str(body)], server_cpu))
             rest_cases["rest_bare"] = (bare, files["rest_row"], bare.rest_url(info.name))
+            hand = stack.enter_context(ReferenceEndpoint("ort_rest", ["--model", str(onnx_file)], server_cpu))
+            rest_cases["rest_ort"] = (hand, files["rest_row"], hand.rest_url(info.name))
         for repeat in range(plan.repeats):
             print(f"[bench-serve] {info.name} round {repeat + 1}/{plan.repeats}", flush=True)
             rows += [{**r, "repeat": repeat} for r in inprocess(plan, info)]

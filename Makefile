@@ -158,6 +158,18 @@ BENCH_SIZES ?=
 bench-pipeline: setup
 	BENCH_QUICK=$(BENCH_QUICK) BENCH_SIZES=$(BENCH_SIZES) $(PY) -m bench.pipeline.run_bench --out bench/results
 
+# ---------------------------------------------------------------- the GPU path (bench/gpu_check/, docs/benchmarks.md)
+.PHONY: gpu-check
+
+# On an NVIDIA GPU host: training (XLA, mixed_float16 + loss scaling, mixed_bfloat16) against CPU, publishing
+# from each precision, SavedModel and ONNX Runtime CUDA serving (heavy MLP, ResNet50), two models under
+# --per_process_gpu_memory_fraction, the cloud image with --gpus all, and --num-processes 1/2/4/8 scaling on
+# CPU. Without a GPU the CPU parts run and each GPU part says why it was skipped. One table, and
+# bench/results/gpu-check-latest.{json,md}; GPU_CHECK_ARGS="--parts serving,scaling --budget-s 300".
+GPU_CHECK_ARGS ?=
+gpu-check: setup
+	$(PY) -m bench.gpu_check --out bench/results $(GPU_CHECK_ARGS)
+
 # ---------------------------------------------------------------- reliability attacks (bench/reliability/)
 .PHONY: reliability
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import logging
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -13,6 +14,7 @@ from tfship.core.contract import Signature, TensorSpec
 from tfship.core.saved_model import read_signatures
 from tfship.serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions, input_rejected
 
+log = logging.getLogger(__name__)
 _INDEX_ERROR = re.compile(r"out of (data )?bounds|out of range|invalid indice|not in \[", re.IGNORECASE)
 _ORT_TYPES = {
     "tensor(float)": "float32", "tensor(double)": "float64", "tensor(float16)": "float16",
@@ -53,6 +55,7 @@ class OnnxRuntime(Runtime):
         super().__init__(version_dir, options)
         self._session = None
         self._signature: Signature | None = None
+        self.providers: tuple[str, ...] = ()
 
     @classmethod
     def can_serve(cls, version_dir: Path) -> bool:
@@ -65,12 +68,16 @@ class OnnxRuntime(Runtime):
             so = ort.SessionOptions()
             so.intra_op_num_threads = self.options.intra_op_threads
             so.inter_op_num_threads = self.options.inter_op_threads
-            providers = ["CPUExecutionProvider"]
-            if self.options.use_gpu and "CUDAExecutionProvider" in ort.get_available_providers():
-                providers.insert(0, "CUDAExecutionProvider")
-            self._session = ort.InferenceSession(str(self.version_dir / self.FILE), so, providers=providers)
+            requested = choose_providers(self.options.use_gpu, ort.get_available_providers())
+            self._session = ort.InferenceSession(str(self.version_dir / self.FILE), so, providers=requested)
         except Exception as err:
             raise RuntimeLoadError(f"cannot load {self.version_dir / self.FILE}: {err}") from err
+        self.providers = tuple(self._session.get_providers())  # what the session holds, read back
+        if requested[0] != self.providers[0]:
+            log.warning("%s: asked ONNX Runtime for %s, the session runs on %s (CUDA libraries missing or no "
+                        "device)", self.version_dir, requested[0], self.providers[0])
+        else:
+            log.info("%s: ONNX Runtime session on %s", self.version_dir, ", ".join(self.providers))
         self._signature = self._contract()
         self.ready = True
 
@@ -104,6 +111,17 @@ class OnnxRuntime(Runtime):
     def unload(self) -> None:
         self._session = None
         super().unload()
+
+
+def choose_providers(use_gpu: bool, available: list[str]) -> list[str]:
+    """The execution providers to ask ONNX Runtime for, in order: CUDA first when `use_gpu` and this
+    onnxruntime build offers it (onnxruntime-gpu), CPU always last as the fallback.
+
+    What the session really uses is read back after it is built (`OnnxRuntime.providers`): CUDA can be offered
+    by the build yet unusable (no driver, no device), and ONNX Runtime then falls back to CPU.
+    """
+    return (["CUDAExecutionProvider"] if use_gpu and "CUDAExecutionProvider" in available else []) + [
+        "CPUExecutionProvider"]
 
 
 def _is_input_error(err: Exception) -> bool:

@@ -55,7 +55,7 @@ class ServerProcess:
     def __init__(self, repository: Path, model_name: str, backend: str = "auto", extra_args: Sequence[str] = (),
                  startup_timeout_s: float = 120.0, python: str | None = None,
                  env: dict[str, str] | None = None, stop_timeout_s: float = 30.0,
-                 credentials: grpc.ChannelCredentials | None = None, module: str = "serving",
+                 credentials: grpc.ChannelCredentials | None = None, module: str = "tfship.serving",
                  installed: bool = False) -> None:
         self.repository = Path(repository)
         self.model_name = model_name

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tfship.core.errors import TfshipError, cli_error
+from tfship.core.locations import cli_location
 
 if TYPE_CHECKING:
     from tfship.deploy.engine import Engine, RunSpec
@@ -41,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     run = actions.add_parser("run", help="serve a model repository in a container; print the endpoint once healthy")
     _add_target(run)
     run.add_argument("--name", default=None, help="container name (default: tfship-<target>)")
-    run.add_argument("--repository", type=Path, default=Path("models"),
+    run.add_argument("--repository", type=cli_location, default=Path("models"),
                      help="host model repository, mounted read-only at /models (default: models)")
     run.add_argument("--model-name", default="digits", help="MODEL_NAME (default: digits)")
     run.add_argument("--grpc-port", type=int, default=8500)

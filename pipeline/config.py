@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from tfship.core.errors import ConfigError
+from tfship.core.locations import Location, pydantic_validator
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "digits.toml"
+# A local path: a URL (s3://, gs://, ...) is refused naming the field, never taken for a folder name.
+LocalPath = Annotated[Path, BeforeValidator(pydantic_validator("path", buckets=False))]
+# A repository: a local folder or an s3:// bucket prefix (core.locations); other URL schemes refused.
+RepositoryLocation = Annotated[Any, BeforeValidator(pydantic_validator("repository", buckets=True))]
 
 
 class _Section(BaseModel):
@@ -26,7 +31,7 @@ class RunSection(_Section):
 
     model_name: str = Field("digits", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
                             description="Model name in the repository (<repository>/<model_name>/<version>).")
-    runs_dir: Path = Field(Path("runs"), description="Folder holding one subfolder per run.")
+    runs_dir: LocalPath = Field(Path("runs"), description="Folder holding one subfolder per run.")
     seed: int = Field(42, ge=0, description="Seed for splits, shuffling and weight initialisation.")
 
 
@@ -42,7 +47,7 @@ class DataSection(_Section):
 
     source: Literal["digits", "csv", "npz", "image_folder", "tfrecord"] = Field(
         "digits", description="Dataset source; `digits` is scikit-learn's bundled set (no download).")
-    path: Path | None = Field(None, description="CSV / NPZ / TFRecord file or image folder (not for digits).")
+    path: LocalPath | None = Field(None, description="CSV / NPZ / TFRecord file or image folder (not for digits).")
     features: tuple[str, ...] = Field((), description="CSV feature columns, NPZ array or TFRecord feature names.")
     label: str = Field("label", min_length=1, description="CSV label column, NPZ label array or TFRecord feature.")
     classes: tuple[str, ...] = Field((), description="Declared class names (index = class id); empty: inferred.")
@@ -92,7 +97,7 @@ class StepSection(_Section):
         {"cross_entropy": 1.0}, description="multi_loss: {loss name: weight}, all from one forward pass.")
     label_smoothing: float = Field(0.1, ge=0.0, lt=1.0, description="multi_loss: smoothing of `label_smoothing`.")
     penalty_weight: float = Field(0.1, ge=0.0, description="gradient_penalty: weight of mean ||dCE/dx||^2.")
-    teacher: Path | None = Field(None, description="distillation: the teacher, a .keras file (frozen).")
+    teacher: LocalPath | None = Field(None, description="distillation: the teacher, a .keras file (frozen).")
     temperature: float = Field(2.0, gt=0.0, description="distillation: softmax temperature.")
     alpha: float = Field(0.5, ge=0.0, le=1.0, description="distillation: weight of the hard-label cross-entropy.")
     epsilon: float = Field(0.05, gt=0.0, description="adversarial: FGSM step in input units.")
@@ -220,7 +225,13 @@ class ValidateSection(_Section):
 class PublishSection(_Section):
     """Model repository (TF Serving layout)."""
 
-    repository: Path = Field(Path("models"), description="Base path: <repository>/<model_name>/<version>/.")
+    repository: RepositoryLocation = Field(Path("models"), description="Base path: <repository>/<model_name>/"
+                                           "<version>/; a local folder or s3://BUCKET/PREFIX (docs/buckets.md).")
+
+    @field_validator("repository", mode="after")
+    @classmethod
+    def _location(cls, value: Any) -> Location:
+        return value if isinstance(value, Path | str) else Path(value)
 
 
 class PipelineConfig(_Section):

@@ -10,9 +10,9 @@ import argparse
 import asyncio
 import os
 import sys
-from pathlib import Path
 
 from tfship.core.errors import ConfigError, TfshipError, cli_error
+from tfship.core.locations import cli_location, cli_path
 from tfship.serving.runtimes import backend_names  # the runtime registry (light: backends import lazily)
 from tfship.serving.tfs.flags import add_tf_serving_flags, settings_values
 
@@ -50,22 +50,22 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     def a(*flags, **options) -> None:
         actions.append(parser.add_argument(*flags, **options))
 
-    a("--repository", type=Path, help="model repository: <repository>/<model_name>/<version>/")
+    a("--repository", type=cli_location, help="model repository: <repository>/<model_name>/<version>/")
     a("--model-name", help="model to serve from --repository")
-    a("--model-config-file", type=Path, help="TF Serving ModelServerConfig (text format)")
+    a("--model-config-file", type=cli_path, help="TF Serving ModelServerConfig (text format)")
     a("--backend", choices=backend_names(), default="auto", help="runtime backend (default: auto)")
     a("--tflite-file", default="model.tflite", help="TFLite artifact for the tflite backend")
     a("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     a("--port", type=int, default=8500, help="gRPC port; 0 = any free port (default: 8500)")
     a("--rest-port", type=int, default=8501, help="REST port; 0 = any free, -1 = off (default: 8501)")
     a("--metrics-port", type=int, default=-1, help="Prometheus port; 0 = any free, -1 = off (default)")
-    a("--port-file", type=Path, help="write the bound ports as JSON here once listening")
+    a("--port-file", type=cli_path, help="write the bound ports as JSON here once listening")
     a("--file-system-poll-wait-seconds", type=float, default=1.0, help="repository poll interval; 0 = off")
     a("--intra-op-threads", type=int, default=0, help="threads inside one op (0: backend default)")
     a("--inter-op-threads", type=int, default=0, help="threads across ops (0: backend default)")
     a("--worker-threads", type=int, default=16, help="threads running backend calls")
     a("--enable-batching", action="store_true", help="merge concurrent requests into one backend call")
-    a("--batching-parameters-file", type=Path, help="TF Serving BatchingParameters text file (implies batching)")
+    a("--batching-parameters-file", type=cli_path, help="TF Serving BatchingParameters text file (implies batching)")
     a("--max-message-bytes", type=int, default=64 << 20, help="largest request/response, bytes")
     a("--max-batch-per-request", type=int, default=1024,
       help="largest batch (dim 0) per request; 0 = unlimited (default: 1024)")
@@ -77,13 +77,13 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
       help="REST: headers and body must arrive within this time; idle connections close after it (TF Serving's "
            "--rest_api_timeout_in_ms; default 30000)")
     a("--grace-period-s", type=float, default=10.0, help="SIGTERM: seconds in-flight requests get to finish")
-    a("--tls-cert", type=Path, help="server certificate (PEM); enables TLS")
-    a("--tls-key", type=Path, help="server private key (PEM)")
-    a("--tls-client-ca", type=Path, help="client CA (PEM); enables mutual TLS")
-    a("--auth-token-file", type=Path,
+    a("--tls-cert", type=cli_path, help="server certificate (PEM); enables TLS")
+    a("--tls-key", type=cli_path, help="server private key (PEM)")
+    a("--tls-client-ca", type=cli_path, help="client CA (PEM); enables mutual TLS")
+    a("--auth-token-file", type=cli_path,
       help="inference bearer tokens: one per line, '#' comment lines and blank lines ignored; empty refused")
     a("--auth-token-env", help="env var with inference bearer tokens, comma-separated")
-    a("--admin-token-file", type=Path, help="admin tokens (HandleReloadConfigRequest), same format; "
+    a("--admin-token-file", type=cli_path, help="admin tokens (HandleReloadConfigRequest), same format; "
                                             "admin calls are off without them")
     a("--admin-token-env", help="env var with admin tokens, comma-separated")
     a("--enable-admin-api", action="store_true",
@@ -107,8 +107,8 @@ def add_query_arguments(parser: argparse.ArgumentParser) -> None:
     a("--signature-name", default="serving_default")
     a("--version", type=int)
     a("--count", type=int, default=20, help="held-out digits to send (default: 20)")
-    a("--config", type=Path, help="pipeline TOML (tfship query: locates the held-out split)")
-    a("--samples", type=Path, help=".npz with arrays 'image' and 'label' to send (default under tfship: the "
+    a("--config", type=cli_path, help="pipeline TOML (tfship query: locates the held-out split)")
+    a("--samples", type=cli_path, help=".npz with arrays 'image' and 'label' to send (default under tfship: the "
       "pipeline's held-out digits)")
     a("--timeout-s", type=float, default=30.0)
 

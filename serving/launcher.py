@@ -20,6 +20,7 @@ from typing import Self
 import grpc
 
 from tfship.core.errors import TfshipError, UnavailableError
+from tfship.core.locations import BucketUrl
 from tfship.core.processes import die_with_parent_command
 from tfship.serving.tfs.client import PredictClient
 
@@ -57,7 +58,7 @@ class ServerProcess:
                  env: dict[str, str] | None = None, stop_timeout_s: float = 30.0,
                  credentials: grpc.ChannelCredentials | None = None, module: str = "tfship.serving",
                  installed: bool = False) -> None:
-        self.repository = Path(repository)
+        self.repository = repository if isinstance(repository, BucketUrl) else Path(repository)  # or s3://
         self.model_name = model_name
         self.backend = backend
         self.extra_args = list(extra_args)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
+from tfship.core.locations import pydantic_validator
 from tfship.serving.runtimes import backend_names
 
 
@@ -14,13 +16,17 @@ class ServerSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    repository: Path | None = Field(None, description="Model repository (<repository>/<model_name>/<version>/).")
+    repository: Annotated[Any, BeforeValidator(pydantic_validator("--repository", buckets=True))] = Field(
+        None, description="Model repository (<repository>/<model_name>/<version>/): a folder or s3://BUCKET/PREFIX.")
     model_name: str | None = Field(None, description="Model served from --repository.")
     model_config_file: Path | None = Field(None, description="TF Serving ModelServerConfig text file.")
     model_config_file_poll_wait_seconds: float = Field(0.0, ge=0, description="Re-read --model-config-file every "
                                                        "N seconds and apply changes (TF Serving); 0 = never.")
-    model_base_path: Path | None = Field(None, description="The model's own folder of versions (TF Serving's "
-                                                           "--model_base_path), served as --model-name.")
+    model_base_path: Annotated[Any, BeforeValidator(pydantic_validator("--model_base_path", buckets=True))] = Field(
+        None, description="The model's own folder of versions (TF Serving's --model_base_path), served as "
+                          "--model-name: a folder or s3://BUCKET/PREFIX.")
+    model_cache_dir: Path | None = Field(None, description="Where versions served from a bucket are cached "
+                                                           "(default: <temp>/tfship-model-cache).")
     prometheus_path: str | None = Field("/monitoring/prometheus/metrics", description="Prometheus text on the "
                                         "REST port at this path (--monitoring_config_file); None = not served.")
     backend: str = Field("auto", description="Runtime backend: `auto` or a name in the runtime registry.")

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from tfship.core.errors import TfshipError, cli_error
+from tfship.core.locations import cli_path
 from tfship.pipeline.cli.arguments import add_config_arguments, add_run_folder_argument
 
 
@@ -35,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_arguments(run)
     run.add_argument("--model", help="export-only: a .keras/.h5 file, a SavedModel folder or module:function "
                      "returning a keras.Model (training is skipped; needs --data)")
-    run.add_argument("--data", type=Path, help="export-only: validation/calibration data (NPZ with x/y or one "
+    run.add_argument("--data", type=cli_path, help="export-only: validation/calibration data (NPZ with x/y or one "
                      "array per input, CSV with a label column, or an image folder <root>/<class>/<file>)")
     run.add_argument("--tags", default="serve", metavar="TAG[,TAG]", help="export-only: the SavedModel MetaGraph "
                      "tag-set to export (default: serve), e.g. --tags serve,gpu")
@@ -63,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "TF_CONFIG on free loopback ports; worker 0's run folder holds the model")
         stage.set_defaults(func=getattr(commands, f"cmd_{name}"))
     inspect = sub.add_parser("inspect", help="print the signatures of a SavedModel, .tflite or .onnx")
-    inspect.add_argument("path", type=Path)
+    inspect.add_argument("path", type=cli_path)
     inspect.add_argument("--json", action="store_true", help="print JSON instead of tables")
     inspect.set_defaults(func=commands.cmd_inspect)
     serving_cli.register(sub, held_out=_held_out_digits)

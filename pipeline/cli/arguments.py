@@ -10,22 +10,24 @@ import argparse
 import re
 from pathlib import Path
 
+from tfship.core.locations import cli_location, cli_path
+
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """Add `--config`, `--set` and the shortcuts `--epochs`, `--repository`, `--runs-dir`, `--model-name`."""
-    parser.add_argument("--config", type=Path, help="pipeline TOML (default: the bundled configs/digits.toml)")
+    parser.add_argument("--config", type=cli_path, help="pipeline TOML (default: the bundled configs/digits.toml)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override a config field, e.g. --set train.epochs=3 (repeatable)")
     parser.add_argument("--epochs", type=int, help="shortcut for --set train.epochs=N")
-    parser.add_argument("--repository", type=Path, help="model repository (overrides publish.repository)")
-    parser.add_argument("--runs-dir", type=Path, help="runs folder (overrides run.runs_dir)")
+    parser.add_argument("--repository", type=cli_location, help="model repository (overrides publish.repository)")
+    parser.add_argument("--runs-dir", type=cli_path, help="runs folder (overrides run.runs_dir)")
     parser.add_argument("--model-name", help="name in the repository, <repository>/<name>/<version> (overrides "
                         "run.model_name; export-only runs on the default config take it from --model)")
 
 
 def add_run_folder_argument(parser: argparse.ArgumentParser) -> None:
     """Add `--run` (a run folder; default: the latest under run.runs_dir)."""
-    parser.add_argument("--run", type=Path, help="run folder (default: the latest under run.runs_dir)")
+    parser.add_argument("--run", type=cli_path, help="run folder (default: the latest under run.runs_dir)")
 
 
 def config_from_args(args: argparse.Namespace):

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from tfship.core.errors import StageError
+from tfship.core.locations import parse_location
 from tfship.pipeline.config import PipelineConfig
 from tfship.pipeline.orchestration import steps
 from tfship.pipeline.orchestration.stages import RunFolder, StageRecord
@@ -163,9 +164,9 @@ def _stored_publish(ctx: StageContext):
     from tfship.pipeline.orchestration.publish import PublishResult
 
     summary = _json(ctx.run, "summary.json") or {}
-    version_dir = Path(summary["published"])
-    manifest = json.loads((version_dir / "manifest.json").read_text()) if (version_dir / "manifest.json").is_file() \
-        else {}
+    version_dir = parse_location(summary["published"], "summary.json: published")
+    manifest = json.loads((version_dir / "manifest.json").read_text()) if isinstance(version_dir, Path) and \
+        (version_dir / "manifest.json").is_file() else {}
     return PublishResult(int(summary["version"]), version_dir, manifest)
 
 

@@ -25,6 +25,8 @@ import numpy as np
 
 from tfship.core.errors import StageError
 from tfship.core.files import write_json_atomic
+from tfship.core.locations import BucketUrl, Location
+from tfship.pipeline.orchestration.bucket_publish import publish_to_bucket
 
 WARMUP_FILE = Path("assets.extra") / "tf_serving_warmup_requests"
 GOLDEN_FILE = Path("assets.extra") / "tfship_golden.npz"
@@ -37,7 +39,7 @@ class PublishResult:
     """Where the version landed and its manifest."""
 
     version: int
-    version_dir: Path
+    version_dir: Location  # a folder, or the version's s3:// prefix
     manifest: dict[str, Any]
 
 
@@ -163,11 +165,13 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def publish_version(candidate_dir: Path, repository: Path, model_name: str, manifest: dict[str, Any]) -> PublishResult:
+def publish_version(candidate_dir: Path, repository: Location, model_name: str,
+                    manifest: dict[str, Any]) -> PublishResult:
     """Copy a checked candidate version folder into the repository under the next version number.
 
     Args:
         candidate_dir: a complete version folder (SavedModel at its root, other artifacts beside it).
+        repository: a folder (renamed into place) or an s3:// prefix (`bucket_publish.publish_to_bucket`).
         manifest: everything but `version`, `published_at` and `files`, which are filled in here.
 
     Raises:
@@ -175,6 +179,11 @@ def publish_version(candidate_dir: Path, repository: Path, model_name: str, mani
     """
     if not (candidate_dir / "saved_model.pb").is_file():
         raise StageError(f"publish: {candidate_dir} holds no saved_model.pb; nothing was published")
+    if isinstance(repository, BucketUrl):  # uploaded in checked steps, manifest last (bucket_publish)
+        final = {**manifest, "published_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                 "files": [row for row in file_inventory(candidate_dir) if row["path"] != "manifest.json"]}
+        version, url, final = publish_to_bucket(candidate_dir, repository, model_name, final)
+        return PublishResult(version, url, final)
     model_root = Path(repository) / model_name
     model_root.mkdir(parents=True, exist_ok=True)
     remove_stale_staging(model_root)

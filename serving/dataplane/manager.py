@@ -24,11 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tfship.core.errors import ConfigError, InvalidRequestError, ModelNotFoundError, TfshipError, UnavailableError
+from tfship.core.locations import BucketUrl
 from tfship.serving.dataplane.memory import release_freed_memory
 from tfship.serving.dataplane.model_config import ModelConfig
 from tfship.serving.dataplane.types import ModelRef, VersionState, VersionStatus
 from tfship.serving.dataplane.warmup import warmup_predicts
 from tfship.serving.runtimes import REGISTRY, Runtime, RuntimeOptions
+from tfship.serving.storage.mirror import BucketMirrors
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +80,7 @@ class ModelManager:
                  on_change: Callable[[str, bool], Awaitable[None]] | None = None, metrics=None) -> None:
         self._backend = backend
         self._options = options
+        self._mirrors = BucketMirrors()  # object-store base paths: their verified local cache
         self._executor = executor
         self._wrap = wrap or (lambda runtime: runtime)
         self._on_change = on_change or _ignore
@@ -96,6 +99,7 @@ class ModelManager:
         Raises:
             ConfigError: `check_config` refused `configs`; nothing changed (the old config keeps serving).
         """
+        configs = await self._localize(configs)  # bucket versions fetched and verified into the local cache
         check_config(configs)
         async with self._lock:
             wanted = {c.name: c for c in configs}
@@ -129,8 +133,20 @@ class ModelManager:
                 for served in list(model.versions.values()):
                     await self._unload(served, name)
 
+    async def _localize(self, configs: list[ModelConfig]) -> list[ModelConfig]:
+        if not any(c.source or isinstance(c.base_path, BucketUrl) for c in configs):
+            return configs
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._mirrors.localize, configs)
+
     async def _reconcile_locked(self) -> None:
         for name, model in self._models.items():
+            if model.config.source is not None:
+                try:  # the bucket first: new complete versions land in the cache, removed ones leave it
+                    model.config = (await self._localize([model.config]))[0]
+                except Exception:  # an unreachable bucket: nothing local changes, the next poll retries
+                    log.exception("syncing model %s from %s failed; retrying on the next poll", name,
+                                  model.config.source)
+                    continue
             try:
                 await self._reconcile_model(name, model)
             except Exception:  # one model's trouble never stops the others, nor the poller
@@ -283,6 +299,8 @@ def check_config(configs: list[ModelConfig]) -> None:
     """
     for config in configs:
         where = f"model {config.name!r}"
+        if isinstance(config.base_path, BucketUrl):
+            continue  # checked once mirrored (apply_config checks the localized config)
         if not config.base_path.is_dir():
             what = "is not a folder" if config.base_path.exists() else "does not exist"
             raise ConfigError(f"{where}: base_path {str(config.base_path)!r} {what}")

@@ -11,6 +11,7 @@ from google.protobuf import text_format
 
 from tfship.core import protocol
 from tfship.core.errors import ConfigError
+from tfship.core.locations import BucketUrl, Location, parse_location
 
 MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 # `model_platform` values tfship accepts: TF Serving's own name plus the artifact kinds the runtimes serve
@@ -48,16 +49,18 @@ class ModelConfig:
     """One served model: TF Serving's `ModelConfig` fields that tfship honours."""
 
     name: str
-    base_path: Path
+    base_path: Location  # a folder, or an s3:// prefix until the mirror replaces it by its cache folder
     platform: str = "tensorflow"
     policy: VersionPolicy = VersionPolicy()
     labels: dict[str, int] = field(default_factory=dict)
+    source: BucketUrl | None = None  # the bucket prefix `base_path` mirrors (serving.storage.mirror)
 
 
-def from_repository(repository: Path, model_name: str) -> list[ModelConfig]:
-    """Single-model config for `<repository>/<model_name>`, serving the latest version."""
+def from_repository(repository: Location, model_name: str) -> list[ModelConfig]:
+    """Single-model config for `<repository>/<model_name>` (a folder or an s3:// prefix), latest version."""
     check_model_name(model_name)
-    return [ModelConfig(name=model_name, base_path=Path(repository) / model_name)]
+    root = repository if isinstance(repository, BucketUrl) else Path(repository)
+    return [ModelConfig(name=model_name, base_path=root / model_name)]
 
 
 def parse_model_server_config(text: str, source: str = "<text>") -> list[ModelConfig]:
@@ -85,13 +88,14 @@ def from_proto(proto, source: str = "<request>") -> list[ModelConfig]:
         seen.add(name)
         if not entry.base_path:
             raise ConfigError(f"{source}: model {name!r} has no base_path")
-        if not Path(entry.base_path).is_absolute():
+        base_path = parse_location(entry.base_path, f"{source}: model {name!r}: base_path")
+        if isinstance(base_path, Path) and not base_path.is_absolute():
             raise ConfigError(f"{source}: model {name!r}: base_path {entry.base_path!r} must be an absolute path")
         platform = entry.model_platform or "tensorflow"
         if platform not in PLATFORMS:
             raise ConfigError(f"{source}: model {name!r}: model_platform {platform!r} is not supported; "
                               f"choose from {list(PLATFORMS)}")
-        configs.append(ModelConfig(name=name, base_path=Path(entry.base_path), platform=platform,
+        configs.append(ModelConfig(name=name, base_path=base_path, platform=platform,
                                    policy=_policy(entry.model_version_policy, f"{source}: model {name!r}"),
                                    labels=dict(entry.version_labels)))
     return configs

@@ -22,6 +22,7 @@ from pathlib import Path
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format
 
 from tfship.core.errors import ConfigError
+from tfship.core.locations import cli_location, cli_path
 
 PROMETHEUS_PATH = "/monitoring/prometheus/metrics"
 
@@ -110,14 +111,14 @@ def add_tf_serving_flags(parser: argparse.ArgumentParser) -> None:
       help="TF Serving spelling of --rest-port (0 = REST off, as in TF Serving)")
     a("--enable_batching", dest="enable_batching", type=_bool, nargs="?", const=True, default=keep,
       help="TF Serving spelling of --enable-batching (optional =true|false)")
-    a("--model_base_path", "--model-base-path", dest="model_base_path", type=Path, default=keep,
+    a("--model_base_path", "--model-base-path", dest="model_base_path", type=cli_location, default=keep,
       help="the model's folder holding its version folders (TF Serving); with --model_name (default 'default')")
     a("--model_config_file_poll_wait_seconds", "--model-config-file-poll-wait-seconds",
       dest="model_config_file_poll_wait_seconds", type=float, default=keep,
       help="re-read --model-config-file every N seconds and apply changes; 0 = never (default)")
-    a("--ssl_config_file", "--ssl-config-file", dest="ssl_config_file", type=Path, default=keep,
+    a("--ssl_config_file", "--ssl-config-file", dest="ssl_config_file", type=cli_path, default=keep,
       help="TF Serving SSLConfig text proto (server_key, server_cert, custom_ca, client_verify)")
-    a("--monitoring_config_file", "--monitoring-config-file", dest="monitoring_config_file", type=Path,
+    a("--monitoring_config_file", "--monitoring-config-file", dest="monitoring_config_file", type=cli_path,
       default=keep, help="TF Serving MonitoringConfig text proto (prometheus_config { enable path })")
     for name in REFUSED:
         a(f"--{name}", action=_Refuse, nargs="?", dest=REFUSED_DEST, default=keep, help=argparse.SUPPRESS)

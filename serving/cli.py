@@ -52,7 +52,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 
     a("--repository", type=cli_location, help="model repository: <repository>/<model_name>/<version>/")
     a("--model-name", help="model to serve from --repository")
-    a("--model-config-file", type=cli_path, help="TF Serving ModelServerConfig (text format)")
+    a("--model-config-file", type=cli_location, help="TF Serving ModelServerConfig (text format): a file or "
+      "s3://BUCKET/KEY")
     a("--backend", choices=backend_names(), default="auto", help="runtime backend (default: auto)")
     a("--tflite-file", default="model.tflite", help="TFLite artifact for the tflite backend")
     a("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")

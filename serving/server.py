@@ -35,6 +35,7 @@ from tfship.serving.operations.request_log import RequestLog
 from tfship.serving.operations.security import grpc_credentials, ssl_context, tls_material
 from tfship.serving.runtimes import RuntimeOptions
 from tfship.serving.settings import ServerSettings
+from tfship.serving.storage.filesystem import read_text
 from tfship.serving.tfs.grpc_service import AccessInterceptor, add_services
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,7 @@ def model_configs(settings: ServerSettings) -> list[ModelConfig]:
     """Models to serve: `--model-config-file`, else `--repository` + `--model-name`; raises `ConfigError`."""
     if settings.model_config_file:
         try:
-            text = settings.model_config_file.read_text(encoding="utf-8")
+            text = read_text(settings.model_config_file)
         except (OSError, UnicodeDecodeError) as err:
             raise ConfigError(f"cannot read --model-config-file {settings.model_config_file}: {err}") from err
         return parse_model_server_config(text, str(settings.model_config_file))
@@ -67,11 +68,14 @@ async def poll_model_config_file(settings: ServerSettings, manager: ModelManager
     changed (TF Serving's behaviour); a file that does not parse is logged and the running config kept.
     """
     path, interval = settings.model_config_file, settings.model_config_file_poll_wait_seconds
-    last = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
+    try:
+        last = await asyncio.to_thread(read_text, path)
+    except (OSError, UnicodeDecodeError):
+        last = ""
     while True:
         await asyncio.sleep(interval)
         try:
-            text = path.read_text(encoding="utf-8")
+            text = await asyncio.to_thread(read_text, path)  # a file, or an s3:// object (a network call)
         except (OSError, UnicodeDecodeError) as err:
             log.error("cannot read --model-config-file %s; the running config stays: %s", path, err)
             continue

@@ -19,7 +19,8 @@ class ServerSettings(BaseModel):
     repository: Annotated[Any, BeforeValidator(pydantic_validator("--repository", buckets=True))] = Field(
         None, description="Model repository (<repository>/<model_name>/<version>/): a folder or s3://BUCKET/PREFIX.")
     model_name: str | None = Field(None, description="Model served from --repository.")
-    model_config_file: Path | None = Field(None, description="TF Serving ModelServerConfig text file.")
+    model_config_file: Annotated[Any, BeforeValidator(pydantic_validator("--model-config-file", buckets=True))] = \
+        Field(None, description="TF Serving ModelServerConfig text file, or an s3:// object (polled alike).")
     model_config_file_poll_wait_seconds: float = Field(0.0, ge=0, description="Re-read --model-config-file every "
                                                        "N seconds and apply changes (TF Serving); 0 = never.")
     model_base_path: Annotated[Any, BeforeValidator(pydantic_validator("--model_base_path", buckets=True))] = Field(

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from tfship.core.errors import TfshipError, cli_error
-from tfship.core.locations import cli_path
+from tfship.core.locations import cli_location, cli_path
 from tfship.pipeline.cli.arguments import add_config_arguments, add_run_folder_argument
 
 
@@ -67,6 +67,20 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("path", type=cli_path)
     inspect.add_argument("--json", action="store_true", help="print JSON instead of tables")
     inspect.set_defaults(func=commands.cmd_inspect)
+    promote = sub.add_parser("promote", help="move a version label (canary, stable) in <repository>/models.config, "
+                             "by evidence against the current stable")
+    promote.add_argument("model", help="model name in the repository")
+    promote.add_argument("version", type=int, help="the published version to label")
+    promote.add_argument("--label", required=True, choices=["canary", "stable"])
+    promote.add_argument("--repository", type=cli_location, required=True, help="a folder or s3://BUCKET/PREFIX")
+    promote.add_argument("--data", type=cli_path, help="held-out NPZ with x and y for the task metric (default: "
+                         "the held-out split of --config's data)")
+    promote.add_argument("--config", type=cli_path, help="pipeline TOML whose held-out split is the task data")
+    promote.add_argument("--max-metric-drop", type=float, default=0.01, help="how much lower (absolute accuracy) "
+                         "the candidate may score than stable (TFX change_threshold); default 0.01")
+    promote.add_argument("--force", action="store_true", help="move the label even when the evidence refuses "
+                         "(recorded as forced)")
+    promote.set_defaults(func=commands.cmd_promote)
     serving_cli.register(sub, held_out=_held_out_digits)
     deploy.register(sub)
     _no_abbreviations(parser)

@@ -9,6 +9,7 @@ import time
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from tfship.core.errors import ConfigError
 from tfship.pipeline.orchestration.stages import RunFolder, StageRecord, StageStatus
 
 console = Console(width=None if Console().is_terminal else 160)
@@ -34,7 +35,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     """
     from rich.table import Table
 
-    from tfship.core.errors import ConfigError
     from tfship.pipeline.cli.arguments import config_from_args
     from tfship.pipeline.export_only.user_model import ExportOnlyRequest
     from tfship.pipeline.orchestration.outcomes import RunStatus
@@ -198,4 +198,31 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         console.print_json(json.dumps(info, default=str))
     else:
         print_description(info)
+    return 0
+
+
+def cmd_promote(args: argparse.Namespace) -> int:
+    """`tfship promote MODEL VERSION --label canary|stable --repository R`: move a label by evidence."""
+    import numpy as np
+
+    from tfship.pipeline.orchestration.promote import promote
+
+    held_out = None
+    if args.data is not None:
+        with np.load(args.data) as data:
+            if not {"x", "y"} <= set(data.files):
+                raise ConfigError(f"--data {args.data}: needs arrays 'x' and 'y', has {sorted(data.files)}")
+            held_out = (data["x"], data["y"])
+    elif args.label == "stable":
+        from tfship.pipeline.data.splits import held_out_digits
+
+        held_out = held_out_digits(1_000_000, args.config)
+    record = promote(args.repository, args.model, args.version, args.label, held_out=held_out,
+                     max_metric_drop=args.max_metric_drop, force=args.force)
+    evidence = record["evidence"]
+    console.print(f"{args.model} v{args.version} is now {args.label!r} in {args.repository}"
+                  + (f" (was v{record['previous']})" if record["previous"] is not None else "")
+                  + (" [bold red]FORCED[/]" if record["forced"] else ""))
+    if evidence:
+        console.print(f"evidence: {evidence['summary']}")
     return 0

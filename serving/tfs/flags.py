@@ -29,8 +29,8 @@ PROMETHEUS_PATH = "/monitoring/prometheus/metrics"
 # TF Serving flag -> (tfship dest, value type) for flags with the same meaning under another name.
 ALIASES: dict[str, tuple[str, type]] = {
     "model_name": ("model_name", str),
-    "model_config_file": ("model_config_file", Path),
-    "batching_parameters_file": ("batching_parameters_file", Path),
+    "model_config_file": ("model_config_file", cli_location),  # a file, or an s3:// object
+    "batching_parameters_file": ("batching_parameters_file", cli_path),
     "file_system_poll_wait_seconds": ("file_system_poll_wait_seconds", float),
     "tensorflow_intra_op_parallelism": ("intra_op_threads", int),
     "tensorflow_inter_op_parallelism": ("inter_op_threads", int),

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.reliability import process_attacks, serving_attacks
+from bench.reliability import bucket_attacks, process_attacks, serving_attacks
 from bench.reliability.common import Row, build_repository
 
 BATCHING = "max_batch_size { value: 512 }\nbatch_timeout_micros { value: 1500000 }\nmax_enqueued_batches { value: 100 }\n"
@@ -49,6 +49,7 @@ def _plan(quick: bool, work: Path, source: Path) -> list[tuple[str, float, objec
         ("kill9_server", n(90, 30), lambda: process_attacks.kill_server(source, n(8, 3))),
         ("kill9_stage_children", n(80, 30), lambda: process_attacks.kill_serve_check_parent(source, work, n(4, 2))),
         ("kill9_run", n(100, 50), lambda: process_attacks.kill_run(work, n(2, 1))),
+        ("bucket_load", n(60, 30), lambda: bucket_attacks.bucket_under_load(source, work, n(4, 2))),
     ]
 
 

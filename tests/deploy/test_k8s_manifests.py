@@ -57,8 +57,20 @@ def _kserve_validator() -> jsonschema.Draft202012Validator:
 
 def test_manifests_found() -> None:
     kinds = sorted(doc["kind"] for _, doc in _all_docs())
-    assert kinds == sorted(["Deployment", "Deployment", "Service", "Service", "HorizontalPodAutoscaler",
-                            "HorizontalPodAutoscaler", "PersistentVolumeClaim", "InferenceService"])
+    assert kinds == sorted(["Deployment", "Deployment", "Deployment", "Service", "Service", "Service",
+                            "HorizontalPodAutoscaler", "HorizontalPodAutoscaler", "PersistentVolumeClaim",
+                            "InferenceService"])
+
+
+def test_bucket_variant_reads_the_bucket_with_secret_credentials_and_no_claim() -> None:
+    pod = _find("bucket", "Deployment")["spec"]["template"]["spec"]
+    server = pod["containers"][0]
+    env = {e["name"]: e.get("value") for e in server["env"]}
+    assert env["MODEL_BASE_PATH"].startswith("s3://") and env["TFSHIP_MODEL_CACHE_DIR"] == "/cache"
+    assert server["envFrom"] == [{"secretRef": {"name": "tfship-bucket-credentials"}}]
+    assert any(a.startswith("--model-config-file=s3://") for a in server["args"])
+    assert not any("persistentVolumeClaim" in v for v in pod["volumes"])
+    assert {m["mountPath"] for m in server["volumeMounts"]} == {"/cache", "/tmp"}
 
 
 @pytest.mark.parametrize(("path", "doc"), _all_docs(), ids=lambda v: v.name if isinstance(v, Path) else "")

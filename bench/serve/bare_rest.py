@@ -12,7 +12,7 @@ import asyncio
 
 from aiohttp import web
 
-from bench.serve.reference_cli import announce_ready, parse_reference_args
+from bench.serve.reference_cli import parse_reference_args, serve_rest
 
 
 async def serve(reply: bytes, port: int) -> None:
@@ -24,12 +24,7 @@ async def serve(reply: bytes, port: int) -> None:
 
     app = web.Application(client_max_size=64 << 20)
     app.router.add_post("/v1/models/{name}:predict", predict)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", port)
-    await site.start()
-    announce_ready(runner.addresses[0][1])
-    await asyncio.Event().wait()
+    await serve_rest(app, port)
 
 
 def main(argv: list[str] | None = None) -> int:

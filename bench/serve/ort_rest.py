@@ -22,7 +22,7 @@ import onnxruntime as ort
 import orjson
 from aiohttp import web
 
-from bench.serve.reference_cli import announce_ready, parse_reference_args
+from bench.serve.reference_cli import parse_reference_args, serve_rest
 
 
 def _session(model: Path) -> ort.InferenceSession:
@@ -72,12 +72,7 @@ def build_app(session: ort.InferenceSession) -> web.Application:
 
 async def serve(model: Path, port: int) -> None:
     """Listen on 127.0.0.1:`port` (0 = any free port) until cancelled or SIGTERM."""
-    runner = web.AppRunner(build_app(_session(model)), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", port)
-    await site.start()
-    announce_ready(runner.addresses[0][1])
-    await asyncio.Event().wait()
+    await serve_rest(build_app(_session(model)), port)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,6 +8,7 @@ is tfship code: the references stay the floor tfship is compared with.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import sys
 from pathlib import Path
@@ -32,6 +33,18 @@ def announce_ready(port: int) -> None:
     """Print `READY <port>` (what the benchmark waits for)."""
     sys.stdout.write(f"READY {port}\n")
     sys.stdout.flush()
+
+
+async def serve_rest(app, port: int) -> None:
+    """Serve the aiohttp `app` on 127.0.0.1:`port` (0 = any free port) until cancelled or SIGTERM."""
+    from aiohttp import web
+
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", port)
+    await site.start()
+    announce_ready(runner.addresses[0][1])
+    await asyncio.Event().wait()
 
 
 async def serve_grpc(handler: grpc.GenericRpcHandler, port: int) -> None:

@@ -320,7 +320,8 @@ class DataPlane:
             if signature is None:
                 prefix = ("Requested signature not found in model graph" if request.api == "multi_inference"
                           else "No signature was found with the name")
-                raise InvalidRequestError(f"{prefix}: {task.signature_name[:200]}; available: {sorted(signatures)}")
+                available = sorted(n for n in signatures if not n.startswith("__"))
+                raise InvalidRequestError(f"{prefix}: {task.signature_name[:200]}; available: {available}")
             plans.append(inference.output_aliases(signature, task.method, self.signature_method_name_check))
         rows = len(request.examples)
         if rows == 0:

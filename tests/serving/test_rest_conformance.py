@@ -146,7 +146,7 @@ def test_classify_and_regress_errors(server, client):
     assert text == ('JSON Value: {"signature_name":"scale"} When method is regress, key \'examples\' is expected '
                     "and was not found")
     text = _error(_post(server, f"/v1/models/{MODEL}:classify", {"signature_name": "nope", "examples": [{}]}), 400)
-    assert text == "No signature was found with the name: nope"
+    assert text == "No signature was found with the name: nope; available: ['scale', 'serving_default']"
     assert _error(_post(server, "/v1/models/foo:regress", {"examples": [{}]}), 404).startswith("Servable not found")
     # gRPC answers the same checks with the same words.
     request = protocol.ClassificationRequest()

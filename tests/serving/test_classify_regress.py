@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import requests
 from conftest import MODEL as DIGITS
-from tf1_models import CLASSES, build_tf1_example_model, expected_y
+from tf1_models import CLASSES, build_tf1_example_model, build_tf2_example_model, expected_y
 
 from tfship.core.errors import InvalidRequestError, UnimplementedError
 from tfship.serving.dataplane.inference import ExampleMethod, ExamplesRequest, ExampleTask
@@ -268,6 +268,33 @@ def test_method_name_check_is_off_unless_asked(tf1_repository):
     with pytest.raises(InvalidRequestError, match="Expected regression signature method_name to be "
                                                   "tensorflow/serving/regress. Was: tensorflow/serving/predict"):
         _infer("saved_model", tf1_repository, MODEL, task, check_method_name=True)
+
+
+def test_tf2_saved_model_with_parse_example_signatures(tmp_path):
+    build_tf2_example_model(tmp_path / "tf2" / "1")
+    regressed = _infer("saved_model", tmp_path, "tf2", ExampleTask(ExampleMethod.REGRESS, "regress_x_to_y"))
+    assert regressed.results[0].result.values.tolist() == [expected_y(1.0)]
+    classified = _infer("saved_model", tmp_path, "tf2", ExampleTask(ExampleMethod.CLASSIFY, "classify_x_to_y"))
+    result = classified.results[0].result
+    assert result.labels is None and result.scores.tolist() == [[expected_y(1.0), -expected_y(1.0)]]
+
+
+def test_runtime_feeds_shapes_the_graph_accepts_as_tf_serving_does(tf1_repository):
+    """A [2] tensor fed to `x` declared [-1, 1]: the graph's ops take it (TF Serving answers it); a wrong dtype
+    is the graph's refusal, INVALID_ARGUMENT.
+    """
+    from tfship.serving.runtimes.base import ModelInputError
+    from tfship.serving.runtimes.saved_model import SavedModelRuntime
+
+    runtime = SavedModelRuntime(tf1_repository / MODEL / "1")
+    runtime.load()
+    try:
+        assert runtime.predict({"x": np.array([2.0, 4.0], np.float32)}, "predict_x")["y"].tolist() == [
+            expected_y(2.0), expected_y(4.0)]
+        with pytest.raises(ModelInputError, match="Type mismatch"):
+            runtime.predict({"x": np.array([[2.0]], np.float64)}, "predict_x")
+    finally:
+        runtime.unload()
 
 
 def test_onnx_backend_answers_unimplemented_naming_why(repository):

@@ -110,3 +110,35 @@ def _clear_placeholder_shape(path: Path, name: str) -> None:
 def expected_y(x: float, k: float = 1.0) -> float:
     """What the graph answers for one example with features `x` and `k` (float32 arithmetic)."""
     return A * x * k + B
+
+
+def build_tf2_example_model(version_dir: Path) -> None:
+    """A TF2 SavedModel (`tf.saved_model.save`) with the same arithmetic behind `tf.function`s that parse
+    tf.Example: `regress_x_to_y` (`inputs` -> `outputs` [-1, 1]) and `classify_x_to_y` (`inputs` -> `scores`).
+    """
+    import tensorflow as tf
+
+    spec = {"x": tf.io.FixedLenFeature([1], tf.float32, default_value=[0.0]),
+            "k": tf.io.FixedLenFeature([1], tf.float32, default_value=[1.0])}
+
+    class Module(tf.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = tf.Variable(A), tf.Variable(B)
+
+        def _y(self, serialized):
+            features = tf.io.parse_example(serialized, spec)
+            return self.a * features["x"] * features["k"] + self.b
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+        def regress(self, inputs):
+            return {"outputs": self._y(inputs)}
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+        def classify(self, inputs):
+            y = self._y(inputs)
+            return {"scores": tf.concat([y, -y], axis=1)}
+
+    module = Module()
+    tf.saved_model.save(module, str(version_dir),
+                        signatures={"regress_x_to_y": module.regress, "classify_x_to_y": module.classify})

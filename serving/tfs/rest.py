@@ -2,7 +2,8 @@
 
 Routes: `GET /v1/models/{name}[/versions/{v}|/labels/{l}]` (status), `.../metadata`, and
 `POST /v1/models/{name}[/versions/{v}|/labels/{l}]:predict` with `instances` (row) or `inputs`
-(columnar) JSON, `{"b64": ...}` for binary strings. Errors: `{"error": "..."}` with the error's
+(columnar) JSON, `{"b64": ...}` for binary strings; `:classify` / `:regress` with `examples` (and `context`)
+of tf.Example features (`serving.tfs.examples`). Errors: `{"error": "..."}` with the error's
 `http_status`. JSON values are converted to the signature's dtypes, as TF Serving does.
 """
 

@@ -52,6 +52,11 @@ class GraphSession:
         self._lock = threading.Lock()
 
     def _callable(self, signature_name: str, aliases: tuple[str, ...]):
+        """(callable, plan) for one signature fed `aliases`: the callable takes the fed arrays in `aliases`
+        order and returns the fetched ones; `plan[output alias]` is `(True, i)` for fetched value i or
+        `(False, j)` for fed array j (an output that is also an input, e.g. an identity: a Session may not
+        fetch what it is fed, `Session.run` hands the fed value back, so do we).
+        """
         key = (signature_name, aliases)
         found = self._callables.get(key)
         if found is not None:
@@ -59,19 +64,31 @@ class GraphSession:
         from tensorflow.core.protobuf import config_pb2
 
         signature = self._signatures[signature_name]
-        options = config_pb2.CallableOptions(feed=[signature.inputs[a].tensor_name for a in aliases],
-                                             fetch=[spec.tensor_name for spec in signature.outputs.values()])
+        feeds = [signature.inputs[a].tensor_name for a in aliases]
+        fetches: list[str] = []
+        plan = {}
+        for alias, spec in signature.outputs.items():
+            if spec.tensor_name in feeds:
+                plan[alias] = (False, feeds.index(spec.tensor_name))
+            else:
+                plan[alias] = (True, len(fetches))
+                fetches.append(spec.tensor_name)
+        # `_make_callable_from_options` is the Session's own callable API (Keras 2 and tf.compat.v1 code use it);
+        # the public `make_callable` with feeds routes through `Session.run` and its placeholder-shape check.
+        options = config_pb2.CallableOptions(feed=feeds, fetch=fetches)
         with self._lock:
             found = self._callables.get(key)
             if found is None:
-                found = self._callables[key] = self._session._make_callable_from_options(options)
+                found = self._callables[key] = (self._session._make_callable_from_options(options), plan)
         return found
 
     def run(self, signature_name: str, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run one signature: `inputs` alias -> array fed to the signature's tensors; every output returned."""
-        aliases = tuple(inputs)
-        values = self._callable(signature_name, aliases)(*(inputs[a] for a in aliases))
-        return dict(zip(self._signatures[signature_name].outputs, values))
+        aliases = tuple(sorted(inputs))  # one callable per signature, whatever order a client names inputs in
+        call, plan = self._callable(signature_name, aliases)
+        fed = [inputs[a] for a in aliases]
+        values = call(*fed)
+        return {alias: (values[i] if fetched else fed[i]) for alias, (fetched, i) in plan.items()}
 
     def close(self) -> None:
         self._callables = {}

@@ -281,7 +281,7 @@ def test_tf2_saved_model_with_parse_example_signatures(tmp_path):
 
 def test_runtime_feeds_shapes_the_graph_accepts_as_tf_serving_does(tf1_repository):
     """A [2] tensor fed to `x` declared [-1, 1]: the graph's ops take it (TF Serving answers it); a wrong dtype
-    is the graph's refusal, INVALID_ARGUMENT.
+    is the graph's refusal, INVALID_ARGUMENT; an output that is an input comes back as fed.
     """
     from tfship.serving.runtimes.base import ModelInputError
     from tfship.serving.runtimes.saved_model import SavedModelRuntime
@@ -293,6 +293,9 @@ def test_runtime_feeds_shapes_the_graph_accepts_as_tf_serving_does(tf1_repositor
             expected_y(2.0), expected_y(4.0)]
         with pytest.raises(ModelInputError, match="Type mismatch"):
             runtime.predict({"x": np.array([[2.0]], np.float64)}, "predict_x")
+        examples = np.array(_serialized([{"x": 2.0}]), dtype=object)  # an output that is the fed tensor itself
+        echo = runtime.predict({"inputs": examples}, "echo")
+        assert echo["echoed"].tolist() == examples.tolist() and echo["outputs"].tolist() == [[expected_y(2.0)]]
     finally:
         runtime.unload()
 

@@ -13,6 +13,7 @@ Signatures (the method names TF1 Estimators write):
 - `classify_x_to_y` (classify): `inputs` -> `scores` float32 [-1, 2] = [y, -y] and `classes` string
   [-1, 2] = ["pos", "neg"] per row.
 - `classify_scores_only` (classify): `inputs` -> `scores` only.
+- `echo` (predict): `inputs` -> `echoed` (the fed tensor itself) and `outputs` (y).
 - `predict_x` (predict): `x` (the parsed tensor, not a placeholder) -> `y` (y_from_x): TF Serving's half_plus_two
   layout, servable only by feeding a graph tensor by name.
 """
@@ -71,6 +72,9 @@ def build_tf1_example_model(version_dir: Path, legacy_placeholder: bool = True) 
                 v1.saved_model.signature_constants.CLASSIFY_METHOD_NAME),
             "classify_scores_only": v1.saved_model.signature_def_utils.build_signature_def(
                 examples, {"scores": info(scores)}, v1.saved_model.signature_constants.CLASSIFY_METHOD_NAME),
+            "echo": v1.saved_model.signature_def_utils.build_signature_def(
+                examples, {"echoed": info(serialized), "outputs": info(y)},
+                v1.saved_model.signature_constants.PREDICT_METHOD_NAME),
             "predict_x": v1.saved_model.signature_def_utils.build_signature_def(
                 {"x": info(x)}, {"y": info(y_from_x)},
                 v1.saved_model.signature_constants.PREDICT_METHOD_NAME),

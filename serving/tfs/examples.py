@@ -189,13 +189,15 @@ def _add_value(value, name: str, feature) -> None:
             item = base64.b64decode(value["b64"], validate=True)
         except (binascii.Error, ValueError) as err:
             raise InvalidRequestError(f"Feature: {name[:_NAME_CHARS]}: Unable to base64 decode") from err
-    elif isinstance(value, int) and value <= _UINT64_MAX:  # larger integers parse as doubles in rapidjson
-        if value > _INT64_MAX or value < _INT64_MIN:
-            raise InvalidRequestError(f"Feature: {name[:_NAME_CHARS]} has uint64_t element. Only int64_t is "
-                                      "supported.")
+    elif isinstance(value, int) and _INT64_MIN <= value <= _INT64_MAX:
         kind, item = "int64_list", value
-    elif isinstance(value, int | float):
-        kind, item = "float_list", float(value)
+    elif isinstance(value, int) and _INT64_MAX < value <= _UINT64_MAX:
+        raise InvalidRequestError(f"Feature: {name[:_NAME_CHARS]} has uint64_t element. Only int64_t is supported.")
+    elif isinstance(value, int | float):  # integers past 64 bits parse as doubles in rapidjson
+        try:
+            kind, item = "float_list", float(value)
+        except OverflowError:
+            raise InvalidRequestError(f"Feature: {name[:_NAME_CHARS]} has a number past float range") from None
     else:
         raise InvalidRequestError(f"Feature: {name[:_NAME_CHARS]} has element with unexpected JSON type: "
                                   f"{json_type(value)}")

@@ -170,6 +170,7 @@ async def run_server(settings: ServerSettings) -> int:
     limits = ServerLimits(settings.max_batch_per_request, settings.max_concurrent_requests, settings.default_deadline_s,
                           settings.max_message_bytes, settings.max_request_memory_bytes)
     dataplane = DataPlane(manager, executor, limits, metrics, RequestLog(settings.request_log_sampling_rate))
+    dataplane.signature_method_name_check = getattr(settings, "enable_signature_method_name_check", False)
     health.names = manager.model_names
 
     server = grpc.aio.server(

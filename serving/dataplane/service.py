@@ -18,7 +18,9 @@ from tfship.core.errors import (
     UnavailableError,
     UnimplementedError,
 )
+from tfship.serving.dataplane import inference
 from tfship.serving.dataplane.contract import RequestChecks
+from tfship.serving.dataplane.inference import ExamplesRequest, ExamplesResponse, TaskResult
 from tfship.serving.dataplane.manager import ModelManager
 from tfship.serving.dataplane.memory import release_freed_memory
 from tfship.serving.dataplane.model_config import ModelConfig
@@ -80,10 +82,6 @@ class RequestGate:
             return False
 
 
-_METHOD_NAMES = {"Classify": ("classification", "tensorflow/serving/classify"),
-                 "Regress": ("regression", "tensorflow/serving/regress")}
-
-
 def _check_response_size(outputs: dict, limit: int) -> None:
     """Refuse outputs whose raw bytes alone exceed --max-message-bytes (no transport could send them); each
     transport checks its exact encoded size too.
@@ -132,6 +130,9 @@ class DataPlane:
         self.gate = RequestGate()
         self.offloader = Offloader()  # decodes large payloads in a helper process (both transports)
         self.request_log = request_log or RequestLog()
+        # --enable_signature_method_name_check: Classify/Regress/MultiInference demand the signature's
+        # method_name (TF Serving's default, off: a predict signature of the right shape is served too)
+        self.signature_method_name_check = False
 
     @property
     def draining(self) -> bool:
@@ -274,23 +275,75 @@ class DataPlane:
         """TF Serving HandleReloadConfigRequest: serve exactly `configs` from now on."""
         await self.manager.apply_config(configs)
 
-    async def unimplemented(self, method: str, ref: ModelRef | None = None,
-                            signature_name: str = "serving_default") -> None:
-        """Classify/Regress/MultiInference: tfship runs Predict signatures only.
+    async def infer_examples(self, request: ExamplesRequest) -> ExamplesResponse:
+        """TF Serving Classify / Regress / MultiInference: run each task's signature over the examples.
 
-        With `ref` (Classify/Regress naming a model), TF Serving's checks come first: unknown model or
-        version NOT_FOUND; a missing signature or one whose method_name is not `tensorflow/serving/
-        classify|regress` INVALID_ARGUMENT (TF Serving's wording, as with --enable_signature_method_name_check).
-        Then UNIMPLEMENTED.
+        Every task runs on one held version; each distinct signature runs once (MultiInference's tasks
+        name different signatures). Rules and wording: `serving.dataplane.inference`.
+
+        Raises:
+            ModelNotFoundError: unknown model or version.  InvalidRequestError: unknown signature, one without
+            the task's shape, an answer of the wrong shape or dtype, too many examples.  UnimplementedError:
+            a backend that cannot parse tf.Example (ONNX, LiteRT), an unknown task method_name.
+            ResourceExhaustedError, DeadlineExceededError: as `predict`.
         """
-        if ref is not None and method in _METHOD_NAMES:
-            signatures = self.manager.resolve(ref).runtime.metadata()
-            signature = signatures.get(signature_name or "serving_default")
+        started = time.perf_counter()
+        status, version = "OK", ""
+        try:
+            served = self.manager.hold(request.model)
+            try:
+                version = str(served.version)
+                results = await self._infer_examples(request, served.version, served.runtime)
+                return ExamplesResponse(request.model.name, served.version, results)
+            finally:
+                self.manager.release(served)
+        except TfshipError as err:
+            status = err.grpc_code
+            raise
+        except Exception:
+            status = "INTERNAL"
+            raise
+        finally:
+            name = request.model.name if self.manager.is_configured(request.model.name) else UNKNOWN_MODEL_LABEL
+            self._metrics.requests.record(name, version, request.api, status, time.perf_counter() - started)
+
+    async def _infer_examples(self, request: ExamplesRequest, version: int, runtime) -> tuple[TaskResult, ...]:
+        inference.check_tasks(request.tasks)
+        if runtime.backend != "saved_model":
+            raise UnimplementedError(f"{request.api} feeds serialized tf.Example to the model, which only the "
+                                     f"saved_model backend can parse; model {request.model.name!r} version {version} "
+                                     f"is served by the {runtime.backend} backend: call Predict with tensors")
+        signatures = runtime.metadata()
+        plans = []
+        for task in request.tasks:
+            signature = signatures.get(task.signature_name)
             if signature is None:
-                raise InvalidRequestError(f"No signature was found with the name: {signature_name}")
-            kind, wanted = _METHOD_NAMES[method]
-            if signature.method_name != wanted:
-                raise InvalidRequestError(f"Expected {kind} signature method_name to be {wanted}. Was: "
-                                          f"{signature.method_name} (call Predict for this signature)")
-        raise UnimplementedError(f"{method} is not implemented by tfship: models export Predict signatures "
-                                 "only; call Predict (tensorflow.serving.PredictionService/Predict)")
+                prefix = ("Requested signature not found in model graph" if request.api == "multi_inference"
+                          else "No signature was found with the name")
+                available = sorted(n for n in signatures if not n.startswith("__"))
+                raise InvalidRequestError(f"{prefix}: {task.signature_name[:200]}; available: {available}")
+            plans.append(inference.output_aliases(signature, task.method, self.signature_method_name_check))
+        rows = len(request.examples)
+        if rows == 0:
+            raise InvalidRequestError("Input is empty. (fill input.example_list.examples or "
+                                      "input.example_list_with_context.examples with at least one tf.Example)")
+        limit = self._limits.max_batch_per_request
+        if limit and rows > limit:
+            raise InvalidRequestError(f"{rows} examples exceed the per-request limit of {limit}")
+        if self.request_log.sampling_rate > 0.0:
+            note_request(model=request.model.name, version=str(version),
+                         signature=",".join(t.signature_name for t in request.tasks), batch_rows=rows)
+        deadline = request.deadline
+        if deadline is None and self._limits.default_deadline_s:
+            deadline = time.monotonic() + self._limits.default_deadline_s
+        results = []
+        for task, aliases in zip(request.tasks, plans):
+            call = InferenceRequest(request.model, {inference.EXAMPLES_INPUT: request.examples}, task.signature_name,
+                                    deadline=deadline)
+            outputs = await self._run(runtime, call, deadline)
+            outputs = {k: outputs[k] for k in aliases}
+            if task.method is inference.ExampleMethod.CLASSIFY:
+                results.append(TaskResult(task, inference.classification(outputs, rows)))
+            else:
+                results.append(TaskResult(task, inference.regression(outputs, rows)))
+        return tuple(results)

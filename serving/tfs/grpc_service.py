@@ -23,7 +23,7 @@ from tfship.serving.dataplane.offload import OFF_LOOP_BYTES
 from tfship.serving.dataplane.service import DataPlane
 from tfship.serving.grpc_calls import generic_handler, rpc, split_large, time_remaining
 from tfship.serving.operations.security import AccessPolicy
-from tfship.serving.tfs import converters
+from tfship.serving.tfs import converters, examples
 
 log = logging.getLogger(__name__)
 
@@ -66,21 +66,18 @@ class PredictionServicer:
 
     @rpc
     async def Classify(self, request, context):
-        await self._dp.unimplemented("Classify", *_spec_of(request))
+        inference = examples.classification_request(request, time_remaining(context))
+        return examples.classification_response(await self._dp.infer_examples(inference))
 
     @rpc
     async def Regress(self, request, context):
-        await self._dp.unimplemented("Regress", *_spec_of(request))
+        inference = examples.regression_request(request, time_remaining(context))
+        return examples.regression_response(await self._dp.infer_examples(inference))
 
     @rpc
     async def MultiInference(self, request, context):
-        await self._dp.unimplemented("MultiInference")
-
-
-def _spec_of(request) -> tuple:
-    """(ModelRef or None when no model is named, signature_name) of a Classify/Regress request."""
-    spec = request.model_spec
-    return (converters.model_ref(spec) if spec.name else None), spec.signature_name
+        inference = examples.multi_inference_request(request, time_remaining(context))
+        return examples.multi_inference_response(await self._dp.infer_examples(inference))
 
 
 class ModelServicer:

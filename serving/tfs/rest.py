@@ -2,7 +2,8 @@
 
 Routes: `GET /v1/models/{name}[/versions/{v}|/labels/{l}]` (status), `.../metadata`, and
 `POST /v1/models/{name}[/versions/{v}|/labels/{l}]:predict` with `instances` (row) or `inputs`
-(columnar) JSON, `{"b64": ...}` for binary strings. Errors: `{"error": "..."}` with the error's
+(columnar) JSON, `{"b64": ...}` for binary strings; `:classify` / `:regress` with `examples` (and `context`)
+of tf.Example features (`serving.tfs.examples`). Errors: `{"error": "..."}` with the error's
 `http_status`. JSON values are converted to the signature's dtypes, as TF Serving does.
 """
 
@@ -26,7 +27,7 @@ from tfship.serving.kserve.rest import add_v2_routes
 from tfship.serving.operations.metrics import CONTENT_TYPE, Metrics
 from tfship.serving.operations.request_log import RequestLog
 from tfship.serving.operations.security import AccessPolicy
-from tfship.serving.tfs import converters, rest_json
+from tfship.serving.tfs import converters, examples, rest_json
 
 log = logging.getLogger(__name__)
 _MAX_BYTES = web.AppKey("max_bytes", int)
@@ -226,17 +227,12 @@ def build_app(dataplane: DataPlane, policy: AccessPolicy | None = None, max_byte
                                             encode_predict, outputs, rows, batch, max_bytes)
         return web.Response(text=text, content_type="application/json")
 
-    async def unimplemented(request: web.Request) -> web.Response:
+    async def classify_or_regress(request: web.Request) -> web.Response:
         body = rest_json.parse_body(await read_body(request, timeout_s))
-        name = rest_json.signature_name(body)
-        examples = body.get("examples")
-        if examples is None:
-            raise InvalidRequestError(f"JSON Value: {rest_json.debug_string(body)} When method is "
-                                      f"{request.match_info['verb']}, key 'examples' is expected and was not found")
-        if not isinstance(examples, list) or not examples:
-            what = "value to be an list/array" if not isinstance(examples, list) else "value is an empty array"
-            raise InvalidRequestError(f"JSON Value: {rest_json.debug_string(body)} 'examples' {what}")
-        await dataplane.unimplemented(request.match_info["verb"].capitalize(), _ref(request), name)
+        verb = request.match_info["verb"]
+        inference = examples.rest_request(body, verb, _ref(request), rest_json.signature_name(body))
+        answer = examples.rest_response(await dataplane.infer_examples(inference))
+        return web.Response(text=_json_text(answer, max_bytes), content_type="application/json")
 
     policy = policy or AccessPolicy()
     app = web.Application(middlewares=[_error_middleware(policy, dataplane.gate, dataplane.request_log)],
@@ -248,7 +244,7 @@ def build_app(dataplane: DataPlane, policy: AccessPolicy | None = None, max_byte
     app.router.add_get(base, status)
     app.router.add_get(base + "/metadata", metadata)
     app.router.add_post(base + ":predict", predict)
-    app.router.add_post(base + ":{verb:classify|regress}", unimplemented)
+    app.router.add_post(base + ":{verb:classify|regress}", classify_or_regress)
     add_v2_routes(app, dataplane, lambda request: read_body(request, timeout_s))  # Open Inference Protocol
     return app
 

@@ -73,12 +73,18 @@ def test_get_model_metadata_is_signature_def_map(client, repository):
     assert contract.outputs["class_id"].dtype == "int64"
 
 
-@pytest.mark.parametrize("method", ["Classify", "Regress", "MultiInference"])
-def test_unimplemented_methods(client, method, images):
-    request_cls = protocol.PREDICTION_METHODS[method][0]
+@pytest.mark.parametrize(("method", "message"), [
+    ("Classify", "Expected one or two output Tensors, found 3."),  # serving_default: image -> 3 outputs
+    ("Regress", "Expected one output Tensor."),
+    ("MultiInference", "MultiInferenceRequest has no tasks"),
+])
+def test_example_methods_refuse_a_signature_without_their_shape(client, method, message, images):
+    request = protocol.PREDICTION_METHODS[method][0]()
+    if method != "MultiInference":
+        request.model_spec.name = MODEL
     with pytest.raises(RemoteError) as err:
-        client.call(protocol.PREDICTION_SERVICE, method, request_cls())
-    assert err.value.grpc_code == "UNIMPLEMENTED" and "Predict" in err.value.details
+        client.call(protocol.PREDICTION_SERVICE, method, request)
+    assert err.value.grpc_code == "INVALID_ARGUMENT" and err.value.details.startswith(message)
     assert client.predict(MODEL, {"image": images})["class_id"].shape == (5,)
 
 

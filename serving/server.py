@@ -1,7 +1,8 @@
 """Assemble and run the server: model manager, data plane, gRPC, REST and metrics transports.
 
-Lifecycle (TF Serving-like): bind ports and write `--port-file`; load every configured model
-(health stays NOT_SERVING until then), then add `"ready": true` to the port file; poll the repository;
+Lifecycle (TF Serving's order): load every configured model (exit 1 when one has no version that loads), then
+bind the ports, so health is SERVING from the first accepted connection, and write `--port-file` (with
+`"ready": true`); poll the repository;
 on SIGTERM/SIGINT report NOT_SERVING, let in-flight requests finish within the grace period, unload,
 exit 0 (`_drain`; SIGHUP does the same).
 """
@@ -176,6 +177,21 @@ async def run_server(settings: ServerSettings) -> int:
                  ("grpc.max_send_message_length", settings.max_message_bytes),
                  ("grpc.so_reuseport", 1 if settings.reuse_port else 0)])  # sharing a port only when asked
     health.servicer = add_services(server, dataplane, (add_inference_service(server, dataplane),))
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # SIGHUP drains too (nothing to reload)
+        loop.add_signal_handler(sig, stop.set)
+
+    # TF Serving's order: load every configured model, then open the ports, so the first client to connect
+    # finds each model AVAILABLE and health SERVING (a client polling the port never sees "loading")
+    await manager.apply_config(configs)
+    down = [name for name in manager.model_names() if not health.ok.get(name)]
+    if down:  # TF Serving refuses to start when a configured model cannot be loaded
+        log.error("no version of model(s) %s could be loaded; see the errors above; exiting", down)
+        await _bounded(manager.unload_all(), UNLOAD_TIMEOUT_S, "unloading models")
+        executor.shutdown(wait=False, cancel_futures=True)
+        return 1
     grpc_port = _bind_grpc(server, settings, grpc_credentials(tls))
     await server.start()
     await health.overall()
@@ -187,27 +203,9 @@ async def run_server(settings: ServerSettings) -> int:
     metrics_site = await _bind_http(start_metrics(metrics, settings, policy, ssl_ctx), settings, "--metrics-port",
                                     settings.metrics_port)
     ports = {"grpc": grpc_port, "rest": rest[1] if rest else None, "metrics": metrics_site[1] if metrics_site else None}
-    if settings.port_file:
-        _write_port_file(settings.port_file, ports)
+    if settings.port_file:  # written once every port is open and every model up (a `--num-processes` parent
+        _write_port_file(settings.port_file, {**ports, "ready": True})  # waits for "ready")
     log.info("listening: %s", ports)
-
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # SIGHUP drains too (nothing to reload)
-        loop.add_signal_handler(sig, stop.set)
-
-    await manager.apply_config(configs)
-    down = [name for name in manager.model_names() if not health.ok.get(name)]
-    if down:  # TF Serving refuses to start when a configured model cannot be loaded
-        log.error("no version of model(s) %s could be loaded; see the errors above; exiting", down)
-        await server.stop(0)
-        for runner in (rest, metrics_site):
-            if runner:
-                await runner[0].cleanup()
-        executor.shutdown(wait=False, cancel_futures=True)
-        return 1
-    if settings.port_file:  # written again once the models are up (a `--num-processes` parent waits for it)
-        _write_port_file(settings.port_file, {**ports, "ready": True})
     poll = (asyncio.create_task(manager.poll_forever(settings.file_system_poll_wait_seconds))
             if settings.file_system_poll_wait_seconds > 0 else None)
     config_poll = (asyncio.create_task(poll_model_config_file(settings, manager))

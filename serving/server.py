@@ -168,6 +168,7 @@ async def run_server(settings: ServerSettings) -> int:
                           settings.max_message_bytes, settings.max_request_memory_bytes)
     dataplane = DataPlane(manager, executor, limits, metrics, RequestLog(settings.request_log_sampling_rate))
     health.names = manager.model_names
+    dataplane.request_log.served = manager.is_configured  # names not served are logged as the metrics label them
 
     server = grpc.aio.server(
         interceptors=[AccessInterceptor(policy)],

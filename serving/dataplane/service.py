@@ -10,6 +10,7 @@ import asyncio
 import time
 from concurrent.futures import Executor
 
+from tfship.core.echo import clip, echo, echo_list
 from tfship.core.errors import (
     DeadlineExceededError,
     InvalidRequestError,
@@ -33,10 +34,9 @@ from tfship.serving.dataplane.types import (
     VersionStatus,
 )
 from tfship.serving.operations.metrics import Metrics
-from tfship.serving.operations.request_log import RequestLog, note_request
+from tfship.serving.operations.request_log import UNKNOWN_MODEL_LABEL, RequestLog, note_request
 
 RELEASE_AFTER_BYTES = 16 << 20  # requests holding this much trigger a malloc_trim once answered
-UNKNOWN_MODEL_LABEL = "__unknown__"  # the `model` label of requests naming a model that is not configured
 
 
 class RequestGate:
@@ -100,10 +100,10 @@ def _check_output_filter(signature, output_filter: tuple[str, ...]) -> None:
     """Every `output_filter` alias names an output of `signature`, once (TF Serving: INVALID_ARGUMENT)."""
     unknown = sorted(set(output_filter) - set(signature.outputs))
     if unknown:
-        raise InvalidRequestError(f"output_filter {unknown} not in signature {signature.name!r} outputs "
+        raise InvalidRequestError(f"output_filter {echo_list(unknown)} not in signature {signature.name!r} outputs "
                                   f"{sorted(signature.outputs)}")
     if len(set(output_filter)) != len(output_filter):
-        raise InvalidRequestError(f"output_filter {list(output_filter)} names an output twice")
+        raise InvalidRequestError(f"output_filter {echo_list(output_filter)} names an output twice")
 
 
 class DataPlane:
@@ -179,7 +179,7 @@ class DataPlane:
         signatures = runtime.metadata()
         signature = signatures.get(request.signature_name)
         if signature is None:
-            raise InvalidRequestError(f"Serving signature name: {request.signature_name!r} not found in signature "
+            raise InvalidRequestError(f"Serving signature name: {echo(request.signature_name)} not found in signature "
                                       f"def; available: {sorted(signatures)}")
         rows, held = self._checks.check(signature, request.inputs)  # validates (InvalidRequestError)
         if request.output_filter:
@@ -287,7 +287,7 @@ class DataPlane:
             signatures = self.manager.resolve(ref).runtime.metadata()
             signature = signatures.get(signature_name or "serving_default")
             if signature is None:
-                raise InvalidRequestError(f"No signature was found with the name: {signature_name}")
+                raise InvalidRequestError(f"No signature was found with the name: {clip(signature_name)}")
             kind, wanted = _METHOD_NAMES[method]
             if signature.method_name != wanted:
                 raise InvalidRequestError(f"Expected {kind} signature method_name to be {wanted}. Was: "

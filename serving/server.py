@@ -31,6 +31,7 @@ from tfship.serving.dataplane.model_config import (
 from tfship.serving.dataplane.service import DataPlane
 from tfship.serving.dataplane.types import ServerLimits
 from tfship.serving.kserve.grpc_service import add_inference_service
+from tfship.serving.loops import LoopBridge, TransportLoop
 from tfship.serving.operations.metrics import Metrics
 from tfship.serving.operations.request_log import RequestLog
 from tfship.serving.operations.security import grpc_credentials, ssl_context, tls_material
@@ -116,7 +117,8 @@ def _bind_grpc(server: grpc.aio.Server, settings: ServerSettings, credentials) -
 async def _bind_http(start, settings: ServerSettings, flag: str, port: int):
     """Await a REST/metrics `start` coroutine (None when `port` < 0); `ConfigError` naming the port if taken."""
     if port < 0:
-        start.close()
+        if start is not None:
+            start.close()
         return None
     try:
         return await start
@@ -199,8 +201,10 @@ async def run_server(settings: ServerSettings) -> int:
 
     from tfship.serving.tfs.rest import start_metrics, start_rest
 
-    rest = await _bind_http(start_rest(dataplane, settings, policy, metrics, ssl_ctx), settings, "--rest-port",
-                            settings.rest_port)
+    # REST on its own loop and thread, gRPC and the data plane on this one: neither protocol starves the other
+    rest_loop = TransportLoop("tfship-rest") if settings.rest_port >= 0 else None
+    rest = await _bind_http(rest_loop.run(start_rest(LoopBridge(dataplane, loop), settings, policy, metrics, ssl_ctx))
+                            if rest_loop else None, settings, "--rest-port", settings.rest_port)
     metrics_site = await _bind_http(start_metrics(metrics, settings, policy, ssl_ctx), settings, "--metrics-port",
                                     settings.metrics_port)
     ports = {"grpc": grpc_port, "rest": rest[1] if rest else None, "metrics": metrics_site[1] if metrics_site else None}
@@ -213,8 +217,11 @@ async def run_server(settings: ServerSettings) -> int:
                    if settings.model_config_file and settings.model_config_file_poll_wait_seconds > 0 else None)
     await stop.wait()
 
-    await _drain(settings.grace_period_s, health, dataplane, server, [r for r in (rest, metrics_site) if r],
-                 [t for t in (poll, config_poll) if t])
+    closers = ([lambda: rest_loop.run(rest[0].cleanup())] if rest else []) + (
+        [metrics_site[0].cleanup] if metrics_site else [])
+    await _drain(settings.grace_period_s, health, dataplane, server, closers, [t for t in (poll, config_poll) if t])
+    if rest_loop:
+        rest_loop.stop()
     await _bounded(manager.unload_all(), UNLOAD_TIMEOUT_S, "unloading models")
     dataplane.offloader.close()
     executor.shutdown(wait=False, cancel_futures=True)
@@ -222,7 +229,7 @@ async def run_server(settings: ServerSettings) -> int:
     return 0
 
 
-async def _drain(grace_s: float, health: _Health, dataplane: DataPlane, server: grpc.aio.Server, runners: list,
+async def _drain(grace_s: float, health: _Health, dataplane: DataPlane, server: grpc.aio.Server, closers: list,
                  polls: list[asyncio.Task]) -> None:
     """SIGTERM/SIGINT/SIGHUP: answer every request that reached the server, within `grace_s` seconds in all.
 
@@ -247,8 +254,8 @@ async def _drain(grace_s: float, health: _Health, dataplane: DataPlane, server: 
     await asyncio.sleep(max(min(DRAIN_LINGER_S, deadline - loop.time()), 0))
     await dataplane.gate.wait_idle(deadline - loop.time())
     await server.stop(max(deadline - loop.time(), 0))
-    for runner in runners:
-        await _bounded(runner[0].cleanup(), max(end - loop.time(), 0.05), "closing HTTP connections")
+    for close in closers:  # each HTTP runner's cleanup, on its own loop
+        await _bounded(close(), max(end - loop.time(), 0.05), "closing HTTP connections")
 
 
 async def _bounded(awaitable, timeout_s: float, what: str) -> None:

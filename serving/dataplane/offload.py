@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
@@ -24,6 +25,7 @@ class Offloader:
 
     def __init__(self) -> None:
         self._pool: ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()  # both transport loops may start it (serving.loops)
 
     async def run_if_large(self, size: int, function, *args):
         """`function(*args)`: in the helper process when `size` bytes exceed `OFF_LOOP_BYTES`, else inline.
@@ -31,11 +33,13 @@ class Offloader:
         """
         if size <= OFF_LOOP_BYTES:
             return function(*args)
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=set_parent_death_signal)
+        with self._lock:
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                                 initializer=set_parent_death_signal)
+            pool = self._pool
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._pool, function, *args)
+            return await asyncio.get_running_loop().run_in_executor(pool, function, *args)
         except BrokenProcessPool:  # the helper died (e.g. killed for memory): start a new one next time
             self._pool = None
             raise

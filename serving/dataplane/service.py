@@ -7,6 +7,7 @@ metrics live here; transports only convert their wire format to `serving.datapla
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from concurrent.futures import Executor
 
@@ -42,29 +43,30 @@ RELEASE_AFTER_BYTES = 16 << 20  # requests holding this much trigger a malloc_tr
 class RequestGate:
     """Counts the requests the transports are handling, and refuses new ones while the server drains.
 
-    Transports call `enter()` when a request reaches a handler and `leave()` once it is answered. After
-    `close()`, `enter()` raises `UnavailableError` (clients retry elsewhere) and `wait_idle()` returns once
-    every admitted request was answered.
+    Transports call `enter()` when a request reaches a handler and `leave()` once it is answered, from any
+    thread (the REST API runs on its own loop, `serving.loops`). After `close()`, `enter()` raises
+    `UnavailableError` (clients retry elsewhere) and `wait_idle()` returns once every admitted request was
+    answered.
     """
+
+    POLL_S = 0.005  # wait_idle's polling interval (it may run on another loop than enter/leave)
 
     def __init__(self) -> None:
         self.active = 0
         self.draining = False
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._lock = threading.Lock()
 
     def enter(self) -> None:
         """Admit one request; raises `UnavailableError` while draining."""
         if self.draining:
             raise UnavailableError("server is shutting down; retry on another replica")
-        self.active += 1
-        self._idle.clear()
+        with self._lock:
+            self.active += 1
 
     def leave(self) -> None:
         """One admitted request was answered."""
-        self.active -= 1
-        if self.active <= 0:
-            self._idle.set()
+        with self._lock:
+            self.active -= 1
 
     def close(self) -> None:
         """Start draining: every later `enter()` raises `UnavailableError`."""
@@ -72,12 +74,13 @@ class RequestGate:
 
     async def wait_idle(self, timeout_s: float) -> bool:
         """Wait until no admitted request is left (True) or `timeout_s` seconds passed (False)."""
-        try:
-            async with asyncio.timeout(max(timeout_s, 0.0)):
-                await self._idle.wait()
-            return True
-        except TimeoutError:
-            return False
+        loop = asyncio.get_running_loop()
+        end = loop.time() + max(timeout_s, 0.0)
+        while self.active > 0:
+            if loop.time() >= end:
+                return False
+            await asyncio.sleep(min(self.POLL_S, max(end - loop.time(), 0.0)))
+        return True
 
 
 _METHOD_NAMES = {"Classify": ("classification", "tensorflow/serving/classify"),

@@ -261,8 +261,8 @@ def from_json(name: str, datatype: str, shape, data, max_bytes: int) -> np.ndarr
         array = wide.astype(dtype)
     bad = first_out_of_range(flat, array)  # 1e309, or 1e39 for FP32; the Infinity token stays accepted
     if bad is not None:
-        raise InvalidRequestError(f"input {echo(name)}: value {bad[1]} at index {bad[0]} is outside the finite "
-                                  f"range of {datatype} (write Infinity to mean infinity)")
+        raise InvalidRequestError(f"input {echo(name)}: value {bad[1]} at index {bad[0]} is out of range for "
+                                  f"{datatype}: outside its finite range (write Infinity to mean infinity)")
     return array.reshape(dims)
 
 

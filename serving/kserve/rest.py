@@ -100,9 +100,6 @@ def _decode_inputs(items: list, binary: bytes, max_bytes: int) -> list:
             raise InvalidRequestError(f"input {echo(name)}: 'shape' must be a JSON array of integers, got "
                                       f"{echo_json(shape, 100)}")
         size = _object(item.get("parameters", {}), f"input {echo(name)} parameters").get("binary_data_size")
-        if size is not None and "data" in item:
-            raise InvalidRequestError(f"input {echo(name)} has both 'data' and parameters.binary_data_size; send "
-                                      "its values in one of them")
         if size is None:
             if "data" not in item:
                 raise InvalidRequestError(f"input {echo(name)} needs 'data' or parameters.binary_data_size")
@@ -111,6 +108,9 @@ def _decode_inputs(items: list, binary: bytes, max_bytes: int) -> list:
         if type(size) is not int or size < 0 or offset + size > len(binary):
             raise InvalidRequestError(f"input {echo(name)}: binary_data_size {size!r} does not fit the "
                                       f"{len(binary) - offset} bytes of binary data left")
+        if "data" in item:  # which one holds the values? (the binary part used to win silently)
+            raise InvalidRequestError(f"input {echo(name)} has both 'data' and parameters.binary_data_size; send "
+                                      "its values in one of them")
         decoded.append((name, datatype, from_raw(name, datatype, shape, binary[offset:offset + size], max_bytes)))
         offset += size
     if offset != len(binary):

@@ -57,10 +57,10 @@ CASES = [  # (route, body text, status, words the error must hold)
     (PREDICT, '{"instances": [' + _image_text("3.4e38") + "]}", 200, "predictions"),
     (INFER, _v2_text("1e309"), 400, "1e309"),
     (INFER, _v2_text("-1e309"), 400, "-1e309"),
-    (INFER, _v2_text("1e39"), 400, "outside the finite range of FP32"),
+    (INFER, _v2_text("1e39"), 400, "out of range for FP32: outside its finite range"),
     (INFER, _v2_text("Infinity"), 200, "outputs"),
     (INFER, _v2_text("NaN"), 200, "outputs"),
-    (INFER, _v2_text("0.5", ',"parameters":{"binary_data_size":256}'), 400, "both 'data' and"),
+    (INFER, _v2_text("0.5", ',"parameters":{"binary_data_size":0}'), 400, "both 'data' and"),
 ]
 
 

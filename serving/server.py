@@ -34,7 +34,14 @@ from tfship.serving.kserve.grpc_service import add_inference_service
 from tfship.serving.loops import LoopBridge, TransportLoop
 from tfship.serving.operations.metrics import Metrics
 from tfship.serving.operations.request_log import RequestLog
-from tfship.serving.operations.security import grpc_credentials, ssl_context, tls_material
+from tfship.serving.operations.security import (
+    LivePolicy,
+    LiveTls,
+    SecretWatcher,
+    ssl_context,
+    tls_material,
+    warn_readable_secrets,
+)
 from tfship.serving.runtimes import RuntimeOptions
 from tfship.serving.settings import ServerSettings
 from tfship.serving.tfs.grpc_service import AccessInterceptor, add_services
@@ -156,9 +163,12 @@ async def run_server(settings: ServerSettings) -> int:
     """Serve until SIGTERM/SIGINT; return the exit code (0 after a clean drain)."""
     configs = model_configs(settings)
     check_config(configs)  # a missing base_path or version refuses to start, naming it (as TF Serving does)
-    policy = settings.access_policy()  # an empty token file refuses to start, naming it
+    policy = LivePolicy(settings.access_policy())  # an empty token file refuses to start, naming it
     tls = tls_material(settings)
     ssl_ctx = ssl_context(tls)  # HTTPS on REST and metrics whenever gRPC uses TLS (same cert, same client CA)
+    live_tls = LiveTls(tls, ssl_ctx) if tls else None
+    warn_readable_secrets(settings)
+    secrets = SecretWatcher(settings, policy, live_tls)  # token and TLS files re-read when they change
     metrics = Metrics()
     executor = ThreadPoolExecutor(settings.worker_threads, thread_name_prefix="tfship-model")
     options = RuntimeOptions(intra_op_threads=settings.intra_op_threads, inter_op_threads=settings.inter_op_threads,
@@ -195,7 +205,7 @@ async def run_server(settings: ServerSettings) -> int:
         await _bounded(manager.unload_all(), UNLOAD_TIMEOUT_S, "unloading models")
         executor.shutdown(wait=False, cancel_futures=True)
         return 1
-    grpc_port = _bind_grpc(server, settings, grpc_credentials(tls))
+    grpc_port = _bind_grpc(server, settings, live_tls.grpc_credentials() if live_tls else None)
     await server.start()
     await health.overall()
 
@@ -215,11 +225,13 @@ async def run_server(settings: ServerSettings) -> int:
             if settings.file_system_poll_wait_seconds > 0 else None)
     config_poll = (asyncio.create_task(poll_model_config_file(settings, manager))
                    if settings.model_config_file and settings.model_config_file_poll_wait_seconds > 0 else None)
+    secrets_poll = asyncio.create_task(secrets.watch_forever()) if secrets.watching else None
     await stop.wait()
 
     closers = ([lambda: rest_loop.run(rest[0].cleanup())] if rest else []) + (
         [metrics_site[0].cleanup] if metrics_site else [])
-    await _drain(settings.grace_period_s, health, dataplane, server, closers, [t for t in (poll, config_poll) if t])
+    polls = [t for t in (poll, config_poll, secrets_poll) if t]
+    await _drain(settings.grace_period_s, health, dataplane, server, closers, polls)
     if rest_loop:
         rest_loop.stop()
     await _bounded(manager.unload_all(), UNLOAD_TIMEOUT_S, "unloading models")

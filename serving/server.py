@@ -3,8 +3,8 @@
 Lifecycle (TF Serving's order): load every configured model (exit 1 when one has no version that loads), then
 bind the ports, so health is SERVING from the first accepted connection, and write `--port-file` (with
 `"ready": true`); poll the repository;
-on SIGTERM/SIGINT report NOT_SERVING, let in-flight requests finish within the grace period, unload,
-exit 0 (`_drain`; SIGHUP does the same).
+on SIGTERM/SIGINT report NOT_SERVING, let in-flight requests finish, unload, all within the grace period,
+and exit 0 at once (`_drain`, `serve_process`; SIGHUP does the same).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import signal
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -49,7 +50,7 @@ from tfship.serving.tfs.grpc_service import AccessInterceptor, add_services
 log = logging.getLogger(__name__)
 SERVING = health_pb2.HealthCheckResponse.SERVING
 DRAIN_LINGER_S = 0.25  # after the last admitted request: time to answer requests received but not dispatched
-UNLOAD_TIMEOUT_S = 1.0  # unloading after the drain: the process exits anyway
+UNLOAD_TIMEOUT_S = 1.0  # unloading after the drain (at most a quarter of the grace period): the process exits anyway
 CLOSE_RESERVE_S = 1.0  # of the grace period, kept for closing the ports after the last request
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
@@ -231,14 +232,33 @@ async def run_server(settings: ServerSettings) -> int:
     closers = ([lambda: rest_loop.run(rest[0].cleanup())] if rest else []) + (
         [metrics_site[0].cleanup] if metrics_site else [])
     polls = [t for t in (poll, config_poll, secrets_poll) if t]
-    await _drain(settings.grace_period_s, health, dataplane, server, closers, polls)
+    # the whole shutdown fits in --grace-period-s: the drain, then unloading in what is kept for it
+    end = loop.time() + settings.grace_period_s
+    unload_s = min(UNLOAD_TIMEOUT_S, settings.grace_period_s / 4)
+    await _drain(settings.grace_period_s - unload_s, health, dataplane, server, closers, polls)
     if rest_loop:
         rest_loop.stop()
-    await _bounded(manager.unload_all(), UNLOAD_TIMEOUT_S, "unloading models")
+    await _bounded(manager.unload_all(), max(end - loop.time(), 0.05), "unloading models")
     dataplane.offloader.close()
     executor.shutdown(wait=False, cancel_futures=True)
     log.info("stopped")
     return 0
+
+
+def serve_process(settings: ServerSettings) -> int:
+    """Run the server in this process (`tfship serve`, a `--num-processes` worker) until it drained.
+
+    Returns the exit code of a server that did not start (1: no model loaded). A server that drained ends the
+    process at once with 0 (`os._exit` after flushing the logs): tearing down the interpreter, TensorFlow's
+    runtime and threads still inside a model call took 8-10 s more under load, past the grace period.
+    """
+    code = asyncio.run(run_server(settings))
+    if code == 0:
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    return code
 
 
 async def _drain(grace_s: float, health: _Health, dataplane: DataPlane, server: grpc.aio.Server, closers: list,

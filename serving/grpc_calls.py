@@ -59,6 +59,8 @@ def rpc(method=None, *, large: bool = False):
         finally:
             if entered:
                 gate.leave()
+            if type(request) is LargeRequest and hasattr(dataplane, "release_after"):
+                dataplane.release_after(len(request.data))  # a large message's heap goes back to the OS
             if logged is not None:
                 dataplane.request_log.finish(logged, status)
 

@@ -229,6 +229,14 @@ class DataPlane:
         finally:
             self._inflight -= 1
 
+    def release_after(self, size: int) -> None:
+        """A transport finished a request whose body was `size` bytes: return freed heap pages to the OS when it
+        was large (`RELEASE_AFTER_BYTES`; JSON bodies and their parsed lists are far larger than the tensors the
+        data plane counts). Call on any event loop.
+        """
+        if size >= RELEASE_AFTER_BYTES:
+            self._release_memory()
+
     def _release_memory(self) -> None:
         """Return freed heap pages to the OS after a large request, in the background (one at a time)."""
         if self._releasing:

@@ -45,7 +45,7 @@ def _ref(request: web.Request) -> ModelRef:
 
 
 def _error_middleware(policy: AccessPolicy, gate: RequestGate | None = None,
-                      request_log: RequestLog | None = None):
+                      request_log: RequestLog | None = None, release_after=None):
     @web.middleware
     async def middleware(request: web.Request, handler):
         entered = False
@@ -69,6 +69,8 @@ def _error_middleware(policy: AccessPolicy, gate: RequestGate | None = None,
         finally:
             if entered:
                 gate.leave()
+            if release_after is not None and request.content_length:
+                release_after(request.content_length)  # a large body's heap goes back to the OS
             if logged is not None:
                 status = response.status if response is not None else 500
                 code = response.get(_GRPC_CODE) if response is not None else None
@@ -241,7 +243,8 @@ def build_app(dataplane: DataPlane, policy: AccessPolicy | None = None, max_byte
         await dataplane.unimplemented(request.match_info["verb"].capitalize(), _ref(request), name)
 
     policy = policy or AccessPolicy()
-    app = web.Application(middlewares=[_error_middleware(policy, dataplane.gate, dataplane.request_log)],
+    app = web.Application(middlewares=[_error_middleware(policy, dataplane.gate, dataplane.request_log,
+                                                         getattr(dataplane, "release_after", None))],
                           client_max_size=max_bytes)
     if metrics is not None:
         app.router.add_get(metrics_path, _metrics_handler(metrics))

@@ -79,31 +79,29 @@ def _many(size: int) -> list[str]:  # about `size` characters of distinct unexpe
     return [f"x{i:07d}" for i in range(size // 8)]
 
 
-GRPC_CASES = {
-    "model_spec.name": (protocol.PREDICTION_SERVICE, "Predict", lambda n: _predict(model=_big(n)), "NOT_FOUND"),
-    "signature_name": (protocol.PREDICTION_SERVICE, "Predict", lambda n: _predict(signature=_big(n)),
-                       "INVALID_ARGUMENT"),
-    "version_label": (protocol.PREDICTION_SERVICE, "Predict", lambda n: _predict(label=_big(n)), "INVALID_ARGUMENT"),
-    "input name": (protocol.PREDICTION_SERVICE, "Predict", lambda n: _predict(inputs=("image", _big(n))),
+GRPC_CASES = {  # field: (service, method, request from a client-chosen name, status the field calls for)
+    "model_spec.name": (protocol.PREDICTION_SERVICE, "Predict", lambda t: _predict(model=t), "NOT_FOUND"),
+    "signature_name": (protocol.PREDICTION_SERVICE, "Predict", lambda t: _predict(signature=t), "INVALID_ARGUMENT"),
+    "version_label": (protocol.PREDICTION_SERVICE, "Predict", lambda t: _predict(label=t), "INVALID_ARGUMENT"),
+    "input name": (protocol.PREDICTION_SERVICE, "Predict", lambda t: _predict(inputs=("image", t)),
                    "INVALID_ARGUMENT"),
-    "many input names": (protocol.PREDICTION_SERVICE, "Predict", lambda n: _predict(inputs=("image", *_many(n))),
-                         "INVALID_ARGUMENT"),
-    "output_filter": (protocol.PREDICTION_SERVICE, "Predict", lambda n: _predict(output_filter=[_big(n)]),
+    "many input names": (protocol.PREDICTION_SERVICE, "Predict",
+                         lambda t: _predict(inputs=("image", *_many(len(t)))), "INVALID_ARGUMENT"),
+    "output_filter": (protocol.PREDICTION_SERVICE, "Predict", lambda t: _predict(output_filter=[t]),
                       "INVALID_ARGUMENT"),
     "many output_filter names": (protocol.PREDICTION_SERVICE, "Predict",
-                                 lambda n: _predict(output_filter=_many(n)), "INVALID_ARGUMENT"),
+                                 lambda t: _predict(output_filter=_many(len(t))), "INVALID_ARGUMENT"),
     "metadata_field": (protocol.PREDICTION_SERVICE, "GetModelMetadata",
-                       lambda n: protocol.GetModelMetadataRequest(model_spec={"name": MODEL},
-                                                                  metadata_field=[_big(n)]), "INVALID_ARGUMENT"),
+                       lambda t: protocol.GetModelMetadataRequest(model_spec={"name": MODEL}, metadata_field=[t]),
+                       "INVALID_ARGUMENT"),
     "status model name": (protocol.MODEL_SERVICE, "GetModelStatus",
-                          lambda n: protocol.GetModelStatusRequest(model_spec={"name": _big(n)}), "NOT_FOUND"),
-    "V2 model_name": (kp.SERVICE, "ModelInfer", lambda n: _infer(model=_big(n)), "NOT_FOUND"),
-    "V2 model_version": (kp.SERVICE, "ModelInfer", lambda n: _infer(version=_big(n)), "INVALID_ARGUMENT"),
-    "V2 input name": (kp.SERVICE, "ModelInfer", lambda n: _infer(input_name=_big(n)), "INVALID_ARGUMENT"),
-    "V2 datatype": (kp.SERVICE, "ModelInfer", lambda n: _infer(datatype=_big(n)), "INVALID_ARGUMENT"),
-    "V2 output name": (kp.SERVICE, "ModelInfer", lambda n: _infer(output=_big(n)), "INVALID_ARGUMENT"),
-    "V2 metadata name": (kp.SERVICE, "ModelMetadata", lambda n: kp.ModelMetadataRequest(name=_big(n)),
-                         "NOT_FOUND"),
+                          lambda t: protocol.GetModelStatusRequest(model_spec={"name": t}), "NOT_FOUND"),
+    "V2 model_name": (kp.SERVICE, "ModelInfer", lambda t: _infer(model=t), "NOT_FOUND"),
+    "V2 model_version": (kp.SERVICE, "ModelInfer", lambda t: _infer(version="v" + t), "INVALID_ARGUMENT"),
+    "V2 input name": (kp.SERVICE, "ModelInfer", lambda t: _infer(input_name=t), "INVALID_ARGUMENT"),
+    "V2 datatype": (kp.SERVICE, "ModelInfer", lambda t: _infer(datatype=t), "INVALID_ARGUMENT"),
+    "V2 output name": (kp.SERVICE, "ModelInfer", lambda t: _infer(output=t), "INVALID_ARGUMENT"),
+    "V2 metadata name": (kp.SERVICE, "ModelMetadata", lambda t: kp.ModelMetadataRequest(name=t), "NOT_FOUND"),
 }
 
 
@@ -120,7 +118,20 @@ def _grpc_status(channel, service: str, method: str, request) -> tuple[str, str]
 @pytest.mark.parametrize("case", list(GRPC_CASES))
 def test_grpc_answers_the_field_status_with_a_bounded_message(channel, case, size):
     service, method, build, expected = GRPC_CASES[case]
-    status, details = _grpc_status(channel, service, method, build(size))
+    status, details = _grpc_status(channel, service, method, build(_big(size)))
+    assert status == expected, (case, size, details[:300])
+    assert len(details.encode()) <= MESSAGE_BYTES, (case, size, len(details))
+
+
+UTF8_NAMES = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1, max_size=8)
+
+
+@given(case=st.sampled_from(sorted(GRPC_CASES)), piece=UTF8_NAMES, size=st.sampled_from(SIZES))
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None)
+def test_grpc_fuzzed_names_keep_the_status_and_a_bounded_message(channel, case, piece, size):
+    """Any UTF-8 name (percent-encoded by gRPC: up to 3x its bytes) repeated to about `size` characters."""
+    service, method, build, expected = GRPC_CASES[case]
+    status, details = _grpc_status(channel, service, method, build((piece * (size // len(piece) + 1))[:size]))
     assert status == expected, (case, size, details[:300])
     assert len(details.encode()) <= MESSAGE_BYTES, (case, size, len(details))
 

@@ -27,10 +27,10 @@ from tfship.serving.launcher import ServerProcess
 SIZES = (10_000, 100_000, 1_000_000)
 
 
-def mixed_load(source: Path, window_s: float) -> Row:
+def mixed_load(source: Path, window_s: float, repeats: int) -> Row:
     """gRPC vs REST, V2 gRPC vs V2 REST, small vs large: each side alone and together (bench/serve/mixed_load)."""
     row = Row("mixed_load", "each protocol's throughput and p99 alone and under a saturating mix")
-    results = mixed.run(source, list(mixed.PAIRS), window_s)
+    results = mixed.run(source, list(mixed.PAIRS), window_s, repeats=repeats)
     for result in results:
         for side in result["sides"]:
             row.check(side["holds"], f"{result['pair']} {side['label']}: share {side['share']}, p99 "

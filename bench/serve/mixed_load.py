@@ -12,8 +12,9 @@ A pair holds when, under the mix, each side keeps at least `MIN_SHARE` of its so
 of one server is 1/2; the margin absorbs a shared machine's noise) and its p99 stays within `MAX_P99_RATIO`
 times its solo p99 (Little's law alone doubles latency when throughput halves at the same concurrency). The
 small side of `small_vs_large` is judged on p99 only, against `SMALL_P99_MS` (its throughput is bounded by its
-own few clients). Loopback only; seconds per pair. `python -m bench.serve.mixed_load --repository R` prints the
-rows as JSON.
+own few clients), at most max(`SMALL_P99_MS`, `MAX_P99_RATIO` x its solo p99). Each pair runs `repeats`
+alternating rounds (solo, solo, mixed) and reports medians. Loopback only; seconds per round.
+`python -m bench.serve.mixed_load --repository R` prints the rows as JSON.
 """
 
 from __future__ import annotations
@@ -110,35 +111,51 @@ PAIRS = {  # name: ((label, request kind, concurrency) x 2)
 }
 
 
-def measure_pair(server: ServerProcess, name: str, files: dict[str, Path], window_s: float, work: Path) -> dict:
-    """One pair alone and together: {"pair", "sides": [{label, solo, mixed, share, p99_ratio}], "holds"}."""
+def _median(results: list[dict]) -> dict:
+    """Median requests/s and p99 of repeated runs of one load (errors summed; threads from the median run)."""
+    ordered = sorted(results, key=lambda r: r["requests_per_s"])
+    middle = ordered[len(ordered) // 2]
+    p99s = sorted(r["p99_ms"] for r in results)
+    return {**middle, "p99_ms": p99s[len(p99s) // 2], "errors": sum(r["errors"] for r in results),
+            "runs": [(r["requests_per_s"], r["p99_ms"]) for r in results]}
+
+
+def measure_pair(server: ServerProcess, name: str, files: dict[str, Path], window_s: float, work: Path,
+                 repeats: int = 1) -> dict:
+    """One pair alone and together, `repeats` alternating rounds (medians: a shared machine's noise hits solo
+    and mixed runs alike): {"pair", "sides": [{label, solo, mixed, share, p99_ratio, holds}], "holds"}.
+    """
     first, second = PAIRS[name]
-    solo = [_run(server, [load], files, 1.0, window_s, work)[0] for load in (first, second)]
-    mixed = _run(server, [first, second], files, 1.0, window_s, work)
+    rounds = []
+    for _ in range(repeats):
+        solo = [_run(server, [load], files, 1.0, window_s, work)[0] for load in (first, second)]
+        rounds.append((solo, _run(server, [first, second], files, 1.0, window_s, work)))
     sides, holds = [], True
-    for (label, _, concurrency), alone, together in zip((first, second), solo, mixed):
+    for index, (label, _, concurrency) in enumerate((first, second)):
+        alone = _median([solo[index] for solo, _ in rounds])
+        together = _median([mixed[index] for _, mixed in rounds])
         share = together["requests_per_s"] / alone["requests_per_s"] if alone["requests_per_s"] else 0.0
         ratio = together["p99_ms"] / alone["p99_ms"] if alone["p99_ms"] else float("inf")
         if label == "small_grpc":
-            ok = together["p99_ms"] <= SMALL_P99_MS and not together["errors"]
+            ok = together["p99_ms"] <= max(SMALL_P99_MS, MAX_P99_RATIO * alone["p99_ms"]) and not together["errors"]
         elif label == "large_rest":
-            ok = together["requests_per_s"] > 0 and not together["errors"]
+            ok = not together["errors"]
         else:
             ok = share >= MIN_SHARE and ratio <= MAX_P99_RATIO and not together["errors"]
         holds &= ok
         sides.append({"label": label, "concurrency": concurrency, "solo": alone, "mixed": together,
                       "share": round(share, 2), "p99_ratio": round(ratio, 2), "holds": ok})
-    return {"pair": name, "window_s": window_s, "sides": sides, "holds": holds}
+    return {"pair": name, "window_s": window_s, "repeats": repeats, "sides": sides, "holds": holds}
 
 
 def run(repository: Path, pairs: list[str], window_s: float = 4.0, backend: str = "tflite",
-        extra_args: tuple[str, ...] = ()) -> list[dict]:
+        extra_args: tuple[str, ...] = (), repeats: int = 1) -> list[dict]:
     """Start one server on `repository` (`digits`), measure each pair in `pairs`; rows as `measure_pair`."""
     with tempfile.TemporaryDirectory(prefix="tfship-mixed-") as tmp:
         work = Path(tmp)
         files = request_files(work)
         with ServerProcess(repository, MODEL, backend=backend, extra_args=extra_args) as server:
-            return [measure_pair(server, name, files, window_s, work) for name in pairs]
+            return [measure_pair(server, name, files, window_s, work, repeats) for name in pairs]
 
 
 def describe(row: dict) -> str:
@@ -155,8 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", default=",".join(PAIRS), help=f"comma-separated, of {list(PAIRS)}")
     parser.add_argument("--window-s", type=float, default=4.0)
     parser.add_argument("--backend", default="tflite")
+    parser.add_argument("--repeats", type=int, default=3, help="alternating rounds; medians reported")
     args = parser.parse_args(argv)
-    rows = run(args.repository, args.pairs.split(","), args.window_s, args.backend)
+    rows = run(args.repository, args.pairs.split(","), args.window_s, args.backend, repeats=args.repeats)
     for row in rows:
         print(describe(row), file=sys.stderr)
     print(json.dumps(rows, indent=1))

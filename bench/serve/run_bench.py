@@ -207,7 +207,8 @@ def run(plan: Plan) -> dict:
     mixed = None
     if plan.rest and any(i.name == "digits" for i in infos):
         print("[bench-serve] mixed load: each protocol alone and together", flush=True)
-        mixed = mixed_load.run(plan.work / "repo", list(mixed_load.PAIRS), window_s=1.5 if plan.quick else 4.0)
+        mixed = mixed_load.run(plan.work / "repo", list(mixed_load.PAIRS), window_s=1.5 if plan.quick else 3.0,
+                               repeats=plan.repeats)
     cost = {"warm": handler_cost(plan, heavy[0]), "cold": handler_cost(plan, heavy[0], evict_mib=64)} if heavy else None
     profile = None
     if plan.profile_s > 0 and heavy:

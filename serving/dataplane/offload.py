@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
 import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -18,6 +19,18 @@ from concurrent.futures.process import BrokenProcessPool
 from tfship.core.processes import set_parent_death_signal
 
 OFF_LOOP_BYTES = 1 << 20  # payloads above this are decoded in the helper process
+HELPER_NICENESS = 10  # the helper runs at a lower CPU priority: bulk decoding yields to the serving threads
+
+
+def _start_helper() -> None:
+    """The helper process' initializer: die with the server, and run at `HELPER_NICENESS` (a large body's
+    decoding then takes the CPU the serving threads leave, instead of delaying every small request beside it).
+    """
+    set_parent_death_signal()
+    try:
+        os.nice(HELPER_NICENESS)
+    except OSError:
+        pass
 
 
 class Offloader:
@@ -36,7 +49,7 @@ class Offloader:
         with self._lock:
             if self._pool is None:
                 self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                                                 initializer=set_parent_death_signal)
+                                                 initializer=_start_helper)
             pool = self._pool
         try:
             return await asyncio.get_running_loop().run_in_executor(pool, function, *args)

@@ -47,7 +47,7 @@ def _plan(quick: bool, work: Path, source: Path) -> list[tuple[str, float, objec
         ("metrics_cardinality", 20, lambda: serving_attacks.metrics_cardinality(source, n(20000, 5000))),
         ("memory_per_request", 40, lambda: serving_attacks.memory_per_request(source, n(3, 2))),
         ("grpc_port_sharing", 15, lambda: serving_attacks.port_sharing(source)),
-        ("mixed_load", n(200, 70), lambda: hostile_attacks.mixed_load(source, n(3.0, 2.0), n(3, 1))),
+        ("mixed_load", n(200, 130), lambda: hostile_attacks.mixed_load(source, n(3.0, 2.0), 3)),
         ("bounded_echoes", 40, lambda: hostile_attacks.bounded_echoes(source)),
         ("unrepresentable_bodies", 20, lambda: hostile_attacks.unrepresentable_bodies(source)),
         ("secret_rotation", n(40, 30), lambda: hostile_attacks.secret_rotation(source, work, n(3, 2))),

@@ -176,9 +176,11 @@ gpu-check: setup
 # The longer attacks: load with hot swaps and corrupt versions, SIGTERM/SIGHUP under load, kill -9 of the
 # publisher / a --num-processes server / a parent holding a serve-check server and a TFLite converter / a
 # whole `tfship run` (orphan and staging checks), every port under TLS/mTLS/tokens, metrics cardinality,
-# memory per request, gRPC port sharing. Loopback only, at most RELIABILITY_BUDGET_S seconds; a summary
-# table (tried, failed, verdict) in bench/results/reliability-latest.{json,md}. Exit 1 if any row failed.
-RELIABILITY_BUDGET_S ?= 600
+# memory per request, gRPC port sharing, and the hostile-load round (mixed-protocol load, huge echoed names,
+# unrepresentable REST bodies, secret rotation, SIGTERM mid-body, memory after large bodies). Loopback only,
+# at most RELIABILITY_BUDGET_S seconds; a summary table (tried, failed, verdict) in
+# bench/results/reliability-latest.{json,md}. Exit 1 if any row failed.
+RELIABILITY_BUDGET_S ?= 900
 RELIABILITY_ARGS ?=
 reliability: setup
 	$(PY) -m bench.reliability.run --out bench/results --budget-s $(RELIABILITY_BUDGET_S) $(RELIABILITY_ARGS)

@@ -18,6 +18,7 @@ from tfship.core.errors import ContractError
 
 SERVE_TAGS = ("serve",)
 _CACHE_SIZE = 8
+MAX_PROTO_BYTES = 2**31 - 1  # protobuf's hard limit on one serialised message (TF Serving refuses above it)
 _cache: dict[tuple[str, int, int], object] = {}
 _lock = threading.Lock()
 
@@ -26,7 +27,8 @@ def read_saved_model(saved_model_dir: Path):
     """The parsed `<saved_model_dir>/saved_model.pb` (a `tensorflow.SavedModel` message), cached.
 
     Raises:
-        ContractError: the file is missing or not a SavedModel (names the path and the cause).
+        ContractError: the file is missing, not a SavedModel, or at least `MAX_PROTO_BYTES` long (refused
+            before it is read; names the path and the cause).
     """
     path = Path(saved_model_dir) / "saved_model.pb"
     try:
@@ -35,6 +37,10 @@ def read_saved_model(saved_model_dir: Path):
         with _lock:
             if key in _cache:
                 return _cache[key]
+        if stat.st_size >= MAX_PROTO_BYTES:  # refused before reading: a whole read of gigabytes for nothing
+            raise ContractError(f"{path}: {stat.st_size} bytes, at or above protobuf's 2 GiB message limit "
+                                f"({MAX_PROTO_BYTES} bytes): not a valid SavedModel (TF Serving cannot load it "
+                                "either); keep large constants in variables/")
         proto = protocol.SavedModel.FromString(path.read_bytes())
     except (OSError, ValueError) as err:  # protobuf's DecodeError is a ValueError
         raise ContractError(f"{path}: cannot read SavedModel: {err}") from err

@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 
@@ -117,7 +116,7 @@ def add_query_arguments(parser: argparse.ArgumentParser) -> None:
 def run_serve(args: argparse.Namespace) -> int:
     """Run the server until SIGTERM; returns the exit code. Raises `TfshipError` on bad settings."""
     from tfship.serving.operations import logs
-    from tfship.serving.server import run_server
+    from tfship.serving.server import serve_process
 
     settings = settings_from_args(args)
     logs.configure(settings.json_logs)
@@ -125,7 +124,7 @@ def run_serve(args: argparse.Namespace) -> int:
         from tfship.serving.workers import run_workers
 
         return run_workers(settings)
-    return asyncio.run(run_server(settings))
+    return serve_process(settings)
 
 
 def settings_from_args(args: argparse.Namespace):

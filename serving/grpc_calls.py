@@ -1,6 +1,7 @@
 """gRPC call plumbing shared by both gRPC APIs (TF Serving's and the Open Inference Protocol's).
 
-`rpc` is the one place errors become statuses: a `TfshipError` aborts with its `grpc_code` and message;
+`rpc` is the one place errors become statuses: a `TfshipError` aborts with its `grpc_code` and message (capped at
+`core.echo.MESSAGE_BYTES`);
 anything else aborts INTERNAL with a generic message, detail logged. `generic_handler` registers a servicer's
 methods by full method name (no TensorFlow-generated stubs) with a deserializer that refuses undecodable
 (INVALID_ARGUMENT) and oversized (RESOURCE_EXHAUSTED) requests and marks those above `OFF_LOOP_BYTES`.
@@ -15,6 +16,7 @@ import uuid
 import grpc
 from google.protobuf.message import DecodeError
 
+from tfship.core.echo import cap_message, clip
 from tfship.core.errors import InvalidRequestError, ResourceExhaustedError, TfshipError
 from tfship.serving.dataplane.offload import OFF_LOOP_BYTES
 
@@ -48,7 +50,7 @@ def rpc(method=None, *, large: bool = False):
             return await method(self, request if large else message, context)
         except TfshipError as err:
             status = err.grpc_code
-            await context.abort(grpc.StatusCode[err.grpc_code], str(err))
+            await context.abort(grpc.StatusCode[err.grpc_code], cap_message(str(err)))  # never past gRPC's limit
         except Exception:
             status = "INTERNAL"
             incident = uuid.uuid4().hex[:12]
@@ -57,6 +59,8 @@ def rpc(method=None, *, large: bool = False):
         finally:
             if entered:
                 gate.leave()
+            if type(request) is LargeRequest and hasattr(dataplane, "release_after"):
+                dataplane.release_after(len(request.data))  # a large message's heap goes back to the OS
             if logged is not None:
                 dataplane.request_log.finish(logged, status)
 
@@ -66,7 +70,7 @@ def rpc(method=None, *, large: bool = False):
 def _refuse(request) -> None:
     """Raise the error of a request the deserializer could not hand over (`Undecodable`, `TooLarge`)."""
     if isinstance(request, Undecodable):
-        raise InvalidRequestError(f"request is not a valid {request.type_name} message: {request.error}")
+        raise InvalidRequestError(f"request is not a valid {request.type_name} message: {clip(str(request.error))}")
     raise ResourceExhaustedError(f"request of {request.size} bytes exceeds --max-message-bytes {request.limit} bytes")
 
 

@@ -118,11 +118,12 @@ class ServerProcess:
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout_s
         port_file = Path(self._dir.name) / "ports.json"
-        while not port_file.exists():  # the server writes it atomically once its ports are bound
+        while not port_file.exists():  # written atomically once the models are loaded and the ports bound
             if self.process.poll() is not None:
-                raise self._fail(f"exited with code {self.process.returncode} before binding its ports")
+                raise self._fail(f"exited with code {self.process.returncode} before binding its ports (models "
+                                 "load first)")
             if time.monotonic() > deadline:
-                raise self._fail(f"did not bind its ports within {self.startup_timeout_s}s")
+                raise self._fail(f"did not load its models and bind its ports within {self.startup_timeout_s}s")
             time.sleep(0.05)
         self.ports = json.loads(port_file.read_text())
         self.grpc_target = f"127.0.0.1:{self.ports['grpc']}"

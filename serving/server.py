@@ -1,9 +1,10 @@
 """Assemble and run the server: model manager, data plane, gRPC, REST and metrics transports.
 
-Lifecycle (TF Serving-like): bind ports and write `--port-file`; load every configured model
-(health stays NOT_SERVING until then), then add `"ready": true` to the port file; poll the repository;
-on SIGTERM/SIGINT report NOT_SERVING, let in-flight requests finish within the grace period, unload,
-exit 0 (`_drain`; SIGHUP does the same).
+Lifecycle (TF Serving's order): load every configured model (exit 1 when one has no version that loads), then
+bind the ports, so health is SERVING from the first accepted connection, and write `--port-file` (with
+`"ready": true`); poll the repository;
+on SIGTERM/SIGINT report NOT_SERVING, let in-flight requests finish, unload, all within the grace period,
+and exit 0 at once (`_drain`, `serve_process`; SIGHUP does the same).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import logging
 import os
 import signal
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -30,9 +32,17 @@ from tfship.serving.dataplane.model_config import (
 from tfship.serving.dataplane.service import DataPlane
 from tfship.serving.dataplane.types import ServerLimits
 from tfship.serving.kserve.grpc_service import add_inference_service
+from tfship.serving.loops import LoopBridge, TransportLoop
 from tfship.serving.operations.metrics import Metrics
 from tfship.serving.operations.request_log import RequestLog
-from tfship.serving.operations.security import grpc_credentials, ssl_context, tls_material
+from tfship.serving.operations.security import (
+    LivePolicy,
+    LiveTls,
+    SecretWatcher,
+    ssl_context,
+    tls_material,
+    warn_readable_secrets,
+)
 from tfship.serving.runtimes import RuntimeOptions
 from tfship.serving.settings import ServerSettings
 from tfship.serving.storage.filesystem import read_text
@@ -41,7 +51,7 @@ from tfship.serving.tfs.grpc_service import AccessInterceptor, add_services
 log = logging.getLogger(__name__)
 SERVING = health_pb2.HealthCheckResponse.SERVING
 DRAIN_LINGER_S = 0.25  # after the last admitted request: time to answer requests received but not dispatched
-UNLOAD_TIMEOUT_S = 1.0  # unloading after the drain: the process exits anyway
+UNLOAD_TIMEOUT_S = 1.0  # unloading after the drain (at most a quarter of the grace period): the process exits anyway
 CLOSE_RESERVE_S = 1.0  # of the grace period, kept for closing the ports after the last request
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
@@ -119,7 +129,8 @@ def _bind_grpc(server: grpc.aio.Server, settings: ServerSettings, credentials) -
 async def _bind_http(start, settings: ServerSettings, flag: str, port: int):
     """Await a REST/metrics `start` coroutine (None when `port` < 0); `ConfigError` naming the port if taken."""
     if port < 0:
-        start.close()
+        if start is not None:
+            start.close()
         return None
     try:
         return await start
@@ -157,9 +168,12 @@ async def run_server(settings: ServerSettings) -> int:
     """Serve until SIGTERM/SIGINT; return the exit code (0 after a clean drain)."""
     configs = model_configs(settings)
     check_config(configs)  # a missing base_path or version refuses to start, naming it (as TF Serving does)
-    policy = settings.access_policy()  # an empty token file refuses to start, naming it
+    policy = LivePolicy(settings.access_policy())  # an empty token file refuses to start, naming it
     tls = tls_material(settings)
     ssl_ctx = ssl_context(tls)  # HTTPS on REST and metrics whenever gRPC uses TLS (same cert, same client CA)
+    live_tls = LiveTls(tls, ssl_ctx) if tls else None
+    warn_readable_secrets(settings)
+    secrets = SecretWatcher(settings, policy, live_tls)  # token and TLS files re-read when they change
     metrics = Metrics()
     executor = ThreadPoolExecutor(settings.worker_threads, thread_name_prefix="tfship-model")
     options = RuntimeOptions(intra_op_threads=settings.intra_op_threads, inter_op_threads=settings.inter_op_threads,
@@ -172,6 +186,7 @@ async def run_server(settings: ServerSettings) -> int:
     dataplane = DataPlane(manager, executor, limits, metrics, RequestLog(settings.request_log_sampling_rate))
     dataplane.signature_method_name_check = getattr(settings, "enable_signature_method_name_check", False)
     health.names = manager.model_names
+    dataplane.request_log.served = manager.is_configured  # names not served are logged as the metrics label them
 
     server = grpc.aio.server(
         interceptors=[AccessInterceptor(policy)],
@@ -181,54 +196,77 @@ async def run_server(settings: ServerSettings) -> int:
                  ("grpc.max_send_message_length", settings.max_message_bytes),
                  ("grpc.so_reuseport", 1 if settings.reuse_port else 0)])  # sharing a port only when asked
     health.servicer = add_services(server, dataplane, (add_inference_service(server, dataplane),))
-    grpc_port = _bind_grpc(server, settings, grpc_credentials(tls))
-    await server.start()
-    await health.overall()
-
-    from tfship.serving.tfs.rest import start_metrics, start_rest
-
-    rest = await _bind_http(start_rest(dataplane, settings, policy, metrics, ssl_ctx), settings, "--rest-port",
-                            settings.rest_port)
-    metrics_site = await _bind_http(start_metrics(metrics, settings, policy, ssl_ctx), settings, "--metrics-port",
-                                    settings.metrics_port)
-    ports = {"grpc": grpc_port, "rest": rest[1] if rest else None, "metrics": metrics_site[1] if metrics_site else None}
-    if settings.port_file:
-        _write_port_file(settings.port_file, ports)
-    log.info("listening: %s", ports)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # SIGHUP drains too (nothing to reload)
         loop.add_signal_handler(sig, stop.set)
 
+    # TF Serving's order: load every configured model, then open the ports, so the first client to connect
+    # finds each model AVAILABLE and health SERVING (a client polling the port never sees "loading")
     await manager.apply_config(configs)
     down = [name for name in manager.model_names() if not health.ok.get(name)]
     if down:  # TF Serving refuses to start when a configured model cannot be loaded
         log.error("no version of model(s) %s could be loaded; see the errors above; exiting", down)
-        await server.stop(0)
-        for runner in (rest, metrics_site):
-            if runner:
-                await runner[0].cleanup()
+        await _bounded(manager.unload_all(), UNLOAD_TIMEOUT_S, "unloading models")
         executor.shutdown(wait=False, cancel_futures=True)
         return 1
-    if settings.port_file:  # written again once the models are up (a `--num-processes` parent waits for it)
-        _write_port_file(settings.port_file, {**ports, "ready": True})
+    grpc_port = _bind_grpc(server, settings, live_tls.grpc_credentials() if live_tls else None)
+    await server.start()
+    await health.overall()
+
+    from tfship.serving.tfs.rest import start_metrics, start_rest
+
+    # REST on its own loop and thread, gRPC and the data plane on this one: neither protocol starves the other
+    rest_loop = TransportLoop("tfship-rest") if settings.rest_port >= 0 else None
+    rest = await _bind_http(rest_loop.run(start_rest(LoopBridge(dataplane, loop), settings, policy, metrics, ssl_ctx))
+                            if rest_loop else None, settings, "--rest-port", settings.rest_port)
+    metrics_site = await _bind_http(start_metrics(metrics, settings, policy, ssl_ctx), settings, "--metrics-port",
+                                    settings.metrics_port)
+    ports = {"grpc": grpc_port, "rest": rest[1] if rest else None, "metrics": metrics_site[1] if metrics_site else None}
+    if settings.port_file:  # written once every port is open and every model up (a `--num-processes` parent
+        _write_port_file(settings.port_file, {**ports, "ready": True})  # waits for "ready")
+    log.info("listening: %s", ports)
     poll = (asyncio.create_task(manager.poll_forever(settings.file_system_poll_wait_seconds))
             if settings.file_system_poll_wait_seconds > 0 else None)
     config_poll = (asyncio.create_task(poll_model_config_file(settings, manager))
                    if settings.model_config_file and settings.model_config_file_poll_wait_seconds > 0 else None)
+    secrets_poll = asyncio.create_task(secrets.watch_forever()) if secrets.watching else None
     await stop.wait()
 
-    await _drain(settings.grace_period_s, health, dataplane, server, [r for r in (rest, metrics_site) if r],
-                 [t for t in (poll, config_poll) if t])
-    await _bounded(manager.unload_all(), UNLOAD_TIMEOUT_S, "unloading models")
+    closers = ([lambda: rest_loop.run(rest[0].cleanup())] if rest else []) + (
+        [metrics_site[0].cleanup] if metrics_site else [])
+    polls = [t for t in (poll, config_poll, secrets_poll) if t]
+    # the whole shutdown fits in --grace-period-s: the drain, then unloading in what is kept for it
+    end = loop.time() + settings.grace_period_s
+    unload_s = min(UNLOAD_TIMEOUT_S, settings.grace_period_s / 4)
+    await _drain(settings.grace_period_s - unload_s, health, dataplane, server, closers, polls)
+    if rest_loop:
+        rest_loop.stop()
+    await _bounded(manager.unload_all(), max(end - loop.time(), 0.05), "unloading models")
     dataplane.offloader.close()
     executor.shutdown(wait=False, cancel_futures=True)
     log.info("stopped")
     return 0
 
 
-async def _drain(grace_s: float, health: _Health, dataplane: DataPlane, server: grpc.aio.Server, runners: list,
+def serve_process(settings: ServerSettings) -> int:
+    """Run the server in this process (`tfship serve`, a `--num-processes` worker) until it drained.
+
+    Returns the exit code of a server that did not start (1: no model loaded). A server that drained ends the
+    process at once with 0 (`os._exit` after flushing the logs): tearing down the interpreter, TensorFlow's
+    runtime and threads still inside a model call took 8-10 s more under load, past the grace period.
+    """
+    code = asyncio.run(run_server(settings))
+    if code == 0:
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    return code
+
+
+async def _drain(grace_s: float, health: _Health, dataplane: DataPlane, server: grpc.aio.Server, closers: list,
                  polls: list[asyncio.Task]) -> None:
     """SIGTERM/SIGINT/SIGHUP: answer every request that reached the server, within `grace_s` seconds in all.
 
@@ -253,8 +291,8 @@ async def _drain(grace_s: float, health: _Health, dataplane: DataPlane, server: 
     await asyncio.sleep(max(min(DRAIN_LINGER_S, deadline - loop.time()), 0))
     await dataplane.gate.wait_idle(deadline - loop.time())
     await server.stop(max(deadline - loop.time(), 0))
-    for runner in runners:
-        await _bounded(runner[0].cleanup(), max(end - loop.time(), 0.05), "closing HTTP connections")
+    for close in closers:  # each HTTP runner's cleanup, on its own loop
+        await _bounded(close(), max(end - loop.time(), 0.05), "closing HTTP connections")
 
 
 async def _bounded(awaitable, timeout_s: float, what: str) -> None:

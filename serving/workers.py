@@ -5,11 +5,13 @@ SO_REUSEPORT by default on Linux, and workers bind REST with `--reuse-port`, so 
 connections over the workers. The parent picks the ports (a free one for port 0), starts the workers
 with the same settings, writes `--port-file` once every worker has loaded its models (`grpc`, `rest`,
 the first worker's `metrics`, plus `workers`: each worker's pid and metrics port), forwards
-SIGTERM/SIGINT/SIGHUP, and exits 0 when every worker drained and exited 0. A worker that dies on its own
-after start-up is restarted (the port file is rewritten with its new pid once it is ready); more than
-`MAX_RESTARTS` restarts within `RESTART_WINDOW_S` seconds is a crash loop: the others are stopped and the
-parent exits 1, as it does when a worker dies before all were ready. Workers die with the parent, even
-when it is killed with SIGKILL (`core.processes.die_with_parent_command`): none is left holding the ports.
+SIGTERM/SIGINT/SIGHUP, and exits 0 when every worker drained and exited 0. A parent killed with SIGKILL
+leaves its temp folder behind; the next start removes every such folder whose parent is gone. A worker
+that dies on its own after start-up is restarted (the port file is rewritten with its new pid once it is
+ready); more than `MAX_RESTARTS` restarts within `RESTART_WINDOW_S` seconds is a crash loop: the others
+are stopped and the parent exits 1, as it does when a worker dies before all were ready. Workers die with
+the parent, even when it is killed with SIGKILL (`core.processes.die_with_parent_command`): none is left
+holding the ports.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -34,6 +37,8 @@ log = logging.getLogger(__name__)
 POLL_S = 0.1
 MAX_RESTARTS = 5  # worker restarts allowed within RESTART_WINDOW_S before the parent gives up (crash loop)
 RESTART_WINDOW_S = 60
+WORK_PREFIX = "tfship-workers-"  # the parent's temp folder (settings and the workers' port files)
+PARENT_FILE = "parent.pid"  # in it: the parent's pid, so a later start can remove a dead parent's folder
 
 
 def _free_port(host: str) -> int:
@@ -59,7 +64,9 @@ def run_workers(settings: ServerSettings) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *_: stop.set())
-    with tempfile.TemporaryDirectory(prefix="tfship-workers-") as tmp:
+    remove_stale_work_folders()
+    with tempfile.TemporaryDirectory(prefix=WORK_PREFIX) as tmp:
+        (Path(tmp) / PARENT_FILE).write_text(str(os.getpid()))
         files = [Path(tmp) / f"worker-{i}.json" for i in range(settings.num_processes)]
         base = Path(tmp) / "settings.json"  # every resolved setting, exactly (no flag round trip)
         base.write_text(worker_settings(settings).model_dump_json())
@@ -72,6 +79,35 @@ def run_workers(settings: ServerSettings) -> int:
         codes = [_wait(proc, settings.grace_period_s + 30) for proc in procs]
     log.info("workers exited: %s", codes)
     return 1 if failed or any(codes) else 0
+
+
+def remove_stale_work_folders(root: Path | None = None) -> list[Path]:
+    """Delete `tfship-workers-*` folders in `root` (default: the temp directory) whose parent is dead (a SIGKILLed
+    parent cannot remove its own); returns those removed. A folder whose parent pid file is missing or
+    unreadable is left alone (another user's, or one being created).
+    """
+    removed = []
+    for folder in Path(root or tempfile.gettempdir()).glob(WORK_PREFIX + "*"):
+        try:
+            pid = int((folder / PARENT_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        if _alive(pid):
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+        log.info("removed %s, left by parent %d that no longer runs", folder, pid)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _start_worker(settings_file: Path, port_file: Path) -> subprocess.Popen:
@@ -140,16 +176,14 @@ def _wait(proc: subprocess.Popen, timeout_s: float) -> int:
 
 def worker_main(argv: list[str]) -> int:
     """`python -m tfship.serving.workers SETTINGS_JSON PORT_FILE`: one worker (started by `run_workers`)."""
-    import asyncio
-
     from tfship.serving.operations import logs
-    from tfship.serving.server import run_server
+    from tfship.serving.server import serve_process
 
     settings = ServerSettings.model_validate_json(Path(argv[0]).read_text())
     settings = settings.model_copy(update={"port_file": Path(argv[1])})
     logs.configure(settings.json_logs)
     try:
-        return asyncio.run(run_server(settings))
+        return serve_process(settings)
     except TfshipError as err:  # as `tfship serve` answers: the message, exit 2
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -3,8 +3,10 @@
 Rows (each: tried, failed, verdict): Predict load during hot swaps with corrupt versions; SIGTERM/SIGHUP
 under load; kill -9 of the publisher, of a `--num-processes` server, of a parent holding a serve-check server
 and a TFLite converter, and of a whole `tfship run`; probes on every port under TLS/mTLS/tokens; metrics
-cardinality; memory per request; a second server on a taken gRPC port. Loopback only; bounded by
-`--budget-s` (default 600 s): rows that no longer fit are reported `skipped`, never silently dropped.
+cardinality; memory per request; a second server on a taken gRPC port; the hostile-load round
+(`hostile_attacks`: mixed-protocol load, huge echoed names, unrepresentable REST bodies, secret rotation, SIGTERM
+mid-body, memory after large bodies). Loopback only; bounded by
+`--budget-s` (default 900 s): rows that no longer fit are reported `skipped`, never silently dropped.
 Exit status 1 when any row failed. `--quick` shortens every row (about 3 minutes).
 """
 
@@ -21,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.reliability import bucket_attacks, process_attacks, serving_attacks
+from bench.reliability import bucket_attacks, hostile_attacks, process_attacks, serving_attacks
 from bench.reliability.common import Row, build_repository
 
 BATCHING = "max_batch_size { value: 512 }\nbatch_timeout_micros { value: 1500000 }\nmax_enqueued_batches { value: 100 }\n"
@@ -45,6 +47,12 @@ def _plan(quick: bool, work: Path, source: Path) -> list[tuple[str, float, objec
         ("metrics_cardinality", 20, lambda: serving_attacks.metrics_cardinality(source, n(20000, 5000))),
         ("memory_per_request", 40, lambda: serving_attacks.memory_per_request(source, n(3, 2))),
         ("grpc_port_sharing", 15, lambda: serving_attacks.port_sharing(source)),
+        ("mixed_load", n(200, 130), lambda: hostile_attacks.mixed_load(source, n(3.0, 2.0), 3)),
+        ("bounded_echoes", 40, lambda: hostile_attacks.bounded_echoes(source)),
+        ("unrepresentable_bodies", 20, lambda: hostile_attacks.unrepresentable_bodies(source)),
+        ("secret_rotation", n(40, 30), lambda: hostile_attacks.secret_rotation(source, work, n(3, 2))),
+        ("sigterm_mid_body", n(60, 30), lambda: hostile_attacks.sigterm_mid_body(source, n(3, 1))),
+        ("memory_after_large_bodies", 40, lambda: hostile_attacks.memory_after_large_bodies(source, n(3, 2))),
         ("kill9_publisher", n(20, 10), lambda: process_attacks.kill_publisher(source, work, n(30, 10))),
         ("kill9_server", n(90, 30), lambda: process_attacks.kill_server(source, n(8, 3))),
         ("kill9_stage_children", n(80, 30), lambda: process_attacks.kill_serve_check_parent(source, work, n(4, 2))),
@@ -106,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     """CLI: `python -m bench.reliability.run --out bench/results [--budget-s 600] [--quick]`."""
     parser = argparse.ArgumentParser(prog="python -m bench.reliability.run")
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
-    parser.add_argument("--budget-s", type=float, default=600.0, help="wall-clock bound for all rows (seconds)")
+    parser.add_argument("--budget-s", type=float, default=900.0, help="wall-clock bound for all rows (seconds)")
     parser.add_argument("--quick", action="store_true", help="fewer tries per row (about 3 minutes)")
     parser.add_argument("--seed", type=int, default=0, help="random kill moments and names")
     args = parser.parse_args(argv)

@@ -220,10 +220,11 @@ async def run_level(
     server_pids: list[int],
     metrics_urls: list[str] = (),
     timeout_s: float = 30.0,
+    method: str = PREDICT_METHOD,
 ) -> LevelResult:
     """Measure one concurrency level: warm up `warmup_s`, then a `window_s` window (seconds)."""
     # gRPC channels: no (de)serialiser, raw bytes both ways; anything else is already a `call` (REST).
-    calls = [ch.unary_unary(PREDICT_METHOD) if isinstance(ch, grpc.aio.Channel) else ch for ch in channels]
+    calls = [ch.unary_unary(method) if isinstance(ch, grpc.aio.Channel) else ch for ch in channels]
     latencies: list[float] = []
     errors: dict[str, int] = {}
     stop = asyncio.Event()
@@ -284,6 +285,7 @@ async def run_levels(
     server_pids: list[int],
     channels: int,
     metrics_urls: list[str] = (),
+    method: str = PREDICT_METHOD,
 ) -> list[LevelResult]:
     """Run every concurrency level in `levels` against `target`; `channels` TCP connections (min 1).
 
@@ -300,7 +302,7 @@ async def run_levels(
         for ch in chans:
             await asyncio.wait_for(ch.channel_ready(), 30.0)
         return [
-            await run_level(chans, payload, rows, c, warmup_s, window_s, server_pids, metrics_urls)
+            await run_level(chans, payload, rows, c, warmup_s, window_s, server_pids, metrics_urls, method=method)
             for c in levels
         ]
     finally:
@@ -351,6 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         "--channels", type=int, default=1, help="gRPC connections to open (SO_REUSEPORT: > servers)"
     )
     p.add_argument("--cpu", type=int, action="append", default=[], help="pin this process to these cores")
+    p.add_argument("--grpc-method", default=PREDICT_METHOD, help="full gRPC method the request file is for")
     p.add_argument("--out", type=Path, help="write the JSON list here instead of stdout")
     args = p.parse_args(argv)
     if args.cpu:
@@ -370,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
             args.server_pid,
             args.channels,
             args.metrics_url,
+            args.grpc_method,
         )
     else:
         p.error("give --target (gRPC) or --rest-url (REST)")

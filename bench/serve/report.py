@@ -172,6 +172,7 @@ def markdown(doc: dict) -> str:
         lines += ["", "## REST :predict JSON, inferences/s (ratio to the hand-written REST server)", ""]
         lines += _rate_table(m, "rest", REST_ROWS, levels, ratio_to="rest_ort")
     lines += _multiprocess(m)
+    lines += _mixed_load(doc.get("mixed_load"))
     lines += ["", "## Latency and server CPU (medians)", "",
               "| mode | model | case | c | inf/s | p50 ms | p99 ms | p99/p50 | rows/call | server CPU | errors |",
               "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -186,6 +187,23 @@ def markdown(doc: dict) -> str:
     failed = [r for r in rows if "error" in r]
     lines += [f"\nFailed case {r['mode']} {r['model']}/{r.get('case')}: {r['error']}" for r in failed]
     return "\n".join(lines) + "\n"
+
+
+def _mixed_load(results: list[dict] | None) -> list[str]:
+    """The mixed-load rows (`bench.serve.mixed_load`): each side alone and beside the other, one server."""
+    if not results:
+        return []
+    lines = ["", "## Mixed load: each protocol alone and together (one tfship server, tflite digits)", "",
+             "| pair | side | c | alone req/s | alone p99 ms | mixed req/s | mixed p99 ms | share | p99 x | holds |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|:---:|"]
+    for result in results:
+        for side in result["sides"]:
+            solo, mixed = side["solo"], side["mixed"]
+            lines.append(f"| {result['pair']} | {side['label']} | {side['concurrency']} | "
+                         f"{solo['requests_per_s']:,.0f} | {solo['p99_ms']:.0f} | {mixed['requests_per_s']:,.0f} | "
+                         f"{mixed['p99_ms']:.0f} | {side['share']:.2f} | {side['p99_ratio']:.1f} | "
+                         f"{'yes' if side['holds'] else 'NO'} |")
+    return lines
 
 
 def _threads(m: dict, handler_cost: dict | None) -> list[str]:

@@ -14,7 +14,8 @@ concurrency level from a load generator pinned to the other core (`bench.serve.l
   ONNX Runtime server that parses every body and runs the model per request (`bench.serve.ort_rest`).
 
 Each round also measures the in-process limit (ONNX Runtime, one thread, batch 1 and 32). After the
-rounds: `--num-processes 2` against one process (nothing pinned), and, with `--profile-s`, py-spy.
+rounds: `--num-processes 2` against one process (nothing pinned), the mixed load (`bench.serve.mixed_load`:
+each protocol's throughput and p99 alone and beside another), and, with `--profile-s`, py-spy.
 Report: `bench.serve.report` (medians of the rounds; JSON, Markdown, plot in `--out`).
 """
 
@@ -30,7 +31,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.serve import report
+from bench.serve import mixed_load, report
 from bench.serve.endpoints import (
     THREAD_FLAGS,
     ReferenceEndpoint,
@@ -206,6 +207,11 @@ def run(plan: Plan) -> dict:
     if plan.multiprocess and heavy:
         print("[bench-serve] --num-processes 1 vs 2", flush=True)
         rows += multiprocess(plan, heavy[0])
+    mixed = None
+    if plan.rest and any(i.name == "digits" for i in infos):
+        print("[bench-serve] mixed load: each protocol alone and together", flush=True)
+        mixed = mixed_load.run(plan.work / "repo", list(mixed_load.PAIRS), window_s=1.5 if plan.quick else 3.0,
+                               repeats=plan.repeats)
     cost = {"warm": handler_cost(plan, heavy[0]), "cold": handler_cost(plan, heavy[0], evict_mib=64)} if heavy else None
     profile = None
     if plan.profile_s > 0 and heavy:
@@ -216,7 +222,8 @@ def run(plan: Plan) -> dict:
             "host": {**report.host_info(), "uptime_before": uptime_before, "uptime_after": report.uptime()},
             "plan": {k: str(v) if isinstance(v, Path) else v for k, v in vars(plan).items()},
             "batching_parameters": BATCHING, "server_flags": list(THREAD_FLAGS),
-            "models": [vars(i) for i in infos], "rows": rows, "profile": profile, "handler_cost": cost}
+            "models": [vars(i) for i in infos], "rows": rows, "profile": profile, "handler_cost": cost,
+            "mixed_load": mixed}
 
 
 def parse(argv: list[str] | None = None) -> Plan:

@@ -12,6 +12,7 @@ import numpy as np
 
 from tfship.core.contract import PREDICT_METHOD, Signature
 from tfship.core.dtypes import dtype_name
+from tfship.core.echo import echo, echo_list
 from tfship.core.errors import InvalidRequestError
 from tfship.serving.dataplane.memory import estimate_request_bytes
 
@@ -35,7 +36,7 @@ def validate_inputs(signature: Signature, inputs: Mapping[str, np.ndarray]) -> N
     if missing or extra:
         expected = ", ".join(f"{k}: {s.describe()}" for k, s in sorted(signature.inputs.items()))
         parts = (([f"missing input(s) {missing}"] if missing else [])
-                 + ([f"unexpected input(s) {extra}"] if extra else []))
+                 + ([f"unexpected input(s) {echo_list(extra)}"] if extra else []))
         raise InvalidRequestError(f"signature {signature.name!r}: {'; '.join(parts)}; expected inputs: {{{expected}}}")
     for key, spec in signature.inputs.items():
         array = inputs[key]
@@ -44,18 +45,18 @@ def validate_inputs(signature: Signature, inputs: Mapping[str, np.ndarray]) -> N
         received = describe_array(array)
         if dtype_name(array.dtype) != spec.dtype:
             raise InvalidRequestError(
-                f"input {key!r} of signature {signature.name!r}: expected dtype {spec.dtype} "
+                f"input {echo(key)} of signature {signature.name!r}: expected dtype {spec.dtype} "
                 f"({spec.describe()}), received {received}")
         if spec.shape is None:
             continue
         if array.ndim != len(spec.shape):
             raise InvalidRequestError(
-                f"input {key!r} of signature {signature.name!r}: expected rank {len(spec.shape)} "
+                f"input {echo(key)} of signature {signature.name!r}: expected rank {len(spec.shape)} "
                 f"({spec.describe()}), received rank {array.ndim} ({received})")
         for axis, (want, got) in enumerate(zip(spec.shape, array.shape)):
             if want is not None and want != got:
                 raise InvalidRequestError(
-                    f"input {key!r} of signature {signature.name!r}: dimension {axis} must be {want} "
+                    f"input {echo(key)} of signature {signature.name!r}: dimension {axis} must be {want} "
                     f"({spec.describe()}), received {received}")
     _check_batch(signature, inputs)
 

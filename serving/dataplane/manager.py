@@ -23,6 +23,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tfship.core.echo import clip, echo
 from tfship.core.errors import ConfigError, InvalidRequestError, ModelNotFoundError, TfshipError, UnavailableError
 from tfship.core.locations import BucketUrl
 from tfship.serving.dataplane.memory import release_freed_memory
@@ -225,7 +226,7 @@ class ModelManager:
         try:
             return self._models[name]
         except KeyError:
-            raise ModelNotFoundError(f"Servable not found for request: Latest({name}); "
+            raise ModelNotFoundError(f"Servable not found for request: Latest({clip(name)}); "
                                      f"served models: {sorted(self._models)}") from None
 
     def resolve(self, ref: ModelRef) -> ServedVersion:
@@ -248,7 +249,7 @@ class ModelManager:
                                          f"available versions: {sorted(available)}")
             return available[ref.version]
         if not available:
-            raise UnavailableError(f"model {ref.name!r} has no version available yet")
+            raise UnavailableError(f"model {echo(ref.name)} has no version available yet")
         return available[max(available)]
 
     def hold(self, ref: ModelRef) -> ServedVersion:
@@ -275,7 +276,7 @@ class ModelManager:
             raise _unknown_label(ref, model.config.labels)
         if version is not None:
             if version not in model.versions:
-                raise ModelNotFoundError(f"Could not find version {version} of model {ref.name}")
+                raise ModelNotFoundError(f"Could not find version {version} of model {clip(ref.name)}")
             return [model.versions[version].status()]
         return [model.versions[v].status() for v in sorted(model.versions)]
 
@@ -384,8 +385,8 @@ async def _ignore(name: str, available: bool) -> None:
 
 def _unknown_label(ref: ModelRef, labels) -> InvalidRequestError:
     """TF Serving's answer to a label the model does not define: INVALID_ARGUMENT (not NOT_FOUND)."""
-    return InvalidRequestError(f"Unrecognized servable version label: {ref.label} (model {ref.name!r}; labels: "
-                               f"{sorted(labels)})")
+    return InvalidRequestError(f"Unrecognized servable version label: {clip(ref.label)} (model {echo(ref.name)}; "
+                               f"labels: {sorted(labels)})")
 
 
 def _unload_and_release(runtime: Runtime) -> None:

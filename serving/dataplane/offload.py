@@ -11,12 +11,26 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
+import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
 from tfship.core.processes import set_parent_death_signal
 
 OFF_LOOP_BYTES = 1 << 20  # payloads above this are decoded in the helper process
+HELPER_NICENESS = 10  # the helper runs at a lower CPU priority: bulk decoding yields to the serving threads
+
+
+def _start_helper() -> None:
+    """The helper process' initializer: die with the server, and run at `HELPER_NICENESS` (a large body's
+    decoding then takes the CPU the serving threads leave, instead of delaying every small request beside it).
+    """
+    set_parent_death_signal()
+    try:
+        os.nice(HELPER_NICENESS)
+    except OSError:
+        pass
 
 
 class Offloader:
@@ -24,6 +38,7 @@ class Offloader:
 
     def __init__(self) -> None:
         self._pool: ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()  # both transport loops may start it (serving.loops)
 
     async def run_if_large(self, size: int, function, *args):
         """`function(*args)`: in the helper process when `size` bytes exceed `OFF_LOOP_BYTES`, else inline.
@@ -31,11 +46,13 @@ class Offloader:
         """
         if size <= OFF_LOOP_BYTES:
             return function(*args)
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=set_parent_death_signal)
+        with self._lock:
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                                 initializer=_start_helper)
+            pool = self._pool
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._pool, function, *args)
+            return await asyncio.get_running_loop().run_in_executor(pool, function, *args)
         except BrokenProcessPool:  # the helper died (e.g. killed for memory): start a new one next time
             self._pool = None
             raise

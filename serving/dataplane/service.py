@@ -7,9 +7,11 @@ metrics live here; transports only convert their wire format to `serving.datapla
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from concurrent.futures import Executor
 
+from tfship.core.echo import clip, echo, echo_list
 from tfship.core.errors import (
     DeadlineExceededError,
     InvalidRequestError,
@@ -35,38 +37,38 @@ from tfship.serving.dataplane.types import (
     VersionStatus,
 )
 from tfship.serving.operations.metrics import Metrics
-from tfship.serving.operations.request_log import RequestLog, note_request
+from tfship.serving.operations.request_log import UNKNOWN_MODEL_LABEL, RequestLog, note_request
 
 RELEASE_AFTER_BYTES = 16 << 20  # requests holding this much trigger a malloc_trim once answered
-UNKNOWN_MODEL_LABEL = "__unknown__"  # the `model` label of requests naming a model that is not configured
 
 
 class RequestGate:
     """Counts the requests the transports are handling, and refuses new ones while the server drains.
 
-    Transports call `enter()` when a request reaches a handler and `leave()` once it is answered. After
-    `close()`, `enter()` raises `UnavailableError` (clients retry elsewhere) and `wait_idle()` returns once
-    every admitted request was answered.
+    Transports call `enter()` when a request reaches a handler and `leave()` once it is answered, from any
+    thread (the REST API runs on its own loop, `serving.loops`). After `close()`, `enter()` raises
+    `UnavailableError` (clients retry elsewhere) and `wait_idle()` returns once every admitted request was
+    answered.
     """
+
+    POLL_S = 0.005  # wait_idle's polling interval (it may run on another loop than enter/leave)
 
     def __init__(self) -> None:
         self.active = 0
         self.draining = False
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._lock = threading.Lock()
 
     def enter(self) -> None:
         """Admit one request; raises `UnavailableError` while draining."""
         if self.draining:
             raise UnavailableError("server is shutting down; retry on another replica")
-        self.active += 1
-        self._idle.clear()
+        with self._lock:
+            self.active += 1
 
     def leave(self) -> None:
         """One admitted request was answered."""
-        self.active -= 1
-        if self.active <= 0:
-            self._idle.set()
+        with self._lock:
+            self.active -= 1
 
     def close(self) -> None:
         """Start draining: every later `enter()` raises `UnavailableError`."""
@@ -74,12 +76,13 @@ class RequestGate:
 
     async def wait_idle(self, timeout_s: float) -> bool:
         """Wait until no admitted request is left (True) or `timeout_s` seconds passed (False)."""
-        try:
-            async with asyncio.timeout(max(timeout_s, 0.0)):
-                await self._idle.wait()
-            return True
-        except TimeoutError:
-            return False
+        loop = asyncio.get_running_loop()
+        end = loop.time() + max(timeout_s, 0.0)
+        while self.active > 0:
+            if loop.time() >= end:
+                return False
+            await asyncio.sleep(min(self.POLL_S, max(end - loop.time(), 0.0)))
+        return True
 
 
 def _check_response_size(outputs: dict, limit: int) -> None:
@@ -98,10 +101,10 @@ def _check_output_filter(signature, output_filter: tuple[str, ...]) -> None:
     """Every `output_filter` alias names an output of `signature`, once (TF Serving: INVALID_ARGUMENT)."""
     unknown = sorted(set(output_filter) - set(signature.outputs))
     if unknown:
-        raise InvalidRequestError(f"output_filter {unknown} not in signature {signature.name!r} outputs "
+        raise InvalidRequestError(f"output_filter {echo_list(unknown)} not in signature {signature.name!r} outputs "
                                   f"{sorted(signature.outputs)}")
     if len(set(output_filter)) != len(output_filter):
-        raise InvalidRequestError(f"output_filter {list(output_filter)} names an output twice")
+        raise InvalidRequestError(f"output_filter {echo_list(output_filter)} names an output twice")
 
 
 class DataPlane:
@@ -180,7 +183,7 @@ class DataPlane:
         signatures = runtime.metadata()
         signature = signatures.get(request.signature_name)
         if signature is None:
-            raise InvalidRequestError(f"Serving signature name: {request.signature_name!r} not found in signature "
+            raise InvalidRequestError(f"Serving signature name: {echo(request.signature_name)} not found in signature "
                                       f"def; available: {sorted(signatures)}")
         rows, held = self._checks.check(signature, request.inputs)  # validates (InvalidRequestError)
         if request.output_filter:
@@ -226,6 +229,14 @@ class DataPlane:
                 raise DeadlineExceededError("deadline exceeded while the model was running") from None
         finally:
             self._inflight -= 1
+
+    def release_after(self, size: int) -> None:
+        """A transport finished a request whose body was `size` bytes: return freed heap pages to the OS when it
+        was large (`RELEASE_AFTER_BYTES`; JSON bodies and their parsed lists are far larger than the tensors the
+        data plane counts). Call on any event loop.
+        """
+        if size >= RELEASE_AFTER_BYTES:
+            self._release_memory()
 
     def _release_memory(self) -> None:
         """Return freed heap pages to the OS after a large request, in the background (one at a time)."""
@@ -321,7 +332,7 @@ class DataPlane:
                 prefix = ("Requested signature not found in model graph" if request.api == "multi_inference"
                           else "No signature was found with the name")
                 available = sorted(n for n in signatures if not n.startswith("__"))
-                raise InvalidRequestError(f"{prefix}: {task.signature_name[:200]}; available: {available}")
+                raise InvalidRequestError(f"{prefix}: {clip(task.signature_name)}; available: {echo_list(available)}")
             plans.append(inference.output_aliases(signature, task.method, self.signature_method_name_check))
         rows = len(request.examples)
         if rows == 0:

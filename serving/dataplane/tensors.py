@@ -15,6 +15,7 @@ from tfship.core import protocol
 from tfship.core.dtypes import DT_TO_NUMPY as _DT_TO_NUMPY
 from tfship.core.dtypes import NUMPY_TO_DT as _NUMPY_TO_DT
 from tfship.core.dtypes import dtype_name
+from tfship.core.echo import echo
 from tfship.core.errors import InvalidRequestError, ResourceExhaustedError
 
 # Typed value field per DataType name (TensorProto field that `tf.make_tensor_proto` would fill).
@@ -109,21 +110,21 @@ def from_tensor_proto(proto, name: str = "tensor", max_bytes: int = DEFAULT_MAX_
     """
     dtype, little, dt_name = _from_enum(proto.dtype)
     if proto.tensor_shape.unknown_rank:
-        raise InvalidRequestError(f"input {name!r}: tensor_shape has unknown rank; send a concrete shape")
+        raise InvalidRequestError(f"input {echo(name)}: tensor_shape has unknown rank; send a concrete shape")
     shape = tuple([d.size for d in proto.tensor_shape.dim])
     count = math.prod(shape)
     if count * dtype.itemsize > max_bytes or (shape and (min(shape) < 0 or max(shape) > MAX_DIM
                                                          or len(shape) > MAX_RANK)):
         _refuse_shape(name, shape, dtype, max_bytes)
     if not count and math.prod(d for d in shape if d) * dtype.itemsize >= _INT64_LIMIT:
-        raise InvalidRequestError(f"input {name!r}: tensor_shape {list(shape)}: the product of its dims "
+        raise InvalidRequestError(f"input {echo(name)}: tensor_shape {list(shape)}: the product of its dims "
                                   "overflows int64")
     content = proto.tensor_content
     if content and dtype.kind != "O":
         if len(content) == count * dtype.itemsize and little.isnative:  # the common case: one view, no copy
             return np.frombuffer(content, dtype=dtype).reshape(shape)
         if len(content) % dtype.itemsize:
-            raise InvalidRequestError(f"input {name!r}: tensor_content has {len(content)} bytes, not a multiple of "
+            raise InvalidRequestError(f"input {echo(name)}: tensor_content has {len(content)} bytes, not a multiple of "
                                       f"the {dtype_name(dtype)} item size {dtype.itemsize}")
         flat = np.frombuffer(content, dtype=little)
     else:
@@ -133,18 +134,18 @@ def from_tensor_proto(proto, name: str = "tensor", max_bytes: int = DEFAULT_MAX_
     elif flat.size == 0 and count > 0:
         flat = np.zeros(count, dtype=dtype) if dtype != np.dtype(object) else np.full(count, b"", dtype=object)
     if flat.size != count:
-        raise InvalidRequestError(f"input {name!r}: shape {list(shape)} needs {count} values, got {flat.size}")
+        raise InvalidRequestError(f"input {echo(name)}: shape {list(shape)} needs {count} values, got {flat.size}")
     return flat.astype(dtype.newbyteorder("="), copy=False).reshape(shape)
 
 
 def _refuse_shape(name: str, shape: tuple[int, ...], dtype: np.dtype, max_bytes: int) -> None:
     if len(shape) > MAX_RANK:
-        raise InvalidRequestError(f"input {name!r}: tensor_shape has rank {len(shape)}; at most {MAX_RANK} dims")
+        raise InvalidRequestError(f"input {echo(name)}: tensor_shape has rank {len(shape)}; at most {MAX_RANK} dims")
     bad = [d for d in shape if d < 0 or d > MAX_DIM]
     if bad:
-        raise InvalidRequestError(f"input {name!r}: tensor_shape {list(shape)} has invalid dim {bad[0]}; "
+        raise InvalidRequestError(f"input {echo(name)}: tensor_shape {list(shape)} has invalid dim {bad[0]}; "
                                   f"every dim must be in [0, {MAX_DIM}]")
-    raise ResourceExhaustedError(f"input {name!r}: tensor_shape {list(shape)} of {dtype_name(dtype)} decodes to "
+    raise ResourceExhaustedError(f"input {echo(name)}: tensor_shape {list(shape)} of {dtype_name(dtype)} decodes to "
                                  f"{math.prod(shape) * dtype.itemsize} bytes, above the limit of {max_bytes} bytes "
                                  "(--max-message-bytes)")
 
@@ -161,12 +162,12 @@ def _typed_values(proto, dt_name: str, dtype: np.dtype, name: str) -> np.ndarray
         if raw.size and (raw.min() < low or raw.max() > high):
             bad = int(raw[(raw < low) | (raw > high)][0])
             what = "the bits of a float16 (as tf.make_tensor_proto writes them)" if dt_name == "DT_HALF" else dt_name
-            raise InvalidRequestError(f"input {name!r}: {field} value {bad} is out of range for {what}: "
+            raise InvalidRequestError(f"input {echo(name)}: {field} value {bad} is out of range for {what}: "
                                       f"expected an integer in [{low}, {high}]")
         return raw.astype(np.uint16).view(np.float16) if dt_name == "DT_HALF" else raw.astype(dtype)
     if dt_name in ("DT_COMPLEX64", "DT_COMPLEX128"):
         if len(values) % 2:
-            raise InvalidRequestError(f"input {name!r}: {field} holds {len(values)} numbers; complex values "
+            raise InvalidRequestError(f"input {echo(name)}: {field} holds {len(values)} numbers; complex values "
                                       "come as (real, imaginary) pairs, so the count must be even")
         pairs = np.array(list(values), dtype=np.float64).reshape(-1, 2)
         return (pairs[:, 0] + 1j * pairs[:, 1]).astype(dtype)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tfship.core.contract import Signature
+from tfship.core.echo import clip
 
 
 @dataclass(frozen=True)
@@ -25,10 +26,10 @@ class ModelRef:
     def describe(self) -> str:
         """TF Serving's wording: `Specific(name, 3)`, `Label(name, stable)` or `Latest(name)`."""
         if self.version is not None:
-            return f"Specific({self.name}, {self.version})"
+            return f"Specific({clip(self.name)}, {self.version})"
         if self.label is not None:
-            return f"Label({self.name}, {self.label})"
-        return f"Latest({self.name})"
+            return f"Label({clip(self.name)}, {clip(self.label)})"
+        return f"Latest({clip(self.name)})"
 
 
 @dataclass(frozen=True)

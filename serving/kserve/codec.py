@@ -18,7 +18,9 @@ import struct
 import numpy as np
 
 from tfship.core.dtypes import dtype_name
+from tfship.core.echo import echo
 from tfship.core.errors import InvalidRequestError, ResourceExhaustedError, UnimplementedError
+from tfship.serving.dataplane.json_numbers import OutOfRangeNumber, first_out_of_range
 from tfship.serving.dataplane.tensors import MAX_RANK
 
 # KServe V2 datatype -> numpy dtype (BYTES: object arrays of bytes). BF16 is not served (no numpy dtype).
@@ -60,7 +62,7 @@ def numpy_dtype(datatype: str, name: str) -> np.dtype:
     """Numpy dtype for input `name`'s `datatype`; `InvalidRequestError` naming the supported ones otherwise."""
     found = DATATYPES.get(datatype)
     if found is None:
-        raise InvalidRequestError(f"input {name!r}: datatype {datatype!r} is not supported; supported: "
+        raise InvalidRequestError(f"input {echo(name)}: datatype {datatype!r} is not supported; supported: "
                                   f"{', '.join(DATATYPES)}")
     return found
 
@@ -75,15 +77,15 @@ def element_count(name: str, shape, datatype: str, max_bytes: int) -> int:
     """
     dims = [int(d) for d in shape]
     if len(dims) > MAX_RANK:
-        raise InvalidRequestError(f"input {name!r}: shape has rank {len(dims)}; at most {MAX_RANK} dims")
+        raise InvalidRequestError(f"input {echo(name)}: shape has rank {len(dims)}; at most {MAX_RANK} dims")
     bad = [d for d in dims if d < 0 or d > MAX_DIM]
     if bad:
-        raise InvalidRequestError(f"input {name!r}: shape {dims} has invalid dim {bad[0]}; every dim must be in "
+        raise InvalidRequestError(f"input {echo(name)}: shape {dims} has invalid dim {bad[0]}; every dim must be in "
                                   f"[0, {MAX_DIM}]")
     count = math.prod(dims)
     size = count * DATATYPES[datatype].itemsize
     if size > max_bytes:
-        raise ResourceExhaustedError(f"input {name!r}: shape {dims} of {datatype} decodes to {size} bytes, above "
+        raise ResourceExhaustedError(f"input {echo(name)}: shape {dims} of {datatype} decodes to {size} bytes, above "
                                      f"the limit of {max_bytes} bytes (--max-message-bytes)")
     return count
 
@@ -102,12 +104,12 @@ def from_raw(name: str, datatype: str, shape, data: bytes, max_bytes: int) -> np
     if datatype == "BYTES":
         return deserialize_bytes(name, data, count).reshape(dims)
     if len(data) != count * dtype.itemsize:
-        raise InvalidRequestError(f"input {name!r}: shape {list(dims)} of {datatype} needs {count * dtype.itemsize} "
-                                  f"bytes of raw contents, got {len(data)}")
+        raise InvalidRequestError(f"input {echo(name)}: shape {list(dims)} of {datatype} needs "
+                                  f"{count * dtype.itemsize} bytes of raw contents, got {len(data)}")
     if datatype == "BOOL":
         octets = np.frombuffer(data, dtype=np.uint8)
         if octets.size and octets.max() > 1:
-            raise InvalidRequestError(f"input {name!r}: BOOL raw contents must be bytes 0 or 1, got "
+            raise InvalidRequestError(f"input {echo(name)}: BOOL raw contents must be bytes 0 or 1, got "
                                       f"{int(octets.max())}")
         return octets.view(np.bool_).reshape(dims)
     return np.frombuffer(data, dtype=dtype.newbyteorder("<")).astype(dtype, copy=False).reshape(dims)
@@ -118,16 +120,16 @@ def deserialize_bytes(name: str, data: bytes, count: int) -> np.ndarray:
     values, offset, end = [], 0, len(data)
     for index in range(count):
         if offset + 4 > end:
-            raise InvalidRequestError(f"input {name!r}: BYTES raw contents end after {index} of {count} elements")
+            raise InvalidRequestError(f"input {echo(name)}: BYTES raw contents end after {index} of {count} elements")
         (length,) = _LENGTH.unpack_from(data, offset)
         offset += 4
         if offset + length > end:
-            raise InvalidRequestError(f"input {name!r}: BYTES element {index} declares {length} bytes; only "
+            raise InvalidRequestError(f"input {echo(name)}: BYTES element {index} declares {length} bytes; only "
                                       f"{end - offset} remain")
         values.append(bytes(data[offset:offset + length]))
         offset += length
     if offset != end:
-        raise InvalidRequestError(f"input {name!r}: BYTES raw contents hold {end - offset} bytes after the "
+        raise InvalidRequestError(f"input {echo(name)}: BYTES raw contents hold {end - offset} bytes after the "
                                   f"{count} elements of the shape")
     array = np.empty(count, dtype=object)
     array[:] = values
@@ -156,15 +158,15 @@ def from_contents(name: str, datatype: str, shape, contents, max_bytes: int) -> 
     count = element_count(name, shape, datatype, max_bytes)
     field = CONTENTS_FIELD.get(datatype)
     if field is None:
-        raise InvalidRequestError(f"input {name!r}: {datatype} has no typed contents field; send it in "
+        raise InvalidRequestError(f"input {echo(name)}: {datatype} has no typed contents field; send it in "
                                   "raw_input_contents")
     stray = [f for f in _ALL_CONTENTS_FIELDS if f != field and len(getattr(contents, f))]
     if stray:
-        raise InvalidRequestError(f"input {name!r}: datatype {datatype} carries its values in contents.{field}; "
+        raise InvalidRequestError(f"input {echo(name)}: datatype {datatype} carries its values in contents.{field}; "
                                   f"got contents.{stray[0]}")
     values = getattr(contents, field)
     if len(values) != count:
-        raise InvalidRequestError(f"input {name!r}: shape {[int(d) for d in shape]} needs {count} values, got "
+        raise InvalidRequestError(f"input {echo(name)}: shape {[int(d) for d in shape]} needs {count} values, got "
                                   f"{len(values)} in contents.{field}")
     dims = tuple(int(d) for d in shape)
     if datatype == "BYTES":
@@ -182,7 +184,7 @@ def _check_int_range(name: str, datatype: str, dtype: np.dtype, low: int, high: 
     info = np.iinfo(dtype)
     if low < info.min or high > info.max:
         bad = low if low < info.min else high
-        raise InvalidRequestError(f"input {name!r}: value {bad} is out of range for {datatype} "
+        raise InvalidRequestError(f"input {echo(name)}: value {bad} is out of range for {datatype} "
                                   f"[{info.min}, {info.max}]")
 
 
@@ -226,7 +228,7 @@ def from_json(name: str, datatype: str, shape, data, max_bytes: int) -> np.ndarr
     count = element_count(name, shape, datatype, max_bytes)
     flat = _flatten(name, data)
     if len(flat) != count:
-        raise InvalidRequestError(f"input {name!r}: shape {[int(d) for d in shape]} needs {count} values, got "
+        raise InvalidRequestError(f"input {echo(name)}: shape {[int(d) for d in shape]} needs {count} values, got "
                                   f"{len(flat)} in 'data'")
     if len(flat) != len(data):  # nested: the nesting must be the shape, not a ragged or partial one
         _check_nesting(name, data, [int(d) for d in shape])
@@ -238,7 +240,7 @@ def from_json(name: str, datatype: str, shape, data, max_bytes: int) -> np.ndarr
         try:
             array[:] = [v.encode() for v in flat]
         except UnicodeEncodeError as err:
-            raise InvalidRequestError(f"input {name!r}: BYTES value is not valid text ({err.reason} at "
+            raise InvalidRequestError(f"input {echo(name)}: BYTES value is not valid text ({err.reason} at "
                                       f"position {err.start})") from None
         return array.reshape(dims)
     if kind == "b":
@@ -249,25 +251,24 @@ def from_json(name: str, datatype: str, shape, data, max_bytes: int) -> np.ndarr
         if flat:
             _check_int_range(name, datatype, dtype, min(flat), max(flat))
         return np.array(flat, dtype=dtype).reshape(dims)
-    _expect(name, datatype, flat, lambda v: type(v) in (int, float), "a number")
+    _expect(name, datatype, flat, lambda v: type(v) in (int, float, OutOfRangeNumber), "a number")
     try:
         wide = np.array(flat, dtype=np.float64)
     except OverflowError as err:  # a JSON integer beyond any float
         index = next((i for i, v in enumerate(flat) if type(v) is int and abs(v) > 2**1023), 0)
-        raise InvalidRequestError(f"input {name!r}: value at index {index} is out of range for {datatype}") from err
+        raise InvalidRequestError(f"input {echo(name)}: value at index {index} is out of range for {datatype}") from err
     with np.errstate(over="ignore"):
         array = wide.astype(dtype)
-    overflow = np.isinf(array) & np.isfinite(wide)
-    if overflow.any():
-        index = int(np.argmax(overflow))
-        raise InvalidRequestError(f"input {name!r}: value {flat[index]} at index {index} is out of range for "
-                                  f"{datatype}")
+    bad = first_out_of_range(flat, array)  # 1e309, or 1e39 for FP32; the Infinity token stays accepted
+    if bad is not None:
+        raise InvalidRequestError(f"input {echo(name)}: value {bad[1]} at index {bad[0]} is out of range for "
+                                  f"{datatype}: outside its finite range (write Infinity to mean infinity)")
     return array.reshape(dims)
 
 
 def _flatten(name: str, data) -> list:
     if not isinstance(data, list):
-        raise InvalidRequestError(f"input {name!r}: 'data' must be a JSON array, got {type(data).__name__}")
+        raise InvalidRequestError(f"input {echo(name)}: 'data' must be a JSON array, got {type(data).__name__}")
     if not any(isinstance(v, list) for v in data):
         return data
     flat: list = []
@@ -293,19 +294,19 @@ def _check_nesting(name: str, data: list, shape: list[int]) -> None:
         for item in level:
             if not isinstance(item, list) or len(item) != dim:
                 got = f"{len(item)} values" if isinstance(item, list) else "a single value"
-                raise InvalidRequestError(f"input {name!r}: nested 'data' does not follow shape {shape}: at depth "
+                raise InvalidRequestError(f"input {echo(name)}: nested 'data' does not follow shape {shape}: at depth "
                                           f"{depth} a list of {dim} is needed, got {got}")
             following.extend(item)
         level = following
     if any(isinstance(item, list) for item in level):
-        raise InvalidRequestError(f"input {name!r}: nested 'data' is deeper than shape {shape}")
+        raise InvalidRequestError(f"input {echo(name)}: nested 'data' is deeper than shape {shape}")
 
 
 def _expect(name: str, datatype: str, flat: list, ok, wanted: str) -> None:
     for index, value in enumerate(flat):
         if not ok(value):
             shown = repr(value) if not isinstance(value, str) else f'"{value[:40]}"'
-            raise InvalidRequestError(f"input {name!r}: {datatype} value at index {index} must be {wanted}, got "
+            raise InvalidRequestError(f"input {echo(name)}: {datatype} value at index {index} must be {wanted}, got "
                                       f"{shown} ({type(value).__name__})")
 
 
@@ -321,5 +322,5 @@ def to_json(name: str, array: np.ndarray) -> list:
     try:
         return [v.decode() if isinstance(v, bytes) else str(v) for v in flat]
     except UnicodeDecodeError as err:
-        raise InvalidRequestError(f"output {name!r} holds bytes that are not UTF-8 and cannot be JSON strings; "
+        raise InvalidRequestError(f"output {echo(name)} holds bytes that are not UTF-8 and cannot be JSON strings; "
                                   "request it with parameters {\"binary_data\": true}") from err

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tfship.core.contract import Signature, TensorSpec
+from tfship.core.echo import echo
 from tfship.core.errors import InvalidRequestError, ResourceExhaustedError
 from tfship.serving.dataplane.types import InferenceRequest, InferenceResponse, ModelMetadata, ModelRef
 from tfship.serving.kserve.codec import datatype_for
@@ -82,7 +83,7 @@ def signature_of(signatures: Mapping[str, Signature], name: str) -> Signature:
     """The signature `name` of a served version; `InvalidRequestError` naming the available ones otherwise."""
     signature = signatures.get(name)
     if signature is None:
-        raise InvalidRequestError(f"signature {name!r} not found; available: {sorted(signatures)} (choose one with "
+        raise InvalidRequestError(f"signature {echo(name)} not found; available: {sorted(signatures)} (choose one with "
                                   "the request parameter 'signature_name')")
     return signature
 
@@ -166,17 +167,17 @@ def infer_options(parameters: Mapping[str, object], time_remaining: float | None
     """
     refused = [p for p in _REFUSED_PARAMETERS if p in parameters]
     if refused:
-        raise InvalidRequestError(f"parameter {refused[0]!r}: sequence batching is not supported; tfship serves "
+        raise InvalidRequestError(f"parameter {echo(refused[0])}: sequence batching is not supported; tfship serves "
                                   "stateless models")
     signature_name = parameters.get("signature_name", DEFAULT_SIGNATURE)
     if not isinstance(signature_name, str) or not signature_name:
-        raise InvalidRequestError(f"parameter 'signature_name' must be a non-empty string, got {signature_name!r}")
+        raise InvalidRequestError(f"parameter 'signature_name' must be a non-empty string, got {echo(signature_name)}")
     budgets = [] if time_remaining is None else [time_remaining]
     timeout_us = parameters.get("timeout")
     if timeout_us is not None:
         if type(timeout_us) is not int or timeout_us <= 0:
             raise InvalidRequestError(f"parameter 'timeout' must be a positive integer (microseconds), got "
-                                      f"{timeout_us!r}")
+                                      f"{echo(timeout_us)}")
         budgets.append(timeout_us / 1e6)
     deadline = time.monotonic() + min(budgets) if budgets else None
     return InferOptions(signature_name, deadline)
@@ -196,12 +197,12 @@ def check_inputs(signature: Signature, inputs: list[tuple[str, str, np.ndarray]]
         if not name:
             raise InvalidRequestError("every input needs a name")
         if name in arrays:
-            raise InvalidRequestError(f"input {name!r} is given twice")
+            raise InvalidRequestError(f"input {echo(name)} is given twice")
         spec = signature.inputs.get(name)
         if spec is not None:
             want = datatype_for(spec.dtype)
             if datatype != want:
-                raise InvalidRequestError(f"input {name!r}: datatype {datatype} does not match the model's "
+                raise InvalidRequestError(f"input {echo(name)}: datatype {datatype} does not match the model's "
                                           f"{want} (signature {signature.name!r}: {spec.describe()})")
         arrays[name] = array
     return arrays
@@ -215,7 +216,7 @@ def check_outputs(signature: Signature, names: list[str]) -> tuple[str, ...]:
     """
     unknown = [n for n in names if n not in signature.outputs]
     if unknown:
-        raise InvalidRequestError(f"requested output {unknown[0]!r} is not an output of signature "
+        raise InvalidRequestError(f"requested output {echo(unknown[0])} is not an output of signature "
                                   f"{signature.name!r}; outputs: {list(signature.outputs)}")
     if len(set(names)) != len(names):
         raise InvalidRequestError(f"outputs {names} name an output twice")

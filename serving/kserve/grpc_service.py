@@ -17,6 +17,7 @@ import asyncio
 import grpc
 
 from tfship.core import kserve_protocol as kp
+from tfship.core.echo import echo
 from tfship.core.errors import InvalidRequestError
 from tfship.serving.dataplane.offload import OFF_LOOP_BYTES
 from tfship.serving.dataplane.service import DataPlane
@@ -136,7 +137,7 @@ def _decode_inputs(request, max_bytes: int) -> list:
                                       "inputs; send one per input, in the order of 'inputs'")
         typed = [t.name for t in request.inputs if t.HasField("contents")]
         if typed:
-            raise InvalidRequestError(f"input {typed[0]!r} sets contents while raw_input_contents is used; "
+            raise InvalidRequestError(f"input {echo(typed[0])} sets contents while raw_input_contents is used; "
                                       "send every input one way")
         return [(t.name, t.datatype, from_raw(t.name, t.datatype, t.shape, data, max_bytes))
                 for t, data in zip(request.inputs, raw)]
@@ -150,7 +151,7 @@ def _binary_choices(request) -> list[bool]:
     for output in request.outputs:
         params = parameters(output.parameters)
         if "classification" in params:
-            raise InvalidRequestError(f"output {output.name!r}: the classification extension is not supported; "
+            raise InvalidRequestError(f"output {echo(output.name)}: the classification extension is not supported; "
                                       "request the output itself")
         if isinstance(params.get("binary_data"), bool):
             choices.append(params["binary_data"])

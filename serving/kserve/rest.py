@@ -28,7 +28,9 @@ import numpy as np
 from aiohttp import web
 from aiohttp.web_response import ContentCoding
 
+from tfship.core.echo import echo, echo_json
 from tfship.core.errors import InvalidRequestError
+from tfship.serving.dataplane import json_numbers
 from tfship.serving.dataplane.service import DataPlane
 from tfship.serving.dataplane.types import ModelRef
 from tfship.serving.kserve.codec import datatype_for, from_json, from_raw, to_json, to_raw
@@ -80,7 +82,7 @@ def _split_body(header: str | None, body: bytes) -> tuple[dict, bytes]:
                                       f"got {header[:40]!r}")
         length = int(header)
     try:
-        parsed = json.loads(body[:length])
+        parsed = json_numbers.loads(body[:length])  # literals beyond float64 marked (refused for float inputs)
     except (ValueError, RecursionError) as err:
         raise InvalidRequestError(f"inference request JSON does not parse: {str(err)[:200]}") from err
     return _object(parsed, "the inference request"), body[length:]
@@ -95,17 +97,20 @@ def _decode_inputs(items: list, binary: bytes, max_bytes: int) -> list:
         if not isinstance(name, str) or not isinstance(datatype, str):
             raise InvalidRequestError(f"inputs[{index}] needs a string 'name' and 'datatype'")
         if not isinstance(shape, list) or not all(type(d) is int for d in shape):
-            raise InvalidRequestError(f"input {name!r}: 'shape' must be a JSON array of integers, got "
-                                      f"{json.dumps(shape)[:100]}")
-        size = _object(item.get("parameters", {}), f"input {name!r} parameters").get("binary_data_size")
+            raise InvalidRequestError(f"input {echo(name)}: 'shape' must be a JSON array of integers, got "
+                                      f"{echo_json(shape, 100)}")
+        size = _object(item.get("parameters", {}), f"input {echo(name)} parameters").get("binary_data_size")
         if size is None:
             if "data" not in item:
-                raise InvalidRequestError(f"input {name!r} needs 'data' or parameters.binary_data_size")
+                raise InvalidRequestError(f"input {echo(name)} needs 'data' or parameters.binary_data_size")
             decoded.append((name, datatype, from_json(name, datatype, shape, item["data"], max_bytes)))
             continue
         if type(size) is not int or size < 0 or offset + size > len(binary):
-            raise InvalidRequestError(f"input {name!r}: binary_data_size {size!r} does not fit the "
+            raise InvalidRequestError(f"input {echo(name)}: binary_data_size {size!r} does not fit the "
                                       f"{len(binary) - offset} bytes of binary data left")
+        if "data" in item:  # which one holds the values? (the binary part used to win silently)
+            raise InvalidRequestError(f"input {echo(name)} has both 'data' and parameters.binary_data_size; send "
+                                      "its values in one of them")
         decoded.append((name, datatype, from_raw(name, datatype, shape, binary[offset:offset + size], max_bytes)))
         offset += size
     if offset != len(binary):
@@ -132,13 +137,13 @@ def _requested_outputs(body: dict, default_binary: bool) -> tuple[list[str], dic
         name = item.get("name")
         if not isinstance(name, str):
             raise InvalidRequestError(f"outputs[{index}] needs a string 'name'")
-        params = _object(item.get("parameters", {}), f"output {name!r} parameters")
+        params = _object(item.get("parameters", {}), f"output {echo(name)} parameters")
         if "classification" in params:
-            raise InvalidRequestError(f"output {name!r}: the classification extension is not supported; "
+            raise InvalidRequestError(f"output {echo(name)}: the classification extension is not supported; "
                                       "request the output itself")
         choice = params.get("binary_data", default_binary)
         if not isinstance(choice, bool):
-            raise InvalidRequestError(f"output {name!r}: parameters.binary_data must be true or false")
+            raise InvalidRequestError(f"output {echo(name)}: parameters.binary_data must be true or false")
         names.append(name)
         binary[name] = choice
     return names, binary
@@ -223,7 +228,7 @@ def add_v2_routes(app: web.Application, dataplane: DataPlane,
             raise InvalidRequestError("parameter 'binary_data_output' must be true or false")
         request_id = body.get("id")
         if request_id is not None and not isinstance(request_id, str):
-            raise InvalidRequestError(f"'id' must be a string, got {json.dumps(request_id)[:100]}")
+            raise InvalidRequestError(f"'id' must be a string, got {echo_json(request_id, 100)}")
         options = infer_options(params)
         meta = await dataplane.metadata(_ref(request))
         signature = signature_of(meta.signatures, options.signature_name)

@@ -12,7 +12,9 @@ JSON object:
      "batch_rows": 5, "peer": "ipv4:127.0.0.1:50110"}
 
 `status` is the gRPC code name (REST answers carry both it and `http_status`); fields unknown for a
-request (e.g. version when the model does not exist) are empty strings / null.
+request (e.g. version when the model does not exist) are empty strings / null. A model that is not served is
+logged as `__unknown__` (as the metrics label it) and every text field is cut to `core.echo.ECHO_CHARS`, so
+a client cannot make a line longer than about 2 KB.
 """
 
 from __future__ import annotations
@@ -21,10 +23,14 @@ import json
 import logging
 import random
 import time
+from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 
+from tfship.core.echo import clip
+
 log = logging.getLogger("tfship.requests")
+UNKNOWN_MODEL_LABEL = "__unknown__"  # what requests naming a model that is not served are logged and counted as
 _CURRENT: ContextVar[RequestRecord | None] = ContextVar("tfship_request_record", default=None)
 # gRPC code name -> HTTP status, for gRPC answers (TF Serving's REST mapping, core/errors' table).
 _HTTP_OF = {"OK": 200, "INVALID_ARGUMENT": 400, "FAILED_PRECONDITION": 400, "OUT_OF_RANGE": 400,
@@ -67,16 +73,20 @@ class RequestLog:
     Args:
         sampling_rate: fraction of requests logged, in [0, 1]; 0 = off (default), 1 = every request.
         seed: random seed of the sampler (tests); None = unpredictable.
+        served: tells whether a model name is served (the server sets the model manager's `is_configured`);
+            other names are logged as `UNKNOWN_MODEL_LABEL`. None: every name is logged (cut).
 
     Raises:
         ValueError: `sampling_rate` outside [0, 1].
     """
 
-    def __init__(self, sampling_rate: float = 0.0, seed: int | None = None) -> None:
+    def __init__(self, sampling_rate: float = 0.0, seed: int | None = None,
+                 served: Callable[[str], bool] | None = None) -> None:
         if not 0.0 <= sampling_rate <= 1.0:
             raise ValueError(f"request log sampling rate {sampling_rate} is not in [0, 1]")
         self.sampling_rate = sampling_rate
         self._random = random.Random(seed)
+        self.served = served
 
     def start(self, protocol: str, method: str, peer: str = "", model: str = ""):
         """Open a record for this request when it is sampled; returns a token for `finish` (None: not sampled)."""
@@ -94,6 +104,8 @@ class RequestLog:
         record.status = status
         record.http_status = http_status if http_status is not None else _HTTP_OF.get(status, 500)
         record.latency_ms = round((time.perf_counter() - record.started) * 1000.0, 3)
-        fields = asdict(record)
+        if record.model and self.served is not None and not self.served(record.model):
+            record.model = UNKNOWN_MODEL_LABEL
+        fields = {key: clip(value) if isinstance(value, str) else value for key, value in asdict(record).items()}
         del fields["started"]
         log.info(json.dumps(fields), extra={"request": fields})

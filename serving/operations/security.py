@@ -13,19 +13,32 @@ One policy covers the gRPC port, the REST port and the metrics port alike (see R
 Token file format (both flags): UTF-8 text, one token per line; surrounding whitespace is stripped; blank
 lines and lines starting with `#` are ignored; a token may not contain whitespace. A file that holds no
 token is refused at start-up, naming the file (it would otherwise turn authentication off).
+
+When the files are read: at start-up, then again whenever one changes (`SecretWatcher`, polled every
+`SECRETS_POLL_S` seconds: a new inode, size, mtime or symlink target, so an edit in place and an atomic
+replace, such as a Kubernetes Secret update swapping its `..data` link, are both seen). The token files and
+the TLS certificate and key are re-read together; a change takes effect for every later call (tokens) or
+handshake (TLS). New content that is invalid or empty is refused: the running set stays, an error names the
+file. A token file or key that other users can read is reported at start-up (a warning; it still starts).
+Environment-variable tokens are read once, at start-up.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
+import logging
 import os
 import ssl
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from tfship.core.errors import ConfigError, PermissionDeniedError, UnauthenticatedError
 
 BEARER = "Bearer "
+SECRETS_POLL_S = 2.0  # how often the token files and the TLS files are checked for a change
+log = logging.getLogger(__name__)
 
 
 def read_token_file(path: Path, flag: str) -> frozenset[str]:
@@ -208,3 +221,145 @@ def ssl_context(material: TlsMaterial | None) -> ssl.SSLContext | None:
         context.load_verify_locations(cadata=material.client_ca.decode("ascii", errors="replace"))
         context.verify_mode = ssl.CERT_REQUIRED
     return context
+
+
+class LivePolicy:
+    """The `AccessPolicy` in force, replaced when the token files change (`SecretWatcher`); transports hold this
+    object and call `check` / `requires_token` as on an `AccessPolicy` (one attribute read: safe from any thread).
+    """
+
+    def __init__(self, policy: AccessPolicy) -> None:
+        self.current = policy
+
+    @property
+    def requires_token(self) -> bool:
+        """As `AccessPolicy.requires_token`, for the policy in force."""
+        return self.current.requires_token
+
+    def check(self, authorization: str, admin: bool = False) -> None:
+        """As `AccessPolicy.check`, for the policy in force."""
+        self.current.check(authorization, admin)
+
+
+class LiveTls:
+    """TLS material in force on every port, replaced without a restart.
+
+    gRPC gets dynamic credentials (`grpc.dynamic_ssl_server_credentials`: each new handshake asks for the latest
+    certificate); the HTTP ports' `ssl.SSLContext` is loaded with the new certificate chain in place (new
+    connections use it; a new client CA is added to those already trusted).
+    """
+
+    def __init__(self, material: TlsMaterial, context: ssl.SSLContext | None) -> None:
+        self.material = material
+        self._context = context
+        self._pending = None  # a new gRPC certificate configuration, handed out at the next handshake
+
+    def grpc_credentials(self):
+        """`grpc.ServerCredentials` that follow `apply` (client certificate required when a client CA is set)."""
+        import grpc
+
+        return grpc.dynamic_ssl_server_credentials(self._grpc_config(self.material), self._fetch,
+                                                   require_client_authentication=self.material.client_ca is not None)
+
+    @staticmethod
+    def _grpc_config(material: TlsMaterial):
+        import grpc
+
+        return grpc.ssl_server_certificate_configuration([(material.key, material.cert)],
+                                                         root_certificates=material.client_ca)
+
+    def _fetch(self):
+        pending, self._pending = self._pending, None
+        return pending
+
+    def apply(self, material: TlsMaterial) -> None:
+        """Serve `material` from the next handshake on; `ConfigError` (nothing changed) when the key does not match
+        the certificate.
+        """
+        ssl_context(material)  # validates the pair before anything is swapped
+        if self._context is not None:
+            self._context.load_cert_chain(material.cert_path, material.key_path)
+            if material.client_ca is not None:
+                self._context.load_verify_locations(cadata=material.client_ca.decode("ascii", errors="replace"))
+        self._pending = self._grpc_config(material)
+        self.material = material
+
+
+def _fingerprint(path: Path | None):
+    """What changes when `path` is edited or replaced (atomically, or by a symlink swap); None when missing."""
+    if path is None:
+        return None
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return os.path.realpath(path), info.st_ino, info.st_dev, info.st_mtime_ns, info.st_size
+
+
+def warn_readable_secrets(settings) -> list[Path]:
+    """Log a warning for each token file or TLS key other users may read; returns those paths."""
+    readable = []
+    for flag, path in (("--auth-token-file", settings.auth_token_file),
+                       ("--admin-token-file", settings.admin_token_file), ("--tls-key", settings.tls_key)):
+        try:
+            if path is not None and os.stat(path).st_mode & stat.S_IROTH:
+                readable.append(path)
+                log.warning("%s %s is readable by every user on this host; restrict it (chmod o-r, or "
+                            "defaultMode 0440 for a Kubernetes Secret)", flag, path)
+        except OSError:
+            continue
+    return readable
+
+
+class SecretWatcher:
+    """Re-reads the token files and the TLS files when one of them changes (module docstring: when).
+
+    Args:
+        settings: `ServerSettings` (the file paths and the environment-variable tokens, re-read with them).
+        policy: the `LivePolicy` the transports hold.
+        tls: the `LiveTls` of the ports, or None without TLS.
+    """
+
+    def __init__(self, settings, policy: LivePolicy, tls: LiveTls | None = None) -> None:
+        self._settings = settings
+        self._policy = policy
+        self._tls = tls
+        self._token_paths = [p for p in (settings.auth_token_file, settings.admin_token_file) if p]
+        self._tls_paths = [p for p in (settings.tls_cert, settings.tls_key, settings.tls_client_ca) if p] if tls else []
+        self._seen = self._fingerprints()
+
+    @property
+    def watching(self) -> bool:
+        """Some file is there to watch."""
+        return bool(self._token_paths or self._tls_paths)
+
+    def _fingerprints(self) -> dict:
+        return {path: _fingerprint(path) for path in self._token_paths + self._tls_paths}
+
+    def check_once(self) -> bool:
+        """Re-read what changed since the last look; True when a new set was taken into use."""
+        now = self._fingerprints()
+        changed = {path for path in now if now[path] != self._seen.get(path)}
+        self._seen = now  # a bad file is reported once per change, not on every poll
+        took = False
+        if changed & set(self._token_paths):
+            try:
+                self._policy.current = access_policy(self._settings)
+                took = True
+                log.info("re-read the token files %s; the new tokens are in force", [str(p) for p in self._token_paths])
+            except ConfigError as err:
+                log.error("token files changed but were not taken into use; the running tokens stay: %s", err)
+        if changed & set(self._tls_paths):
+            try:
+                self._tls.apply(tls_material(self._settings))
+                took = True
+                log.info("re-read the TLS files %s; new connections use them", [str(p) for p in self._tls_paths])
+            except ConfigError as err:
+                log.error("TLS files changed but were not taken into use; the running certificate stays: %s", err)
+        return took
+
+    async def watch_forever(self, interval_s: float = SECRETS_POLL_S) -> None:
+        """`check_once` every `interval_s` seconds until cancelled (file reads run off the event loop)."""
+        while True:
+            await asyncio.sleep(interval_s)
+            await asyncio.to_thread(self.check_once)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from tfship.core import protocol
+from tfship.core.echo import echo_list
 from tfship.core.errors import InvalidRequestError
 from tfship.core.saved_model import to_signature_def
 from tfship.serving.dataplane.tensors import DEFAULT_MAX_TENSOR_BYTES, fill_tensor_proto, from_tensor_proto
@@ -66,7 +67,7 @@ def metadata_request(proto) -> ModelRef:
     """`GetModelMetadataRequest` -> `ModelRef`; only `signature_def` metadata exists (as in TF Serving)."""
     fields = list(proto.metadata_field)
     if fields != ["signature_def"]:
-        raise InvalidRequestError(f"metadata_field must be ['signature_def'], got {fields}")
+        raise InvalidRequestError(f"metadata_field must be ['signature_def'], got {echo_list(fields)}")
     return model_ref(proto.model_spec)
 
 

@@ -17,6 +17,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from tfship.core import protocol
+from tfship.core.echo import echo
 from tfship.core.errors import ResourceExhaustedError, TfshipError
 from tfship.serving.dataplane.model_config import from_proto
 from tfship.serving.dataplane.offload import OFF_LOOP_BYTES
@@ -143,7 +144,7 @@ class HealthServicer(health.aio.HealthServicer):
 
     async def Check(self, request, context):
         if request.service not in self._known:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown health service {request.service!r}; known: "
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown health service {echo(request.service)}; known: "
                                 f"{sorted(self._known)} ('' is the whole server, a model name one model)")
         return await super().Check(request, context)
 

@@ -19,6 +19,7 @@ from aiohttp import http_exceptions, web, web_protocol
 from google.protobuf import json_format
 
 from tfship.core import protocol
+from tfship.core.echo import cap_message, clip, echo_json
 from tfship.core.errors import InvalidRequestError, RequestTimeoutError, ResourceExhaustedError, TfshipError
 from tfship.serving.dataplane.offload import Offloader
 from tfship.serving.dataplane.service import DataPlane, RequestGate
@@ -45,7 +46,7 @@ def _ref(request: web.Request) -> ModelRef:
 
 
 def _error_middleware(policy: AccessPolicy, gate: RequestGate | None = None,
-                      request_log: RequestLog | None = None):
+                      request_log: RequestLog | None = None, release_after=None):
     @web.middleware
     async def middleware(request: web.Request, handler):
         entered = False
@@ -60,7 +61,7 @@ def _error_middleware(policy: AccessPolicy, gate: RequestGate | None = None,
         except web.HTTPException as err:
             response = _http_error(request, err)
         except TfshipError as err:
-            response = web.json_response({"error": str(err)}, status=err.http_status)
+            response = web.json_response({"error": cap_message(str(err))}, status=err.http_status)
             response[_GRPC_CODE] = err.grpc_code
         except Exception:
             incident = uuid.uuid4().hex[:12]
@@ -69,6 +70,8 @@ def _error_middleware(policy: AccessPolicy, gate: RequestGate | None = None,
         finally:
             if entered:
                 gate.leave()
+            if release_after is not None and request.content_length:
+                release_after(request.content_length)  # a large body's heap goes back to the OS
             if logged is not None:
                 status = response.status if response is not None else 500
                 code = response.get(_GRPC_CODE) if response is not None else None
@@ -120,13 +123,14 @@ async def read_body(request: web.Request, timeout_s: float) -> bytes:
 def _http_error(request: web.Request, err: web.HTTPException) -> web.Response:
     """Aiohttp's own refusals in TF Serving's shape: no route / wrong method is 400 `Malformed request`."""
     if err.status in (404, 405):
-        return web.json_response({"error": f"Malformed request: {request.method} {request.path}"}, status=400)
+        return web.json_response({"error": f"Malformed request: {clip(request.method)} {clip(request.path)}"},
+                                 status=400)
     if err.status == 413:
         limit = request.app.get(_MAX_BYTES)
         size = f"{request.content_length} bytes" if request.content_length else "above the limit"
         return web.json_response({"error": f"request body of {size} exceeds --max-message-bytes {limit} bytes"},
                                  status=413)
-    return web.json_response({"error": err.reason}, status=err.status)
+    return web.json_response({"error": cap_message(str(err.reason))}, status=err.status)
 
 
 def _output_filter(body: dict) -> tuple[str, ...]:
@@ -137,7 +141,7 @@ def _output_filter(body: dict) -> tuple[str, ...]:
     if isinstance(names, str):
         names = [names]
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise InvalidRequestError(f"'output_filter' must be a list of output names, got {json.dumps(names)[:100]}")
+        raise InvalidRequestError(f"'output_filter' must be a list of output names, got {echo_json(names, 100)}")
     return tuple(names)
 
 
@@ -178,7 +182,7 @@ def decode_predict(raw: bytes, signatures: dict | None):
     if signatures is None:
         return signature_name, output_filter, None, False, None
     if signature_name not in signatures:
-        raise InvalidRequestError(f'Serving signature name: "{signature_name}" not found in signature def; '
+        raise InvalidRequestError(f'Serving signature name: "{clip(signature_name)}" not found in signature def; '
                                   f"available: {sorted(signatures)}")
     inputs, rows = rest_json.request_inputs(body, signatures[signature_name])
     return signature_name, output_filter, inputs, rows, len(body["instances"]) if rows else None
@@ -235,7 +239,8 @@ def build_app(dataplane: DataPlane, policy: AccessPolicy | None = None, max_byte
         return web.Response(text=_json_text(answer, max_bytes), content_type="application/json")
 
     policy = policy or AccessPolicy()
-    app = web.Application(middlewares=[_error_middleware(policy, dataplane.gate, dataplane.request_log)],
+    app = web.Application(middlewares=[_error_middleware(policy, dataplane.gate, dataplane.request_log,
+                                                         getattr(dataplane, "release_after", None))],
                           client_max_size=max_bytes)
     if metrics is not None:
         app.router.add_get(metrics_path, _metrics_handler(metrics))

@@ -31,7 +31,11 @@ except ImportError:  # optional: the standard parser gives the same results, slo
     orjson = None
 
 from tfship.core.contract import Signature
+from tfship.core.echo import ECHO_ITEMS, clip, echo, echo_json
 from tfship.core.errors import InvalidRequestError
+from tfship.serving.dataplane import json_numbers
+from tfship.serving.dataplane.json_numbers import OutOfRangeNumber
+from tfship.serving.dataplane.tensors import MAX_RANK
 
 _DEBUG_CHARS = 256  # TF Serving's kMaxJsonDebugStringBytes
 BYTES_SUFFIX = "_bytes"
@@ -43,12 +47,10 @@ _INT_RANGES = {name: (int(np.iinfo(name).min), int(np.iinfo(name).max))
 
 
 def debug_string(value) -> str:
-    """Compact JSON of `value`, cut at 256 characters (TF Serving's JsonValueToDebugString)."""
-    try:
-        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return text[:_DEBUG_CHARS]
+    """Compact JSON of `value`, cut at 256 characters (TF Serving's JsonValueToDebugString); bounded in cost and
+    depth whatever the value's size or nesting (`core.echo.echo_json`).
+    """
+    return echo_json(value, _DEBUG_CHARS)
 
 
 def json_type(value) -> str:
@@ -76,7 +78,7 @@ def _loads(raw: bytes):
             return orjson.loads(raw)
         except orjson.JSONDecodeError:
             pass
-    return json.loads(raw)
+    return json_numbers.loads(raw)  # literals beyond float64 marked, refused where a float input gets them
 
 
 def parse_body(raw: bytes) -> dict:
@@ -185,11 +187,17 @@ def _typed_leaves(leaves: list, dtype: str) -> np.ndarray:
             return np.array(leaves, dtype=dtype)
         raise _type_error(next(v for v in leaves if type(v) is not int), dtype)
     if dtype in ("float16", "float32", "float64"):
-        if kinds <= {int, float}:
+        if kinds <= {int, float, OutOfRangeNumber}:
             try:
-                return np.array(leaves, dtype=dtype)
+                with np.errstate(over="ignore"):
+                    array = np.array(leaves, dtype=dtype)
             except OverflowError:  # an integer literal beyond any float
                 raise _type_error(next(v for v in leaves if type(v) is int and abs(v) > 2 ** 1023), dtype) from None
+            bad = json_numbers.first_out_of_range(leaves, array)
+            if bad is not None:
+                raise InvalidRequestError(f"value {bad[1]} is outside the finite range of "
+                                          f"{_TF_TYPE_NAMES.get(dtype, dtype)} (write Infinity to mean infinity)")
+            return array
         raise _type_error(next(v for v in leaves if type(v) not in (int, float)), dtype)
     raise InvalidRequestError(f"Conversion of JSON Value: {debug_string(leaves[:1])} to type: {dtype} "
                               "is not supported by the REST API")
@@ -204,13 +212,16 @@ def decode_tensor(name: str, value, dtype: str) -> np.ndarray:
     """
     try:
         shape = _dense_shape(value)
+        if len(shape) > MAX_RANK:  # numpy's limit (gRPC refuses the same rank)
+            raise InvalidRequestError(f"value is nested {len(shape)} lists deep; a tensor has at most {MAX_RANK} "
+                                      "dims")
         leaves: list = []
         _flatten(value, 0, shape, leaves)
         return _typed_leaves(leaves, dtype).reshape(shape)
     except InvalidRequestError as err:
-        raise InvalidRequestError(f"input {name!r}: {err}") from err
+        raise InvalidRequestError(f"input {echo(name)}: {err}") from err
     except RecursionError as err:
-        raise InvalidRequestError(f"input {name!r}: value is nested too deeply") from err
+        raise InvalidRequestError(f"input {echo(name)}: value is nested too deeply") from err
 
 
 def _is_named_object(value) -> bool:
@@ -221,7 +232,7 @@ def _spec_dtype(signature: Signature, name: str) -> str:
     spec = signature.inputs.get(name)
     if spec is None:
         expected = ", ".join(f"{k}: {s.describe()}" for k, s in sorted(signature.inputs.items()))
-        raise InvalidRequestError(f"JSON object: does not have named input: {name}; signature {signature.name!r} "
+        raise InvalidRequestError(f"JSON object: does not have named input: {clip(name)}; signature {signature.name!r} "
                                   f"inputs: {{{expected}}}")
     return spec.dtype
 
@@ -243,7 +254,8 @@ def _row_inputs(rows: list, signature: Signature) -> dict[str, np.ndarray]:
             raise InvalidRequestError(f"Expecting object but got list at item {index} of input list")
         if set(row) != names:
             raise InvalidRequestError(f"Failed to process element: {index} of 'instances' list. JSON object: "
-                                      f"{debug_string(row)} keys must be equal to: {','.join(sorted(names))}")
+                                      f"{debug_string(row)} keys must be equal to: "
+                                      f"{','.join(clip(n) for n in sorted(names)[:ECHO_ITEMS])}")
     return {name: decode_tensor(name, [r[name] for r in rows], _spec_dtype(signature, name)) for name in rows[0]}
 
 
@@ -293,7 +305,7 @@ def _leaf_values(name: str, array: np.ndarray):
         flat = np.empty(array.size, dtype=object)
         flat[:] = [_string_json(v, as_b64) for v in array.reshape(-1).tolist()]
         return flat.reshape(array.shape).tolist()
-    raise InvalidRequestError(f"output {name!r}: Failed to write JSON value for tensor type: {array.dtype} "
+    raise InvalidRequestError(f"output {echo(name)}: Failed to write JSON value for tensor type: {array.dtype} "
                               "(the REST API has no JSON form for it; use gRPC Predict)")
 
 

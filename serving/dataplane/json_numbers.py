@@ -1,0 +1,57 @@
+"""JSON numbers as both REST APIs read them: a literal outside a float dtype's finite range is refused.
+
+`json.loads` turns `1e309` into infinity and numpy turns `1e39` into float32 infinity, silently: the model
+would be fed ±Infinity the client never wrote. `loads` marks literals beyond float64 (`OutOfRangeNumber`,
+value ±inf, keeping the text), and `first_out_of_range` finds a value that is infinite in the decoded array
+but was not written as `Infinity` (TF Serving's explicit `NaN` / `Infinity` / `-Infinity` tokens stay
+accepted). TF Serving's REST API (`serving.tfs.rest_json`) and the Open Inference Protocol's
+(`serving.kserve.codec`) both refuse such a value with INVALID_ARGUMENT naming the input and the literal.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+
+
+class OutOfRangeNumber(float):
+    """A JSON number literal beyond float64's range (`1e309`): value ±inf, `text` the literal as written."""
+
+    def __new__(cls, text: str) -> OutOfRangeNumber:
+        number = super().__new__(cls, float(text))
+        number.text = text
+        return number
+
+    def __repr__(self) -> str:
+        return self.text[:40]
+
+
+def parse_float(text: str) -> float:
+    """`json.loads`'s `parse_float`: the literal's float, or an `OutOfRangeNumber` when it overflows float64."""
+    value = float(text)
+    return OutOfRangeNumber(text) if math.isinf(value) else value
+
+
+def loads(raw: bytes | str):
+    """`json.loads` with literals beyond float64 marked (`OutOfRangeNumber`); raises as `json.loads`."""
+    return json.loads(raw, parse_float=parse_float)
+
+
+def first_out_of_range(values: list, array: np.ndarray) -> tuple[int, str] | None:
+    """(index, literal) of the first of `values` (flat, row-major) that `array` (their decoded form, any float
+    dtype, same order) holds as ±inf although the client did not write `Infinity`: an `OutOfRangeNumber`, or a
+    finite number the dtype cannot hold (`1e39` in float32). None when every value is represented.
+    """
+    flat = array.reshape(-1)
+    infinite = np.isinf(flat)
+    if not infinite.any():
+        return None
+    for index in np.flatnonzero(infinite):
+        value = values[index]
+        if isinstance(value, OutOfRangeNumber):
+            return int(index), value.text[:40]
+        if math.isfinite(value):
+            return int(index), repr(value)
+    return None

@@ -1,0 +1,70 @@
+"""Each transport on its own event loop, so one protocol's load cannot starve another's.
+
+Served on one loop, 32 REST keep-alive clients took every turn of it: gRPC `Predict` fell from about 1,000
+answers/s alone to 0 (bench/serve/mixed_load.py). The REST API now runs on a `TransportLoop` (a thread with
+its own asyncio loop); gRPC, the data plane and the model manager stay on the main loop. The two threads take
+the GIL in turns (CPython hands it over every `sys.getswitchinterval()`, 5 ms), so under a mix each side
+keeps about half of the server instead of what the busier loop leaves. HTTP parsing, JSON decoding and
+encoding run on the REST thread; a `LoopBridge` hands each data plane coroutine (metadata, predict, ...) to
+the main loop and awaits its answer, so the data plane, its batching queues and the manager keep one loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+from collections.abc import Coroutine
+
+
+class TransportLoop:
+    """A daemon thread running its own asyncio event loop until `stop()`.
+
+    Args:
+        name: the thread's name (shows in `py-spy` and the bench's per-thread CPU counters).
+    """
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+        self.loop.close()
+
+    async def run(self, coroutine: Coroutine):
+        """Run `coroutine` on this loop and await its result from the calling loop (exceptions propagate;
+        cancelling the caller cancels it).
+        """
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, self.loop))
+
+    def stop(self, timeout_s: float = 1.0) -> None:
+        """Stop the loop (pending callbacks are dropped) and wait up to `timeout_s` seconds for the thread."""
+        if self.loop.is_running():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout_s)
+
+
+class LoopBridge:
+    """`target` (the `DataPlane`) as seen from another loop: its coroutine methods run on `loop`, the loop that
+    owns it, and are awaited from the caller's; plain attributes and methods are used as they are (reads of
+    counters and states, safe under the GIL). Request-log context travels with each call (contextvars are
+    copied into the task `run_coroutine_threadsafe` starts).
+    """
+
+    def __init__(self, target, loop: asyncio.AbstractEventLoop) -> None:
+        self._target = target
+        self._loop = loop
+
+    def __getattr__(self, name: str):
+        value = getattr(self._target, name)
+        if not inspect.iscoroutinefunction(value):
+            return value
+        loop = self._loop
+
+        async def on_owner_loop(*args, **kwargs):
+            return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(value(*args, **kwargs), loop))
+
+        return on_owner_loop

@@ -21,6 +21,7 @@ import numpy as np
 
 from tfship.core.contract import Signature
 from tfship.core.dtypes import dtype_name
+from tfship.core.echo import clip
 from tfship.core.errors import InvalidRequestError, UnimplementedError
 from tfship.serving.dataplane.types import ModelRef
 
@@ -210,5 +211,5 @@ def check_tasks(tasks: tuple[ExampleTask, ...]) -> None:
     seen: set[str] = set()
     for task in tasks:
         if task.signature_name in seen:
-            raise InvalidRequestError(f"Duplicate evaluation of signature: {task.signature_name}")
+            raise InvalidRequestError(f"Duplicate evaluation of signature: {clip(task.signature_name)}")
         seen.add(task.signature_name)

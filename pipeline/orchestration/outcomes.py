@@ -113,3 +113,32 @@ def status_line(outcomes: list[ArtifactOutcome]) -> str:
     if not left:
         return f"status: published (all {len(outcomes)} artifacts published)"
     return f"status: partial ({len(left)} of {len(outcomes)} artifacts left out: {', '.join(left)})"
+
+
+SINGLE_SIGNATURE_NOTE = ("ONNX, TFLite and TF.js files are converted from serving_default alone; "
+                         "the SavedModel carries this signature")
+
+
+def signature_carriers(signatures: list[str], default: str, outcomes: list[ArtifactOutcome],
+                       serve_check: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    """{signature name: artifacts (published) that carry it, its serve-check verdict, a note}.
+
+    The SavedModel carries every signature; each converted artifact carries `default` (`serving_default`)
+    only. The verdict comes from `serve_check.json`: `passed` / the reason for the default signature and
+    each probed one, the reason it was not asked (`signatures_unchecked`) otherwise.
+    """
+    published = [o.artifact for o in outcomes if o.status == PUBLISHED]
+    saved_model = (serve_check or {}).get("artifacts", {}).get(SAVED_MODEL, {})
+    probed = saved_model.get("signatures", {})
+    unchecked = (serve_check or {}).get("signatures_unchecked", {})
+    carriers = {}
+    for name in signatures:
+        if name == default:
+            verdict = "passed" if saved_model.get("passed") else saved_model.get("reason", "not run")
+            carriers[name] = {"artifacts": published, "serve_check": verdict, "note": ""}
+            continue
+        row = probed.get(name)
+        verdict = ("passed" if row["passed"] else row["reason"]) if row else unchecked.get(name, "not run")
+        carriers[name] = {"artifacts": [SAVED_MODEL] if SAVED_MODEL in published else [],
+                          "serve_check": verdict, "note": SINGLE_SIGNATURE_NOTE}
+    return carriers

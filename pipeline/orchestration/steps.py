@@ -30,10 +30,10 @@ from tfship.pipeline.conversion.artifacts import (
 from tfship.pipeline.conversion.convert import ConvertResult, convert_artifacts, raise_if_required_missing, remove_path
 from tfship.pipeline.data.splits import DatasetSplits
 from tfship.pipeline.export_only.user_model import EvalData
-from tfship.pipeline.gate.serve_check import ServeCheckResult, ServeTarget, serve_check
+from tfship.pipeline.gate.serve_check import ServeCheckResult, ServeTarget, SignatureProbe, serve_check
 from tfship.pipeline.gate.serve_check import raise_if_failed as raise_if_serve_check_failed
 from tfship.pipeline.gate.validate import ParityReport, raise_if_failed, tolerance_for, validate_artifacts
-from tfship.pipeline.orchestration.outcomes import artifact_outcomes, left_out_files, run_status
+from tfship.pipeline.orchestration.outcomes import artifact_outcomes, left_out_files, run_status, signature_carriers
 from tfship.pipeline.orchestration.publish import (
     PublishResult,
     git_commit,
@@ -99,9 +99,11 @@ def export_user_stage(config: PipelineConfig, run: RunFolder, model, data_path: 
     """Export-only mode: export a user's Keras model (or re-export a SavedModel), audit and prove it.
 
     The contract comes from the model (`signatures.keras_export.contract_from_keras`; a SavedModel keeps
-    the `serving_default` of its MetaGraph tagged `tags`, and only the variables that signature uses are
-    re-exported); mixed-precision models are exported as a float32 copy. Extra signatures come
-    from `[export] extra_signatures`. `data_path` is read for this contract (`pipeline.export_only.user_model`).
+    every signature of its MetaGraph tagged `tags`, `serving_default` being the contract, and only the
+    variables those signatures use are re-exported); mixed-precision models are exported as a float32 copy.
+    A Keras model's extra signatures come from `[export] extra_signatures`. `data_path` is read for this
+    contract (`pipeline.export_only.user_model`). `export.json` records the signatures written and what the
+    export removed from the function library (`signatures.forward_only`).
 
     Raises:
         ContractError, AuditError, DatasetError: the export, the audit, the behaviour checks or the data.
@@ -112,33 +114,41 @@ def export_user_stage(config: PipelineConfig, run: RunFolder, model, data_path: 
     from tfship.signatures.layers import keras_layers
 
     if isinstance(model, Path):
-        contract = _user_saved_model_contract(model, tags)
+        contract, others = _user_saved_model_contracts(model, tags)
         data = load_user_data(data_path, contract, config.convert.representative_samples, config.run.seed,
                               config.data.classes)
-        module = build_savedmodel_module(model, contract, tags)
-        export_saved_model(module, contract, run.artifacts)
+        module = build_savedmodel_module(model, contract, tags, others)
+        result = export_saved_model(module, contract, run.artifacts, others)
         run.write_json("data.json", data.summary() | {"tags": list(tags),
                                                       "variables_left_out": list(module.dropped_variables)})
+        run.write_json("export.json", _export_record(result))
         return _audit_and_prove(config, run, contract, data.inputs, None, None), data
     model = float32_copy(model)
     contract = contract_from_keras(model)
     data = load_user_data(data_path, contract, config.convert.representative_samples, config.run.seed,
                           config.data.classes)
     extras = dict(config.export.extra_signatures)
-    export_saved_model(build_keras_module(model, contract, extras), contract, run.artifacts,
-                       tuple(extra_contract(contract, name, outs) for name, outs in extras.items()))
+    result = export_saved_model(build_keras_module(model, contract, extras), contract, run.artifacts,
+                                tuple(extra_contract(contract, name, outs) for name, outs in extras.items()))
     run.write_json("data.json", data.summary())
-    run.write_json("export.json", {"recurrent": _write_recipe_sources(run, model, contract)})
+    run.write_json("export.json", _export_record(result) | {"recurrent": _write_recipe_sources(run, model, contract)})
     return _audit_and_prove(config, run, contract, data.inputs, [w.path for w in model.weights],
                             keras_layers(model)), data
 
 
-def _user_saved_model_contract(folder: Path, tags: tuple[str, ...]) -> Signature:
+def _user_saved_model_contracts(folder: Path, tags: tuple[str, ...]) -> tuple[Signature, tuple[Signature, ...]]:
+    """(`serving_default`, the MetaGraph's other signatures by name): all are re-exported and served."""
     contracts = read_signatures(folder, tags)
     if "serving_default" not in contracts:
         raise ContractError(f"--model {folder}: the MetaGraph tagged {list(tags)} has no 'serving_default' signature; "
                          f"it has {sorted(contracts)}")
-    return contracts["serving_default"]
+    return contracts["serving_default"], tuple(contracts[name] for name in sorted(contracts)
+                                               if name != "serving_default")
+
+
+def _export_record(result) -> dict:
+    """`export.json`'s signatures and forward-only library record for an `ExportResult`."""
+    return {"signatures": sorted(result.signatures), **result.cleanup.to_json()}
 
 
 def train_step_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits, progress=None,
@@ -271,24 +281,54 @@ def _golden(run: RunFolder, contract: Signature, splits: DatasetSplits | EvalDat
     return inputs, {name: as_text(value) for name, value in runner(inputs).items()}
 
 
-def _own_answers(artifact: Artifact, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The artifact's outputs in process, request by request as serve-check sends them."""
+def _own_answers(artifact: Artifact, inputs: dict[str, np.ndarray], runner=None) -> dict[str, np.ndarray]:
+    """The artifact's outputs in process (through `runner`, default its own), request by request as
+    serve-check sends them.
+    """
     from tfship.pipeline.gate.validate import run_batched
 
-    runner, chunks, offset = open_runner(artifact), [], 0
+    runner, chunks, offset = runner or open_runner(artifact), [], 0
     for size in SERVE_BATCH_SIZES:
         chunks.append(run_batched(runner, {k: v[offset:offset + size] for k, v in inputs.items()}, size))
         offset += size
     return {name: np.concatenate([c[name] for c in chunks]) for name in chunks[0]}
 
 
-def _serve_targets(config: PipelineConfig, run: RunFolder, parity: dict, inputs) -> list[ServeTarget]:
-    """The SavedModel (against its golden outputs, float32 tolerance) and every artifact that passed the parity
-    gate (against its own in-process answers: the server must serve exactly what the gate proved).
+def signature_probes(run: RunFolder, contract: Signature, inputs: dict[str, np.ndarray]
+                     ) -> tuple[tuple[SignatureProbe, ...], dict[str, str]]:
+    """The SavedModel's signatures besides `contract`, to ask on the served SavedModel: a probe for each whose
+    inputs the data holds (by name), with the SavedModel's in-process answers; {name: why not} for the rest.
+    """
+    from tfship.pipeline.conversion.artifacts import RuntimeRunner
+
+    probes, unchecked = [], {}
+    reference = Artifact(SAVED_MODEL, "saved_model", "float32", run.artifacts)
+    for name, signature in sorted(read_signatures(run.artifacts).items()):
+        if name == contract.name:
+            continue
+        missing = [n for n in signature.input_names() if n not in inputs]
+        if missing:
+            unchecked[name] = (f"not served in the check: the data holds no array for input(s) {missing}; "
+                               f"it has {sorted(inputs)}")
+            continue
+        feed = {n: inputs[n] for n in signature.input_names()}
+        runner = RuntimeRunner(reference, signature_name=name)
+        try:
+            probes.append(SignatureProbe(name, feed, _own_answers(reference, feed, runner)))
+        finally:
+            runner.close()
+    return tuple(probes), unchecked
+
+
+def _serve_targets(config: PipelineConfig, run: RunFolder, parity: dict, inputs,
+                   probes: tuple[SignatureProbe, ...] = ()) -> list[ServeTarget]:
+    """The SavedModel (against its golden outputs, float32 tolerance; its other signatures through `probes`)
+    and every artifact that passed the parity gate (against its own in-process answers: the server must serve
+    exactly what the gate proved).
     """
     kinds = artifact_kinds()
     exact = tolerance_for("float32", config.parity)
-    targets = [ServeTarget(SAVED_MODEL, "saved_model", exact)]
+    targets = [ServeTarget(SAVED_MODEL, "saved_model", exact, probes=probes)]
     for row in parity["artifacts"]:
         kind = kinds.get(row["artifact"])
         if row["passed"] and kind is not None and kind.backend:
@@ -308,7 +348,8 @@ def _outcomes(config: PipelineConfig, run: RunFolder) -> list:
 
 def serve_check_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits | EvalData) -> ServeCheckResult:
     """Stage the version in a private repository (without the artifacts left out so far), write warm-up and
-    golden files, serve-check every artifact; the ones that fail are removed from the candidate.
+    golden files, serve-check every artifact (and every other signature of the SavedModel whose inputs the
+    data holds: `signature_probes`); the ones that fail are removed from the candidate.
 
     Raises:
         StageError: the SavedModel or a required artifact failed its check.
@@ -327,10 +368,11 @@ def serve_check_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSpl
     left_out = left_out_files(_outcomes(config, run))
     shutil.copytree(run.artifacts, candidate, ignore=shutil.ignore_patterns(
         ".*", "*.reproduce.sh", "*.representative.npz", *left_out))
+    probes, unchecked = signature_probes(run, contract, inputs)
     result = serve_check(run.candidate_repository, config.run.model_name, 1, inputs, expected,
-                         _serve_targets(config, run, json.loads(parity_path.read_text()), inputs),
+                         _serve_targets(config, run, json.loads(parity_path.read_text()), inputs, probes),
                          config.convert.required, SERVE_BATCH_SIZES)
-    run.write_json("serve_check.json", result.to_json())
+    run.write_json("serve_check.json", result.to_json() | {"signatures_unchecked": unchecked})
     for name in left_out_files(_outcomes(config, run)):
         remove_path(candidate / name)
     return raise_if_serve_check_failed(result)
@@ -339,7 +381,8 @@ def serve_check_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSpl
 def publish_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits | EvalData, repository: Path,
                   metrics: dict) -> PublishResult:
     """Publish the blessed candidate (the SavedModel and every artifact that passed parity and serve-check)
-    with its manifest, which lists every artifact's outcome (`artifacts`: published or left out, and why).
+    with its manifest, which lists every artifact's outcome (`artifacts`: published or left out, and why),
+    every signature (`signature_def`) and which published artifact carries which (`signatures`).
     """
     for required in ("parity.json", "serve_check.json", "audit.json"):
         path = run.root / required
@@ -347,18 +390,21 @@ def publish_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits 
             raise StageError(f"publish: {path} is missing or did not pass; nothing was published")
     contract = read_contract(run)
     outcomes = _outcomes(config, run)
+    signatures = read_signatures(run.artifacts)
+    serve = json.loads((run.root / "serve_check.json").read_text())
     manifest = {
         "status": run_status(outcomes).value,
         "artifacts": [o.to_json() for o in outcomes],
         "run": str(run.root),
         "git_commit": git_commit(Path(__file__).parent),
-        "signature_def": {contract.name: contract.to_json()},
+        "signature_def": {name: signature.to_json() for name, signature in sorted(signatures.items())},
+        "signatures": signature_carriers(sorted(signatures), contract.name, outcomes, serve),
         "class_names": list(splits.class_names),
         "data": splits.summary(),
         "metrics": metrics,
         "parity": json.loads((run.root / "parity.json").read_text()),
         "audit": json.loads((run.root / "audit.json").read_text()),
-        "serve_check": json.loads((run.root / "serve_check.json").read_text()),
+        "serve_check": serve,
         "conversions": json.loads((run.root / "convert.json").read_text()),
         "libraries": library_versions(),
     }

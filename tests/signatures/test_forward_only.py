@@ -152,3 +152,17 @@ def test_the_audit_names_the_layer_of_a_must_compile_call(tmp_path):
     _grouped_conv().export(str(tmp_path / "source"), verbose=False)
     audit = audit_saved_model(tmp_path / "source")
     assert any("must-compile function" in v and "in name scope" in v and "grouped" in v for v in audit.violations)
+
+
+def test_a_grouped_conv_keras_export_converts_to_onnx_once_re_exported(tmp_path):
+    """tf2onnx does not inline a must-compile function: `No Op registered for StatefulPartitionedCall`."""
+    from tfship.pipeline.conversion.artifacts import Artifact, open_runner
+    from tfship.pipeline.conversion.onnx_convert import convert_to_onnx
+
+    model = _grouped_conv()
+    model.export(str(tmp_path / "source"), verbose=False)
+    _reexport(tmp_path / "source", tmp_path / "out")
+    contract = read_signatures(tmp_path / "out")["serving_default"]
+    convert_to_onnx(tmp_path / "out", tmp_path / "out" / "model.onnx", contract, 17, {"image": IMAGES}, 300)
+    runner = open_runner(Artifact("onnx", "onnx", "float32", tmp_path / "out" / "model.onnx"))
+    np.testing.assert_allclose(runner({"image": IMAGES})["output_0"], model.predict(IMAGES, verbose=0), atol=1e-5)

@@ -102,14 +102,14 @@ def _check_one(repository: Path, model_name: str, version: int, target: ServeTar
                     batch = {k: v[offset:offset + batch_size] for k, v in inputs.items()}
                     offset += batch_size
                     answers.append(client.predict(model_name, batch, version=version))
-                got = {name: np.concatenate([np.asarray(a[name]) for a in answers]) for name in answers[0]}
-                want = target.expected if target.expected is not None else expected
-                rows = compare_outputs(got, {k: np.asarray(v)[:offset] for k, v in want.items()}, target.tolerance)
-                problems += failures(rows)
-                worst = max([worst, *(r.max_abs_error for r in rows if not r.exact)])
                 for probe in target.probes:
                     signatures[probe.name] = _probe(client, model_name, version, probe, target.tolerance,
                                                     batch_sizes)
+        got = {name: np.concatenate([np.asarray(a[name]) for a in answers]) for name in answers[0]}
+        want = target.expected if target.expected is not None else expected
+        rows = compare_outputs(got, {k: np.asarray(v)[:offset] for k, v in want.items()}, target.tolerance)
+        problems += failures(rows)
+        worst = max([worst, *(r.max_abs_error for r in rows if not r.exact)])
     except Exception as err:  # noqa: BLE001 - any server or RPC failure is this artifact's verdict, with its cause
         problems.append(f"{type(err).__name__}: {err}")
     problems += [f"signature '{name}': {row['reason']}" for name, row in signatures.items() if not row["passed"]]

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from tfship.core.contract import Signature
-from tfship.core.errors import ContractError, StageError
+from tfship.core.errors import ContractError, ParityError, StageError
 from tfship.core.saved_model import read_signatures
 from tfship.pipeline.config import PipelineConfig
 from tfship.pipeline.conversion.artifacts import (
@@ -271,8 +271,33 @@ def validate_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits
     data = as_eval_data(config, contract, splits)
     report = validate_artifacts(reference, candidates, contract, data.inputs, data.labels, config.parity,
                                 config.convert.required)
-    run.write_json("parity.json", report.to_json())
-    return raise_if_failed(report)
+    parity = _judge_other_signatures(report.to_json(), reference, candidates, data.inputs, config)
+    run.write_json("parity.json", parity)
+    raise_if_failed(report)
+    if not parity["passed"]:
+        raise ParityError("parity gate failed: " + " | ".join(
+            f"{r['artifact']}: {r['reason']}" for r in parity["artifacts"]
+            if not r["passed"] and r["artifact"] in config.convert.required))
+    return report
+
+
+def _judge_other_signatures(parity: dict, reference: Artifact, candidates: list[Artifact], inputs,
+                            config: PipelineConfig) -> dict:
+    """`parity` with `signatures` ({artifact: {signature: verdict}}, `pipeline.gate.signatures`): a converted
+    artifact whose other signature misses is left out (its row fails, the reason names the signature); the
+    gate fails when that artifact is required.
+    """
+    from tfship.pipeline.gate.signatures import validate_other_signatures
+
+    verdicts = validate_other_signatures(reference, candidates, inputs, config.parity)
+    for row in parity["artifacts"]:
+        missed = [f"signature '{name}': {v['reason']}" for name, v in verdicts.get(row["artifact"], {}).items()
+                  if not v["passed"]]
+        if missed and row["passed"]:
+            row["passed"], row["reason"] = False, "; ".join(missed)
+            if row["artifact"] in config.convert.required:
+                parity["passed"] = False
+    return parity | {"signatures": verdicts}
 
 
 def _golden(run: RunFolder, contract: Signature, splits: DatasetSplits | EvalData):
@@ -294,47 +319,70 @@ def _own_answers(artifact: Artifact, inputs: dict[str, np.ndarray], runner=None)
     return {name: np.concatenate([c[name] for c in chunks]) for name in chunks[0]}
 
 
-def signature_probes(run: RunFolder, contract: Signature, inputs: dict[str, np.ndarray]
+def signature_probes(run: RunFolder, artifact: Artifact, inputs: dict[str, np.ndarray]
                      ) -> tuple[tuple[SignatureProbe, ...], dict[str, str]]:
-    """The SavedModel's signatures besides `contract`, to ask on the served SavedModel: a probe for each whose
-    inputs the data holds (by name), with the SavedModel's in-process answers; {name: why not} for the rest.
+    """`artifact`'s signatures besides `serving_default` (`pipeline.gate.signatures.carried_signatures`), to ask
+    on its server: a probe for each whose inputs the data holds (by name), with the artifact's own in-process
+    answers; {name: why not} for the rest.
     """
-    from tfship.pipeline.conversion.artifacts import RuntimeRunner
+    from tfship.pipeline.gate.signatures import carried_signatures, runner_for, signature_feed
 
     probes, unchecked = [], {}
-    reference = Artifact(SAVED_MODEL, "saved_model", "float32", run.artifacts)
-    for name, signature in sorted(read_signatures(run.artifacts).items()):
-        if name == contract.name:
+    signatures = read_signatures(run.artifacts)
+    for name in carried_signatures(artifact):
+        if name == "serving_default" or name not in signatures:
             continue
-        missing = [n for n in signature.input_names() if n not in inputs]
-        if missing:
-            unchecked[name] = (f"not served in the check: the data holds no array for input(s) {missing}; "
-                               f"it has {sorted(inputs)}")
+        feed, why = signature_feed(signatures[name], inputs)
+        if feed is None:
+            unchecked[name] = why
             continue
-        feed = {n: inputs[n] for n in signature.input_names()}
-        runner = RuntimeRunner(reference, signature_name=name)
+        runner = runner_for(artifact, name)
         try:
-            probes.append(SignatureProbe(name, feed, _own_answers(reference, feed, runner)))
+            probes.append(SignatureProbe(name, feed, _own_answers(artifact, feed, runner)))
         finally:
             runner.close()
     return tuple(probes), unchecked
 
 
-def _serve_targets(config: PipelineConfig, run: RunFolder, parity: dict, inputs,
-                   probes: tuple[SignatureProbe, ...] = ()) -> list[ServeTarget]:
-    """The SavedModel (against its golden outputs, float32 tolerance; its other signatures through `probes`)
-    and every artifact that passed the parity gate (against its own in-process answers: the server must serve
-    exactly what the gate proved).
+def _serve_targets(config: PipelineConfig, run: RunFolder, parity: dict, inputs) -> list[ServeTarget]:
+    """The SavedModel (against its golden outputs, float32 tolerance) and every artifact that passed the parity
+    gate (against its own in-process answers: the server must serve exactly what the gate proved).
     """
     kinds = artifact_kinds()
     exact = tolerance_for("float32", config.parity)
-    targets = [ServeTarget(SAVED_MODEL, "saved_model", exact, probes=probes)]
+    targets = [ServeTarget(SAVED_MODEL, "saved_model", exact)]
     for row in parity["artifacts"]:
         kind = kinds.get(row["artifact"])
         if row["passed"] and kind is not None and kind.backend:
             own = _own_answers(kind.artifact(run.artifacts), inputs)
             targets.append(ServeTarget(kind.name, kind.backend, exact, kind.serve_flags, own))
     return targets
+
+
+def _with_probes(run: RunFolder, targets: list[ServeTarget], inputs) -> tuple[list[ServeTarget], dict]:
+    """Each target with its other signatures to ask (`signature_probes`); {artifact: {signature: why not}}."""
+    kinds, probed, unchecked = artifact_kinds(), [], {}
+    for target in targets:
+        kind = kinds.get(target.artifact)
+        artifact = (kind.artifact(run.artifacts) if kind is not None
+                    else Artifact(SAVED_MODEL, "saved_model", "float32", run.artifacts))
+        probes, skipped = signature_probes(run, artifact, inputs)
+        probed.append(replace(target, probes=probes))
+        if skipped:
+            unchecked[target.artifact] = skipped
+    return probed, unchecked
+
+
+def signatures_carried(run: RunFolder, outcomes: list) -> dict[str, tuple[str, ...]]:
+    """{artifact: the signatures its file answers} for every artifact of the run's version folder."""
+    from tfship.pipeline.gate.signatures import carried_signatures
+
+    kinds = artifact_kinds()
+    carried = {SAVED_MODEL: carried_signatures(Artifact(SAVED_MODEL, "saved_model", "float32", run.artifacts))}
+    for outcome in outcomes:
+        if outcome.artifact in kinds:
+            carried[outcome.artifact] = carried_signatures(kinds[outcome.artifact].artifact(run.artifacts))
+    return carried
 
 
 def _outcomes(config: PipelineConfig, run: RunFolder) -> list:
@@ -368,9 +416,9 @@ def serve_check_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSpl
     left_out = left_out_files(_outcomes(config, run))
     shutil.copytree(run.artifacts, candidate, ignore=shutil.ignore_patterns(
         ".*", "*.reproduce.sh", "*.representative.npz", *left_out))
-    probes, unchecked = signature_probes(run, contract, inputs)
-    result = serve_check(run.candidate_repository, config.run.model_name, 1, inputs, expected,
-                         _serve_targets(config, run, json.loads(parity_path.read_text()), inputs, probes),
+    targets, unchecked = _with_probes(run, _serve_targets(config, run, json.loads(parity_path.read_text()), inputs),
+                                      inputs)
+    result = serve_check(run.candidate_repository, config.run.model_name, 1, inputs, expected, targets,
                          config.convert.required, SERVE_BATCH_SIZES)
     run.write_json("serve_check.json", result.to_json() | {"signatures_unchecked": unchecked})
     for name in left_out_files(_outcomes(config, run)):
@@ -398,7 +446,8 @@ def publish_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits 
         "run": str(run.root),
         "git_commit": git_commit(Path(__file__).parent),
         "signature_def": {name: signature.to_json() for name, signature in sorted(signatures.items())},
-        "signatures": signature_carriers(sorted(signatures), contract.name, outcomes, serve),
+        "signatures": signature_carriers(sorted(signatures), contract.name, outcomes, serve,
+                                         signatures_carried(run, outcomes)),
         "class_names": list(splits.class_names),
         "data": splits.summary(),
         "metrics": metrics,

@@ -1,6 +1,7 @@
-"""A SavedModel's every signature is exported, audited, served and listed: a `tf.Module` saved with
-`serving_default` and `score` publishes both, answers gRPC Predict on both, and the manifest and report say
-which artifact carries which (converted files carry `serving_default` only)."""
+"""A SavedModel's every signature is exported, audited, converted where the format holds several, judged,
+served and listed: a `tf.Module` saved with `serving_default` and `score` publishes both in the SavedModel and
+the TFLite file (ONNX carries `serving_default`), answers gRPC Predict on both from each, and the manifest and
+report say which artifact carries which."""
 
 from __future__ import annotations
 
@@ -56,15 +57,41 @@ def test_both_signatures_are_published_served_and_listed(published):
     manifest = json.loads((version / "manifest.json").read_text())
     assert sorted(manifest["signature_def"]) == ["score", "serving_default"]
     carriers = manifest["signatures"]
-    assert carriers["score"]["artifacts"] == ["saved_model"] and carriers["score"]["serve_check"] == "passed"
-    assert "saved_model" in carriers["serving_default"]["artifacts"]
-    assert len(carriers["serving_default"]["artifacts"]) > 1  # the converted files carry serving_default
-    assert manifest["serve_check"]["artifacts"]["saved_model"]["signatures"]["score"]["passed"]
-    assert "| score | saved_model | passed |" in (run / "report.md").read_text()
-    with ServerProcess(version.parent.parent, "two", "saved_model", ["--rest-port", "-1", "--metrics-port", "-1"],
-                       startup_timeout_s=120) as server, PredictClient(server.grpc_target) as client:
-        batch = features[:5]
-        score = client.predict("two", {"x": batch}, signature_name="score")["score"]
-        np.testing.assert_allclose(score, (batch @ WEIGHTS).sum(axis=-1), rtol=1e-5, atol=1e-5)
-        probabilities = client.predict("two", {"x": batch})["probabilities"]
-        np.testing.assert_allclose(probabilities, tf.nn.softmax(batch @ WEIGHTS).numpy(), rtol=1e-5, atol=1e-6)
+    assert carriers["score"]["artifacts"] == ["saved_model", "tflite_float32"], carriers
+    assert carriers["score"]["serve_check"] == "passed", carriers
+    assert carriers["serving_default"]["artifacts"] == ["saved_model", "onnx", "tflite_float32"], carriers
+    for artifact in ("saved_model", "tflite_float32"):
+        assert manifest["serve_check"]["artifacts"][artifact]["signatures"]["score"]["passed"]
+    assert manifest["parity"]["signatures"]["tflite_float32"]["score"]["passed"]
+    assert "| score | saved_model, tflite_float32 | passed |" in (run / "report.md").read_text()
+    batch = features[:5]
+    for backend in ("saved_model", "tflite"):
+        with ServerProcess(version.parent.parent, "two", backend, ["--rest-port", "-1", "--metrics-port", "-1"],
+                           startup_timeout_s=120) as server, PredictClient(server.grpc_target) as client:
+            score = client.predict("two", {"x": batch}, signature_name="score")["score"]
+            np.testing.assert_allclose(score, (batch @ WEIGHTS).sum(axis=-1), rtol=1e-5, atol=1e-5)
+            probabilities = client.predict("two", {"x": batch})["probabilities"]
+            np.testing.assert_allclose(probabilities, tf.nn.softmax(batch @ WEIGHTS).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_int8_files_carry_serving_default_alone_and_the_carriers_say_so():
+    from tfship.core.contract import Signature, TensorSpec
+    from tfship.pipeline.orchestration.outcomes import ArtifactOutcome, signature_carriers
+    from tfship.tflite.modes import TfliteMode
+    from tfship.tflite.worker import carried_signatures
+
+    spec = Signature.of("score", (TensorSpec("x", "float32", (None, 4)),), (TensorSpec("score", "float32", (None,)),))
+    signatures = {"serving_default": spec, "score": spec}
+    assert carried_signatures(signatures, TfliteMode.INT8) == ("serving_default",)
+    assert carried_signatures(signatures, TfliteMode.FLOAT16) == ("serving_default", "score")
+    outcomes = [ArtifactOutcome(a, "published", "", "", "", False) for a in ("saved_model", "onnx", "tflite_int8")]
+    served = {"artifacts": {"saved_model": {"passed": True, "reason": "", "signatures": {
+        "score": {"passed": False, "reason": "output 'score' differs"}}}, "onnx": {"passed": True, "reason": ""},
+        "tflite_int8": {"passed": True, "reason": ""}}}
+    carried = {"saved_model": ("score", "serving_default"), "onnx": ("serving_default",),
+               "tflite_int8": ("serving_default",)}
+    carriers = signature_carriers(["score", "serving_default"], "serving_default", outcomes, served, carried)
+    assert carriers["score"]["artifacts"] == ["saved_model"]
+    assert carriers["score"]["serve_check"] == "saved_model: output 'score' differs"
+    assert carriers["serving_default"] == {"artifacts": ["saved_model", "onnx", "tflite_int8"],
+                                           "serve_check": "passed", "note": ""}

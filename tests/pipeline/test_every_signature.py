@@ -95,3 +95,24 @@ def test_int8_files_carry_serving_default_alone_and_the_carriers_say_so():
     assert carriers["score"]["serve_check"] == "saved_model: output 'score' differs"
     assert carriers["serving_default"] == {"artifacts": ["saved_model", "onnx", "tflite_int8"],
                                            "serve_check": "passed", "note": ""}
+
+
+@pytest.mark.slow
+def test_keras_export_of_a_swish_model_publishes_every_artifact(tmp_path):
+    """`model.export()` of Dense + swish: its custom-gradient functions once failed the audit (exit 2)."""
+    import keras
+
+    inputs = keras.Input((4,), name="x")
+    model = keras.Model(inputs, keras.layers.Dense(3, activation="swish", name="dense_swish")(inputs))
+    model.export(str(tmp_path / "swish"), verbose=False)
+    features = np.random.default_rng(8).standard_normal((40, 4)).astype(np.float32)
+    np.savez(tmp_path / "data.npz", x=features)
+    completed = run_tfship("run", "--model", str(tmp_path / "swish"), "--data", str(tmp_path / "data.npz"),
+                           "--runs-dir", str(tmp_path / "runs"), "--repository", str(tmp_path / "models"),
+                           "--set", 'convert.tflite_modes=["float32"]')
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    manifest = json.loads((tmp_path / "models" / "swish" / "1" / "manifest.json").read_text())
+    assert manifest["audit"]["passed"] and sorted(manifest["signature_def"]) == ["serve", "serving_default"]
+    assert [a["artifact"] for a in manifest["artifacts"] if a["status"] == "published"] == [
+        "saved_model", "onnx", "tflite_float32"]
+    assert manifest["signatures"]["serve"]["artifacts"][0] == "saved_model"

@@ -137,9 +137,9 @@ def run_summary(config: PipelineConfig, run: RunFolder, published: PublishResult
             "status_line": status_line(outcomes) if published else "status: failed (nothing published)",
             "run": str(run.root), "published": str(published.version_dir) if published else None,
             "version": published.version if published else None, "audit_passed": bool(audit.get("passed")),
-            "artifacts": [o.to_json() for o in outcomes], "conversions": conversions, "parity": parity,
             "signatures": signature_carriers(audit.get("signatures", []), "serving_default", outcomes, served,
                                              steps.signatures_carried(run, outcomes)) if published else {},
+            "artifacts": [o.to_json() for o in outcomes], "conversions": conversions, "parity": parity,
             "serve_check": [n for n, r in (served or {}).get("artifacts", {}).items() if r["passed"]]} | extra
 
 

@@ -13,10 +13,16 @@ It fails on:
   every TF2 SavedModel carries for TF1-style loaders such as TensorFlow Serving;
 * random ops and batch normalisation in training mode inside the serving functions;
 * saved variables that are not model weights (optimizer slots, step counters, seed states);
-* batch statistics (`Mean` ops) inside a BatchNormalization layer's scope in the serving functions.
+* batch statistics (`Mean` ops) inside a BatchNormalization layer's scope in the serving functions;
+* functions marked must-compile (`_XlaMustCompile`, from `tf.function(jit_compile=True)`) that the serving
+  signatures reach: a server without the XLA JIT (TensorFlow Serving's default) cannot run them.
 
-Given the model's layers (`signatures.layers.keras_layers`), every violation inside a serving function
-names the Keras layer whose scope holds the op, and says why that layer kind leaks training behaviour.
+Only functions something reaches are judged: the serving signatures, the checkpoint saver and the object
+graph's concrete functions (what `tf.saved_model.load` restores). A function nothing calls (a custom
+gradient's backward function left in the library) can never run; it is listed in `unreachable_functions`,
+not judged. Given the model's layers (`signatures.layers.keras_layers`), every violation inside a serving
+function names the Keras layer whose scope holds the op, and says why that layer kind leaks training
+behaviour; without them (a re-exported SavedModel) it names the op's name scope, which Keras opens per layer.
 """
 
 from __future__ import annotations
@@ -29,7 +35,9 @@ from typing import Any, Iterable
 
 from tfship.core.errors import AuditError, ContractError
 from tfship.core.saved_model import serving_meta_graph
+from tfship.signatures.forward_only import MUST_COMPILE, must_compile, object_graph_functions
 from tfship.signatures.layers import LayerInfo, explain, layer_for_op
+from tfship.signatures.reachable import called_functions, reachable_functions
 
 GRADIENT_OP = re.compile(r"(Grad|GradV2|GradGrad)$|^SymbolicGradient$|Backprop")
 OPTIMIZER_OP = re.compile(r"^(Resource)?(Sparse)?Apply[A-Z]")
@@ -51,6 +59,7 @@ class AuditReport:
 
     op_histogram: op type -> count over the functions the serving signatures reach.
     variables: one dict per saved variable: name, dtype (enum number), shape, trainable.
+    unreachable_functions: library functions nothing reaches (not judged).
     """
 
     saved_model_dir: str
@@ -59,6 +68,7 @@ class AuditReport:
     op_histogram: dict[str, int]
     variables: tuple[dict[str, Any], ...]
     violations: tuple[str, ...] = field(default_factory=tuple)
+    unreachable_functions: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def passed(self) -> bool:
@@ -68,27 +78,8 @@ class AuditReport:
         """JSON form for the manifest."""
         return {"passed": self.passed, "signatures": list(self.signatures),
                 "serving_functions": list(self.serving_functions), "op_histogram": self.op_histogram,
-                "variables": list(self.variables), "violations": list(self.violations)}
-
-
-def _called_functions(node) -> Iterable[str]:
-    for value in node.attr.values():
-        if value.HasField("func"):
-            yield value.func.name
-        for func in value.list.func:
-            yield func.name
-
-
-def _reachable(start_nodes, library: dict) -> list[str]:
-    seen: list[str] = []
-    stack = [name for node in start_nodes for name in _called_functions(node)]
-    while stack:
-        name = stack.pop()
-        if name in seen or name not in library:
-            continue
-        seen.append(name)
-        stack.extend(called for node in library[name].node_def for called in _called_functions(node))
-    return seen
+                "variables": list(self.variables), "violations": list(self.violations),
+                "unreachable_functions": list(self.unreachable_functions)}
 
 
 def _tensor_node(tensor_name: str) -> str:
@@ -103,12 +94,18 @@ def _load_meta_graph(saved_model_dir: Path):
 
 
 def _blame(node, layers: dict[str, LayerInfo] | None, op_kind: str) -> str:
+    """`: <why, naming the Keras layer>`, or without `layers` `: in name scope '<scope>'` (Keras opens one per
+    layer call), or "" for an op outside any scope.
+    """
     layer = layer_for_op(node.name, layers) if layers else None
-    return f": {explain(op_kind, layer)}" if layer is not None else ""
+    if layer is not None:
+        return f": {explain(op_kind, layer)}"
+    scope = node.name.rsplit("/", 1)[0] if "/" in node.name and not layers else ""
+    return f": in name scope '{scope}'" if scope else ""
 
 
 def _check_nodes(where: str, nodes, strict_serving: bool, allow_assign: bool,
-                 layers: dict[str, LayerInfo] | None = None) -> list[str]:
+                 layers: dict[str, LayerInfo] | None = None, library: dict | None = None) -> list[str]:
     problems = []
     for node in nodes:
         op = node.op
@@ -116,7 +113,7 @@ def _check_nodes(where: str, nodes, strict_serving: bool, allow_assign: bool,
         if layer is not None and layer.kind == "batch_normalization" and op in ("Mean", "SquaredDifference"):
             problems.append(f"{where}: batch statistics {op} ('{node.name}'): {explain('batch statistics', layer)}")
         if GRADIENT_OP.search(op):
-            problems.append(f"{where}: gradient op {op} ('{node.name}')")
+            problems.append(f"{where}: gradient op {op} ('{node.name}')" + _blame(node, layers, "gradient op"))
         elif OPTIMIZER_OP.search(op):
             problems.append(f"{where}: optimizer op {op} ('{node.name}')")
         elif ASSIGN_OP.search(op) and not allow_assign:
@@ -129,9 +126,14 @@ def _check_nodes(where: str, nodes, strict_serving: bool, allow_assign: bool,
         elif strict_serving and op.startswith("FusedBatchNorm") and node.attr["is_training"].b:
             problems.append(f"{where}: {op} with is_training=true ('{node.name}'): batch normalisation uses "
                             "batch statistics at serving time" + _blame(node, layers, "batch statistics"))
-        for called in _called_functions(node):
+        for called in called_functions(node, library or {}):
             if GRADIENT_FUNCTION.search(called):
-                problems.append(f"{where}: call into gradient function '{called}' ('{node.name}')")
+                problems.append(f"{where}: call into gradient function '{called}' ('{node.name}')"
+                                + _blame(node, layers, "gradient call"))
+            if strict_serving and must_compile(node.attr):
+                problems.append(f"{where}: call into must-compile function '{called}' ('{node.name}', "
+                                f"{MUST_COMPILE}=true, from tf.function(jit_compile=True)): needs the XLA JIT, "
+                                "which TensorFlow Serving lacks by default" + _blame(node, layers, "XLA call"))
     return problems
 
 
@@ -159,11 +161,12 @@ def audit_saved_model(saved_model_dir: Path, expected_variables: Iterable[str] |
     serving_roots = [nodes_by_name[_tensor_node(info.name)] for key in signatures
                      for info in graph.signature_def[key].outputs.values()
                      if _tensor_node(info.name) in nodes_by_name]
-    serving = _reachable(serving_roots, library)
+    serving = reachable_functions(serving_roots, library)
     saver_nodes = [nodes_by_name[_tensor_node(name)] for name in
                    (graph.saver_def.restore_op_name, graph.saver_def.save_tensor_name)
                    if name and _tensor_node(name) in nodes_by_name]
-    saver = set(_reachable(saver_nodes, library)) - set(serving)
+    saver = set(reachable_functions(saver_nodes, library)) - set(serving)
+    judged = set(reachable_functions(graph.graph_def.node, library, object_graph_functions(graph)))
 
     violations = [f"library: gradient function registered for '{g.function_name}' -> '{g.gradient_func}'"
                   for g in graph.graph_def.library.gradient]
@@ -173,10 +176,16 @@ def audit_saved_model(saved_model_dir: Path, expected_variables: Iterable[str] |
     violations += _check_nodes("graph", top_level, strict_serving=False, allow_assign=False)
     histogram: Counter[str] = Counter()
     for name, function in library.items():
+        if name not in judged:
+            continue
         if name in serving:
             histogram.update(node.op for node in function.node_def)
+            if must_compile(function.attr):
+                violations.append(f"function {name}: marked must-compile ({MUST_COMPILE}=true, from "
+                                  "tf.function(jit_compile=True)): needs the XLA JIT, which TensorFlow Serving "
+                                  "lacks by default")
         violations += _check_nodes(f"function {name}", function.node_def, strict_serving=name in serving,
-                                   allow_assign=name in saver, layers=layers)
+                                   allow_assign=name in saver, layers=layers, library=library)
     variables = tuple(
         {"name": n.variable.name, "dtype": int(n.variable.dtype),
          "shape": [d.size for d in n.variable.shape.dim], "trainable": bool(n.variable.trainable)}
@@ -191,7 +200,7 @@ def audit_saved_model(saved_model_dir: Path, expected_variables: Iterable[str] |
     if not serving:
         violations.append(f"no function is reachable from the serving signatures {signatures}")
     return AuditReport(str(saved_model_dir), tuple(signatures), tuple(serving), dict(sorted(histogram.items())),
-                       variables, tuple(dict.fromkeys(violations)))
+                       variables, tuple(dict.fromkeys(violations)), tuple(sorted(set(library) - judged)))
 
 
 def raise_if_failed(report: AuditReport) -> AuditReport:

@@ -1,8 +1,10 @@
 """Export stage: a forward-only `tf.Module` with fixed `input_signature`s, saved as a SavedModel.
 
 The module tracks only the model's weights (no optimizer, no step counter) and its serving
-function calls the model with `training=False`. The function is traced without `jit_compile`, so
-the SavedModel runs on servers with XLA off (TensorFlow Serving's default).
+function calls the model with `training=False`. The function is traced without `jit_compile`, and after
+saving, `signatures.forward_only` removes the library functions nothing reaches (custom-gradient backward
+functions) and the must-compile marks of inner `tf.function(jit_compile=True)`s, so the SavedModel runs on
+servers with XLA off (TensorFlow Serving's default).
 """
 
 from __future__ import annotations
@@ -10,20 +12,25 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tfship.core.contract import DEFAULT_SIGNATURE, Signature, TensorSpec, compare_contracts
 from tfship.core.errors import ContractError
 from tfship.core.saved_model import read_signatures
+from tfship.signatures.forward_only import LibraryCleanup, forward_only_library
 
 
 @dataclass(frozen=True)
 class ExportResult:
-    """Where the SavedModel was written and the contract read back from its `signature_def`."""
+    """Where the SavedModel was written, the contract read back from its `signature_def`, every signature
+    written ({name: contract}) and what `signatures.forward_only` removed from the function library.
+    """
 
     saved_model_dir: Path
     contract: Signature
+    signatures: dict[str, Signature] = field(default_factory=dict)
+    cleanup: LibraryCleanup = field(default_factory=LibraryCleanup)
 
 
 def classifier_contract(input_name: str, input_shape: tuple[int, ...], num_classes: int,
@@ -87,8 +94,11 @@ def export_saved_model(module, contract: Signature, export_dir: Path,
     `module` comes from `build_classifier_module` or `signatures.keras_export.build_keras_module`: it holds
     one tf.function per signature name (`module.signature_names`, else just `contract.name`).
     Written into a temporary sibling folder and renamed into place, so a failed export leaves no
-    partial directory. Each written `signature_def` is read back and compared with its contract
-    (`contract` for `serving_default`, `extra_contracts` for the others); no other signature may exist.
+    partial directory. Saved without custom gradients (`experimental_custom_gradients=False`), then the
+    library is cut to what the signatures, the saver and the object graph reach, and must-compile marks are
+    removed (`signatures.forward_only.forward_only_library`). Each written `signature_def` is read back and
+    compared with its contract (`contract` for `serving_default`, `extra_contracts` for the others); no other
+    signature may exist.
 
     Raises:
         ContractError: a written signature's keys, dtypes or ranks differ from its contract, a declared
@@ -102,7 +112,9 @@ def export_saved_model(module, contract: Signature, export_dir: Path,
     try:
         names = tuple(getattr(module, "signature_names", (contract.name,)))
         tf.saved_model.save(module, str(staging), signatures={name: getattr(module, name) for name in names},
-                            options=tf.saved_model.SaveOptions(save_debug_info=False))
+                            options=tf.saved_model.SaveOptions(save_debug_info=False,
+                                                               experimental_custom_gradients=False))
+        cleanup = forward_only_library(staging)
         written = read_signatures(staging)
         declared = {c.name: c for c in (contract, *extra_contracts)}
         if set(written) != set(declared):
@@ -115,59 +127,80 @@ def export_saved_model(module, contract: Signature, export_dir: Path,
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
-    return ExportResult(export_dir, contract)
+    return ExportResult(export_dir, contract, written, cleanup)
 
 
-def build_savedmodel_module(saved_model_dir: Path, contract: Signature, tags: tuple[str, ...] | None = None):
-    """Re-export an existing SavedModel's signature through a forward-only module.
+def build_savedmodel_module(saved_model_dir: Path, contract: Signature, tags: tuple[str, ...] | None = None,
+                            extra_contracts: tuple[Signature, ...] = ()):
+    """Re-export an existing SavedModel's signatures through a forward-only module.
 
-    The source is loaded with `tf.saved_model.load` (the MetaGraph tagged `tags`, default `serve`); the
-    new `serving_default` calls its signature function with the contract's inputs and returns the
-    contract's outputs by name. Like Keras' own export (`saved_model_export_archive`,
-    `_filter_and_track_resources`), the module tracks only the variables the traced function captures and
-    the source's resources (lookup tables) and asset files, nothing else: optimizer slots, step counters
-    and other training state the user's module still holds are left behind, and the audit then judges
-    what is left. `module.dropped_variables` names the source variables that were not kept.
+    The source is loaded with `tf.saved_model.load` (the MetaGraph tagged `tags`, default `serve`); for
+    `contract` (`serving_default`) and each of `extra_contracts` (the source's other signatures: TF Serving
+    serves every one) the new module holds a function that calls the source's signature of that name with
+    the contract's inputs and returns its outputs by name. Like Keras' own export
+    (`saved_model_export_archive`, `_filter_and_track_resources`), the module tracks only the variables the
+    traced functions capture and the source's resources (lookup tables) and asset files, nothing else:
+    optimizer slots, step counters and other training state the user's module still holds are left behind,
+    and the audit then judges what is left. `module.dropped_variables` names the source variables that no
+    signature uses; `module.signature_names` lists the signatures, `contract.name` first.
+
+    Raises:
+        ContractError: a contract names a signature the source lacks.
     """
     import tensorflow as tf
 
     loaded = tf.saved_model.load(str(saved_model_dir), tags=list(tags) if tags else None)
-    function = loaded.signatures[contract.name]
-    kept, dropped, resources = _reachable_state(loaded, function)
+    contracts = (contract, *extra_contracts)
+    missing = [c.name for c in contracts if c.name not in loaded.signatures]
+    if missing:
+        raise ContractError(f"{saved_model_dir}: no signature {missing}; it has {sorted(loaded.signatures)}")
+    functions = {c.name: loaded.signatures[c.name] for c in contracts}
+    kept, dropped, resources = _reachable_state(loaded, list(functions.values()))
+    module = tf.Module(name="serving")
+    module.kept_variables = kept
+    module.resources = resources
+    module.dropped_variables = tuple(v.name for v in dropped)
+    for signature in contracts:
+        setattr(module, signature.name, _forwarding_function(functions[signature.name], signature))
+    module.signature_names = tuple(c.name for c in contracts)
+    return module
+
+
+def _forwarding_function(function, contract: Signature):
+    """A tf.function with `contract`'s inputs that calls `function` and returns `contract`'s outputs by name."""
+    import tensorflow as tf
+
     specs = {t.name: tf_tensor_spec(t) for t in contract.inputs.values()}
 
     def serve(feed):
         result = function(**feed)
         return {name: tf.identity(result[name]) for name in contract.outputs}
 
-    module = tf.Module(name="serving")
-    module.kept_variables = kept
-    module.resources = resources
-    module.dropped_variables = tuple(v.name for v in dropped)
-    setattr(module, contract.name, tf.function(serve, input_signature=[specs], autograph=False))
-    module.signature_names = (contract.name,)
-    return module
+    return tf.function(serve, input_signature=[specs], autograph=False, jit_compile=False)
 
 
-def _reachable_state(root, function) -> tuple[list, list, list]:
-    """(variables `function`'s outputs depend on, the other variables under `root`, resources + assets).
+def _reachable_state(root, functions: list) -> tuple[list, list, list]:
+    """(variables any of `functions`' outputs depend on, the other variables under `root`, resources + assets).
 
     Capture lists over-state use (a TF1 signature is a pruned function that captures every variable of its
-    MetaGraph, optimizer slots included), so the graph is walked from the outputs (`signatures.reachable`)
-    and only the captures reached count. The handles of the others are swapped for a kept variable's handle
-    in `function`'s captured inputs (`ConcreteFunction.set_external_captures`): the function never reads
-    them, and a function that captures an untracked variable cannot be saved.
+    MetaGraph, optimizer slots included), so each function's graph is walked from its outputs
+    (`signatures.reachable`) and only the captures reached count. In each function's captured inputs the
+    handles of variables no function uses are swapped for a kept variable's handle
+    (`ConcreteFunction.set_external_captures`): the function never reads them, and a function that captures
+    an untracked variable cannot be saved.
     """
     import tensorflow as tf
     from tensorflow.saved_model.experimental import TrackableResource
 
     from tfship.signatures.reachable import used_placeholders
 
-    captures = list(function.captured_inputs)
-    placeholders = [t.op.name for t in function.graph.internal_captures]
-    outputs = [t.name for t in function.outputs] + [op.name for op in function.graph.control_outputs]
-    used = used_placeholders(function.graph.as_graph_def(), outputs, set(placeholders))
-    used_ids = {id(c) for c, p in zip(captures, placeholders, strict=True) if p in used}
+    used_ids: set[int] = set()
+    for function in functions:
+        captures = list(function.captured_inputs)
+        placeholders = [t.op.name for t in function.graph.internal_captures]
+        outputs = [t.name for t in function.outputs] + [op.name for op in function.graph.control_outputs]
+        used = used_placeholders(function.graph.as_graph_def(), outputs, set(placeholders))
+        used_ids |= {id(c) for c, p in zip(captures, placeholders, strict=True) if p in used}
     kept, dropped, resources, seen = [], [], [], set()
     for trackable in tf.train.TrackableView(root).descendants():
         if id(trackable) in seen:
@@ -177,10 +210,15 @@ def _reachable_state(root, function) -> tuple[list, list, list]:
             (kept if id(trackable.handle) in used_ids else dropped).append(trackable)
         elif isinstance(trackable, (TrackableResource, tf.saved_model.Asset)):
             resources.append(trackable)
-    unused = {id(v.handle) for v in dropped} & {id(c) for c in captures}
-    if unused:
-        stand_in = kept[0].handle if kept else tf.Variable(0.0, trainable=False, name="unused_capture").handle
-        if not kept:
-            kept.append(stand_in)
-        function.set_external_captures([stand_in if id(c) in unused else c for c in captures])
+    dropped_ids = {id(v.handle) for v in dropped}
+    stand_in = None
+    for function in functions:
+        captures = list(function.captured_inputs)
+        if not dropped_ids & {id(c) for c in captures}:
+            continue
+        if stand_in is None:
+            stand_in = kept[0].handle if kept else tf.Variable(0.0, trainable=False, name="unused_capture").handle
+            if not kept:
+                kept.append(stand_in)
+        function.set_external_captures([stand_in if id(c) in dropped_ids else c for c in captures])
     return kept, dropped, resources

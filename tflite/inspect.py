@@ -116,3 +116,10 @@ def describe_tflite(path: Path | str) -> dict[str, Any]:
         "flex_ops": list(flex),
         "custom_ops": sorted(n for n in histogram if n not in builtin_names and n not in flex),
     }
+
+
+def signature_keys(model_bytes: bytes) -> tuple[str, ...]:
+    """The signature keys a TFLite flatbuffer declares (its `SignatureDef`s), in file order."""
+    model = schema.Model.GetRootAs(model_bytes, 0)
+    keys = (model.SignatureDefs(i).SignatureKey() for i in range(model.SignatureDefsLength()))
+    return tuple(k.decode("utf-8") if isinstance(k, bytes) else str(k) for k in keys)

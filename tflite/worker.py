@@ -26,7 +26,7 @@ import numpy as np
 from tfship.core.contract import Signature
 from tfship.core.errors import TfshipError
 from tfship.core.saved_model import read_signatures
-from tfship.tflite.inspect import flex_ops, op_histogram
+from tfship.tflite.inspect import flex_ops, op_histogram, signature_keys
 from tfship.tflite.modes import TfliteMode, TfliteOptions
 
 TEST_HOOK_ENV = "TFSHIP_TFLITE_WORKER_TEST_HOOK"
@@ -64,8 +64,8 @@ def _representative(path: str | None) -> dict[str, np.ndarray] | None:
 
 
 def _build_converter(tf, saved_model_dir: str, options: TfliteOptions,
-                     samples: dict[str, np.ndarray] | None, flex: bool):
-    converter = tf.lite.TFLiteConverter.from_saved_model(saved_model_dir, signature_keys=[SIGNATURE_KEY])
+                     samples: dict[str, np.ndarray] | None, flex: bool, keys: tuple[str, ...] = (SIGNATURE_KEY,)):
+    converter = tf.lite.TFLiteConverter.from_saved_model(saved_model_dir, signature_keys=list(keys))
     builtins = tf.lite.OpsSet.TFLITE_BUILTINS
     if options.mode is TfliteMode.FLOAT16:
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
@@ -145,9 +145,36 @@ def _float16_activations(tf, saved_model_dir: str, samples: dict[str, np.ndarray
             f"(run through the float32 graph): {listed}")
 
 
+def carried_signatures(signatures: dict[str, Signature], mode: TfliteMode) -> tuple[str, ...]:
+    """The signatures one file carries: `serving_default` first, then the SavedModel's others (TFLite holds
+    several), except int8, calibrated on `serving_default`'s inputs alone.
+    """
+    others = () if mode is TfliteMode.INT8 else tuple(sorted(k for k in signatures if k != SIGNATURE_KEY))
+    return (SIGNATURE_KEY, *others)
+
+
+def _convert_every_signature(tf, saved_model_dir: str, options: TfliteOptions, samples,
+                             keys: tuple[str, ...]) -> tuple[bytes | None, dict[str, str]]:
+    """(the file carrying every signature in `keys`, {}) or (None, {other signature: why not}); (None, {})
+    when `keys` is `serving_default` alone. Builtin ops only: a file needing Flex takes the single path.
+    """
+    if len(keys) == 1:
+        return None, {}
+    try:
+        return _build_converter(tf, saved_model_dir, options, samples, flex=False, keys=keys).convert(), {}
+    except Exception as err:  # noqa: BLE001 - the caller converts serving_default alone
+        return None, {k: f"the converter refused the signatures together: {type(err).__name__}: "
+                         f"{_tail(str(err), 200)}" for k in keys[1:]}
+
+
 def run_convert(saved_model_dir: str, output: str, options: TfliteOptions,
                 representative: str | None) -> dict[str, Any]:
-    """Convert one variant and write it to `output`; returns the report (see module docstring)."""
+    """Convert one variant and write it to `output`; returns the report (see module docstring).
+
+    The file carries `carried_signatures` (report `signatures`, their contracts in `other_signatures`); when
+    the converter refuses the others, it is converted again with `serving_default` alone and
+    `signatures_left_out` says why.
+    """
     import tensorflow as tf
 
     from tfship.tflite.savedmodel_scan import file_initialised_tables, find_float16_overflows
@@ -160,8 +187,10 @@ def run_convert(saved_model_dir: str, output: str, options: TfliteOptions,
         return {"status": "refused", "reason": f"SavedModel {saved_model_dir!r} has no signature {SIGNATURE_KEY!r}; "
                                                f"it has {sorted(signatures)}"}
     signature = signatures[SIGNATURE_KEY]
+    keys = carried_signatures(signatures, options.mode)
     report: dict[str, Any] = {"signature": signature.to_json(), "flex_ops": [],
-                              "table_files": file_initialised_tables(Path(saved_model_dir))}
+                              "table_files": file_initialised_tables(Path(saved_model_dir)),
+                              "signatures": [SIGNATURE_KEY], "signatures_left_out": {}, "other_signatures": {}}
     samples = _representative(representative)
     if options.mode is TfliteMode.FLOAT16:
         overflows = find_float16_overflows(Path(saved_model_dir))
@@ -176,6 +205,15 @@ def run_convert(saved_model_dir: str, output: str, options: TfliteOptions,
         problem = _check_representative(signature, samples)
         if problem:
             return {**report, "status": "refused", "reason": problem}
+    model, report["signatures_left_out"] = _convert_every_signature(tf, saved_model_dir, options, samples, keys)
+    if model is not None and SIGNATURE_KEY in signature_keys(model):
+        Path(output).write_bytes(model)
+        written = [k for k in keys if k in signature_keys(model)]
+        return {**report, "status": "produced", "reason": "", "signatures": written,
+                "other_signatures": {k: signatures[k].to_json() for k in written if k != SIGNATURE_KEY},
+                "signatures_left_out": {k: "the TFLite converter did not write it (it keeps one of several "
+                                           "signatures that run the same function)" for k in keys if k not in written},
+                "flex_ops": list(flex_ops(op_histogram(model)))}
     try:
         model = _build_converter(tf, saved_model_dir, options, samples, flex=False).convert()
     except Exception as err:  # noqa: BLE001 - the converter raises ConverterError, ValueError or RuntimeError
@@ -241,9 +279,25 @@ def _litert_reason(err: Exception, table_files: list[str]) -> str:
     return reason
 
 
+def run_smoke_all(model: str, signature: Signature, representative: str | None, table_files: list[str] = (),
+                  others: dict[str, Signature] | None = None) -> dict[str, Any]:
+    """`run_smoke` for `serving_default`, then for each other signature the file carries (`others`: name ->
+    the SavedModel's contract; run on random inputs of its own shapes). The first refusal is the report's,
+    its reason naming the signature.
+    """
+    report = run_smoke(model, signature, representative, table_files)
+    for name, other in sorted((others or {}).items()):
+        if report["status"] != "produced":
+            break
+        own = run_smoke(model, other, None, table_files, signature_key=name)
+        if own["status"] != "produced":
+            report = {**own, "reason": f"signature '{name}': {own['reason']}"}
+    return report
+
+
 def run_smoke(model: str, signature: Signature, representative: str | None,
-              table_files: list[str] = ()) -> dict[str, Any]:
-    """Load `model` in LiteRT, check its contract against the SavedModel signature, run it once.
+              table_files: list[str] = (), signature_key: str = SIGNATURE_KEY) -> dict[str, Any]:
+    """Load `model` in LiteRT, check its `signature_key` contract against the SavedModel signature, run it once.
 
     `table_files`: asset files lookup tables are initialised from (named in the reason when LiteRT
     fails on an uninitialised `HASHTABLE`).
@@ -256,7 +310,7 @@ def run_smoke(model: str, signature: Signature, representative: str | None,
             "the model reads resource variables that nothing initializes (READ_VARIABLE without a CALL_ONCE "
             "initializer): the converter did not freeze the SavedModel's variables")}
     try:
-        runner = LiteRtRunner(model)
+        runner = LiteRtRunner(model, signature_key=signature_key)
         problems = _contract_problems(runner.contract(), signature)
         if problems:
             return {"status": "refused", "reason": "contract differs: " + "; ".join(problems)}
@@ -302,8 +356,9 @@ def main(argv: list[str] | None = None) -> int:
         report = run_convert(args.saved_model, args.output, options, args.representative)
     else:
         converted = json.loads(Path(args.signature).read_text())
-        report = run_smoke(args.model, Signature.from_json(converted["signature"]), args.representative,
-                           converted.get("table_files", []))
+        others = {k: Signature.from_json(v) for k, v in converted.get("other_signatures", {}).items()}
+        report = run_smoke_all(args.model, Signature.from_json(converted["signature"]), args.representative,
+                               converted.get("table_files", []), others)
     text = json.dumps(report, indent=2, sort_keys=True)
     if args.report:
         Path(args.report).write_text(text)

@@ -190,14 +190,17 @@ def _wire_form(value: np.ndarray) -> np.ndarray:
 
 
 class RuntimeRunner:
-    """A loaded serving runtime as a runner: {input name: [N, ...]} -> {output name: [N, ...]}.
+    """A loaded serving runtime as a runner: {input name: [N, ...]} -> {output name: [N, ...]}, through the
+    signature `signature_name` (a SavedModel's other signatures; other backends serve `serving_default`).
 
     Raises (on construction): `serving.runtimes.RuntimeLoadError` when the backend cannot load the file.
     """
 
-    def __init__(self, artifact: Artifact, runtime_options: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, artifact: Artifact, runtime_options: Mapping[str, Any] | None = None,
+                 signature_name: str = "serving_default") -> None:
         from tfship.serving.runtimes import REGISTRY, RuntimeOptions
 
+        self.signature_name = signature_name
         version_dir = artifact.path if artifact.path.is_dir() else artifact.path.parent
         options = dict(runtime_options or {})
         if artifact.kind == "tflite":
@@ -206,7 +209,8 @@ class RuntimeRunner:
         self.runtime.load()
 
     def __call__(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        outputs = self.runtime.predict({name: _wire_form(value) for name, value in inputs.items()})
+        outputs = self.runtime.predict({name: _wire_form(value) for name, value in inputs.items()},
+                                       self.signature_name)
         return {name: np.asarray(value) for name, value in outputs.items()}
 
     def close(self) -> None:
@@ -226,9 +230,11 @@ def open_runner(artifact: Artifact) -> Runner:
     return RuntimeRunner(artifact, kind.runtime_options if kind else None)
 
 
-def saved_model_runner(path: Path) -> Runner:
-    """The SavedModel at `path` run as the gate runs its reference (the serving runtime), string outputs as
-    numpy unicode text (`as_text`).
+def saved_model_runner(path: Path, signature_name: str = "serving_default") -> Runner:
+    """The SavedModel at `path` run as the gate runs its reference (the serving runtime), through its signature
+    `signature_name`, string outputs as numpy unicode text (`as_text`).
     """
-    runner = open_runner(Artifact(SAVED_MODEL, "saved_model", "float32", Path(path)))
+    artifact = Artifact(SAVED_MODEL, "saved_model", "float32", Path(path))
+    runner = open_runner(artifact) if signature_name == "serving_default" else RuntimeRunner(
+        artifact, signature_name=signature_name)
     return lambda inputs: {name: as_text(value) for name, value in runner(inputs).items()}

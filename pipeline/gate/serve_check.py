@@ -8,7 +8,8 @@ held-out inputs at several batch sizes, and its answers (all requests together) 
 by the one comparison (`pipeline.gate.compare.compare_outputs`) at the float32 tolerance, with what the gate
 proved: the SavedModel's outputs for the SavedModel, and for every other artifact its own outputs computed in
 process by the same runtime at the same request sizes (validate already bounded those against the
-SavedModel's at the artifact's mode's tolerance). Only then
+SavedModel's at the artifact's mode's tolerance). The SavedModel's other signatures (TF Serving serves every
+one) are asked on the same server, each against its own in-process answers (`SignatureProbe`). Only then
 is an artifact published (TFX's "blessed" model). An artifact whose check fails is left out with its
 reason; the stage fails only when the SavedModel or a required artifact fails. The SavedModel's server
 (slowest to start: it imports TensorFlow) runs beside the others, two servers at a time.
@@ -30,6 +31,17 @@ from tfship.pipeline.gate.compare import Tolerance, compare_outputs, failures
 
 
 @dataclass(frozen=True)
+class SignatureProbe:
+    """Another signature of the served artifact to ask: its name, the inputs ({name: [N, ...]}) and the answers
+    expected on them (the artifact's own, in process, request by request at the check's batch sizes).
+    """
+
+    name: str
+    inputs: dict[str, np.ndarray]
+    expected: dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
 class ServeTarget:
     """One artifact to serve: its name, the serving backend, its tolerance, extra `serve` flags, and the
     answers expected (the artifact's own, computed in process by the runtime the gate proved it with, at the
@@ -41,11 +53,13 @@ class ServeTarget:
     tolerance: Tolerance
     serve_flags: tuple[str, ...] = ()
     expected: dict[str, np.ndarray] | None = None  # its own answers in process; None: the SavedModel's
+    probes: tuple[SignatureProbe, ...] = ()
 
 
 @dataclass(frozen=True)
 class ServeCheckResult:
-    """Per artifact: backend, passed, reason, requests sent, max abs error against the SavedModel, seconds.
+    """Per artifact: backend, passed, reason, requests sent, max abs error against the SavedModel, seconds, and
+    `signatures` ({name: passed, reason, requests}) for each other signature probed.
 
     required: artifacts whose failure fails the stage (`convert.required`; the SavedModel always).
     """
@@ -80,6 +94,7 @@ def _check_one(repository: Path, model_name: str, version: int, target: ServeTar
 
     started = time.perf_counter()
     worst, problems, answers, offset = 0.0, [], [], 0
+    signatures: dict[str, dict[str, Any]] = {}
     try:
         with ServerProcess(repository, model_name, backend=target.backend, extra_args=target.serve_flags) as server:
             with PredictClient(server.grpc_target) as client:
@@ -87,6 +102,9 @@ def _check_one(repository: Path, model_name: str, version: int, target: ServeTar
                     batch = {k: v[offset:offset + batch_size] for k, v in inputs.items()}
                     offset += batch_size
                     answers.append(client.predict(model_name, batch, version=version))
+                for probe in target.probes:
+                    signatures[probe.name] = _probe(client, model_name, version, probe, target.tolerance,
+                                                    batch_sizes)
         got = {name: np.concatenate([np.asarray(a[name]) for a in answers]) for name in answers[0]}
         want = target.expected if target.expected is not None else expected
         rows = compare_outputs(got, {k: np.asarray(v)[:offset] for k, v in want.items()}, target.tolerance)
@@ -94,11 +112,30 @@ def _check_one(repository: Path, model_name: str, version: int, target: ServeTar
         worst = max([worst, *(r.max_abs_error for r in rows if not r.exact)])
     except Exception as err:  # noqa: BLE001 - any server or RPC failure is this artifact's verdict, with its cause
         problems.append(f"{type(err).__name__}: {err}")
+    problems += [f"signature '{name}': {row['reason']}" for name, row in signatures.items() if not row["passed"]]
     requests = len(answers)
     served = " ".join((target.backend, *target.serve_flags))
     return {"backend": target.backend, "flags": list(target.serve_flags), "passed": not problems,
             "reason": f"serve-check [{served}]: {'; '.join(problems)}" if problems else "",
-            "requests": requests, "max_abs_error": worst, "seconds": round(time.perf_counter() - started, 2)}
+            "requests": requests, "max_abs_error": worst, "seconds": round(time.perf_counter() - started, 2),
+            "signatures": signatures}
+
+
+def _probe(client, model_name: str, version: int, probe: SignatureProbe, tolerance: Tolerance,
+           batch_sizes: tuple[int, ...]) -> dict[str, Any]:
+    """Ask signature `probe.name` at each batch size and compare with its in-process answers."""
+    answers, offset = [], 0
+    try:
+        for batch_size in batch_sizes:
+            batch = {k: v[offset:offset + batch_size] for k, v in probe.inputs.items()}
+            offset += batch_size
+            answers.append(client.predict(model_name, batch, signature_name=probe.name, version=version))
+        got = {name: np.concatenate([np.asarray(a[name]) for a in answers]) for name in answers[0]}
+        problems = failures(compare_outputs(got, {k: np.asarray(v)[:offset] for k, v in probe.expected.items()},
+                                            tolerance))
+    except Exception as err:  # noqa: BLE001 - an RPC failure is this signature's verdict, with its cause
+        problems = [f"{type(err).__name__}: {err}"]
+    return {"passed": not problems, "reason": "; ".join(problems), "requests": len(answers)}
 
 
 def serve_check(repository: Path, model_name: str, version: int, inputs: dict[str, np.ndarray],

@@ -113,3 +113,47 @@ def status_line(outcomes: list[ArtifactOutcome]) -> str:
     if not left:
         return f"status: published (all {len(outcomes)} artifacts published)"
     return f"status: partial ({len(left)} of {len(outcomes)} artifacts left out: {', '.join(left)})"
+
+
+SINGLE_SIGNATURE_NOTE = ("ONNX and TF.js files carry serving_default alone; a TFLite file carries the signatures "
+                         "its converter wrote (int8: serving_default alone, calibrated on its inputs)")
+
+
+def _verdict(artifacts: list[str], verdicts: dict[str, str]) -> str:
+    """`passed` when every carrier's check passed, else `artifact: reason` for the others."""
+    failed = {a: v for a, v in verdicts.items() if a in artifacts and v != "passed"}
+    return "; ".join(f"{a}: {v}" for a, v in failed.items()) if failed else "passed" if verdicts else "not run"
+
+
+def signature_carriers(signatures: list[str], default: str, outcomes: list[ArtifactOutcome],
+                       serve_check: dict[str, Any] | None = None,
+                       carried: dict[str, tuple[str, ...]] | None = None) -> dict[str, dict[str, Any]]:
+    """{signature name: published artifacts that carry it, its serve-check verdict, a note}.
+
+    `carried`: {artifact: signature names its file answers} (default: the SavedModel carries every one, the
+    converted artifacts `default` alone). The verdict comes from `serve_check.json`: `passed` when every
+    served carrier answered it correctly, else each carrier's reason (a failure, or why it was not asked:
+    `signatures_unchecked`).
+    """
+    published = [o.artifact for o in outcomes if o.status == PUBLISHED]
+    carried = carried or {SAVED_MODEL: tuple(signatures)}
+    served = (serve_check or {}).get("artifacts", {})
+    unchecked = (serve_check or {}).get("signatures_unchecked", {})
+    carriers = {}
+    for name in signatures:
+        if name == default:
+            artifacts = published
+            verdicts = {a: "passed" if row["passed"] else row["reason"] for a, row in served.items()}
+        else:
+            artifacts = [a for a in published if name in carried.get(a, ())]
+            verdicts = {}
+            for artifact in artifacts:
+                row = served.get(artifact, {}).get("signatures", {}).get(name)
+                reason = unchecked.get(artifact, {}).get(name)
+                if row is not None:
+                    verdicts[artifact] = "passed" if row["passed"] else row["reason"]
+                elif reason or artifact in served:
+                    verdicts[artifact] = reason or "not asked"
+        carriers[name] = {"artifacts": artifacts, "serve_check": _verdict(artifacts, verdicts),
+                          "note": "" if name == default else SINGLE_SIGNATURE_NOTE}
+    return carriers

@@ -158,6 +158,10 @@ def write_report(run: RunFolder, summary: dict[str, Any]) -> tuple[Path, Path]:
         lines += ["", "| artifact | outcome | file | required |", "|---|---|---|---|"]
         lines += [f"| {o['artifact']} | {_outcome_text(o)} | {o['file'] or '-'} | {'yes' if o['required'] else 'no'} |"
                   for o in summary["artifacts"]]
+    if summary.get("signatures"):
+        lines += ["", "| signature | carried by | serve-check | note |", "|---|---|---|---|"]
+        lines += [f"| {name} | {', '.join(row['artifacts']) or '-'} | {' '.join(str(row['serve_check']).split())} "
+                  f"| {row['note'] or '-'} |" for name, row in summary["signatures"].items()]
     if parity:
         metric = parity.get("metric", "accuracy_%")
         lines += ["", f"- task metric: {metric} on output `{parity.get('metric_output')}` against "

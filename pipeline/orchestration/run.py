@@ -21,7 +21,13 @@ from tfship.pipeline.config import PipelineConfig
 from tfship.pipeline.export_only.user_model import ExportOnlyRequest
 from tfship.pipeline.orchestration import steps
 from tfship.pipeline.orchestration.chain import STAGES, StageContext, run_chain
-from tfship.pipeline.orchestration.outcomes import RunStatus, artifact_outcomes, run_status, status_line
+from tfship.pipeline.orchestration.outcomes import (
+    RunStatus,
+    artifact_outcomes,
+    run_status,
+    signature_carriers,
+    status_line,
+)
 from tfship.pipeline.orchestration.publish import PublishResult
 from tfship.pipeline.orchestration.stages import RunFolder, StageRecord, StageStatus
 
@@ -120,7 +126,8 @@ def run_summary(config: PipelineConfig, run: RunFolder, published: PublishResult
                 extra: dict[str, Any]) -> dict[str, Any]:
     """The run's summary from its stage records: status, every artifact's outcome, parity, conversions.
 
-    `status` is `published`, `partial` (optional artifacts left out) or `failed` (nothing published).
+    `status` is `published`, `partial` (optional artifacts left out) or `failed` (nothing published);
+    `signatures`: which published artifact carries which signature (`outcomes.signature_carriers`).
     """
     conversions, parity, served = _read(run, "convert.json") or [], _read(run, "parity.json"), \
         _read(run, "serve_check.json")
@@ -130,6 +137,8 @@ def run_summary(config: PipelineConfig, run: RunFolder, published: PublishResult
             "status_line": status_line(outcomes) if published else "status: failed (nothing published)",
             "run": str(run.root), "published": str(published.version_dir) if published else None,
             "version": published.version if published else None, "audit_passed": bool(audit.get("passed")),
+            "signatures": signature_carriers(audit.get("signatures", []), "serving_default", outcomes, served,
+                                             steps.signatures_carried(run, outcomes)) if published else {},
             "artifacts": [o.to_json() for o in outcomes], "conversions": conversions, "parity": parity,
             "serve_check": [n for n, r in (served or {}).get("artifacts", {}).items() if r["passed"]]} | extra
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from tfship.core.contract import Signature
-from tfship.core.errors import ContractError, StageError
+from tfship.core.errors import ContractError, ParityError, StageError
 from tfship.core.saved_model import read_signatures
 from tfship.pipeline.config import PipelineConfig
 from tfship.pipeline.conversion.artifacts import (
@@ -30,10 +30,10 @@ from tfship.pipeline.conversion.artifacts import (
 from tfship.pipeline.conversion.convert import ConvertResult, convert_artifacts, raise_if_required_missing, remove_path
 from tfship.pipeline.data.splits import DatasetSplits
 from tfship.pipeline.export_only.user_model import EvalData
-from tfship.pipeline.gate.serve_check import ServeCheckResult, ServeTarget, serve_check
+from tfship.pipeline.gate.serve_check import ServeCheckResult, ServeTarget, SignatureProbe, serve_check
 from tfship.pipeline.gate.serve_check import raise_if_failed as raise_if_serve_check_failed
 from tfship.pipeline.gate.validate import ParityReport, raise_if_failed, tolerance_for, validate_artifacts
-from tfship.pipeline.orchestration.outcomes import artifact_outcomes, left_out_files, run_status
+from tfship.pipeline.orchestration.outcomes import artifact_outcomes, left_out_files, run_status, signature_carriers
 from tfship.pipeline.orchestration.publish import (
     PublishResult,
     git_commit,
@@ -99,9 +99,11 @@ def export_user_stage(config: PipelineConfig, run: RunFolder, model, data_path: 
     """Export-only mode: export a user's Keras model (or re-export a SavedModel), audit and prove it.
 
     The contract comes from the model (`signatures.keras_export.contract_from_keras`; a SavedModel keeps
-    the `serving_default` of its MetaGraph tagged `tags`, and only the variables that signature uses are
-    re-exported); mixed-precision models are exported as a float32 copy. Extra signatures come
-    from `[export] extra_signatures`. `data_path` is read for this contract (`pipeline.export_only.user_model`).
+    every signature of its MetaGraph tagged `tags`, `serving_default` being the contract, and only the
+    variables those signatures use are re-exported); mixed-precision models are exported as a float32 copy.
+    A Keras model's extra signatures come from `[export] extra_signatures`. `data_path` is read for this
+    contract (`pipeline.export_only.user_model`). `export.json` records the signatures written and what the
+    export removed from the function library (`signatures.forward_only`).
 
     Raises:
         ContractError, AuditError, DatasetError: the export, the audit, the behaviour checks or the data.
@@ -112,33 +114,41 @@ def export_user_stage(config: PipelineConfig, run: RunFolder, model, data_path: 
     from tfship.signatures.layers import keras_layers
 
     if isinstance(model, Path):
-        contract = _user_saved_model_contract(model, tags)
+        contract, others = _user_saved_model_contracts(model, tags)
         data = load_user_data(data_path, contract, config.convert.representative_samples, config.run.seed,
                               config.data.classes)
-        module = build_savedmodel_module(model, contract, tags)
-        export_saved_model(module, contract, run.artifacts)
+        module = build_savedmodel_module(model, contract, tags, others)
+        result = export_saved_model(module, contract, run.artifacts, others)
         run.write_json("data.json", data.summary() | {"tags": list(tags),
                                                       "variables_left_out": list(module.dropped_variables)})
+        run.write_json("export.json", _export_record(result))
         return _audit_and_prove(config, run, contract, data.inputs, None, None), data
     model = float32_copy(model)
     contract = contract_from_keras(model)
     data = load_user_data(data_path, contract, config.convert.representative_samples, config.run.seed,
                           config.data.classes)
     extras = dict(config.export.extra_signatures)
-    export_saved_model(build_keras_module(model, contract, extras), contract, run.artifacts,
-                       tuple(extra_contract(contract, name, outs) for name, outs in extras.items()))
+    result = export_saved_model(build_keras_module(model, contract, extras), contract, run.artifacts,
+                                tuple(extra_contract(contract, name, outs) for name, outs in extras.items()))
     run.write_json("data.json", data.summary())
-    run.write_json("export.json", {"recurrent": _write_recipe_sources(run, model, contract)})
+    run.write_json("export.json", _export_record(result) | {"recurrent": _write_recipe_sources(run, model, contract)})
     return _audit_and_prove(config, run, contract, data.inputs, [w.path for w in model.weights],
                             keras_layers(model)), data
 
 
-def _user_saved_model_contract(folder: Path, tags: tuple[str, ...]) -> Signature:
+def _user_saved_model_contracts(folder: Path, tags: tuple[str, ...]) -> tuple[Signature, tuple[Signature, ...]]:
+    """(`serving_default`, the MetaGraph's other signatures by name): all are re-exported and served."""
     contracts = read_signatures(folder, tags)
     if "serving_default" not in contracts:
         raise ContractError(f"--model {folder}: the MetaGraph tagged {list(tags)} has no 'serving_default' signature; "
                          f"it has {sorted(contracts)}")
-    return contracts["serving_default"]
+    return contracts["serving_default"], tuple(contracts[name] for name in sorted(contracts)
+                                               if name != "serving_default")
+
+
+def _export_record(result) -> dict:
+    """`export.json`'s signatures and forward-only library record for an `ExportResult`."""
+    return {"signatures": sorted(result.signatures), **result.cleanup.to_json()}
 
 
 def train_step_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits, progress=None,
@@ -261,8 +271,33 @@ def validate_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits
     data = as_eval_data(config, contract, splits)
     report = validate_artifacts(reference, candidates, contract, data.inputs, data.labels, config.parity,
                                 config.convert.required)
-    run.write_json("parity.json", report.to_json())
-    return raise_if_failed(report)
+    parity = _judge_other_signatures(report.to_json(), reference, candidates, data.inputs, config)
+    run.write_json("parity.json", parity)
+    raise_if_failed(report)
+    if not parity["passed"]:
+        raise ParityError("parity gate failed: " + " | ".join(
+            f"{r['artifact']}: {r['reason']}" for r in parity["artifacts"]
+            if not r["passed"] and r["artifact"] in config.convert.required))
+    return report
+
+
+def _judge_other_signatures(parity: dict, reference: Artifact, candidates: list[Artifact], inputs,
+                            config: PipelineConfig) -> dict:
+    """`parity` with `signatures` ({artifact: {signature: verdict}}, `pipeline.gate.signatures`): a converted
+    artifact whose other signature misses is left out (its row fails, the reason names the signature); the
+    gate fails when that artifact is required.
+    """
+    from tfship.pipeline.gate.signatures import validate_other_signatures
+
+    verdicts = validate_other_signatures(reference, candidates, inputs, config.parity)
+    for row in parity["artifacts"]:
+        missed = [f"signature '{name}': {v['reason']}" for name, v in verdicts.get(row["artifact"], {}).items()
+                  if not v["passed"]]
+        if missed and row["passed"]:
+            row["passed"], row["reason"] = False, "; ".join(missed)
+            if row["artifact"] in config.convert.required:
+                parity["passed"] = False
+    return parity | {"signatures": verdicts}
 
 
 def _golden(run: RunFolder, contract: Signature, splits: DatasetSplits | EvalData):
@@ -271,15 +306,42 @@ def _golden(run: RunFolder, contract: Signature, splits: DatasetSplits | EvalDat
     return inputs, {name: as_text(value) for name, value in runner(inputs).items()}
 
 
-def _own_answers(artifact: Artifact, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The artifact's outputs in process, request by request as serve-check sends them."""
+def _own_answers(artifact: Artifact, inputs: dict[str, np.ndarray], runner=None) -> dict[str, np.ndarray]:
+    """The artifact's outputs in process (through `runner`, default its own), request by request as
+    serve-check sends them.
+    """
     from tfship.pipeline.gate.validate import run_batched
 
-    runner, chunks, offset = open_runner(artifact), [], 0
+    runner, chunks, offset = runner or open_runner(artifact), [], 0
     for size in SERVE_BATCH_SIZES:
         chunks.append(run_batched(runner, {k: v[offset:offset + size] for k, v in inputs.items()}, size))
         offset += size
     return {name: np.concatenate([c[name] for c in chunks]) for name in chunks[0]}
+
+
+def signature_probes(run: RunFolder, artifact: Artifact, inputs: dict[str, np.ndarray]
+                     ) -> tuple[tuple[SignatureProbe, ...], dict[str, str]]:
+    """`artifact`'s signatures besides `serving_default` (`pipeline.gate.signatures.carried_signatures`), to ask
+    on its server: a probe for each whose inputs the data holds (by name), with the artifact's own in-process
+    answers; {name: why not} for the rest.
+    """
+    from tfship.pipeline.gate.signatures import carried_signatures, runner_for, signature_feed
+
+    probes, unchecked = [], {}
+    signatures = read_signatures(run.artifacts)
+    for name in carried_signatures(artifact):
+        if name == "serving_default" or name not in signatures:
+            continue
+        feed, why = signature_feed(signatures[name], inputs)
+        if feed is None:
+            unchecked[name] = why
+            continue
+        runner = runner_for(artifact, name)
+        try:
+            probes.append(SignatureProbe(name, feed, _own_answers(artifact, feed, runner)))
+        finally:
+            runner.close()
+    return tuple(probes), unchecked
 
 
 def _serve_targets(config: PipelineConfig, run: RunFolder, parity: dict, inputs) -> list[ServeTarget]:
@@ -297,6 +359,32 @@ def _serve_targets(config: PipelineConfig, run: RunFolder, parity: dict, inputs)
     return targets
 
 
+def _with_probes(run: RunFolder, targets: list[ServeTarget], inputs) -> tuple[list[ServeTarget], dict]:
+    """Each target with its other signatures to ask (`signature_probes`); {artifact: {signature: why not}}."""
+    kinds, probed, unchecked = artifact_kinds(), [], {}
+    for target in targets:
+        kind = kinds.get(target.artifact)
+        artifact = (kind.artifact(run.artifacts) if kind is not None
+                    else Artifact(SAVED_MODEL, "saved_model", "float32", run.artifacts))
+        probes, skipped = signature_probes(run, artifact, inputs)
+        probed.append(replace(target, probes=probes))
+        if skipped:
+            unchecked[target.artifact] = skipped
+    return probed, unchecked
+
+
+def signatures_carried(run: RunFolder, outcomes: list) -> dict[str, tuple[str, ...]]:
+    """{artifact: the signatures its file answers} for every artifact of the run's version folder."""
+    from tfship.pipeline.gate.signatures import carried_signatures
+
+    kinds = artifact_kinds()
+    carried = {SAVED_MODEL: carried_signatures(Artifact(SAVED_MODEL, "saved_model", "float32", run.artifacts))}
+    for outcome in outcomes:
+        if outcome.artifact in kinds:
+            carried[outcome.artifact] = carried_signatures(kinds[outcome.artifact].artifact(run.artifacts))
+    return carried
+
+
 def _outcomes(config: PipelineConfig, run: RunFolder) -> list:
     def read(name: str):
         path = run.root / name
@@ -308,7 +396,8 @@ def _outcomes(config: PipelineConfig, run: RunFolder) -> list:
 
 def serve_check_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits | EvalData) -> ServeCheckResult:
     """Stage the version in a private repository (without the artifacts left out so far), write warm-up and
-    golden files, serve-check every artifact; the ones that fail are removed from the candidate.
+    golden files, serve-check every artifact (and every other signature of the SavedModel whose inputs the
+    data holds: `signature_probes`); the ones that fail are removed from the candidate.
 
     Raises:
         StageError: the SavedModel or a required artifact failed its check.
@@ -327,10 +416,11 @@ def serve_check_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSpl
     left_out = left_out_files(_outcomes(config, run))
     shutil.copytree(run.artifacts, candidate, ignore=shutil.ignore_patterns(
         ".*", "*.reproduce.sh", "*.representative.npz", *left_out))
-    result = serve_check(run.candidate_repository, config.run.model_name, 1, inputs, expected,
-                         _serve_targets(config, run, json.loads(parity_path.read_text()), inputs),
+    targets, unchecked = _with_probes(run, _serve_targets(config, run, json.loads(parity_path.read_text()), inputs),
+                                      inputs)
+    result = serve_check(run.candidate_repository, config.run.model_name, 1, inputs, expected, targets,
                          config.convert.required, SERVE_BATCH_SIZES)
-    run.write_json("serve_check.json", result.to_json())
+    run.write_json("serve_check.json", result.to_json() | {"signatures_unchecked": unchecked})
     for name in left_out_files(_outcomes(config, run)):
         remove_path(candidate / name)
     return raise_if_serve_check_failed(result)
@@ -339,7 +429,8 @@ def serve_check_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSpl
 def publish_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits | EvalData, repository: Path,
                   metrics: dict) -> PublishResult:
     """Publish the blessed candidate (the SavedModel and every artifact that passed parity and serve-check)
-    with its manifest, which lists every artifact's outcome (`artifacts`: published or left out, and why).
+    with its manifest, which lists every artifact's outcome (`artifacts`: published or left out, and why),
+    every signature (`signature_def`) and which published artifact carries which (`signatures`).
     """
     for required in ("parity.json", "serve_check.json", "audit.json"):
         path = run.root / required
@@ -347,18 +438,22 @@ def publish_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits 
             raise StageError(f"publish: {path} is missing or did not pass; nothing was published")
     contract = read_contract(run)
     outcomes = _outcomes(config, run)
+    signatures = read_signatures(run.artifacts)
+    serve = json.loads((run.root / "serve_check.json").read_text())
     manifest = {
         "status": run_status(outcomes).value,
         "artifacts": [o.to_json() for o in outcomes],
         "run": str(run.root),
         "git_commit": git_commit(Path(__file__).parent),
-        "signature_def": {contract.name: contract.to_json()},
+        "signature_def": {name: signature.to_json() for name, signature in sorted(signatures.items())},
+        "signatures": signature_carriers(sorted(signatures), contract.name, outcomes, serve,
+                                         signatures_carried(run, outcomes)),
         "class_names": list(splits.class_names),
         "data": splits.summary(),
         "metrics": metrics,
         "parity": json.loads((run.root / "parity.json").read_text()),
         "audit": json.loads((run.root / "audit.json").read_text()),
-        "serve_check": json.loads((run.root / "serve_check.json").read_text()),
+        "serve_check": serve,
         "conversions": json.loads((run.root / "convert.json").read_text()),
         "libraries": library_versions(),
     }

@@ -58,7 +58,8 @@ def _kserve_validator() -> jsonschema.Draft202012Validator:
 def test_manifests_found() -> None:
     kinds = sorted(doc["kind"] for _, doc in _all_docs())
     assert kinds == sorted(["Deployment", "Deployment", "Service", "Service", "HorizontalPodAutoscaler",
-                            "HorizontalPodAutoscaler", "PersistentVolumeClaim", "InferenceService"])
+                            "HorizontalPodAutoscaler", "PersistentVolumeClaim", "InferenceService",
+                            "Job", "Service", "NetworkPolicy", "PersistentVolumeClaim"])  # train/
 
 
 @pytest.mark.parametrize(("path", "doc"), _all_docs(), ids=lambda v: v.name if isinstance(v, Path) else "")

@@ -4,7 +4,8 @@
 `10.251.24.<i+1>/24`; the other ends are joined by a bridge in a further namespace (the "switch"), so
 every address exists only inside the namespaces the test made, and no traffic reaches the machine's
 own interfaces. `start(i, argv, env)` runs a process inside host i (`ip netns exec`), its output in a
-log file; `cut(i)` takes host i's link down (a cut cable). Leaving the context stops every process it
+log file; `cut(i)` takes host i's link down (a cut cable). `names` maps host names to host indices
+in each namespace's own /etc/hosts (as a cluster DNS would), e.g. the pod names of an Indexed Job. Leaving the context stops every process it
 started by PID (SIGTERM, then SIGKILL after a bounded wait) and deletes the namespaces.
 
 Needs root and `ip` (iproute2); `namespaces_available()` says why not where they cannot be made.
@@ -46,8 +47,8 @@ def namespaces_available() -> str | None:
 class Hosts:
     """`count` network namespaces on one bridge; see the module docstring."""
 
-    def __init__(self, count: int, logs: Path):
-        self.count, self.logs = count, logs
+    def __init__(self, count: int, logs: Path, names: dict[str, int] | None = None):
+        self.count, self.logs, self.host_names = count, logs, names or {}
         tag = f"{os.getpid() % 100000}"
         self.names = [f"tfship-{tag}-h{i}" for i in range(count)]
         self.switch = f"tfship-{tag}-sw"
@@ -68,17 +69,23 @@ class Hosts:
                 _ip("link", "set", f"port{i}", "up", netns=self.switch)
                 _ip("addr", "add", f"{self.addresses[i]}/24", "dev", "eth0", netns=name)
                 _ip("link", "set", "eth0", "up", netns=name)
+                if self.host_names:  # `ip netns exec` mounts /etc/netns/<name>/hosts over /etc/hosts
+                    folder = Path("/etc/netns") / name
+                    folder.mkdir(parents=True, exist_ok=True)
+                    (folder / "hosts").write_text("127.0.0.1 localhost\n" + "".join(
+                        f"{self.addresses[h]} {n}\n" for n, h in self.host_names.items()))
         except BaseException:
             self._remove()
             raise
         return self
 
-    def start(self, host: int, argv: list[str], env: dict[str, str], log_name: str) -> subprocess.Popen:
+    def start(self, host: int, argv: list[str], env: dict[str, str], log_name: str,
+              cwd: Path | None = None) -> subprocess.Popen:
         """Start `argv` inside host `host` (its own PID; `ip netns exec` execs it), output into `logs/log_name`."""
         log = (self.logs / log_name).open("wb")
         try:
             proc = subprocess.Popen(["ip", "netns", "exec", self.names[host], *argv], env=env, stdout=log,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd)
         finally:
             log.close()
         self.processes.append(proc)
@@ -107,6 +114,7 @@ class Hosts:
     def _remove(self) -> None:
         for name in [*self.names, self.switch]:
             subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=20)
+            shutil.rmtree(Path("/etc/netns") / name, ignore_errors=True)
 
     def __exit__(self, *exc) -> None:
         try:

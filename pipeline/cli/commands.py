@@ -30,16 +30,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     """`tfship run`: the whole pipeline; prints the stage, artifact and publish tables and a status line.
 
     Returns the exit code: 0 every artifact published, 3 published with optional artifacts left out
-    (`status: partial`); a failure raises (exit 2, nothing published).
+    (`status: partial`); a failure raises (exit 2, nothing published). Under `train.strategy = "multi_worker"`
+    only the chief runs the whole pipeline; another worker trains, says so and exits 0 (`_train_as_non_chief`),
+    and a failure ends the process at once (`_ending_cleanly`).
     """
-    from rich.table import Table
-
-    from tfship.core.errors import ConfigError
     from tfship.pipeline.cli.arguments import config_from_args
-    from tfship.pipeline.export_only.user_model import ExportOnlyRequest
-    from tfship.pipeline.orchestration.outcomes import RunStatus
-    from tfship.pipeline.orchestration.report import summary_tables, write_report
-    from tfship.pipeline.orchestration.run import run_export_only, run_pipeline
 
     config = config_from_args(args)
     started = time.perf_counter()
@@ -49,6 +44,20 @@ def cmd_run(args: argparse.Namespace) -> int:
         cluster = read_cluster()
         if not cluster.is_chief:
             return _ending_cleanly(lambda: _train_as_non_chief(args, cluster), "tfship run")
+        return _ending_cleanly(lambda: _pipeline_command(args, config, started), "tfship run")
+    return _pipeline_command(args, config, started)
+
+
+def _pipeline_command(args: argparse.Namespace, config, started: float) -> int:
+    """`tfship run`'s work once the config is known (see cmd_run)."""
+    from rich.table import Table
+
+    from tfship.core.errors import ConfigError
+    from tfship.pipeline.export_only.user_model import ExportOnlyRequest
+    from tfship.pipeline.orchestration.outcomes import RunStatus
+    from tfship.pipeline.orchestration.report import summary_tables, write_report
+    from tfship.pipeline.orchestration.run import run_export_only, run_pipeline
+
     if bool(getattr(args, "model", None)) != bool(getattr(args, "data", None)):
         raise ConfigError("tfship run: --model and --data go together (export-only mode needs both)")
     if getattr(args, "resume", None):

@@ -122,7 +122,7 @@ def supervised(work: Callable[[], T], cluster: Cluster, watch: Watch, stop: Stop
     thread = threading.Thread(target=target, name="tfship-train", daemon=True)
     thread.start()
     reported = probed = time.monotonic()
-    unreachable_since, missing = None, []
+    unreachable_since, missing, rearmed = None, [], False
     while True:
         thread.join(POLL_S)
         if not thread.is_alive():
@@ -131,6 +131,9 @@ def supervised(work: Callable[[], T], cluster: Cluster, watch: Watch, stop: Stop
             return outcome["value"]
         now = time.monotonic()
         phase, waited = watch.phase, now - watch.since
+        if phase != "connecting" and not rearmed:
+            rearmed = True
+            _rearm(stop)
         if stop.requested:
             _check_stop(stop, watch, now, timeout_s)
         if phase not in WAITING_PHASES or waited < PROBE_AFTER_S:
@@ -155,6 +158,16 @@ def supervised(work: Callable[[], T], cluster: Cluster, watch: Watch, stop: Stop
             who = ", ".join(missing) if missing else "the peers (every peer's port answers)"
             say(f"{cluster.me.name}: {WAITING_PHASES[phase]}{where} for {waited:.0f} s; waiting for {who}"
                 + (f" (giving up after {timeout_s:g} s unreachable)" if missing else ""))
+
+
+def _rearm(stop: StopRequest) -> None:
+    """Take SIGTERM and SIGINT back once the strategy is built: TensorFlow's coordination service installs its
+    own C-level SIGTERM handler then (the preemption notifier behind PreemptionCheckpointHandler), which would
+    swallow the signal.
+    """
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, stop)
 
 
 def _check_stop(stop: StopRequest, watch: Watch, now: float, timeout_s: float) -> None:

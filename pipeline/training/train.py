@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -438,13 +439,14 @@ class _Loop:
 
             self._vote = vote
         mine = np.zeros(self.runtime.num_workers, np.float32)
-        mine[self.runtime.cluster.rank] = 1.0 if self.stop.requested else 0.0
+        if self.stop.requested:  # the vote carries the signal's number, so every worker can name it
+            mine[self.runtime.cluster.rank] = float(signal.Signals[self.stop.signal_name].value)
         votes = self._vote(tf.constant(mine)).numpy()
         if not votes.any():
             return False
         tasks = self.runtime.cluster.tasks
-        self._stopped_by = f"{self.stop.signal_name or 'a signal'} on " + ", ".join(
-            tasks[i].name for i in np.flatnonzero(votes > 0))
+        self._stopped_by = " and ".join(f"{signal.Signals(int(votes[i])).name} on {tasks[i].name}"
+                                        for i in np.flatnonzero(votes > 0))
         return True
 
     def _frozen_summary(self) -> dict:

@@ -229,7 +229,7 @@ def test_a_duplicate_index_is_refused_and_the_peer_gives_up_naming_it(tmp_path):
         procs = [_start(hosts, i, "train", tmp_path / f"host{i}", "--set", "train.cluster_timeout_s=12",
                         config=both_zero) for i in range(2)]
         started = time.monotonic()
-        codes = wait_all(procs, 120)
+        codes = wait_all(procs, 240)
         took = time.monotonic() - started
         logs = [hosts.log(f"w{i}.log") for i in range(2)]
     assert codes == [2, 2], "\n".join(log[-2000:] for log in logs)
@@ -239,4 +239,4 @@ def test_a_duplicate_index_is_refused_and_the_peer_gives_up_naming_it(tmp_path):
     assert f"gave up after 12 s (train.cluster_timeout_s) connecting to the cluster; waiting for: worker 1 at " \
            f"{hosts.addresses[1]}:{PORT}" in gave_up, gave_up
     assert f"waiting for worker 1 at {hosts.addresses[1]}:{PORT}" in logs[0]  # reported while it waited
-    assert took < 150, took  # importing TensorFlow on a shared machine, then the 12 s
+    assert took < 240, took  # importing TensorFlow on a shared machine, then the 12 s

@@ -46,18 +46,24 @@ class StopRequest:
         count: signals received so far.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, interrupt_on_second: bool = False) -> None:
         self.event = threading.Event()
         self.signal_name: str | None = None
         self.count = 0
         self.at = 0.0
+        self.interrupt_on_second = interrupt_on_second
 
     def __call__(self, signum, _frame=None) -> None:
+        """The handler: the first signal asks for a checkpoint and a stop; with `interrupt_on_second` (training in
+        the main thread) a second one raises KeyboardInterrupt there, stopping at once.
+        """
         self.count += 1
         if self.signal_name is None:
             self.signal_name = signal.Signals(signum).name
             self.at = time.monotonic()
         self.event.set()
+        if self.count > 1 and self.interrupt_on_second:
+            raise KeyboardInterrupt
 
     @property
     def requested(self) -> bool:

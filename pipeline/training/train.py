@@ -1,6 +1,12 @@
 """Train stage: a custom `tf.GradientTape` loop (`pipeline.training.train_step`) over one endless, seeded
 tf.data iterator, with evaluation, early stopping, checkpoints, resume and TensorBoard.
 
+SIGINT / SIGTERM while training: a checkpoint after the step under way, then `StageError` (a second signal
+stops at once). Under `multi_worker` the workers first meet and compare fingerprints
+(`pipeline.training.rendezvous`), the loop runs in a thread watched by the main thread
+(`pipeline.training.supervise`), all workers agree after every step whether to stop, and a collective
+that loses a peer ends with one line naming it.
+
 The step is traced exactly once per run (counted, reported, enforced). A `CheckpointManager`
 saves the model, the optimizer (slots, step count, loss scale), the loop counters and the data
 iterator position every `checkpoint_every_steps` steps and at the end; `resume=True` continues
@@ -111,7 +117,8 @@ def train_model(inputs: TrainInputs, progress=None) -> TrainResult:
     from tfship.pipeline.training.supervise import StopRequest, Watch, handling_signals, supervised
 
     train = inputs.config.train
-    with training_runtime(train, inputs.config.run.seed), handling_signals(StopRequest()) as stop:
+    with training_runtime(train, inputs.config.run.seed), \
+            handling_signals(StopRequest(interrupt_on_second=train.strategy != "multi_worker")) as stop:
         if train.strategy != "multi_worker":
             return _Loop(inputs, progress, stop).run()
         from tfship.pipeline.training.agreement import fingerprints

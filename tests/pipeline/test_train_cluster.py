@@ -1,6 +1,7 @@
 """The multi-worker checks that run before TensorFlow connects: TF_CONFIG validation, our own address, the
 rendezvous on the chief's port (on loopback, workers as threads) and the one-line disagreement; and SIGTERM /
-SIGINT in a real `tfship train` process (a checkpoint, then exit; at once while waiting for peers)."""
+SIGINT delivered to this process while `train_model` runs in its main thread, as `tfship train` runs it (a
+checkpoint, then a stop; at once while waiting for peers)."""
 
 from __future__ import annotations
 
@@ -8,15 +9,12 @@ import json
 import os
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 
 import numpy as np
 import pytest
 
-from tests.pipeline.conftest import REPO_ROOT
 from tfship.core.errors import ConfigError, StageError
 from tfship.pipeline.training.agreement import disagreement
 from tfship.pipeline.training.cluster import check_own_address, parse_tf_config
@@ -115,61 +113,49 @@ def test_a_missing_worker_is_named_after_the_timeout():
                           f"for: worker 1 at 127.0.0.1:{ports[1]} (not connected yet)")
 
 
-def _train_process(tmp_path, *extra, env_extra=None):
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "COLUMNS": "200", "PYTHONPATH": str(REPO_ROOT),
-           **(env_extra or {})}
-    argv = [sys.executable, "-m", "tfship.pipeline.cli", "train", "--set", "model.kind=mlp", "--set",
-            "train.jit_compile=false", "--set", "train.tensorboard=false", "--runs-dir", str(tmp_path / "runs"),
-            *extra]
-    return subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+def _config_with(**train):
+    from tfship.pipeline.config import load_config
+
+    return load_config(None, {"model.kind": "mlp", "model.hidden_units": [16], "train.jit_compile": False,
+                              "train.tensorboard": False, **{f"train.{k}": v for k, v in train.items()}})
 
 
-def _read_until(proc, marker: str, timeout_s: float) -> str:
-    """Read the process's output until a line holds `marker` (AssertionError after `timeout_s`)."""
-    seen, deadline = [], time.monotonic() + timeout_s
-    timer = threading.Timer(timeout_s, proc.kill)
-    timer.start()
-    try:
-        for line in proc.stdout:
-            seen.append(line)
-            if marker in line:
-                return "".join(seen)
-    finally:
-        timer.cancel()
-    raise AssertionError(f"{marker!r} not seen within {timeout_s} s (or the process ended):\n{''.join(seen)[-3000:]}"
-                         if time.monotonic() < deadline else f"timed out:\n{''.join(seen)[-3000:]}")
+def test_sigterm_while_training_checkpoints_then_stops(splits, tmp_path):
+    """In this process (main thread, as `tfship train` runs it): SIGTERM during step 20's checkpoint -> a
+    checkpoint of that step, then StageError naming it."""
+    from tfship.pipeline.training.train import TrainInputs, train_model
+
+    sent = []
+
+    def log(line: str) -> None:
+        if line.startswith("checkpoint saved: step 20 ") and not sent:
+            sent.append(line)
+            os.kill(os.getpid(), signal.SIGTERM)  # handled before the loop's next check: it stops after step 20
+
+    config = _config_with(epochs=50, checkpoint_every_steps=20)
+    with pytest.raises(StageError) as caught:
+        train_model(TrainInputs(config, splits, tmp_path / "checkpoints", log=log))
+    message = str(caught.value)
+    assert message.startswith("train: stopped by SIGTERM at step 20 of ") and "tfship train --resume" in message
+    assert (tmp_path / "checkpoints" / "ckpt-20.index").is_file()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored
 
 
-@pytest.mark.slow
-def test_sigterm_while_training_checkpoints_then_exits(tmp_path):
-    proc = _train_process(tmp_path, "--epochs", "200", "--set", "train.checkpoint_every_steps=20")
-    try:
-        _read_until(proc, "checkpoint saved: step 20 ", 180)
-        proc.send_signal(signal.SIGTERM)
-        rest, _ = proc.communicate(timeout=30)
-    finally:
-        proc.kill()
-    assert proc.returncode == 2, rest[-3000:]
-    (line,) = [x for x in rest.splitlines() if x.startswith("tfship train:")]
-    assert "stopped by SIGTERM at step" in line and "continue with `tfship train --resume`" in line
-    step = int(line.split(" at step ")[1].split()[0])
-    (run,) = (tmp_path / "runs").iterdir()
-    assert (run / "checkpoints" / f"ckpt-{step}.index").is_file()
+def test_ctrl_c_while_waiting_for_peers_ends_at_once(splits, tmp_path, monkeypatch):
+    from tfship.pipeline.training.train import TrainInputs, train_model
 
-
-@pytest.mark.slow
-def test_ctrl_c_while_waiting_for_peers_ends_at_once(tmp_path):
     ports = free_loopback_ports(2)
-    config = _config([f"127.0.0.1:{p}" for p in ports])
-    proc = _train_process(tmp_path, "--set", "train.strategy=multi_worker", env_extra={"TF_CONFIG": config})
-    try:
-        _read_until(proc, f"waiting for worker 1 at 127.0.0.1:{ports[1]}", 180)
-        sent = time.monotonic()
-        proc.send_signal(signal.SIGINT)
-        rest, _ = proc.communicate(timeout=30)
-        took = time.monotonic() - sent
-    finally:
-        proc.kill()
-    assert proc.returncode == 2 and took < 5, (took, rest[-2000:])
-    assert f"stopped by SIGINT while waiting for worker 1 at 127.0.0.1:{ports[1]}" in rest
+    monkeypatch.setenv("TF_CONFIG", _config([f"127.0.0.1:{p}" for p in ports]))
+    lines = []
+
+    def log(line: str) -> None:
+        lines.append(line)
+        os.kill(os.getpid(), signal.SIGINT)  # at the first "waiting for" report
+
+    started = time.monotonic()
+    with pytest.raises(StageError) as caught:
+        train_model(TrainInputs(_config_with(strategy="multi_worker"), splits, tmp_path / "checkpoints", log=log))
+    assert time.monotonic() - started < 5 + 3  # the first report comes after 5 s
+    assert lines == [f"worker 0: waiting for worker 1 at 127.0.0.1:{ports[1]} (not connected yet) (5 s of 300 s)"]
+    assert str(caught.value) == (f"train: stopped by SIGINT while waiting for worker 1 at 127.0.0.1:{ports[1]} "
+                                 "(not connected yet); nothing trained, no checkpoint written")

@@ -145,6 +145,9 @@ class TrainSection(_Section):
     histogram_every_steps: int = Field(100, ge=1, description="TensorBoard weight-histogram period in steps.")
     strategy: Literal["default", "mirrored", "multi_worker"] = Field(
         "default", description="tf.distribute strategy; multi_worker reads the cluster from TF_CONFIG.")
+    cluster_timeout_s: float = Field(
+        300.0, gt=0.0, le=86400.0, description="multi_worker: seconds to wait for peers (connecting, or a step or "
+        "checkpoint stalled) before giving up naming the missing task and address; also bounds a SIGTERM stop.")
 
 
 class ExportSection(_Section):

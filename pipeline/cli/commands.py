@@ -31,18 +31,33 @@ def cmd_run(args: argparse.Namespace) -> int:
     """`tfship run`: the whole pipeline; prints the stage, artifact and publish tables and a status line.
 
     Returns the exit code: 0 every artifact published, 3 published with optional artifacts left out
-    (`status: partial`); a failure raises (exit 2, nothing published).
+    (`status: partial`); a failure raises (exit 2, nothing published). Under `train.strategy = "multi_worker"`
+    only the chief runs the whole pipeline; another worker trains, says so and exits 0 (`_train_as_non_chief`),
+    and a failure ends the process at once (`_ending_cleanly`).
     """
+    from tfship.pipeline.cli.arguments import config_from_args
+
+    config = config_from_args(args)
+    started = time.perf_counter()
+    if config.train.strategy == "multi_worker" and not getattr(args, "model", None):
+        from tfship.pipeline.training.cluster import read_cluster
+
+        cluster = read_cluster()
+        if not cluster.is_chief:
+            return _ending_cleanly(lambda: _train_as_non_chief(args, cluster), "tfship run")
+        return _ending_cleanly(lambda: _pipeline_command(args, config, started), "tfship run")
+    return _pipeline_command(args, config, started)
+
+
+def _pipeline_command(args: argparse.Namespace, config, started: float) -> int:
+    """`tfship run`'s work once the config is known (see cmd_run)."""
     from rich.table import Table
 
-    from tfship.pipeline.cli.arguments import config_from_args
     from tfship.pipeline.export_only.user_model import ExportOnlyRequest
     from tfship.pipeline.orchestration.outcomes import RunStatus
     from tfship.pipeline.orchestration.report import summary_tables, write_report
     from tfship.pipeline.orchestration.run import run_export_only, run_pipeline
 
-    config = config_from_args(args)
-    started = time.perf_counter()
     if bool(getattr(args, "model", None)) != bool(getattr(args, "data", None)):
         raise ConfigError("tfship run: --model and --data go together (export-only mode needs both)")
     if getattr(args, "resume", None):
@@ -76,6 +91,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     console.print(f"report: {report_md}", soft_wrap=True)
     console.print(result.summary["status_line"], soft_wrap=True, highlight=False)
     return RunStatus(result.summary["status"]).exit_code
+
+
+def _train_as_non_chief(args: argparse.Namespace, cluster) -> int:
+    """`tfship run` on a worker that is not the chief: train (the stage every worker takes part in), then say that
+    the chief exports and publishes, and exit 0.
+    """
+    _stage_command(args, "train")  # `tfship run --resume RUN` on a worker continues its training in RUN
+    console.print(f"{cluster.me.name} is not the chief: it trained its share; the chief ({cluster.chief.name} at "
+                  f"{cluster.chief.address}) exports, converts, validates and publishes", highlight=False,
+                  soft_wrap=True)
+    return 0
 
 
 def _run_folder(args: argparse.Namespace, config) -> RunFolder:
@@ -143,9 +169,35 @@ def _print_json_table(name: str, run: RunFolder, result) -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     """`tfship train`: train into a new run folder; `--workers N`: N local multi-worker processes."""
-    if getattr(args, "workers", None) is None:
+    if getattr(args, "workers", None) is not None:
+        return _train_workers(args)
+    from tfship.pipeline.cli.arguments import config_from_args
+
+    if config_from_args(args).train.strategy != "multi_worker":
         return _stage_command(args, "train")
-    return _train_workers(args)
+    return _ending_cleanly(lambda: _stage_command(args, "train"), "tfship train")
+
+
+def _ending_cleanly(command, prog: str) -> int:
+    """Run a multi-worker command; on a tfship error print its one line and end the process at once.
+
+    After a lost peer, a timeout or a signal, TensorFlow may still hold a thread blocked in a collective and
+    waits for its peers at exit; `os._exit` ends the process with the error's exit status instead (the stage
+    record and the checkpoint, where there is one, are already written).
+    """
+    import os
+    import sys
+
+    from tfship.core.errors import TfshipError, cli_error
+
+    try:
+        return command()
+    except TfshipError as err:
+        line, code = cli_error(prog, err)
+        Console(stderr=True).print(line, style="bold red", highlight=False, markup=False, soft_wrap=True)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def _train_workers(args: argparse.Namespace) -> int:

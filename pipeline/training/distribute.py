@@ -8,12 +8,9 @@ nothing leaks into the code that runs after it (export, other tests).
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from tfship.core.errors import ConfigError
 from tfship.pipeline.config import TrainSection
 
 
@@ -26,6 +23,7 @@ class Runtime:
     is_chief: bool
     worker_index: int
     num_workers: int
+    cluster: object = None  # pipeline.training.cluster.Cluster under multi_worker
 
     @property
     def replicas(self) -> int:
@@ -33,29 +31,19 @@ class Runtime:
         return int(self.strategy.num_replicas_in_sync)
 
 
-def _cluster() -> tuple[bool, int, int]:
-    raw = os.environ.get("TF_CONFIG")
-    if not raw:
-        raise ConfigError("train.strategy = 'multi_worker' needs the TF_CONFIG environment variable "
-                          '(e.g. {"cluster": {"worker": ["host:port", ...]}, "task": {"type": "worker", "index": 0}}); '
-                          "on one machine, `tfship train --workers N` starts the workers with their TF_CONFIG")
-    try:
-        tf_config = json.loads(raw)
-        workers = tf_config["cluster"]["worker"]
-        task = tf_config["task"]
-    except (ValueError, KeyError, TypeError) as err:
-        raise ConfigError(f"TF_CONFIG: expected cluster.worker and task; got {raw!r}") from err
-    index = int(task.get("index", 0))
-    chief = task.get("type") == "chief" or ("chief" not in tf_config["cluster"] and index == 0)
-    return chief, index, len(workers) + len(tf_config["cluster"].get("chief", []))
-
-
-def make_strategy(kind: str) -> Runtime:
+def make_strategy(kind: str, cluster_timeout_s: float = 300.0) -> Runtime:
     """Build the strategy: `default` (one device), `mirrored` (all local GPUs, else the CPU) or
     `multi_worker` (MultiWorkerMirroredStrategy over the cluster in TF_CONFIG, ring all-reduce).
 
+    For `multi_worker`, TF_CONFIG is read again (`pipeline.training.cluster`; `train_model` has validated it and
+    met the other workers, `pipeline.training.rendezvous`), and TensorFlow's coordination service is configured
+    to give up registering after `cluster_timeout_s` seconds (TensorFlow's default is an hour) and to wait at
+    most 10 s for peers at exit.
+    Building it blocks until every task has connected: call it from the supervised training thread
+    (`pipeline.training.supervise`).
+
     Raises:
-        ConfigError: multi_worker without a usable TF_CONFIG.
+        ConfigError: multi_worker without a usable TF_CONFIG (the message names the task and address).
     """
     import tensorflow as tf
 
@@ -63,11 +51,33 @@ def make_strategy(kind: str) -> Runtime:
         return Runtime(tf.distribute.get_strategy(), kind, True, 0, 1)
     if kind == "mirrored":
         return Runtime(tf.distribute.MirroredStrategy(), kind, True, 0, 1)
-    chief, index, workers = _cluster()
+    from tfship.pipeline.training.cluster import read_cluster
+
+    cluster = read_cluster()  # validated, met and agreed on already (train_model)
+    configure_coordination(cluster, cluster_timeout_s)
     options = tf.distribute.experimental.CommunicationOptions(
         implementation=tf.distribute.experimental.CommunicationImplementation.RING)
     strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
-    return Runtime(strategy, kind, chief, index, workers)
+    return Runtime(strategy, kind, cluster.is_chief, cluster.me.index, cluster.size, cluster)
+
+
+def configure_coordination(cluster, cluster_timeout_s: float) -> None:
+    """Configure TensorFlow's coordination service as MultiWorkerMirroredStrategy would, with bounded waits:
+    registration gives up after `cluster_timeout_s` (plus a margin, so our own watchdog names the missing task
+    first), the shutdown barrier after 10 s.
+    """
+    from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
+    from tensorflow.python.eager import context
+
+    if context.context().coordination_service is not None:
+        return
+    leader = f"/job:{cluster.chief.job}/replica:0/task:{cluster.chief.index}"
+    jobs = [coordination_config_pb2.CoordinatedJob(name=job, num_tasks=len(addresses))
+            for job, addresses in cluster.jobs.items()]
+    context.context().configure_coordination_service(
+        service_type="standalone", service_leader=leader, coordinated_jobs=jobs,
+        cluster_register_timeout_in_ms=int((cluster_timeout_s + 30) * 1000),
+        shutdown_barrier_timeout_in_ms=10_000)
 
 
 @contextlib.contextmanager

@@ -1,6 +1,12 @@
 """Train stage: a custom `tf.GradientTape` loop (`pipeline.training.train_step`) over one endless, seeded
 tf.data iterator, with evaluation, early stopping, checkpoints, resume and TensorBoard.
 
+SIGINT / SIGTERM while training: a checkpoint after the step under way, then `StageError` (a second signal
+stops at once). Under `multi_worker` the workers first meet and compare fingerprints
+(`pipeline.training.rendezvous`), the loop runs in a thread watched by the main thread
+(`pipeline.training.supervise`), all workers agree after every step whether to stop, and a collective
+that loses a peer ends with one line naming it.
+
 The step is traced exactly once per run (counted, reported, enforced). A `CheckpointManager`
 saves the model, the optimizer (slots, step count, loss scale), the loop counters and the data
 iterator position every `checkpoint_every_steps` steps and at the end; `resume=True` continues
@@ -12,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -107,25 +114,65 @@ def train_model(inputs: TrainInputs, progress=None) -> TrainResult:
         ConfigError: an invalid model or strategy setting.
     """
     from tfship.pipeline.training.distribute import training_runtime
+    from tfship.pipeline.training.supervise import StopRequest, Watch, handling_signals, supervised
 
-    with training_runtime(inputs.config.train, inputs.config.run.seed):
-        return _Loop(inputs, progress).run()
+    train = inputs.config.train
+    with training_runtime(train, inputs.config.run.seed), \
+            handling_signals(StopRequest(interrupt_on_second=train.strategy != "multi_worker")) as stop:
+        if train.strategy != "multi_worker":
+            return _Loop(inputs, progress, stop).run()
+        from tfship.pipeline.training.agreement import fingerprints
+        from tfship.pipeline.training.cluster import check_own_address, read_cluster
+        from tfship.pipeline.training.rendezvous import meet
+
+        cluster, watch = read_cluster(), Watch()
+        check_own_address(cluster)
+        start = _checkpoint_step(inputs.checkpoint_dir) if inputs.resume else 0
+        values = fingerprints(inputs.config, cluster.jobs, inputs.splits, start if start is not None else -1)
+        meet(cluster, values, train.cluster_timeout_s, stop, _console_line(inputs.log))
+        return supervised(lambda: _Loop(inputs, progress, stop, watch).run(), cluster, watch, stop,
+                          train.cluster_timeout_s, _console_line(inputs.log))
+
+
+def _console_line(log: Callable[[str], None] | None) -> Callable[[str], None]:
+    if log is not None:
+        return log
+    import sys
+
+    return lambda line: print(line, file=sys.stderr, flush=True)
+
+
+def _checkpoint_step(checkpoint_dir: Path) -> int | None:
+    """The step of the latest checkpoint in `checkpoint_dir` (saved as `ckpt-<step>`), None when there is none."""
+    import tensorflow as tf
+
+    latest = tf.train.latest_checkpoint(str(checkpoint_dir))
+    return None if latest is None else int(latest.rsplit("-", 1)[1])
 
 
 class _Loop:
     """One training run: builds everything under the strategy scope, then steps."""
 
-    def __init__(self, inputs: TrainInputs, progress):
+    def __init__(self, inputs: TrainInputs, progress, stop=None, watch=None):
         import tensorflow as tf
 
         from tfship.pipeline.training.distribute import make_strategy
         from tfship.pipeline.training.model import build_model
         from tfship.pipeline.training.optim import build_optimizer, total_optimizer_updates
+        from tfship.pipeline.training.supervise import StopRequest, Watch
 
         self.inputs, self.progress, self.notes = inputs, progress, []
+        self.stop, self.watch = stop or StopRequest(), watch or Watch()
         config, splits = inputs.config, inputs.splits
         self.train = config.train
-        self.runtime = make_strategy(config.train.strategy)
+        self.runtime = make_strategy(config.train.strategy, config.train.cluster_timeout_s)
+        self.start_step = 0
+        if inputs.resume:
+            found = _checkpoint_step(inputs.checkpoint_dir)
+            if found is None:
+                raise StageError(f"train --resume: no checkpoint in {inputs.checkpoint_dir}")
+            self.start_step = found
+        self.watch.beat("building")
         self.batch = config.data.batch_size * max(self.runtime.num_workers, self.runtime.replicas)
         self.steps_per_epoch = len(splits.train) // self.batch
         if self.steps_per_epoch == 0:
@@ -154,6 +201,10 @@ class _Loop:
         per_call = config.data.batch_size if self.runtime.kind == "default" else self.batch
         self.dataset = make_dataset(splits.train, per_call, training=True, seed=config.run.seed,
                                     shuffle_buffer=config.data.shuffle_buffer, cache=config.data.cache, repeat=True)
+        if self.runtime.kind != "default" and self.start_step:
+            # The data position of a distributed run is its step: the same seeded, repeated stream from the start,
+            # less the global batches already trained on (a distributed iterator is not checkpointable).
+            self.dataset = self.dataset.skip(self.start_step)
         if config.train.assert_inputs:
             from tfship.pipeline.training.train_checks import input_assertions
 
@@ -213,6 +264,8 @@ class _Loop:
             raise StageError(f"train --resume: no checkpoint in {self.inputs.checkpoint_dir}")
         self.checkpoint.restore(latest).assert_existing_objects_matched()
         step = int(self.step.numpy())
+        if step != self.start_step:
+            raise StageError(f"train --resume: {latest} holds step {step}, not the {self.start_step} its name says")
         saved = json.loads(self._history_path().read_text()) if self._history_path().is_file() else {"history": []}
         history = [EpochMetrics(**h) for h in saved["history"] if h["step"] <= step]
         self.say(f"resumed from {latest} at step {step} of {self.total_steps}")
@@ -251,6 +304,39 @@ class _Loop:
         return steps, choice
 
     def run(self) -> TrainResult:
+        if self.runtime.cluster is None:
+            return self._run()
+        import tensorflow as tf
+
+        try:
+            result = self._run()
+        except tf.errors.OpError as err:
+            raise StageError(self._lost_peer(err)) from None
+        self.watch.beat("done")
+        return result
+
+    def _lost_peer(self, err) -> str:
+        """One line naming the task a collective lost (from TensorFlow's message, else by probing the peers)."""
+        import re
+
+        from tfship.pipeline.training.cluster import describe_unreachable
+
+        cluster = self.runtime.cluster
+        named = {(m.group(1), int(m.group(2))) for m in re.finditer(r"/job:(\w+)/replica:\d+/task:(\d+)", str(err))}
+        lost = [t for t in cluster.peers if (t.job, t.index) in named]
+        unreachable = describe_unreachable(tuple(lost) or cluster.peers)
+        who = "; ".join(unreachable) if unreachable else ", ".join(f"{t.name} at {t.address}" for t in lost) \
+            or "a peer (every peer's port still answers)"
+        lines = [line.strip() for line in str(err.message).splitlines() if line.strip()]
+        useful = [line for line in lines if not line.startswith(("Graph execution error", "Detected at node",
+                                                                   "File ", "[[", "Additional GRPC"))]
+        first = (useful or lines or [""])[0][:160]
+        last = _checkpoint_step(self.inputs.checkpoint_dir)
+        resume = (f"the last checkpoint is step {last}" if last is not None else "no checkpoint was written yet")
+        return (f"train: lost {who} at step {self.watch.step + 1} ({type(err).__name__}: {first}); {resume}: "
+                "restart every worker (with --resume to continue from it)")
+
+    def _run(self) -> TrainResult:
         from tfship.pipeline.training.tensorboard_log import TensorBoardLog
 
         history = self._restore() if self.inputs.resume else []
@@ -258,6 +344,7 @@ class _Loop:
         from tfship.pipeline.training.train_checks import numerics_checked_tracing, numerics_guard
 
         # The first call of the step runs a real step (then restored): errors name step start + 1.
+        self.watch.beat("step", start)
         with numerics_guard(self.train.check_numerics, start + 1), numerics_checked_tracing(self.train.check_numerics):
             steps, choice = self._build_step()
         folder = self.inputs.tensorboard_dir if self.train.tensorboard and self.runtime.is_chief else None
@@ -298,6 +385,7 @@ class _Loop:
         sums = self.sums.numpy().tolist()
         float16 = self.train.mixed_precision == "mixed_float16"
         for step in range(start + 1, self.total_steps + 1):
+            self.watch.beat("step", step - 1)
             images, labels = next(self.iterator)
             loss, correct, norm, nonfinite, metrics = self._call_step(steps, images, labels, step)
             self.kind_metrics = {name: round(float(value), 6) for name, value in metrics.items()}
@@ -329,8 +417,44 @@ class _Loop:
                          f"{self.train.early_stopping_patience} epochs")
                 return True
             if every and step % every == 0 and step < self.total_steps:
+                self.watch.beat("checkpoint", step)
                 self._save(history)
+            self.watch.beat("after_step", step)
+            if step < self.total_steps and self._stop_agreed():
+                self.watch.beat("checkpoint", step)
+                path = self._save(history)
+                raise StageError(f"train: stopped by {self._stopped_by} at step {step} of {self.total_steps}: "
+                                 f"checkpoint saved ({path}); continue with `tfship train --resume`")
         return False
+
+    def _stop_agreed(self) -> bool:
+        """Whether to stop after this step: a signal here (one process), or on any worker (multi_worker: every
+        worker votes after every step, one tiny all-reduce, so all stop at the same step).
+        """
+        if self.runtime.cluster is None:
+            self._stopped_by = self.stop.signal_name
+            return self.stop.requested
+        import tensorflow as tf
+
+        if getattr(self, "_vote", None) is None:
+            strategy = self.runtime.strategy
+
+            @tf.function(input_signature=[tf.TensorSpec([self.runtime.num_workers], tf.float32)])
+            def vote(local):
+                return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(tf.identity, args=(local,)),
+                                       axis=None)
+
+            self._vote = vote
+        mine = np.zeros(self.runtime.num_workers, np.float32)
+        if self.stop.requested:  # the vote carries the signal's number, so every worker can name it
+            mine[self.runtime.cluster.rank] = float(signal.Signals[self.stop.signal_name].value)
+        votes = self._vote(tf.constant(mine)).numpy()
+        if not votes.any():
+            return False
+        tasks = self.runtime.cluster.tasks
+        self._stopped_by = " and ".join(f"{signal.Signals(int(votes[i])).name} on {tasks[i].name}"
+                                        for i in np.flatnonzero(votes > 0))
+        return True
 
     def _frozen_summary(self) -> dict:
         from tfship.pipeline.training.freeze import frozen_weights, slots_for

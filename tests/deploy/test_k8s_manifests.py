@@ -59,7 +59,8 @@ def test_manifests_found() -> None:
     kinds = sorted(doc["kind"] for _, doc in _all_docs())
     assert kinds == sorted(["Deployment", "Deployment", "Deployment", "Service", "Service", "Service",
                             "HorizontalPodAutoscaler", "HorizontalPodAutoscaler", "PersistentVolumeClaim",
-                            "InferenceService"])
+                            "InferenceService",
+                            "Job", "Service", "NetworkPolicy", "PersistentVolumeClaim"])  # train/
 
 
 def test_bucket_variant_reads_the_bucket_with_secret_credentials_and_no_claim() -> None:

@@ -112,6 +112,23 @@ def _bind_grpc(server: grpc.aio.Server, settings: ServerSettings, credentials) -
     return port
 
 
+def _bind_unix_socket(server: grpc.aio.Server, path: str, credentials) -> None:
+    """Add a gRPC listener on the Unix socket `path` (TF Serving's --grpc_socket_path) beside the TCP port, with
+    the same services, credentials and interceptors. gRPC replaces a stale socket file; `ConfigError` naming the
+    path when the socket cannot be created (missing folder, no permission).
+    """
+    address = f"unix:{path}"
+    try:
+        bound = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+    except RuntimeError as err:
+        bound, detail = 0, f" ({err})"
+    else:
+        detail = ""
+    if bound == 0:
+        raise ConfigError(f"cannot listen on the Unix socket {path} (--grpc_socket_path): its folder must exist and "
+                          f"be writable{detail}")
+
+
 async def _bind_http(start, settings: ServerSettings, flag: str, port: int):
     """Await a REST/metrics `start` coroutine (None when `port` < 0); `ConfigError` naming the port if taken."""
     if port < 0:
@@ -159,7 +176,12 @@ async def run_server(settings: ServerSettings) -> int:
     metrics = Metrics()
     executor = ThreadPoolExecutor(settings.worker_threads, thread_name_prefix="tfship-model")
     options = RuntimeOptions(intra_op_threads=settings.intra_op_threads, inter_op_threads=settings.inter_op_threads,
-                             tflite_file=settings.tflite_file)
+                             tflite_file=settings.tflite_file,
+                             prefer=("tflite",) if settings.prefer_tflite_model else (),
+                             saved_model_tags=settings.saved_model_tags,
+                             gpu_memory_fraction=settings.per_process_gpu_memory_fraction,
+                             warmup=settings.enable_model_warmup,
+                             warmup_iterations=settings.num_request_iterations_for_warmup)
     health = _Health([c.name for c in configs])
     manager = ModelManager(settings.backend, options, executor, _runtime_wrapper(settings, metrics), health.update,
                            metrics)
@@ -168,15 +190,15 @@ async def run_server(settings: ServerSettings) -> int:
     dataplane = DataPlane(manager, executor, limits, metrics, RequestLog(settings.request_log_sampling_rate))
     health.names = manager.model_names
 
-    server = grpc.aio.server(
-        interceptors=[AccessInterceptor(policy)],
-        # gRPC itself may take up to twice --max-message-bytes: the handlers refuse anything above the limit
-        # with RESOURCE_EXHAUSTED naming the flag and both sizes (gRPC's own refusal names neither).
-        options=[("grpc.max_receive_message_length", min(2 * settings.max_message_bytes, (1 << 31) - 1)),
-                 ("grpc.max_send_message_length", settings.max_message_bytes),
-                 ("grpc.so_reuseport", 1 if settings.reuse_port else 0)])  # sharing a port only when asked
-    health.servicer = add_services(server, dataplane, (add_inference_service(server, dataplane),))
-    grpc_port = _bind_grpc(server, settings, grpc_credentials(tls))
+    dataplane.method_name_check = settings.enable_signature_method_name_check
+    # message limits, port sharing and --grpc_channel_arguments (ServerSettings.grpc_options)
+    server = grpc.aio.server(interceptors=[AccessInterceptor(policy)], options=settings.grpc_options())
+    health.servicer = add_services(server, dataplane, (add_inference_service(server, dataplane),),
+                                   tensor_content=settings.enable_serialization_as_tensor_content)
+    credentials = grpc.alts_server_credentials() if settings.use_alts_credentials else grpc_credentials(tls)
+    grpc_port = _bind_grpc(server, settings, credentials)
+    if settings.grpc_socket_path:
+        _bind_unix_socket(server, settings.grpc_socket_path, credentials)
     await server.start()
     await health.overall()
 
@@ -189,7 +211,7 @@ async def run_server(settings: ServerSettings) -> int:
     ports = {"grpc": grpc_port, "rest": rest[1] if rest else None, "metrics": metrics_site[1] if metrics_site else None}
     if settings.port_file:
         _write_port_file(settings.port_file, ports)
-    log.info("listening: %s", ports)
+    log.info("listening: %s%s", ports, f" and unix:{settings.grpc_socket_path}" if settings.grpc_socket_path else "")
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

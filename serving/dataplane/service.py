@@ -18,7 +18,7 @@ from tfship.core.errors import (
     UnavailableError,
     UnimplementedError,
 )
-from tfship.serving.dataplane.contract import RequestChecks
+from tfship.serving.dataplane.contract import METHOD_NAMES, RequestChecks, check_method_name, checks_shapes
 from tfship.serving.dataplane.manager import ModelManager
 from tfship.serving.dataplane.memory import release_freed_memory
 from tfship.serving.dataplane.model_config import ModelConfig
@@ -80,10 +80,6 @@ class RequestGate:
             return False
 
 
-_METHOD_NAMES = {"Classify": ("classification", "tensorflow/serving/classify"),
-                 "Regress": ("regression", "tensorflow/serving/regress")}
-
-
 def _check_response_size(outputs: dict, limit: int) -> None:
     """Refuse outputs whose raw bytes alone exceed --max-message-bytes (no transport could send them); each
     transport checks its exact encoded size too.
@@ -132,6 +128,7 @@ class DataPlane:
         self.gate = RequestGate()
         self.offloader = Offloader()  # decodes large payloads in a helper process (both transports)
         self.request_log = request_log or RequestLog()
+        self.method_name_check = False  # TF Serving's --enable_signature_method_name_check (contract.check_method_name)
 
     @property
     def draining(self) -> bool:
@@ -181,7 +178,8 @@ class DataPlane:
         if signature is None:
             raise InvalidRequestError(f"Serving signature name: {request.signature_name!r} not found in signature "
                                       f"def; available: {sorted(signatures)}")
-        rows, held = self._checks.check(signature, request.inputs)  # validates (InvalidRequestError)
+        # validates (InvalidRequestError); graph backends judge shapes themselves, as in TF Serving
+        rows, held = self._checks.check(signature, request.inputs, checks_shapes(runtime.backend))
         if request.output_filter:
             _check_output_filter(signature, request.output_filter)
         if self.request_log.sampling_rate > 0.0:
@@ -279,18 +277,15 @@ class DataPlane:
         """Classify/Regress/MultiInference: tfship runs Predict signatures only.
 
         With `ref` (Classify/Regress naming a model), TF Serving's checks come first: unknown model or
-        version NOT_FOUND; a missing signature or one whose method_name is not `tensorflow/serving/
-        classify|regress` INVALID_ARGUMENT (TF Serving's wording, as with --enable_signature_method_name_check).
+        version NOT_FOUND; a missing signature INVALID_ARGUMENT; with --enable_signature_method_name_check a
+        method_name other than `tensorflow/serving/classify|regress` INVALID_ARGUMENT (TF Serving's wording).
         Then UNIMPLEMENTED.
         """
-        if ref is not None and method in _METHOD_NAMES:
+        if ref is not None and method in METHOD_NAMES:
             signatures = self.manager.resolve(ref).runtime.metadata()
             signature = signatures.get(signature_name or "serving_default")
             if signature is None:
                 raise InvalidRequestError(f"No signature was found with the name: {signature_name}")
-            kind, wanted = _METHOD_NAMES[method]
-            if signature.method_name != wanted:
-                raise InvalidRequestError(f"Expected {kind} signature method_name to be {wanted}. Was: "
-                                          f"{signature.method_name} (call Predict for this signature)")
+            check_method_name(signature, method, self.method_name_check)
         raise UnimplementedError(f"{method} is not implemented by tfship: models export Predict signatures "
                                  "only; call Predict (tensorflow.serving.PredictionService/Predict)")

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from tfship.core.contract import Signature
-from tfship.core.saved_model import read_signatures, serving_tags
+from tfship.core.saved_model import SERVE_TAGS, read_signatures, serving_tags
 from tfship.serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions, input_rejected
 
 
@@ -35,8 +35,12 @@ class SavedModelRuntime(Runtime):
         try:
             import tensorflow as tf
 
-            self._signatures = read_signatures(self.version_dir, include_internal=True)
-            self._loaded = tf.saved_model.load(str(self.version_dir), tags=serving_tags(self.version_dir))
+            from tfship.serving.runtimes.tf_gpu import apply_gpu_memory_fraction
+
+            apply_gpu_memory_fraction(self.options.gpu_memory_fraction)
+            tags = self.options.saved_model_tags or SERVE_TAGS  # TF Serving's --saved_model_tags
+            self._signatures = read_signatures(self.version_dir, tags, include_internal=True)
+            self._loaded = tf.saved_model.load(str(self.version_dir), tags=serving_tags(self.version_dir, tags))
         except Exception as err:
             raise RuntimeLoadError(f"cannot load SavedModel {self.version_dir}: {err}") from err
         self._functions = dict(self._loaded.signatures)
@@ -51,6 +55,8 @@ class SavedModelRuntime(Runtime):
             outputs = fn(**{k: tf.constant(v) for k, v in inputs.items()})
         except tf.errors.InvalidArgumentError as err:  # a value the graph refuses (TF Serving: INVALID_ARGUMENT)
             raise input_rejected("TensorFlow", inputs, err.message) from err
+        except (TypeError, ValueError) as err:  # a shape or dtype the function's input signature refuses
+            raise input_rejected("TensorFlow", inputs, err) from err
         return {k: v.numpy() for k, v in outputs.items()}
 
     def metadata(self) -> dict[str, Signature]:

@@ -62,8 +62,8 @@ def test_predict_row_and_columnar_formats(server, repository, images):
     (f"/v1/models/{MODEL}:predict", b"{not json", 400, "JSON Parse error"),
     (f"/v1/models/{MODEL}:predict", {"signature_name": "nope", "instances": [[0]]}, 400, "nope"),
     (f"/v1/models/{MODEL}:classify", {"examples": []}, 400, "'examples' value is an empty array"),
-    (f"/v1/models/{MODEL}:regress", {"examples": [{"x": 1.0}]}, 400,
-     "Expected regression signature method_name to be tensorflow/serving/regress. Was: tensorflow/serving/predict"),
+    (f"/v1/models/{MODEL}:regress", {"examples": [{"x": 1.0}], "signature_name": "nope"}, 400,
+     "No signature was found with the name: nope"),
 ])
 def test_errors_are_json_with_status(server, images, path, body, code, fragment):
     status, answer = _http(server.rest_url + path, body)

@@ -83,6 +83,8 @@ class ServerSettings(BaseModel):
     num_request_iterations_for_warmup: int = Field(0, ge=0, description="Times each warm-up record runs; "
                                                    "0 = once (TF Serving: used only if > 0).")
     use_alts_credentials: bool = Field(False, description="gRPC with Google ALTS credentials (GCP only).")
+    rest_api_enable_cors_support: bool = Field(False, description="CORS headers on REST answers; OPTIONS "
+                                                                  "preflights answered (serving.tfs.cors).")
     tf_serving_notes: tuple[tuple[str, str, str, bool], ...] = Field(
         (), description="TF Serving flags accepted without effect: (flag, value, reason, warn); logged at start.")
 

@@ -17,7 +17,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 GRPC_ROWS = (("ort", "hand-written grpcio + ONNX Runtime, per request"), ("onnx_batching", "tfship onnx, batching"),
+             ("onnx_batching_tensor_content", "tfship onnx, batching, tensor_content answers"),
              ("onnx", "tfship onnx, no batching"), ("saved_model_batching", "tfship saved_model, batching"))
+# Answer encodings (issue 19): TF Serving's default typed fields vs --enable_serialization_as_tensor_content.
+ENCODING_ROWS = (("identity", "identity_tensor_content", "tfship identity (echoes the input: 64 / 784 floats)"),
+                 ("onnx_batching", "onnx_batching_tensor_content", "tfship onnx, batching (10 outputs)"))
 REST_ROWS = (("rest_bare", "bare aiohttp, prebuilt reply"), ("rest_row", "tfship onnx batching, row (instances)"),
              ("rest_columnar", "tfship onnx batching, columnar (inputs)"))
 MODELS = (("digits", "small"), ("mlp", "heavy"))
@@ -114,6 +118,9 @@ def targets(rows: list[dict], levels: tuple[int, ...]) -> tuple[list[dict], dict
                        heavy["inf_s"] / limit if heavy and limit else None, 0.90))
     out.append(_target("heavy: tfship onnx batching c=32 p99 / p50", heavy["p99"] / heavy["p50"] if heavy and
                        heavy["p50"] else None, 3.0, higher=False))
+    typed, raw = _rate(m, "grpc", "mlp", "onnx_batching", 32), _rate(m, "grpc", "mlp", "onnx_batching_tensor_content", 32)
+    out.append(_target("heavy c=32: typed-field answers (default) / tensor_content answers, onnx batching",
+                       typed / raw if typed and raw else None, 0.90))
     on1, off1 = _rate(m, "grpc", "mlp", "onnx_batching", 1), _rate(m, "grpc", "mlp", "onnx", 1)
     out.append(_target("heavy c=1: batching / no batching (no loss; 5 % noise allowance)",
                        on1 / off1 if on1 and off1 else None, 0.95))
@@ -158,6 +165,7 @@ def markdown(doc: dict) -> str:
                   f"1/{_cell(lim['inprocess_b32'])}) = **{_cell(lim['limit'])}** inferences/s.", "",
               "## gRPC Predict, inferences/s (ratio to the hand-written server)", ""]
     lines += _rate_table(m, "grpc", GRPC_ROWS, levels, ratio_to="ort")
+    lines += _encodings(m, levels)
     lines += ["", "## Transport alone: identity backend vs bare grpc.aio (requests/s, ratio to bare)", ""]
     lines += _rate_table(m, "grpc", (("bare", "bare grpc.aio, prebuilt reply"), ("identity", "tfship identity")),
                          levels, ratio_to="bare")
@@ -179,6 +187,26 @@ def markdown(doc: dict) -> str:
     failed = [r for r in rows if "error" in r]
     lines += [f"\nFailed case {r['mode']} {r['model']}/{r.get('case')}: {r['error']}" for r in failed]
     return "\n".join(lines) + "\n"
+
+
+def _encodings(m: dict, levels) -> list[str]:
+    """gRPC inferences/s with typed-field answers (TF Serving's default) and with tensor_content answers."""
+    if not any(k[2].endswith("_tensor_content") for k in m if k[0] == "grpc"):
+        return []
+    head = [f"{size} c={c}" for _, size in MODELS for c in levels]
+    lines = ["", "## Answer encoding: typed fields (default) vs tensor_content (gRPC inferences/s; ratio typed / "
+             "tensor_content)", "", "| server | encoding | " + " | ".join(head) + " |",
+             "|---|---|" + "---:|" * len(head)]
+    for typed, raw, label in ENCODING_ROWS:
+        for case, encoding in ((typed, "typed fields (float_val, ...)"), (raw, "tensor_content")):
+            cells = []
+            for model, _ in MODELS:
+                for c in levels:
+                    value, other = _rate(m, "grpc", model, case, c), _rate(m, "grpc", model, raw, c)
+                    extra = f" ({value / other:.2f}x)" if case == typed and value and other else ""
+                    cells.append(_cell(value) + extra)
+            lines.append(f"| {label} | {encoding} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _threads(m: dict, handler_cost: dict | None) -> list[str]:

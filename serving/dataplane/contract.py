@@ -8,7 +8,8 @@ bad requests with the same INVALID_ARGUMENT message. How much is checked depends
   to an input declared `[-1, 1]` of a half-plus-two answers `[3]` values); what the model refuses comes
   back from the backend as INVALID_ARGUMENT (`serving.runtimes.base.input_rejected`).
 * the others (ONNX Runtime, LiteRT) also get rank, fixed dimensions and batch agreement checked, which
-  their runtimes need.
+  their runtimes need; so does every request of the Open Inference Protocol (`InferenceRequest.check_shapes`),
+  whose shapes are declared by the protocol.
 
 `check_method_name` is TF Serving's --enable_signature_method_name_check for Classify/Regress.
 """

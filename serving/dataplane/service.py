@@ -179,7 +179,8 @@ class DataPlane:
             raise InvalidRequestError(f"Serving signature name: {request.signature_name!r} not found in signature "
                                       f"def; available: {sorted(signatures)}")
         # validates (InvalidRequestError); graph backends judge shapes themselves, as in TF Serving
-        rows, held = self._checks.check(signature, request.inputs, checks_shapes(runtime.backend))
+        shapes = request.check_shapes or checks_shapes(runtime.backend)
+        rows, held = self._checks.check(signature, request.inputs, shapes)
         if request.output_filter:
             _check_output_filter(signature, request.output_filter)
         if self.request_log.sampling_rate > 0.0:

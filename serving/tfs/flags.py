@@ -105,11 +105,11 @@ ACTING: dict[str, tuple[str, object, bool]] = {
     "enable_model_warmup": ("enable_model_warmup", _bool, True),
     "num_request_iterations_for_warmup": ("num_request_iterations_for_warmup", int, False),
     "use_alts_credentials": ("use_alts_credentials", _bool, True),
+    "rest_api_enable_cors_support": ("rest_api_enable_cors_support", _bool, True),
 }
 # TF Serving flags that tune machinery tfship does not have: flag -> (value type, why the answers are the same).
 NO_OP: dict[str, tuple[object, str]] = {
     "rest_api_num_threads": (int, "REST runs on the event loop; backend calls use --worker-threads"),
-    "rest_api_enable_cors_support": (_bool, "put a proxy that adds CORS headers in front of the REST port"),
     "allow_version_labels_for_unavailable_models": (_bool, "labels are checked against the versions on disk"),
     "enable_per_model_batching_parameters": (_bool, "one --batching_parameters_file applies to every model"),
     "num_load_threads": (int, "versions load one at a time"),

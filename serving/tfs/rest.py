@@ -27,6 +27,7 @@ from tfship.serving.operations.metrics import CONTENT_TYPE, Metrics
 from tfship.serving.operations.request_log import RequestLog
 from tfship.serving.operations.security import AccessPolicy
 from tfship.serving.tfs import converters, rest_json
+from tfship.serving.tfs.cors import cors_middleware
 
 log = logging.getLogger(__name__)
 _MAX_BYTES = web.AppKey("max_bytes", int)
@@ -185,8 +186,10 @@ def decode_predict(raw: bytes, signatures: dict | None):
 
 def build_app(dataplane: DataPlane, policy: AccessPolicy | None = None, max_bytes: int = 64 << 20,
               metrics: Metrics | None = None, metrics_path: str = PROMETHEUS_PATH,
-              timeout_s: float = 30.0, offloader: Offloader | None = None) -> web.Application:
+              timeout_s: float = 30.0, offloader: Offloader | None = None, cors: bool = False) -> web.Application:
     """The TF Serving REST API over `dataplane`, under `policy` (bearer tokens; None = open).
+
+    `cors`: TF Serving's --rest_api_enable_cors_support (`serving.tfs.cors`).
 
     With `metrics`, Prometheus text is also served at `metrics_path` (TF Serving's `/monitoring/prometheus/metrics`
     unless --monitoring_config_file names another). A request body must arrive within `timeout_s` seconds
@@ -239,7 +242,8 @@ def build_app(dataplane: DataPlane, policy: AccessPolicy | None = None, max_byte
         await dataplane.unimplemented(request.match_info["verb"].capitalize(), _ref(request), name)
 
     policy = policy or AccessPolicy()
-    app = web.Application(middlewares=[_error_middleware(policy, dataplane.gate, dataplane.request_log)],
+    middlewares = [_error_middleware(policy, dataplane.gate, dataplane.request_log)]
+    app = web.Application(middlewares=[cors_middleware, *middlewares] if cors else middlewares,
                           client_max_size=max_bytes)
     if metrics is not None:
         app.router.add_get(metrics_path, _metrics_handler(metrics))
@@ -281,7 +285,8 @@ async def start_rest(dataplane: DataPlane, settings, policy: AccessPolicy, metri
     """
     prometheus = settings.prometheus_path  # None: --monitoring_config_file turned it off
     app = build_app(dataplane, policy, settings.max_message_bytes, metrics if prometheus else None,
-                    prometheus or PROMETHEUS_PATH, settings.rest_api_timeout_in_ms / 1000)
+                    prometheus or PROMETHEUS_PATH, settings.rest_api_timeout_in_ms / 1000,
+                    cors=settings.rest_api_enable_cors_support)
     return await _start(app, settings, settings.rest_port, ssl_context)
 
 

@@ -2,7 +2,7 @@
 
 One server, started with a TF Serving command line: a TF1 half-plus-two (fed by tensor name) and a TF2 one
 (function input signature [-1, 1]) from a `--model_config_file`, a Unix socket beside TCP, channel
-arguments that act (`grpc.max_receive_message_length`), the method-name check on. Answers are read as TF
+arguments that act (`grpc.max_receive_message_length`), the method-name check and CORS on. Answers are read as TF
 Serving's clients read them: `result.outputs["y"].float_val`.
 """
 
@@ -47,7 +47,8 @@ def server(models: Path):
     args = ["--model_config_file", str(models / "models.config"), f"--grpc_socket_path={socket_path}",
             f"--grpc_channel_arguments=grpc.max_connection_age_ms=60000,grpc.max_receive_message_length="
             f"{RECEIVE_LIMIT},grpc.so_reuseaddr=1", "--enable_signature_method_name_check=true",
-            "--num_load_threads=2", "--rest_api_num_threads=4", "--file_system_poll_wait_seconds=0"]
+            "--rest_api_enable_cors_support", "--num_load_threads=2", "--rest_api_num_threads=4",
+            "--file_system_poll_wait_seconds=0"]
     with ServerProcess(models, "half_plus_two", extra_args=args) as proc:
         proc.socket_path = socket_path
         yield proc
@@ -100,6 +101,20 @@ def test_channel_arguments_act_on_the_server(server):
         _predict(server.grpc_target, "half_plus_two", large)
     assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "Received message larger than max" in caught.value.details()
+
+
+def test_cors_support_adds_tf_servings_headers_and_answers_preflights(server):
+    import requests
+
+    url = f"{server.rest_url}/v1/models/half_plus_two"
+    response = requests.get(url, timeout=30)
+    assert response.status_code == 200 and response.headers["Access-Control-Allow-Origin"] == "*"
+    assert response.headers["Access-Control-Allow-Methods"] == "POST, GET"
+    preflight = requests.options(url + ":predict", headers={"Origin": "https://app.example"}, timeout=30)
+    assert preflight.status_code == 200 and preflight.headers["Access-Control-Allow-Headers"] == "Content-Type"
+    refused = requests.options(url + ":predict", timeout=30)
+    assert refused.status_code == 400 and refused.json() == {"error": "Origin header is missing in CORS preflight"}
+    assert requests.get(f"{server.rest_url}/v1/models/nope", timeout=30).headers["Access-Control-Allow-Origin"] == "*"
 
 
 def test_method_name_check_when_enabled(server):

@@ -3,11 +3,12 @@
 Validation happens in the data plane before any backend sees the request, so every backend refuses
 bad requests with the same INVALID_ARGUMENT message. How much is checked depends on the backend:
 
-* backends that feed tensors into a graph by name (`FEEDS_BY_NAME`: the SavedModel backend) get TF Serving's
-  checks only: input names and dtypes. Shapes are the model's to judge, as in TF Serving (a `[3]` tensor fed
-  to an input declared `[-1, 1]` of a half-plus-two answers `[3]` values); what the model refuses comes
-  back from the backend as INVALID_ARGUMENT (`serving.runtimes.base.input_rejected`).
-* the others (ONNX Runtime, LiteRT) also get rank, fixed dimensions and batch agreement checked, which
+* backends that feed tensors into the model by name (`Runtime.model_judges_shapes`: the SavedModel backend,
+  and TFLite files without signature runners) get TF Serving's checks only: input names and dtypes. Shapes
+  are the model's to judge, as in TF Serving (a `[3]` tensor fed to an input declared `[-1, 1]` of a
+  half-plus-two answers `[3]` values); what the model refuses comes back from the backend as
+  INVALID_ARGUMENT (`serving.runtimes.base.input_rejected`).
+* the others (ONNX Runtime, LiteRT signature runners) also get rank, fixed dimensions and batch agreement checked, which
   their runtimes need; so does every request of the Open Inference Protocol (`InferenceRequest.check_shapes`),
   whose shapes are declared by the protocol.
 
@@ -31,17 +32,9 @@ def describe_array(array: np.ndarray) -> str:
     return f"{dtype_name(array.dtype)}[{','.join(str(d) for d in array.shape)}]"
 
 
-# Backends (`Runtime.backend`) that feed inputs into the graph by tensor name and let the model judge shapes.
-FEEDS_BY_NAME = frozenset({"saved_model"})
-
 # Classify/Regress: (what TF Serving calls the signature kind, the method_name the check expects).
 METHOD_NAMES = {"Classify": ("classification", "tensorflow/serving/classify"),
                 "Regress": ("regression", "tensorflow/serving/regress")}
-
-
-def checks_shapes(backend: str) -> bool:
-    """True when requests for `backend` get ranks and fixed dimensions checked (not in `FEEDS_BY_NAME`)."""
-    return backend not in FEEDS_BY_NAME
 
 
 def check_method_name(signature: Signature, method: str, enabled: bool) -> None:
@@ -64,7 +57,7 @@ def validate_inputs(signature: Signature, inputs: Mapping[str, np.ndarray], shap
     Args:
         signature: the contract.
         inputs: alias -> decoded array.
-        shapes: False for `FEEDS_BY_NAME` backends: names and dtypes only, as TF Serving checks.
+        shapes: False for backends whose model judges shapes: names and dtypes only, as TF Serving checks.
 
     Raises:
         InvalidRequestError: missing or extra input, wrong dtype, wrong rank or a fixed dimension that

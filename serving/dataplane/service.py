@@ -18,7 +18,7 @@ from tfship.core.errors import (
     UnavailableError,
     UnimplementedError,
 )
-from tfship.serving.dataplane.contract import METHOD_NAMES, RequestChecks, check_method_name, checks_shapes
+from tfship.serving.dataplane.contract import METHOD_NAMES, RequestChecks, check_method_name
 from tfship.serving.dataplane.manager import ModelManager
 from tfship.serving.dataplane.memory import release_freed_memory
 from tfship.serving.dataplane.model_config import ModelConfig
@@ -179,7 +179,7 @@ class DataPlane:
             raise InvalidRequestError(f"Serving signature name: {request.signature_name!r} not found in signature "
                                       f"def; available: {sorted(signatures)}")
         # validates (InvalidRequestError); graph backends judge shapes themselves, as in TF Serving
-        shapes = request.check_shapes or checks_shapes(runtime.backend)
+        shapes = request.check_shapes or not runtime.model_judges_shapes
         rows, held = self._checks.check(signature, request.inputs, shapes)
         if request.output_filter:
             _check_output_filter(signature, request.output_filter)

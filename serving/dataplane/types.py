@@ -36,7 +36,7 @@ class InferenceRequest:
     """One Predict call. `inputs`: alias -> array (batch on dim 0); `output_filter`: aliases to return, empty = all.
 
     `check_shapes`: check ranks and fixed dimensions whatever the backend (the Open Inference Protocol); False
-    (TF Serving's API) leaves them to the model on backends that feed by name (`dataplane.contract.FEEDS_BY_NAME`).
+    (TF Serving's API) leaves them to the model on backends that feed by name (`Runtime.model_judges_shapes`).
     """
 
     model: ModelRef

@@ -81,6 +81,10 @@ class Runtime(abc.ABC):
     """
 
     name: str = ""
+    # True when the backend feeds inputs into the model by name and lets the model judge their shapes, as TF
+    # Serving's SavedModel and TFLite sessions do: the data plane then checks names and dtypes only
+    # (`serving.dataplane.contract.validate_inputs`); what the model refuses is INVALID_ARGUMENT.
+    model_judges_shapes: bool = False
 
     def __init__(self, version_dir: Path, options: RuntimeOptions | None = None) -> None:
         self.version_dir = Path(version_dir)

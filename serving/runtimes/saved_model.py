@@ -20,6 +20,7 @@ class SavedModelRuntime(Runtime):
     """
 
     name = "saved_model"
+    model_judges_shapes = True  # fed by name, as TF Serving's session: the graph decides what shapes it takes
 
     def __init__(self, version_dir: Path, options: RuntimeOptions | None = None) -> None:
         super().__init__(version_dir, options)

@@ -43,3 +43,41 @@ def build_tf2(version_dir: Path) -> Path:
     module = HalfPlusTwo()
     tf.saved_model.save(module, str(version_dir), signatures={"serving_default": module.serving_default})
     return version_dir
+
+
+def build_tflite_without_runners(version_dir: Path, signature_defs: bool = False) -> Path:
+    """`model.tflite` of a half-plus-two on a fixed [1, 1] input, its signature runners removed (as TF
+    Serving's own TFLite test models have none); with `signature_defs`, TF Serving's `signature_defs_metadata`
+    maps alias `x` / `y` onto the tensors. Returns `version_dir`.
+    """
+    import flatbuffers
+    import tensorflow as tf
+    from ai_edge_litert import schema_py_generated as schema
+    from flatbuffers import flexbuffers
+
+    from tfship.core import protocol
+
+    function = tf.function(lambda x: {"y": 0.5 * x + 2.0}).get_concrete_function(tf.TensorSpec([1, 1], tf.float32))
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([function])
+    model = schema.ModelT.InitFromPackedBuf(converter.convert(), 0)
+    model.signatureDefs = []
+    if signature_defs:
+        graph = model.subgraphs[0]
+        names = [graph.tensors[i].name.decode() for i in (graph.inputs[0], graph.outputs[0])]
+        signature = protocol.SignatureDef(method_name="tensorflow/serving/predict")
+        for target, alias, name in ((signature.inputs, "x", names[0]), (signature.outputs, "y", names[1])):
+            info = target[alias]
+            info.name, info.dtype = f"{name}:0", 1  # DT_FLOAT
+            info.tensor_shape.dim.add(size=1)
+            info.tensor_shape.dim.add(size=1)
+        buffer = schema.BufferT()
+        buffer.data = list(flexbuffers.Dumps({"serving_default": signature.SerializeToString().decode("ascii")}))
+        model.buffers.append(buffer)
+        metadata = schema.MetadataT()
+        metadata.name, metadata.buffer = b"signature_defs_metadata", len(model.buffers) - 1
+        model.metadata = [*(model.metadata or []), metadata]
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    version_dir.mkdir(parents=True, exist_ok=True)
+    (version_dir / "model.tflite").write_bytes(bytes(builder.Output()))
+    return version_dir

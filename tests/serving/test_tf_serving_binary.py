@@ -1,7 +1,8 @@
 """TF Serving's binary behaviour, kind by kind (issue 19), on half-plus-two models built here.
 
-One server, started with a TF Serving command line: a TF1 half-plus-two (fed by tensor name) and a TF2 one
-(function input signature [-1, 1]) from a `--model_config_file`, a Unix socket beside TCP, channel
+One server, started with a TF Serving command line: a TF1 half-plus-two (fed by tensor name), a TF2 one
+(function input signature [-1, 1]) and two TFLite ones without signature runners (`--prefer_tflite_model`, as
+TF Serving's own TFLite test models) from a `--model_config_file`, a Unix socket beside TCP, channel
 arguments that act (`grpc.max_receive_message_length`), the method-name check and CORS on. Answers are read as TF
 Serving's clients read them: `result.outputs["y"].float_val`.
 """
@@ -15,7 +16,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-from half_plus_two import build_tf1, build_tf2
+from half_plus_two import build_tf1, build_tf2, build_tflite_without_runners
 from tensorflow.core.framework import types_pb2
 from tensorflow_serving.apis import classification_pb2, predict_pb2, prediction_service_pb2_grpc
 
@@ -35,9 +36,12 @@ def models(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("half")
     build_tf1(root / "half_plus_two" / "1")
     build_tf2(root / "half_plus_two_tf2" / "1")
+    build_tflite_without_runners(root / "half_plus_two_tflite" / "1")
+    build_tflite_without_runners(root / "half_plus_two_tflite_sigdef" / "1", signature_defs=True)
+    names = ("half_plus_two", "half_plus_two_tf2", "half_plus_two_tflite", "half_plus_two_tflite_sigdef")
     (root / "models.config").write_text("model_config_list {\n" + "".join(
         f'  config {{ name: "{name}" base_path: "{root / name}" model_platform: "tensorflow" }}\n'
-        for name in ("half_plus_two", "half_plus_two_tf2")) + "}\n")
+        for name in names) + "}\n")
     return root
 
 
@@ -47,7 +51,7 @@ def server(models: Path):
     args = ["--model_config_file", str(models / "models.config"), f"--grpc_socket_path={socket_path}",
             f"--grpc_channel_arguments=grpc.max_connection_age_ms=60000,grpc.max_receive_message_length="
             f"{RECEIVE_LIMIT},grpc.so_reuseaddr=1", "--enable_signature_method_name_check=true",
-            "--rest_api_enable_cors_support", "--num_load_threads=2", "--rest_api_num_threads=4",
+            "--rest_api_enable_cors_support", "--prefer_tflite_model=true", "--num_load_threads=2", "--rest_api_num_threads=4",
             "--file_system_poll_wait_seconds=0"]
     with ServerProcess(models, "half_plus_two", extra_args=args) as proc:
         proc.socket_path = socket_path
@@ -86,6 +90,16 @@ def test_what_the_model_refuses_is_invalid_argument(server):
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "TensorFlow rejected" in caught.value.details()
     y = _predict(server.grpc_target, "half_plus_two_tf2", np.array([[2.0], [4.0]], np.float32)).outputs["y"]
     assert list(y.float_val) == [3.0, 4.0]
+
+
+@pytest.mark.parametrize(("model", "output"), [("half_plus_two_tflite", "Identity"),
+                                               ("half_plus_two_tflite_sigdef", "y")])
+def test_tflite_files_without_signature_runners_are_served_as_tf_serving_serves_them(server, model, output):
+    """Signatures from `signature_defs_metadata`, else the tensors by name; inputs resized to what is fed."""
+    result = _predict(server.grpc_target, model, np.array([2.0], np.float32))  # a [1] into the file's [1, 1]
+    assert list(result.outputs[output].float_val) == [3.0]
+    result = _predict(server.grpc_target, model, np.array([[2.0], [4.0]], np.float32))
+    assert list(result.outputs[output].float_val) == [3.0, 4.0]
 
 
 def test_unix_socket_serves_the_same_api(server):

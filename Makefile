@@ -178,6 +178,8 @@ reliability: setup
 # tensorflow/serving git snapshot (TFS_SERVING=path, a bare clone is fine) against this checkout's
 # tensorflow_model_server, by the harness in ../shared/tfs-suite/ (its README: what it provides; it changes
 # no flag, request or assertion). TFS_SUITE_ONLY=testA,testB runs a subset; TFS_SUITE_OUT=DIR keeps the logs.
+# TF_USE_LEGACY_KERAS=1: the suite's tf.keras is Keras 2 (tf-keras, pinned), for which it was written: Keras 3
+# names a Sequential model's input `inputs`, where the suite's two Keras tests send `x`.
 TFS_SERVING ?=
 TFS_SUITE_HARNESS ?= ../shared/tfs-suite/run.sh
 tfs-suite: setup
@@ -186,4 +188,4 @@ tfs-suite: setup
 	       "(e.g. git clone --bare https://github.com/tensorflow/serving)"; exit 0; fi; \
 	if [ ! -x "$(TFS_SUITE_HARNESS)" ] && [ ! -f "$(TFS_SUITE_HARNESS)" ]; then \
 	  echo "tfs-suite: skipped: no harness at $(TFS_SUITE_HARNESS) (set TFS_SUITE_HARNESS)"; exit 0; fi; \
-	bash "$(TFS_SUITE_HARNESS)" "$(CURDIR)" "$(TFS_SERVING)"
+	TF_USE_LEGACY_KERAS=1 bash "$(TFS_SUITE_HARNESS)" "$(CURDIR)" "$(TFS_SERVING)"

@@ -77,6 +77,27 @@ _TYPED_FIELDS = {
 }
 
 
+# Typed fields of fixed-width values, which protobuf writes packed: their wire bytes are the values' own
+# little-endian bytes, so they are filled by parsing `tag + length + bytes` (no Python float per value).
+_PACKED = {np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.complex64), np.dtype(np.complex128)}
+
+
+def _packed_field(field: str, payload: bytes) -> bytes:
+    """Wire bytes of a packed repeated field of `protocol.TensorProto` holding `payload`."""
+    number = protocol.TensorProto.DESCRIPTOR.fields_by_name[field].number
+    return _varint((number << 3) | 2) + _varint(len(payload)) + payload
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
 def fill_typed_fields(proto, array: np.ndarray) -> None:
     """Encode `array` into an empty `TensorProto` in place, values in the dtype's typed field (TF Serving's
     default answer encoding); strings go to `string_val`, exactly as `fill_tensor_proto` writes them.
@@ -95,6 +116,11 @@ def fill_typed_fields(proto, array: np.ndarray) -> None:
     for size in array.shape:
         dims.add().size = size
     field, view = found
+    if native in _PACKED:
+        if array.size:
+            proto.MergeFromString(_packed_field(field, np.ascontiguousarray(array, dtype=native.newbyteorder("<"))
+                                                .tobytes()))
+        return
     flat = np.ascontiguousarray(array, dtype=native).reshape(-1)
     getattr(proto, field).extend((flat.view(view) if view is not None else flat).tolist())
 

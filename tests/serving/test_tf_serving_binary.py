@@ -166,12 +166,13 @@ def test_both_encodings_decode_to_the_same_array(dtype):
     array = (np.array([[b"a", b"bc"], [b"", b"\xff"]], dtype=object) if dtype == "object"
              else (rng.random((2, 3)) * 100 + 1j * rng.random((2, 3)) if dtype.startswith("complex")
                    else rng.random((2, 3)) * 100).astype(dtype))
-    response = InferenceResponse("m", 1, "serving_default", {"y": array})
-    typed = converters.predict_response(response).outputs["y"]
-    raw = converters.predict_response(response, tensor_content=True).outputs["y"]
-    assert not typed.tensor_content and (dtype == "object" or raw.tensor_content)
-    for proto in (typed, raw):
-        np.testing.assert_array_equal(tf.make_ndarray(proto), array)
+    response = InferenceResponse("m", 1, "serving_default", {"y": array, "scalar": array[0, 0], "empty": array[:0]})
+    typed = converters.predict_response(response).outputs
+    raw = converters.predict_response(response, tensor_content=True).outputs
+    assert not typed["y"].tensor_content and (dtype == "object" or raw["y"].tensor_content)
+    for outputs in (typed, raw):
+        for key, want in response.outputs.items():
+            np.testing.assert_array_equal(tf.make_ndarray(outputs[key]), want)
 
 
 def test_prefer_tflite_model_picks_litert_where_a_version_has_model_tflite(tmp_path):

@@ -33,9 +33,9 @@ from tfship.serving.kserve.grpc_service import add_inference_service
 from tfship.serving.operations.metrics import Metrics
 from tfship.serving.operations.request_log import RequestLog
 from tfship.serving.operations.security import grpc_credentials, ssl_context, tls_material
-from tfship.serving.runtimes import RuntimeOptions
 from tfship.serving.settings import ServerSettings
 from tfship.serving.tfs.grpc_service import AccessInterceptor, add_services
+from tfship.serving.unix_socket import bind_unix_socket
 
 log = logging.getLogger(__name__)
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -112,23 +112,6 @@ def _bind_grpc(server: grpc.aio.Server, settings: ServerSettings, credentials) -
     return port
 
 
-def _bind_unix_socket(server: grpc.aio.Server, path: str, credentials) -> None:
-    """Add a gRPC listener on the Unix socket `path` (TF Serving's --grpc_socket_path) beside the TCP port, with
-    the same services, credentials and interceptors. gRPC replaces a stale socket file; `ConfigError` naming the
-    path when the socket cannot be created (missing folder, no permission).
-    """
-    address = f"unix:{path}"
-    try:
-        bound = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
-    except RuntimeError as err:
-        bound, detail = 0, f" ({err})"
-    else:
-        detail = ""
-    if bound == 0:
-        raise ConfigError(f"cannot listen on the Unix socket {path} (--grpc_socket_path): its folder must exist and "
-                          f"be writable{detail}")
-
-
 async def _bind_http(start, settings: ServerSettings, flag: str, port: int):
     """Await a REST/metrics `start` coroutine (None when `port` < 0); `ConfigError` naming the port if taken."""
     if port < 0:
@@ -175,13 +158,7 @@ async def run_server(settings: ServerSettings) -> int:
     ssl_ctx = ssl_context(tls)  # HTTPS on REST and metrics whenever gRPC uses TLS (same cert, same client CA)
     metrics = Metrics()
     executor = ThreadPoolExecutor(settings.worker_threads, thread_name_prefix="tfship-model")
-    options = RuntimeOptions(intra_op_threads=settings.intra_op_threads, inter_op_threads=settings.inter_op_threads,
-                             tflite_file=settings.tflite_file,
-                             prefer=("tflite",) if settings.prefer_tflite_model else (),
-                             saved_model_tags=settings.saved_model_tags,
-                             gpu_memory_fraction=settings.per_process_gpu_memory_fraction,
-                             warmup=settings.enable_model_warmup,
-                             warmup_iterations=settings.num_request_iterations_for_warmup)
+    options = settings.runtime_options()
     health = _Health([c.name for c in configs])
     manager = ModelManager(settings.backend, options, executor, _runtime_wrapper(settings, metrics), health.update,
                            metrics)
@@ -198,7 +175,7 @@ async def run_server(settings: ServerSettings) -> int:
     credentials = grpc.alts_server_credentials() if settings.use_alts_credentials else grpc_credentials(tls)
     grpc_port = _bind_grpc(server, settings, credentials)
     if settings.grpc_socket_path:
-        _bind_unix_socket(server, settings.grpc_socket_path, credentials)
+        bind_unix_socket(server, settings.grpc_socket_path, credentials)
     await server.start()
     await health.overall()
 

@@ -96,6 +96,16 @@ class ServerSettings(BaseModel):
                              f"got {value}")
         return value
 
+    def runtime_options(self):
+        """The `serving.runtimes.RuntimeOptions` every runtime of this server is created with."""
+        from tfship.serving.runtimes import RuntimeOptions
+
+        return RuntimeOptions(intra_op_threads=self.intra_op_threads, inter_op_threads=self.inter_op_threads,
+                              tflite_file=self.tflite_file, prefer=("tflite",) if self.prefer_tflite_model else (),
+                              saved_model_tags=self.saved_model_tags,
+                              gpu_memory_fraction=self.per_process_gpu_memory_fraction,
+                              warmup=self.enable_model_warmup, warmup_iterations=self.num_request_iterations_for_warmup)
+
     def grpc_options(self) -> list[tuple[str, int | str]]:
         """Options of the gRPC server: tfship's message limits and port sharing, then --grpc_channel_arguments, one
         entry per key (a later occurrence wins, as TF Serving documents for repeated keys).

@@ -16,7 +16,7 @@ Every flag of TF Serving's main.cc is accepted (both `--flag=value` and `--flag 
 
 Semantics kept from TF Serving: `--rest_api_port=0` means REST off, `--model_base_path` is the model's own
 folder (holding the version folders), `--ssl_config_file` is an `SSLConfig` text proto holding PEM
-*contents` and `--monitoring_config_file` a `MonitoringConfig` text proto
+*contents* and `--monitoring_config_file` a `MonitoringConfig` text proto
 (`prometheus_config { enable: true path: "..." }`). docs/tf-serving.md lists every flag.
 """
 

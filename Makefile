@@ -184,3 +184,22 @@ RELIABILITY_BUDGET_S ?= 900
 RELIABILITY_ARGS ?=
 reliability: setup
 	$(PY) -m bench.reliability.run --out bench/results --budget-s $(RELIABILITY_BUDGET_S) $(RELIABILITY_ARGS)
+
+# ---------------------------------------------------------------- TF Serving's own suite (docs/tf-serving.md)
+.PHONY: tfs-suite
+
+# TF Serving's integration suite (tensorflow_model_server_test.py, 30 tests), run unchanged from a
+# tensorflow/serving git snapshot (TFS_SERVING=path, a bare clone is fine) against this checkout's
+# tensorflow_model_server, by the harness in ../shared/tfs-suite/ (its README: what it provides; it changes
+# no flag, request or assertion). TFS_SUITE_ONLY=testA,testB runs a subset; TFS_SUITE_OUT=DIR keeps the logs.
+# TF_USE_LEGACY_KERAS=1: the suite's tf.keras is Keras 2 (tf-keras, pinned), for which it was written: Keras 3
+# names a Sequential model's input `inputs`, where the suite's two Keras tests send `x`.
+TFS_SERVING ?=
+TFS_SUITE_HARNESS ?= ../shared/tfs-suite/run.sh
+tfs-suite: setup
+	@if [ -z "$(TFS_SERVING)" ]; then \
+	  echo "tfs-suite: skipped: give TFS_SERVING=<path to a tensorflow/serving git snapshot>" \
+	       "(e.g. git clone --bare https://github.com/tensorflow/serving)"; exit 0; fi; \
+	if [ ! -x "$(TFS_SUITE_HARNESS)" ] && [ ! -f "$(TFS_SUITE_HARNESS)" ]; then \
+	  echo "tfs-suite: skipped: no harness at $(TFS_SUITE_HARNESS) (set TFS_SUITE_HARNESS)"; exit 0; fi; \
+	TF_USE_LEGACY_KERAS=1 bash "$(TFS_SUITE_HARNESS)" "$(CURDIR)" "$(TFS_SERVING)"

@@ -13,7 +13,7 @@ import sys
 from tfship.core.errors import ConfigError, TfshipError, cli_error
 from tfship.core.locations import cli_location, cli_path
 from tfship.serving.runtimes import backend_names  # the runtime registry (light: backends import lazily)
-from tfship.serving.tfs.flags import add_tf_serving_flags, settings_values
+from tfship.serving.tfs.flags import add_tf_serving_flags, log_tf_serving_notes, settings_values
 
 ENV_PREFIX = "TFSHIP_SERVING_"
 
@@ -120,6 +120,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)
     logs.configure(settings.json_logs)
+    log_tf_serving_notes(settings.tf_serving_notes)
     if settings.num_processes > 1:
         from tfship.serving.workers import run_workers
 

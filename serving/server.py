@@ -43,10 +43,10 @@ from tfship.serving.operations.security import (
     tls_material,
     warn_readable_secrets,
 )
-from tfship.serving.runtimes import RuntimeOptions
 from tfship.serving.settings import ServerSettings
 from tfship.serving.storage.filesystem import read_text
 from tfship.serving.tfs.grpc_service import AccessInterceptor, add_services
+from tfship.serving.unix_socket import bind_unix_socket
 
 log = logging.getLogger(__name__)
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -176,26 +176,21 @@ async def run_server(settings: ServerSettings) -> int:
     secrets = SecretWatcher(settings, policy, live_tls)  # token and TLS files re-read when they change
     metrics = Metrics()
     executor = ThreadPoolExecutor(settings.worker_threads, thread_name_prefix="tfship-model")
-    options = RuntimeOptions(intra_op_threads=settings.intra_op_threads, inter_op_threads=settings.inter_op_threads,
-                             tflite_file=settings.tflite_file)
+    options = settings.runtime_options()
     health = _Health([c.name for c in configs])
     manager = ModelManager(settings.backend, options, executor, _runtime_wrapper(settings, metrics), health.update,
                            metrics)
     limits = ServerLimits(settings.max_batch_per_request, settings.max_concurrent_requests, settings.default_deadline_s,
                           settings.max_message_bytes, settings.max_request_memory_bytes)
     dataplane = DataPlane(manager, executor, limits, metrics, RequestLog(settings.request_log_sampling_rate))
-    dataplane.signature_method_name_check = getattr(settings, "enable_signature_method_name_check", False)
+    dataplane.signature_method_name_check = settings.enable_signature_method_name_check
     health.names = manager.model_names
     dataplane.request_log.served = manager.is_configured  # names not served are logged as the metrics label them
 
-    server = grpc.aio.server(
-        interceptors=[AccessInterceptor(policy)],
-        # gRPC itself may take up to twice --max-message-bytes: the handlers refuse anything above the limit
-        # with RESOURCE_EXHAUSTED naming the flag and both sizes (gRPC's own refusal names neither).
-        options=[("grpc.max_receive_message_length", min(2 * settings.max_message_bytes, (1 << 31) - 1)),
-                 ("grpc.max_send_message_length", settings.max_message_bytes),
-                 ("grpc.so_reuseport", 1 if settings.reuse_port else 0)])  # sharing a port only when asked
-    health.servicer = add_services(server, dataplane, (add_inference_service(server, dataplane),))
+    # message limits, port sharing and --grpc_channel_arguments (ServerSettings.grpc_options)
+    server = grpc.aio.server(interceptors=[AccessInterceptor(policy)], options=settings.grpc_options())
+    health.servicer = add_services(server, dataplane, (add_inference_service(server, dataplane),),
+                                   tensor_content=settings.enable_serialization_as_tensor_content)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -211,7 +206,11 @@ async def run_server(settings: ServerSettings) -> int:
         await _bounded(manager.unload_all(), UNLOAD_TIMEOUT_S, "unloading models")
         executor.shutdown(wait=False, cancel_futures=True)
         return 1
-    grpc_port = _bind_grpc(server, settings, live_tls.grpc_credentials() if live_tls else None)
+    credentials = (grpc.alts_server_credentials() if settings.use_alts_credentials
+                   else live_tls.grpc_credentials() if live_tls else None)
+    grpc_port = _bind_grpc(server, settings, credentials)
+    if settings.grpc_socket_path:  # TF Serving's Unix-socket listener beside TCP: same services and policy
+        bind_unix_socket(server, settings.grpc_socket_path, credentials)
     await server.start()
     await health.overall()
 
@@ -226,7 +225,7 @@ async def run_server(settings: ServerSettings) -> int:
     ports = {"grpc": grpc_port, "rest": rest[1] if rest else None, "metrics": metrics_site[1] if metrics_site else None}
     if settings.port_file:  # written once every port is open and every model up (a `--num-processes` parent
         _write_port_file(settings.port_file, {**ports, "ready": True})  # waits for "ready")
-    log.info("listening: %s", ports)
+    log.info("listening: %s%s", ports, f" and unix:{settings.grpc_socket_path}" if settings.grpc_socket_path else "")
     poll = (asyncio.create_task(manager.poll_forever(settings.file_system_poll_wait_seconds))
             if settings.file_system_poll_wait_seconds > 0 else None)
     config_poll = (asyncio.create_task(poll_model_config_file(settings, manager))

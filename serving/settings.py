@@ -70,6 +70,65 @@ class ServerSettings(BaseModel):
     reuse_port: bool = Field(False, description="Bind the REST port with SO_REUSEPORT (set for --num-processes "
                                                 "workers; gRPC always does on Linux).")
 
+    # TF Serving's flags with TF Serving's meaning (serving.tfs.flags.ACTING; docs/tf-serving.md).
+    grpc_socket_path: str | None = Field(None, description="Also serve gRPC on this Unix socket (TF Serving's "
+                                         "--grpc_socket_path): same services, credentials and access policy.")
+    grpc_channel_arguments: tuple[tuple[str, int | str], ...] = Field(
+        (), description="gRPC server options (--grpc_channel_arguments key=value,...); they override tfship's own.")
+    prefer_tflite_model: bool = Field(False, description="Serve model.tflite with LiteRT where a version folder "
+                                                         "has one, else as --backend says (TF Serving's flag).")
+    enable_serialization_as_tensor_content: bool = Field(False, description="gRPC Predict answers in tensor_content "
+                                                         "bytes; default: the typed fields (float_val, ...).")
+    enable_signature_method_name_check: bool = Field(False, description="Classify/Regress check the signature's "
+                                                     "method_name (TF Serving's flag; off by default).")
+    per_process_gpu_memory_fraction: float = Field(0.0, description="Fraction of each GPU's memory "
+                                                   "TensorFlow may take (SavedModel backend); 0 = TensorFlow's "
+                                                   "default. No effect without a GPU.")
+    saved_model_tags: tuple[str, ...] | None = Field(None, description="Tag-set of the MetaGraph to load "
+                                                     "(--saved_model_tags); None = the 'serve' MetaGraph.")
+    enable_model_warmup: bool = Field(True, description="Replay assets.extra/tf_serving_warmup_requests at load.")
+    num_request_iterations_for_warmup: int = Field(0, ge=0, description="Times each warm-up record runs; "
+                                                   "0 = once (TF Serving: used only if > 0).")
+    use_alts_credentials: bool = Field(False, description="gRPC with Google ALTS credentials (GCP only).")
+    rest_api_enable_cors_support: bool = Field(False, description="CORS headers on REST answers; OPTIONS "
+                                                                  "preflights answered (serving.tfs.cors).")
+    tf_serving_notes: tuple[tuple[str, str, str, bool], ...] = Field(
+        (), description="TF Serving flags accepted without effect: (flag, value, reason, warn); logged at start.")
+
+    @field_validator("per_process_gpu_memory_fraction")
+    @classmethod
+    def _fraction(cls, value: float) -> float:
+        if value < 0.0 or value > 1.0:
+            raise ValueError(f"--per_process_gpu_memory_fraction must be in (0, 1] (0 = TensorFlow's default), "
+                             f"got {value}")
+        return value
+
+    def runtime_options(self):
+        """The `serving.runtimes.RuntimeOptions` every runtime of this server is created with."""
+        from tfship.serving.runtimes import RuntimeOptions
+
+        return RuntimeOptions(intra_op_threads=self.intra_op_threads, inter_op_threads=self.inter_op_threads,
+                              tflite_file=self.tflite_file, prefer=("tflite",) if self.prefer_tflite_model else (),
+                              saved_model_tags=self.saved_model_tags,
+                              gpu_memory_fraction=self.per_process_gpu_memory_fraction,
+                              warmup=self.enable_model_warmup, warmup_iterations=self.num_request_iterations_for_warmup)
+
+    def grpc_options(self) -> list[tuple[str, int | str]]:
+        """Options of the gRPC server: tfship's message limits and port sharing, then --grpc_channel_arguments, one
+        entry per key (a later occurrence wins, as TF Serving documents for repeated keys).
+        """
+        options: dict[str, int | str] = {
+            # gRPC itself may take up to twice --max-message-bytes: the handlers refuse anything above the limit
+            # with RESOURCE_EXHAUSTED naming the flag and both sizes (gRPC's own refusal names neither).
+            "grpc.max_receive_message_length": min(2 * self.max_message_bytes, (1 << 31) - 1),
+            "grpc.max_send_message_length": self.max_message_bytes,
+            "grpc.so_reuseport": 1 if self.reuse_port else 0,  # sharing a port only when asked
+        }
+        for key, value in self.grpc_channel_arguments:
+            options.pop(key, None)
+            options[key] = value
+        return list(options.items())
+
     @field_validator("backend")
     @classmethod
     def _known_backend(cls, value: str) -> str:

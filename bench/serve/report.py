@@ -17,7 +17,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 GRPC_ROWS = (("ort", "hand-written grpcio + ONNX Runtime, per request"), ("onnx_batching", "tfship onnx, batching"),
+             ("onnx_batching_tensor_content", "tfship onnx, batching, tensor_content answers"),
              ("onnx", "tfship onnx, no batching"), ("saved_model_batching", "tfship saved_model, batching"))
+# Answer encodings (issue 19): TF Serving's default typed fields vs --enable_serialization_as_tensor_content.
+ENCODING_ROWS = (("identity", "identity_tensor_content", "tfship identity (echoes the input: 64 / 784 floats)"),
+                 ("onnx_batching", "onnx_batching_tensor_content", "tfship onnx, batching (10 outputs)"))
 REST_ROWS = (("rest_bare", "bare aiohttp, prebuilt reply"),
              ("rest_ort", "hand-written aiohttp + orjson + ONNX Runtime, per request"),
              ("rest_row", "tfship onnx batching, row (instances)"),
@@ -121,6 +125,9 @@ def targets(rows: list[dict], levels: tuple[int, ...]) -> tuple[list[dict], dict
             hand, tf = _rate(m, "rest", model, "rest_ort", c), _rate(m, "rest", model, "rest_row", c)
             out.append(_target(f"REST {label}: tfship row / hand-written aiohttp+orjson+ORT, c={c}",
                                tf / hand if hand and tf else None, 1.0))
+    typed, raw = _rate(m, "grpc", "mlp", "onnx_batching", 32), _rate(m, "grpc", "mlp", "onnx_batching_tensor_content", 32)
+    out.append(_target("heavy c=32: typed-field answers (default) / tensor_content answers, onnx batching",
+                       typed / raw if typed and raw else None, 0.90))
     on1, off1 = _rate(m, "grpc", "mlp", "onnx_batching", 1), _rate(m, "grpc", "mlp", "onnx", 1)
     out.append(_target("heavy c=1: batching / no batching (no loss; 5 % noise allowance)",
                        on1 / off1 if on1 and off1 else None, 0.95))
@@ -165,6 +172,7 @@ def markdown(doc: dict) -> str:
                   f"1/{_cell(lim['inprocess_b32'])}) = **{_cell(lim['limit'])}** inferences/s.", "",
               "## gRPC Predict, inferences/s (ratio to the hand-written server)", ""]
     lines += _rate_table(m, "grpc", GRPC_ROWS, levels, ratio_to="ort")
+    lines += _encodings(m, levels)
     lines += ["", "## Transport alone: identity backend vs bare grpc.aio (requests/s, ratio to bare)", ""]
     lines += _rate_table(m, "grpc", (("bare", "bare grpc.aio, prebuilt reply"), ("identity", "tfship identity")),
                          levels, ratio_to="bare")
@@ -203,6 +211,26 @@ def _mixed_load(results: list[dict] | None) -> list[str]:
                          f"{solo['requests_per_s']:,.0f} | {solo['p99_ms']:.0f} | {mixed['requests_per_s']:,.0f} | "
                          f"{mixed['p99_ms']:.0f} | {side['share']:.2f} | {side['p99_ratio']:.1f} | "
                          f"{'yes' if side['holds'] else 'NO'} |")
+    return lines
+
+
+def _encodings(m: dict, levels) -> list[str]:
+    """gRPC inferences/s with typed-field answers (TF Serving's default) and with tensor_content answers."""
+    if not any(k[2].endswith("_tensor_content") for k in m if k[0] == "grpc"):
+        return []
+    head = [f"{size} c={c}" for _, size in MODELS for c in levels]
+    lines = ["", "## Answer encoding: typed fields (default) vs tensor_content (gRPC inferences/s; ratio typed / "
+             "tensor_content)", "", "| server | encoding | " + " | ".join(head) + " |",
+             "|---|---|" + "---:|" * len(head)]
+    for typed, raw, label in ENCODING_ROWS:
+        for case, encoding in ((typed, "typed fields (float_val, ...)"), (raw, "tensor_content")):
+            cells = []
+            for model, _ in MODELS:
+                for c in levels:
+                    value, other = _rate(m, "grpc", model, case, c), _rate(m, "grpc", model, raw, c)
+                    extra = f" ({value / other:.2f}x)" if case == typed and value and other else ""
+                    cells.append(_cell(value) + extra)
+            lines.append(f"| {label} | {encoding} | " + " | ".join(cells) + " |")
     return lines
 
 

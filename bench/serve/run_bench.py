@@ -9,6 +9,8 @@ concurrency level from a load generator pinned to the other core (`bench.serve.l
 * `identity`: tfship with its `identity` backend (transport and tfship's per-request code, no model);
 * `ort`: hand-written per-request ONNX Runtime grpcio server (`bench.serve.ort_server`);
 * `onnx_batching`, `onnx`, `saved_model_batching`: tfship (batching max 32, 1 ms, 1 batch thread);
+* `identity_tensor_content`, `onnx_batching_tensor_content`: the same with `--enable_serialization_as_tensor_content`
+  (answers as raw bytes instead of TF Serving's default typed fields: the cost of each encoding);
 * REST `:predict` JSON, row (`instances`) and columnar (`inputs`), against a bare aiohttp server
   (`bench.serve.bare_rest`) answering with tfship's prebuilt reply, and against a hand-written aiohttp + orjson +
   ONNX Runtime server that parses every body and runs the model per request (`bench.serve.ort_rest`).
@@ -48,8 +50,12 @@ batch_timeout_micros { value: 1000 }
 max_enqueued_batches { value: 100 }
 num_batch_threads { value: 1 }
 """
-TFSHIP_CASES = (("identity", "identity", False), ("onnx_batching", "onnx", True), ("onnx", "onnx", False),
-                ("saved_model_batching", "saved_model", True))
+TENSOR_CONTENT = ("--enable_serialization_as_tensor_content",)
+# (case, backend, batching, more flags). Answers fill the typed fields (TF Serving's default) unless the case
+# passes TENSOR_CONTENT; the `*_tensor_content` cases measure what the typed default costs.
+TFSHIP_CASES = (("identity", "identity", False, ()), ("identity_tensor_content", "identity", False, TENSOR_CONTENT),
+                ("onnx_batching", "onnx", True, ()), ("onnx_batching_tensor_content", "onnx", True, TENSOR_CONTENT),
+                ("onnx", "onnx", False, ()), ("saved_model_batching", "saved_model", True, ()))
 
 
 @dataclass(frozen=True)
@@ -141,10 +147,10 @@ def model_rounds(plan: Plan, info: ModelInfo) -> list[dict]:
     rows: list[dict] = []
     with contextlib.ExitStack() as stack:
         grpc_cases = {}
-        for case, backend, batched in TFSHIP_CASES:
+        for case, backend, batched, flags in TFSHIP_CASES:
             name = f"identity_{info.name}" if backend == "identity" else info.name
-            endpoint = TfshipEndpoint(repo, name, backend, batching if batched else None, server_cpu)
-            grpc_cases[case] = (stack.enter_context(endpoint), files["identity" if case == "identity" else "grpc"])
+            endpoint = TfshipEndpoint(repo, name, backend, batching if batched else None, server_cpu, flags)
+            grpc_cases[case] = (stack.enter_context(endpoint), files["identity" if backend == "identity" else "grpc"])
         reply = plan.work / f"reply_identity_{info.name}.bin"
         reply.write_bytes(grpc_reply(grpc_cases["identity"][0].grpc_target, files["identity"].read_bytes()))
         grpc_cases["bare"] = (stack.enter_context(ReferenceEndpoint("bare_server", ["--response-file", str(reply)],

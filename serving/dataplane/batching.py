@@ -111,6 +111,11 @@ class Batched(Runtime):
         """The wrapped runtime's backend name (batching is not a backend)."""
         return self.inner.backend
 
+    @property
+    def model_judges_shapes(self) -> bool:
+        """As the wrapped runtime (`Runtime.model_judges_shapes`)."""
+        return self.inner.model_judges_shapes
+
     def stop(self) -> None:
         """Stop the batch threads after the queued requests ran; the wrapped runtime stays loaded."""
         with self._cond:

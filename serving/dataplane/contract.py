@@ -1,7 +1,18 @@
 """Request validation against the signature contract (`core.contract.Signature`).
 
 Validation happens in the data plane before any backend sees the request, so every backend refuses
-bad requests with the same INVALID_ARGUMENT message.
+bad requests with the same INVALID_ARGUMENT message. How much is checked depends on the backend:
+
+* backends that feed tensors into the model by name (`Runtime.model_judges_shapes`: the SavedModel backend,
+  and TFLite files without signature runners) get TF Serving's checks only: input names and dtypes. Shapes
+  are the model's to judge, as in TF Serving (a `[3]` tensor fed to an input declared `[-1, 1]` of a
+  half-plus-two answers `[3]` values); what the model refuses comes back from the backend as
+  INVALID_ARGUMENT (`serving.runtimes.base.input_rejected`).
+* the others (ONNX Runtime, LiteRT signature runners) also get rank, fixed dimensions and batch agreement checked, which
+  their runtimes need; so does every request of the Open Inference Protocol (`InferenceRequest.check_shapes`),
+  whose shapes are declared by the protocol.
+
+`check_method_name` is TF Serving's --enable_signature_method_name_check for Classify/Regress.
 """
 
 from __future__ import annotations
@@ -22,8 +33,32 @@ def describe_array(array: np.ndarray) -> str:
     return f"{dtype_name(array.dtype)}[{','.join(str(d) for d in array.shape)}]"
 
 
-def validate_inputs(signature: Signature, inputs: Mapping[str, np.ndarray]) -> None:
-    """Check names, dtypes, ranks and fixed dimensions of `inputs` against `signature`.
+# Classify/Regress: (what TF Serving calls the signature kind, the method_name the check expects).
+METHOD_NAMES = {"Classify": ("classification", "tensorflow/serving/classify"),
+                "Regress": ("regression", "tensorflow/serving/regress")}
+
+
+def check_method_name(signature: Signature, method: str, enabled: bool) -> None:
+    """TF Serving's --enable_signature_method_name_check (off by default, as there) for `method` `Classify` or
+    `Regress`: with `enabled`, the signature's method_name must be `tensorflow/serving/classify|regress`.
+
+    Raises:
+        InvalidRequestError: enabled and the method_name differs (TF Serving's wording).
+        ValueError: `method` is neither Classify nor Regress (a programming error).
+    """
+    kind, wanted = METHOD_NAMES[method]
+    if enabled and signature.method_name != wanted:
+        raise InvalidRequestError(f"Expected {kind} signature method_name to be {wanted}. Was: "
+                                  f"{signature.method_name}")
+
+
+def validate_inputs(signature: Signature, inputs: Mapping[str, np.ndarray], shapes: bool = True) -> None:
+    """Check names, dtypes and (with `shapes`) ranks, fixed dimensions and batch agreement of `inputs`.
+
+    Args:
+        signature: the contract.
+        inputs: alias -> decoded array.
+        shapes: False for backends whose model judges shapes: names and dtypes only, as TF Serving checks.
 
     Raises:
         InvalidRequestError: missing or extra input, wrong dtype, wrong rank or a fixed dimension that
@@ -47,7 +82,7 @@ def validate_inputs(signature: Signature, inputs: Mapping[str, np.ndarray]) -> N
             raise InvalidRequestError(
                 f"input {echo(key)} of signature {signature.name!r}: expected dtype {spec.dtype} "
                 f"({spec.describe()}), received {received}")
-        if spec.shape is None:
+        if spec.shape is None or not shapes:
             continue
         if array.ndim != len(spec.shape):
             raise InvalidRequestError(
@@ -58,7 +93,8 @@ def validate_inputs(signature: Signature, inputs: Mapping[str, np.ndarray]) -> N
                 raise InvalidRequestError(
                     f"input {echo(key)} of signature {signature.name!r}: dimension {axis} must be {want} "
                     f"({spec.describe()}), received {received}")
-    _check_batch(signature, inputs)
+    if shapes:
+        _check_batch(signature, inputs)
 
 
 def _shape_fits(want: tuple[int | None, ...] | None, got: tuple[int, ...]) -> bool:
@@ -101,17 +137,20 @@ class RequestChecks:
         self.max_entries = max_entries
         self._known: dict[tuple, tuple[Signature, int | None, int]] = {}
 
-    def check(self, signature: Signature, inputs: Mapping[str, np.ndarray]) -> tuple[int | None, int]:
+    def check(self, signature: Signature, inputs: Mapping[str, np.ndarray],
+              shapes: bool = True) -> tuple[int | None, int]:
         """(rows, bytes held) of a valid request: `batch_size` and `estimate_request_bytes`.
+
+        `shapes`: as `validate_inputs` (part of the remembered layout).
 
         Raises:
             InvalidRequestError: as `validate_inputs` (never remembered).
         """
-        key = (id(signature), *[(alias, array.dtype, array.shape) for alias, array in inputs.items()])
+        key = (id(signature), shapes, *[(alias, array.dtype, array.shape) for alias, array in inputs.items()])
         known = self._known.get(key)
         if known is not None and known[0] is signature:
             return known[1], known[2]
-        validate_inputs(signature, inputs)
+        validate_inputs(signature, inputs, shapes)
         rows = batch_size(signature, inputs)
         held = estimate_request_bytes(signature, inputs, rows)
         if len(self._known) >= self.max_entries:

@@ -195,10 +195,11 @@ class ModelManager:
         log.info("model %s version %d AVAILABLE (%s)", model.config.name, version, type(served.runtime).__name__)
 
     def _load_blocking(self, path: Path) -> Runtime:
-        warmup = warmup_predicts(path)  # a damaged warm-up file refuses the version before anything loads
+        # a damaged warm-up file refuses the version before anything loads (--enable_model_warmup=false: not read)
+        warmup = warmup_predicts(path) if self._options.warmup else []
         runtime = REGISTRY.create(self._backend, path, self._options)
         runtime.load()
-        for signature_name, inputs in warmup:
+        for signature_name, inputs in warmup * max(self._options.warmup_iterations, 1):
             try:
                 runtime.predict(inputs, signature_name)
             except Exception as err:

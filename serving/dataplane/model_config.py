@@ -72,7 +72,8 @@ def parse_model_server_config(text: str, source: str = "<text>") -> list[ModelCo
     try:
         proto = text_format.Parse(text, protocol.ModelServerConfig())
     except text_format.ParseError as err:
-        raise ConfigError(f"{source}: not a ModelServerConfig in text format: {err}") from err
+        raise ConfigError(f"Error parsing text-format tensorflow.serving.ModelServerConfig from {source}: "
+                          f"{err}") from err  # TF Serving's wording: tools look for it
     return from_proto(proto, source)
 
 

@@ -185,7 +185,9 @@ class DataPlane:
         if signature is None:
             raise InvalidRequestError(f"Serving signature name: {echo(request.signature_name)} not found in signature "
                                       f"def; available: {sorted(signatures)}")
-        rows, held = self._checks.check(signature, request.inputs)  # validates (InvalidRequestError)
+        # validates (InvalidRequestError); graph backends judge shapes themselves, as in TF Serving
+        shapes = request.check_shapes or not runtime.model_judges_shapes
+        rows, held = self._checks.check(signature, request.inputs, shapes)
         if request.output_filter:
             _check_output_filter(signature, request.output_filter)
         if self.request_log.sampling_rate > 0.0:

@@ -34,13 +34,18 @@ class ModelRef:
 
 @dataclass(frozen=True)
 class InferenceRequest:
-    """One Predict call. `inputs`: alias -> array (batch on dim 0); `output_filter`: aliases to return, empty = all."""
+    """One Predict call. `inputs`: alias -> array (batch on dim 0); `output_filter`: aliases to return, empty = all.
+
+    `check_shapes`: check ranks and fixed dimensions whatever the backend (the Open Inference Protocol); False
+    (TF Serving's API) leaves them to the model on backends that feed by name (`Runtime.model_judges_shapes`).
+    """
 
     model: ModelRef
     inputs: Mapping[str, np.ndarray]
     signature_name: str = "serving_default"
     output_filter: tuple[str, ...] = ()
     deadline: float | None = None  # time.monotonic() seconds, None = no deadline
+    check_shapes: bool = False
 
 
 @dataclass(frozen=True)

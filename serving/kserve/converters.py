@@ -227,7 +227,8 @@ def predict_request(meta: ModelMetadata, options: InferOptions, inputs: dict[str
                     outputs: tuple[str, ...]) -> InferenceRequest:
     """The data plane request, pinned to the version `meta` resolved (its signatures were the ones checked)."""
     return InferenceRequest(model=ModelRef(meta.model_name, version=meta.version), inputs=inputs,
-                            signature_name=options.signature_name, output_filter=outputs, deadline=options.deadline)
+                            signature_name=options.signature_name, output_filter=outputs, deadline=options.deadline,
+                            check_shapes=True)  # the protocol declares shapes; every backend checks them
 
 
 def ordered_outputs(response: InferenceResponse, signature: Signature,

@@ -54,12 +54,24 @@ class RuntimeOptions:
         inter_op_threads: threads across ops (ONNX Runtime); 0 = backend default.
         tflite_file: which TFLite artifact to serve (`model.tflite`, `model_float16.tflite`, ...).
         use_gpu: allow CUDA (ONNX Runtime CUDA EP) when available.
+        prefer: backends tried first for every version folder, in order, where they can serve it (TF Serving's
+            --prefer_tflite_model = `("tflite",)`); the configured backend otherwise.
+        saved_model_tags: the MetaGraph tag-set the SavedModel backend loads; None = the `serve` MetaGraph.
+        gpu_memory_fraction: fraction of each GPU's memory TensorFlow may take (SavedModel backend, TF Serving's
+            --per_process_gpu_memory_fraction); 0 = TensorFlow's default. No effect without a GPU.
+        warmup: replay the version's warm-up records at load (TF Serving's --enable_model_warmup).
+        warmup_iterations: times each warm-up record runs; 0 or 1 = once.
     """
 
     intra_op_threads: int = 0
     inter_op_threads: int = 0
     tflite_file: str = "model.tflite"
     use_gpu: bool = True
+    prefer: tuple[str, ...] = ()
+    saved_model_tags: tuple[str, ...] | None = None
+    gpu_memory_fraction: float = 0.0
+    warmup: bool = True
+    warmup_iterations: int = 0
 
 
 class Runtime(abc.ABC):
@@ -69,6 +81,10 @@ class Runtime(abc.ABC):
     """
 
     name: str = ""
+    # True when the backend feeds inputs into the model by name and lets the model judge their shapes, as TF
+    # Serving's SavedModel and TFLite sessions do: the data plane then checks names and dtypes only
+    # (`serving.dataplane.contract.validate_inputs`); what the model refuses is INVALID_ARGUMENT.
+    model_judges_shapes: bool = False
 
     def __init__(self, version_dir: Path, options: RuntimeOptions | None = None) -> None:
         self.version_dir = Path(version_dir)
@@ -171,10 +187,16 @@ class RuntimeRegistry:
     def create(self, backend: str, version_dir: Path, options: RuntimeOptions | None = None) -> Runtime:
         """Instantiate `backend` for `version_dir`; `auto` picks the first registered backend that can serve it.
 
+        Backends in `options.prefer` come first wherever they can serve `version_dir`.
+
         Raises:
             RuntimeLoadError: `auto` found no servable artifact in `version_dir`.
             ConfigError: unknown backend name.
         """
+        for name in options.prefer if options else ():
+            cls = self.get(name)
+            if cls.can_serve(version_dir):
+                return cls(version_dir, options)
         if backend != "auto":
             return self.get(backend)(version_dir, options)
         for cls in self._classes.values():

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from tfship.core.contract import Signature
-from tfship.core.saved_model import read_signatures, serving_tags
+from tfship.core.saved_model import SERVE_TAGS, read_signatures, serving_tags
 from tfship.serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions, input_rejected
 
 
@@ -104,6 +104,7 @@ class SavedModelRuntime(Runtime):
     """
 
     name = "saved_model"
+    model_judges_shapes = True  # fed by name, as TF Serving's session: the graph decides what shapes it takes
 
     def __init__(self, version_dir: Path, options: RuntimeOptions | None = None) -> None:
         super().__init__(version_dir, options)
@@ -116,8 +117,12 @@ class SavedModelRuntime(Runtime):
 
     def load(self) -> None:
         try:
-            self._signatures = read_signatures(self.version_dir, include_internal=True)
-            self._session = GraphSession(self.version_dir, serving_tags(self.version_dir), self._signatures,
+            from tfship.serving.runtimes.tf_gpu import apply_gpu_memory_fraction
+
+            apply_gpu_memory_fraction(self.options.gpu_memory_fraction)  # before TensorFlow sets up a GPU
+            tags = self.options.saved_model_tags or SERVE_TAGS  # TF Serving's --saved_model_tags
+            self._signatures = read_signatures(self.version_dir, tags, include_internal=True)
+            self._session = GraphSession(self.version_dir, serving_tags(self.version_dir, tags), self._signatures,
                                          self.options)
         except Exception as err:
             raise RuntimeLoadError(f"cannot load SavedModel {self.version_dir}: {err}") from err

@@ -14,6 +14,8 @@ from tfship.core.contract import Signature, TensorSpec
 from tfship.core.dtypes import dtype_name
 from tfship.core.saved_model import read_signatures
 from tfship.serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions, input_rejected
+from tfship.serving.runtimes.tflite_tensors import run as tensor_run
+from tfship.serving.runtimes.tflite_tensors import tensor_signatures
 
 # LiteRT kernels' messages for an input value they refuse (GATHER: "gather index out of bounds").
 _INDEX_ERROR = re.compile(r"index out of bounds|out of range|indices? .*(out of bounds|not in)", re.IGNORECASE)
@@ -24,7 +26,9 @@ class TfliteRuntime(Runtime):
 
     Each call resizes the inputs to the request's batch (the runner reallocates tensors), under a
     lock because one LiteRT interpreter is not thread-safe. Contract: `saved_model.pb`'s SignatureDefs
-    for the signatures the file holds when present, else the runner's `shape_signature`s.
+    for the signatures the file holds when present, else the runner's `shape_signature`s. A file without
+    signature runners is served over its tensors as TF Serving serves it (`serving.runtimes.tflite_tensors`):
+    then the model judges the shapes it is fed (`model_judges_shapes`).
     """
 
     name = "tflite"
@@ -36,6 +40,7 @@ class TfliteRuntime(Runtime):
         self._signatures: dict[str, Signature] = {}
         self._lock = threading.Lock()
         self._last_error = ""
+        self._tensors: dict = {}  # signature name -> TensorSignature, for files without signature runners
 
     @property
     def path(self) -> Path:
@@ -56,11 +61,13 @@ class TfliteRuntime(Runtime):
                              for k in self._interpreter.get_signature_list()}
             for runner in self._runners.values():
                 _prime_dynamic_shapes(runner)
+            if not self._runners:  # TF Serving's TfLiteSession: signatures over the model's tensors
+                self._interpreter.allocate_tensors()
+                self._tensors = tensor_signatures(self.path, self._interpreter)
         except Exception as err:
             raise RuntimeLoadError(f"cannot load {self.path}: {err}") from err
-        if not self._runners:
-            raise RuntimeLoadError(f"{self.path} has no signature runners; convert with signature_keys")
-        self._signatures = self._contract()
+        self.model_judges_shapes = bool(self._tensors)
+        self._signatures = {k: t.contract for k, t in self._tensors.items()} if self._tensors else self._contract()
         self.ready = True
 
     def _contract(self) -> dict[str, Signature]:
@@ -78,6 +85,12 @@ class TfliteRuntime(Runtime):
 
     def predict(self, inputs: Mapping[str, np.ndarray],
                 signature_name: str = "serving_default") -> dict[str, np.ndarray]:
+        if self._tensors:
+            with self._lock:
+                try:
+                    return tensor_run(self._interpreter, self._tensors[signature_name], inputs)
+                except (ValueError, RuntimeError) as err:  # a shape or value the model cannot take
+                    raise input_rejected("LiteRT", inputs, self._new_error_text(str(err))) from err
         with self._lock:
             try:
                 outputs = self._runners[signature_name](**inputs)
@@ -98,6 +111,7 @@ class TfliteRuntime(Runtime):
 
     def unload(self) -> None:
         self._runners = {}
+        self._tensors = {}
         self._interpreter = None
         super().unload()
 

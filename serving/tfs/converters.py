@@ -1,14 +1,28 @@
-"""TF Serving protobuf messages <-> the data plane's types (`serving.dataplane.types`)."""
+"""TF Serving protobuf messages <-> the data plane's types (`serving.dataplane.types`).
+
+Predict answers carry TF Serving's default encoding: each output in its typed field (`float_val`,
+`int64_val`, `string_val`, ...), so `response.outputs["y"].float_val` reads the values as with TF Serving;
+`--enable_serialization_as_tensor_content` switches to raw little-endian bytes in `tensor_content`
+(strings stay in `string_val` either way). Both decode alike with `tf.make_ndarray`. The cost of each is
+measured by `make bench-serve` (docs/benchmarks.md).
+"""
 
 from __future__ import annotations
 
 import time
 
+import numpy as np
+
 from tfship.core import protocol
 from tfship.core.echo import echo_list
 from tfship.core.errors import InvalidRequestError
 from tfship.core.saved_model import to_signature_def
-from tfship.serving.dataplane.tensors import DEFAULT_MAX_TENSOR_BYTES, fill_tensor_proto, from_tensor_proto
+from tfship.serving.dataplane.tensors import (
+    DEFAULT_MAX_TENSOR_BYTES,
+    data_type,
+    fill_tensor_proto,
+    from_tensor_proto,
+)
 from tfship.serving.dataplane.types import InferenceRequest, InferenceResponse, ModelMetadata, ModelRef, VersionStatus
 
 
@@ -50,16 +64,83 @@ def predict_request(proto, time_remaining: float | None = None,
     )
 
 
-def predict_response(response: InferenceResponse):
-    """`InferenceResponse` -> `PredictResponse` (model_spec names the version that served it)."""
+# numpy dtype -> (TensorProto typed field, view giving the values that field holds), as TensorFlow's
+# Tensor::AsProtoField writes them: narrow ints in int_val, float16 as its bits in half_val, complex numbers
+# as (real, imaginary) pairs.
+_TYPED_FIELDS = {
+    np.dtype(np.float32): ("float_val", None), np.dtype(np.float64): ("double_val", None),
+    np.dtype(np.float16): ("half_val", np.uint16), np.dtype(np.int8): ("int_val", None),
+    np.dtype(np.int16): ("int_val", None), np.dtype(np.int32): ("int_val", None),
+    np.dtype(np.uint8): ("int_val", None), np.dtype(np.uint16): ("int_val", None),
+    np.dtype(np.int64): ("int64_val", None), np.dtype(np.uint32): ("uint32_val", None),
+    np.dtype(np.uint64): ("uint64_val", None), np.dtype(np.bool_): ("bool_val", None),
+    np.dtype(np.complex64): ("scomplex_val", np.float32), np.dtype(np.complex128): ("dcomplex_val", np.float64),
+}
+
+
+# Typed fields of fixed-width values, which protobuf writes packed: their wire bytes are the values' own
+# little-endian bytes, so they are filled by parsing `tag + length + bytes` (no Python float per value).
+_PACKED = {np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.complex64), np.dtype(np.complex128)}
+
+
+def _packed_field(field: str, payload: bytes) -> bytes:
+    """Wire bytes of a packed repeated field of `protocol.TensorProto` holding `payload`."""
+    number = protocol.TensorProto.DESCRIPTOR.fields_by_name[field].number
+    return _varint((number << 3) | 2) + _varint(len(payload)) + payload
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def fill_typed_fields(proto, array: np.ndarray) -> None:
+    """Encode `array` into an empty `TensorProto` in place, values in the dtype's typed field (TF Serving's
+    default answer encoding); strings go to `string_val`, exactly as `fill_tensor_proto` writes them.
+
+    Raises:
+        InvalidRequestError: a dtype with no TensorFlow DataType (as `fill_tensor_proto`).
+    """
+    array = np.asarray(array)
+    native = array.dtype.newbyteorder("=") if array.dtype.byteorder == ">" else array.dtype
+    found = _TYPED_FIELDS.get(native)
+    if found is None:  # strings (and anything `fill_tensor_proto` refuses with its own message)
+        fill_tensor_proto(proto, array)
+        return
+    proto.dtype = data_type(native)
+    dims = proto.tensor_shape.dim
+    for size in array.shape:
+        dims.add().size = size
+    field, view = found
+    if native in _PACKED:
+        if array.size:
+            proto.MergeFromString(_packed_field(field, np.ascontiguousarray(array, dtype=native.newbyteorder("<"))
+                                                .tobytes()))
+        return
+    flat = np.ascontiguousarray(array, dtype=native).reshape(-1)
+    getattr(proto, field).extend((flat.view(view) if view is not None else flat).tolist())
+
+
+def predict_response(response: InferenceResponse, tensor_content: bool = False):
+    """`InferenceResponse` -> `PredictResponse` (model_spec names the version that served it).
+
+    Outputs go in the typed fields (TF Serving's default), or in `tensor_content` with `tensor_content`
+    (--enable_serialization_as_tensor_content).
+    """
     proto = protocol.PredictResponse()
     spec = proto.model_spec
     spec.name = response.model_name
     spec.version.value = response.version
     spec.signature_name = response.signature_name
     outputs = proto.outputs
+    fill = fill_tensor_proto if tensor_content else fill_typed_fields
     for key, array in response.outputs.items():
-        fill_tensor_proto(outputs[key], array)  # in place: no intermediate message, no CopyFrom
+        fill(outputs[key], array)  # in place: no intermediate message, no CopyFrom
     return proto
 
 

@@ -1,12 +1,23 @@
 """TF Serving's `tensorflow_model_server` command line, accepted beside tfship's own `serve` flags.
 
-Every flag of TF Serving's main.cc is known here. Those tfship implements are aliases of its own flags
-(`--model_name` = `--model-name`, `--tensorflow_intra_op_parallelism` = `--intra-op-threads`, ...), in
-both `--flag=value` and `--flag value` forms; the others are refused by name, never ignored.
-Semantics kept from TF Serving: `--rest_api_port=0` means REST off, `--enable_batching` takes an
-optional `=true|false`, `--model_base_path` is the model's own folder (holding the version folders),
-`--ssl_config_file` is an `SSLConfig` text proto holding PEM *contents* and `--monitoring_config_file`
-a `MonitoringConfig` text proto (`prometheus_config { enable: true path: "..." }`).
+Every flag of TF Serving's main.cc is accepted (both `--flag=value` and `--flag value`; booleans also bare,
+`--flag`, as TensorFlow's flag parser takes them). Three kinds:
+
+* aliases of tfship flags (`--model_name` = `--model-name`, `--tensorflow_intra_op_parallelism` =
+  `--intra-op-threads`, ...) and TF Serving flags tfship implements with TF Serving's meaning
+  (`ACTING`: `--grpc_socket_path`, `--grpc_channel_arguments`, `--prefer_tflite_model`,
+  `--enable_serialization_as_tensor_content`, `--enable_signature_method_name_check`, ...);
+* `NO_OP`: flags that only tune machinery tfship does not have (TensorFlow's C++ thread pools, load thread
+  pools, TPU set-up): accepted, their value type-checked, logged at start-up with the reason, and answers
+  are the same whatever they say;
+* `WARNED`: two flags whose machinery tfship does not have but whose absence a caller could notice
+  (`--enable_profiler`: no profiler service; `--mixed_precision`: models run at their exported precision):
+  accepted, with a start-up warning saying so.
+
+Semantics kept from TF Serving: `--rest_api_port=0` means REST off, `--model_base_path` is the model's own
+folder (holding the version folders), `--ssl_config_file` is an `SSLConfig` text proto holding PEM
+*contents* and `--monitoring_config_file` a `MonitoringConfig` text proto
+(`prometheus_config { enable: true path: "..." }`). docs/tf-serving.md lists every flag.
 """
 
 from __future__ import annotations
@@ -25,6 +36,7 @@ from tfship.core.errors import ConfigError
 from tfship.core.locations import cli_location, cli_path
 
 PROMETHEUS_PATH = "/monitoring/prometheus/metrics"
+INT32_MAX = (1 << 31) - 1
 
 # TF Serving flag -> (tfship dest, value type) for flags with the same meaning under another name.
 ALIASES: dict[str, tuple[str, type]] = {
@@ -36,46 +48,6 @@ ALIASES: dict[str, tuple[str, type]] = {
     "tensorflow_inter_op_parallelism": ("inter_op_threads", int),
     "rest_api_timeout_in_ms": ("rest_api_timeout_in_ms", int),
 }
-# TF Serving flags tfship does not implement, with what to do instead.
-REFUSED: dict[str, str] = {
-    "grpc_socket_path": "tfship listens on TCP only (--host/--port)",
-    "rest_api_num_threads": "REST runs on the event loop; size backend threads with --worker-threads",
-    "rest_api_enable_cors_support": "put a proxy that adds CORS headers in front of the REST port",
-    "allow_version_labels_for_unavailable_models": "labels must point at loaded versions",
-    "enable_per_model_batching_parameters": "one --batching-parameters-file applies to every model",
-    "num_load_threads": "versions load one at a time",
-    "num_unload_threads": "versions unload one at a time",
-    "max_num_load_retries": "a failed version is retried on the next repository poll",
-    "load_retry_interval_micros": "a failed version is retried on the next repository poll",
-    "flush_filesystem_caches": "not applicable",
-    "tensorflow_session_parallelism": "use --intra-op-threads/--inter-op-threads",
-    "tensorflow_session_config_file": "use --intra-op-threads/--inter-op-threads",
-    "use_alts_credentials": "use --tls-cert/--tls-key (or --ssl_config_file)",
-    "platform_config_file": "choose the runtime with --backend",
-    "per_process_gpu_memory_fraction": "tfship sets no TensorFlow GPU memory options",
-    "saved_model_tags": "tfship loads the 'serve' tag-set",
-    "grpc_channel_arguments": "use --max-message-bytes for message sizes",
-    "grpc_max_threads": "gRPC runs on asyncio; size backend threads with --worker-threads",
-    "enable_model_warmup": "warm-up always runs when assets.extra/tf_serving_warmup_requests exists",
-    "num_request_iterations_for_warmup": "each warm-up record is run once",
-    "version": "run `tfship --help`",
-    "remove_unused_fields_from_bundle_metagraph": "not applicable",
-    "prefer_tflite_model": "use --backend tflite",
-    "num_tflite_pools": "one LiteRT interpreter per version",
-    "num_tflite_interpreters_per_pool": "one LiteRT interpreter per version",
-    "enable_signature_method_name_check": "Classify/Regress always check the signature's method_name",
-    "xla_cpu_compilation_enabled": "not applicable",
-    "xla_gpu_compilation_enabled": "not applicable",
-    "enable_profiler": "use `make bench-serve BENCH_PROFILE_S=...`",
-    "thread_pool_factory_config_file": "size backend threads with --worker-threads",
-    "mixed_precision": "export the model in the precision to serve",
-    "skip_initialize_tpu": "no TPU support",
-    "enable_grpc_healthcheck_service": "grpc.health.v1 is always on",
-    "enable_serialization_as_tensor_content": "outputs are always sent as tensor_content",
-}
-REFUSED_DEST = "tf_serving_refused"
-# Dests the aliases add beside ServerSettings' own fields; `settings_values` folds them in.
-EXTRA_DESTS = ("model_base_path", "ssl_config_file", "monitoring_config_file")
 
 
 def _bool(value: str) -> bool:
@@ -87,18 +59,102 @@ def _bool(value: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
 
 
+def channel_arguments(text: str) -> tuple[tuple[str, int | str], ...]:
+    """`--grpc_channel_arguments` (`key=value,key=value`) as gRPC server options, in order.
+
+    As TF Serving: a value that parses as a 32-bit integer is passed as an int, anything else as a string;
+    empty items are skipped. A later occurrence of a key wins (`ServerSettings.grpc_options`).
+
+    Raises:
+        argparse.ArgumentTypeError: an item without `=` or with an empty key (TF Serving has no answer for
+            these: its parser indexes past the end).
+    """
+    out = []
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise argparse.ArgumentTypeError(f"item {item!r} of {text!r} is not key=value (e.g. "
+                                             "grpc.max_connection_age_ms=30000,grpc.max_concurrent_streams=100)")
+        key, value = key.strip(), value.strip()
+        try:
+            number = int(value)
+        except ValueError:
+            out.append((key, value))
+            continue
+        out.append((key, number) if -INT32_MAX - 1 <= number <= INT32_MAX else (key, value))
+    return tuple(out)
+
+
+def _tags(text: str) -> tuple[str, ...]:
+    tags = tuple(sorted({t.strip() for t in text.split(",") if t.strip()}))
+    if not tags:
+        raise argparse.ArgumentTypeError(f"expected comma-separated tags (e.g. serve or serve,gpu), got {text!r}")
+    return tags
+
+
+# TF Serving flags tfship implements with TF Serving's meaning: flag -> (ServerSettings field, type, is_bool).
+ACTING: dict[str, tuple[str, object, bool]] = {
+    "grpc_socket_path": ("grpc_socket_path", str, False),
+    "grpc_channel_arguments": ("grpc_channel_arguments", channel_arguments, False),
+    "prefer_tflite_model": ("prefer_tflite_model", _bool, True),
+    "enable_serialization_as_tensor_content": ("enable_serialization_as_tensor_content", _bool, True),
+    "enable_signature_method_name_check": ("enable_signature_method_name_check", _bool, True),
+    "per_process_gpu_memory_fraction": ("per_process_gpu_memory_fraction", float, False),
+    "saved_model_tags": ("saved_model_tags", _tags, False),
+    "enable_model_warmup": ("enable_model_warmup", _bool, True),
+    "num_request_iterations_for_warmup": ("num_request_iterations_for_warmup", int, False),
+    "use_alts_credentials": ("use_alts_credentials", _bool, True),
+    "rest_api_enable_cors_support": ("rest_api_enable_cors_support", _bool, True),
+}
+# TF Serving flags that tune machinery tfship does not have: flag -> (value type, why the answers are the same).
+NO_OP: dict[str, tuple[object, str]] = {
+    "rest_api_num_threads": (int, "REST runs on the event loop; backend calls use --worker-threads"),
+    "allow_version_labels_for_unavailable_models": (_bool, "labels are checked against the versions on disk"),
+    "enable_per_model_batching_parameters": (_bool, "one --batching_parameters_file applies to every model"),
+    "num_load_threads": (int, "versions load one at a time"),
+    "num_unload_threads": (int, "versions unload one at a time"),
+    "max_num_load_retries": (int, "a failed version is retried on the next repository poll"),
+    "load_retry_interval_micros": (int, "a failed version is retried on the next repository poll"),
+    "flush_filesystem_caches": (_bool, "no filesystem caches are held"),
+    "tensorflow_session_parallelism": (int, "size TensorFlow's pools with --tensorflow_intra/inter_op_parallelism"),
+    "tensorflow_session_config_file": (str, "TensorFlow runs with its default session options"),
+    "platform_config_file": (str, "the runtime is chosen per version folder (--backend, --prefer_tflite_model)"),
+    "grpc_max_threads": (int, "gRPC runs on asyncio; backend calls use --worker-threads"),
+    "remove_unused_fields_from_bundle_metagraph": (_bool, "the MetaGraph is not kept in memory"),
+    "num_tflite_pools": (int, "one LiteRT interpreter per version"),
+    "num_tflite_interpreters_per_pool": (int, "one LiteRT interpreter per version"),
+    "xla_cpu_compilation_enabled": (_bool, "TensorFlow compiles what the model asks to compile"),
+    "xla_gpu_compilation_enabled": (_bool, "TensorFlow compiles what the model asks to compile"),
+    "thread_pool_factory_config_file": (str, "backend calls use --worker-threads"),
+    "skip_initialize_tpu": (_bool, "no TPU support"),
+    "enable_grpc_healthcheck_service": (_bool, "grpc.health.v1 is always served"),
+}
+# Accepted with a start-up warning: the feature is absent and a caller could notice.
+WARNED: dict[str, tuple[object, str]] = {
+    "enable_profiler": (_bool, "tfship serves no TensorFlow profiler service (calls to it answer UNIMPLEMENTED); "
+                               "profile with `make bench-serve BENCH_PROFILE_S=...`"),
+    "mixed_precision": (str, "models run at the precision they were exported in"),
+}
+NOTES_DEST = "tf_serving_noted"  # raw (flag, value) pairs; settings_values makes the notes
+VERSION_DEST = "tf_serving_version"
+# Dests the aliases add beside ServerSettings' own fields; `settings_values` folds them in.
+EXTRA_DESTS = ("model_base_path", "ssl_config_file", "monitoring_config_file")
+
+
 def _rest_api_port(value: str) -> int:
     port = int(value)
     return -1 if port == 0 else port  # TF Serving: 0 = no REST server
 
 
-class _Refuse(argparse.Action):
-    """Records a TF Serving flag tfship does not implement; `settings_values` refuses it by name."""
+class _Note(argparse.Action):
+    """Records a NO_OP / WARNED flag with its (type-checked) value; `settings_values` turns it into a note."""
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
-        refused = list(getattr(namespace, REFUSED_DEST, None) or [])
-        refused.append(option_string)
-        setattr(namespace, REFUSED_DEST, refused)
+        notes = list(getattr(namespace, NOTES_DEST, None) or [])
+        notes.append((option_string.lstrip("-"), values))
+        setattr(namespace, NOTES_DEST, notes)
 
 
 def add_tf_serving_flags(parser: argparse.ArgumentParser) -> None:
@@ -120,8 +176,41 @@ def add_tf_serving_flags(parser: argparse.ArgumentParser) -> None:
       help="TF Serving SSLConfig text proto (server_key, server_cert, custom_ca, client_verify)")
     a("--monitoring_config_file", "--monitoring-config-file", dest="monitoring_config_file", type=cli_path,
       default=keep, help="TF Serving MonitoringConfig text proto (prometheus_config { enable path })")
-    for name in REFUSED:
-        a(f"--{name}", action=_Refuse, nargs="?", dest=REFUSED_DEST, default=keep, help=argparse.SUPPRESS)
+    for name, (dest, kind, is_bool) in ACTING.items():
+        options = {"nargs": "?", "const": True} if is_bool else {}
+        a(f"--{name}", dest=dest, type=kind, default=keep, help=f"TF Serving's --{name} (docs/tf-serving.md)",
+          **options)
+    for name, (kind, _why) in {**NO_OP, **WARNED}.items():
+        options = {"nargs": "?", "const": True} if kind is _bool else {}
+        a(f"--{name}", action=_Note, type=kind, dest=NOTES_DEST, default=keep, help=argparse.SUPPRESS, **options)
+    a("--version", dest=VERSION_DEST, type=_bool, nargs="?", const=True, default=keep,
+      help="print the version and exit (TF Serving's --version)")
+
+
+def log_tf_serving_notes(notes) -> None:
+    """Log each accepted-without-effect TF Serving flag (`ServerSettings.tf_serving_notes`) with its reason."""
+    import logging
+
+    log = logging.getLogger("tfship.serving.tfs.flags")
+    for name, value, reason, warn in notes:
+        if warn:
+            log.warning("--%s=%s accepted, but: %s", name, value, reason)
+        else:
+            log.info("--%s=%s accepted, no effect in tfship: %s", name, value, reason)
+
+
+def version_text() -> str:
+    """What `--version` prints: tfship's and the TensorFlow Serving API's versions (TF Serving's two lines)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def of(package: str) -> str:
+        try:
+            return version(package)
+        except PackageNotFoundError:
+            return "not installed"
+
+    return (f"TensorFlow ModelServer: tfship {of('tfship')} (tensorflow-serving-api {of('tensorflow-serving-api')})\n"
+            f"TensorFlow Library: {of('tensorflow')}")
 
 
 @functools.cache
@@ -208,21 +297,33 @@ def ssl_settings(path: Path) -> dict:
 def settings_values(args: argparse.Namespace, fields) -> dict:
     """`ServerSettings` keyword values from parsed `serve` flags, with TF Serving's files folded in.
 
+    NO_OP and WARNED flags become `tf_serving_notes` (flag, value, reason, warn), logged at start-up.
+    `--version` prints the version and exits 0 (as TF Serving does).
+
     Raises:
-        ConfigError: a TF Serving flag tfship does not implement (named, with what to use instead), both
-            --ssl_config_file and --tls-* given, or a bad SSLConfig/MonitoringConfig file.
+        ConfigError: both --ssl_config_file and --tls-* given, --use_alts_credentials with TLS, or a bad
+            SSLConfig/MonitoringConfig file.
     """
-    refused = getattr(args, REFUSED_DEST, None)
-    if refused:
-        reasons = "; ".join(f"{flag} ({REFUSED[flag.lstrip('-')]})" for flag in refused)
-        raise ConfigError(f"TF Serving flag(s) not implemented by tfship: {reasons}")
+    if getattr(args, VERSION_DEST, False):
+        print(version_text())
+        raise SystemExit(0)
     values = {k: v for k, v in vars(args).items() if k in fields}
+    notes = []
+    for name, value in getattr(args, NOTES_DEST, None) or ():
+        warned = name in WARNED
+        if name == "enable_profiler" and value is False or name == "mixed_precision" and not value:
+            continue  # asks for nothing tfship lacks
+        notes.append((name, str(value), (WARNED if warned else NO_OP)[name][1], warned))
+    if notes:
+        values["tf_serving_notes"] = tuple(notes)
     ssl_file = getattr(args, "ssl_config_file", None)
     if ssl_file:
         given = [f"--{k.replace('_', '-')}" for k in ("tls_cert", "tls_key", "tls_client_ca") if values.get(k)]
         if given:
             raise ConfigError(f"--ssl_config_file {ssl_file} and {', '.join(given)} both set TLS; give one")
         values.update(ssl_settings(ssl_file))
+    if values.get("use_alts_credentials") and (ssl_file or values.get("tls_cert")):
+        raise ConfigError("Either use_alts_credentials must be false or ssl_config_file (--tls-cert) must be empty")
     monitoring = getattr(args, "monitoring_config_file", None)
     if monitoring:
         values.update(monitoring_settings(monitoring))

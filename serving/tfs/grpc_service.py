@@ -37,8 +37,9 @@ def decode_predict(data: bytes, time_remaining: float | None, max_tensor_bytes: 
 class PredictionServicer:
     """`tensorflow.serving.PredictionService` over a `DataPlane`."""
 
-    def __init__(self, dataplane: DataPlane) -> None:
+    def __init__(self, dataplane: DataPlane, tensor_content: bool = False) -> None:
         self._dp = dataplane
+        self._tensor_content = tensor_content  # --enable_serialization_as_tensor_content (converters)
 
     @rpc(large=True)
     async def Predict(self, request, context):
@@ -52,9 +53,9 @@ class PredictionServicer:
             inference = converters.predict_request(request, time_remaining(context), limit)
         response = await self._dp.predict(inference)
         if sum(a.nbytes for a in response.outputs.values()) > OFF_LOOP_BYTES:
-            proto = await asyncio.to_thread(converters.predict_response, response)
+            proto = await asyncio.to_thread(converters.predict_response, response, self._tensor_content)
         else:
-            proto = converters.predict_response(response)
+            proto = converters.predict_response(response, self._tensor_content)
         size = proto.ByteSize()  # computed, not serialised: an oversized answer never reaches gRPC's send
         if size > limit:
             raise ResourceExhaustedError(f"response of {size} bytes exceeds --max-message-bytes {limit} bytes; ask "
@@ -149,18 +150,21 @@ class HealthServicer(health.aio.HealthServicer):
         return await super().Check(request, context)
 
 
-def add_services(server: grpc.aio.Server, dataplane: DataPlane,
-                 other_services: tuple[str, ...] = ()) -> health.aio.HealthServicer:
+def add_services(server: grpc.aio.Server, dataplane: DataPlane, other_services: tuple[str, ...] = (),
+                 tensor_content: bool = False) -> health.aio.HealthServicer:
     """Register PredictionService, ModelService, grpc.health.v1 and reflection on `server`.
 
     Requests above the data plane's message limit (--max-message-bytes) are answered RESOURCE_EXHAUSTED
     naming the flag and the sizes (the server lets gRPC itself take up to twice that, see `server.py`).
 
     `other_services`: names of services already registered (e.g. `inference.GRPCInferenceService`) that
-    reflection lists too. Returns the health servicer; "" and each model name start NOT_SERVING.
+    reflection lists too. `tensor_content`: Predict answers in `tensor_content` instead of the typed fields
+    (--enable_serialization_as_tensor_content). Returns the health servicer; "" and each model name start
+    NOT_SERVING.
     """
+    predict = PredictionServicer(dataplane, tensor_content)
     server.add_generic_rpc_handlers((
-        generic_handler(protocol.PREDICTION_SERVICE, PredictionServicer(dataplane), protocol.PREDICTION_METHODS),
+        generic_handler(protocol.PREDICTION_SERVICE, predict, protocol.PREDICTION_METHODS),
         generic_handler(protocol.MODEL_SERVICE, ModelServicer(dataplane), protocol.MODEL_METHODS),
     ))
     health_servicer = HealthServicer()

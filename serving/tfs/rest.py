@@ -29,6 +29,7 @@ from tfship.serving.operations.metrics import CONTENT_TYPE, Metrics
 from tfship.serving.operations.request_log import RequestLog
 from tfship.serving.operations.security import AccessPolicy
 from tfship.serving.tfs import converters, examples, rest_json
+from tfship.serving.tfs.cors import cors_middleware
 
 log = logging.getLogger(__name__)
 _MAX_BYTES = web.AppKey("max_bytes", int)
@@ -190,8 +191,10 @@ def decode_predict(raw: bytes, signatures: dict | None):
 
 def build_app(dataplane: DataPlane, policy: AccessPolicy | None = None, max_bytes: int = 64 << 20,
               metrics: Metrics | None = None, metrics_path: str = PROMETHEUS_PATH,
-              timeout_s: float = 30.0, offloader: Offloader | None = None) -> web.Application:
+              timeout_s: float = 30.0, offloader: Offloader | None = None, cors: bool = False) -> web.Application:
     """The TF Serving REST API over `dataplane`, under `policy` (bearer tokens; None = open).
+
+    `cors`: TF Serving's --rest_api_enable_cors_support (`serving.tfs.cors`).
 
     With `metrics`, Prometheus text is also served at `metrics_path` (TF Serving's `/monitoring/prometheus/metrics`
     unless --monitoring_config_file names another). A request body must arrive within `timeout_s` seconds
@@ -239,8 +242,9 @@ def build_app(dataplane: DataPlane, policy: AccessPolicy | None = None, max_byte
         return web.Response(text=_json_text(answer, max_bytes), content_type="application/json")
 
     policy = policy or AccessPolicy()
-    app = web.Application(middlewares=[_error_middleware(policy, dataplane.gate, dataplane.request_log,
-                                                         getattr(dataplane, "release_after", None))],
+    middlewares = [_error_middleware(policy, dataplane.gate, dataplane.request_log,
+                                     getattr(dataplane, "release_after", None))]
+    app = web.Application(middlewares=[cors_middleware, *middlewares] if cors else middlewares,
                           client_max_size=max_bytes)
     if metrics is not None:
         app.router.add_get(metrics_path, _metrics_handler(metrics))
@@ -282,7 +286,8 @@ async def start_rest(dataplane: DataPlane, settings, policy: AccessPolicy, metri
     """
     prometheus = settings.prometheus_path  # None: --monitoring_config_file turned it off
     app = build_app(dataplane, policy, settings.max_message_bytes, metrics if prometheus else None,
-                    prometheus or PROMETHEUS_PATH, settings.rest_api_timeout_in_ms / 1000)
+                    prometheus or PROMETHEUS_PATH, settings.rest_api_timeout_in_ms / 1000,
+                    cors=settings.rest_api_enable_cors_support)
     return await _start(app, settings, settings.rest_port, ssl_context)
 
 

@@ -83,3 +83,14 @@ def test_thread_figures_are_per_request_medians_and_rendered():
     text = "\n".join(report._threads(report.medians(rows), cost))
     assert "| mlp | identity | 32 | 2,000 | 150 | 50 | 200 | 1.0 |" in text
     assert "14.5 us CPU per call" in text and "98.0 us** when 64 MiB" in text
+
+
+def test_answer_encodings_get_a_target_and_a_table():
+    rows = [_row("grpc", "mlp", "onnx_batching", 32, 1900), _row("grpc", "mlp", "onnx_batching_tensor_content", 32, 2000)]
+    rows += [_row("grpc", "digits", "identity", 32, 3000), _row("grpc", "digits", "identity_tensor_content", 32, 3300)]
+    by_name = {t["target"]: t for t in report.targets(rows, (32,))[0]}
+    typed = by_name["heavy c=32: typed-field answers (default) / tensor_content answers, onnx batching"]
+    assert typed["value"] == pytest.approx(0.95) and typed["met"]
+    text = "\n".join(report._encodings(report.medians(rows), (32,)))
+    assert "| tfship onnx, batching (10 outputs) | typed fields (float_val, ...) | - | 1,900 (0.95x) |" in text
+    assert "| tfship identity (echoes the input: 64 / 784 floats) | tensor_content | 3,300 | - |" in text

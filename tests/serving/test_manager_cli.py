@@ -82,7 +82,7 @@ def test_model_server_config_parsing():
     assert config.policy.select([1, 2, 3, 5]) == [3, 5] and config.labels == {"stable": 3}
     with pytest.raises(ConfigError, match="invalid model name"):
         parse_model_server_config('model_config_list { config { name: "../x" base_path: "/m" } }')
-    with pytest.raises(ConfigError, match="not a ModelServerConfig"):
+    with pytest.raises(ConfigError, match="Error parsing text-format tensorflow.serving.ModelServerConfig"):
         parse_model_server_config("model_config_list { nope: 1 }", "bad.config")
     assert VersionPolicy("specific", versions=(2, 9)).select([1, 2, 3]) == [2]
 

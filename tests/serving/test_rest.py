@@ -57,12 +57,14 @@ def test_predict_row_and_columnar_formats(server, repository, images):
 @pytest.mark.parametrize(("path", "body", "code", "fragment"), [
     ("/v1/models/nope:predict", {"instances": [[0]]}, 404, "nope"),
     (f"/v1/models/{MODEL}/versions/9:predict", {"instances": [[0]]}, 404, "9"),
-    (f"/v1/models/{MODEL}:predict", {"instances": [[[0.0]]]}, 400, "expected rank 4"),
+    (f"/v1/models/{MODEL}:predict", {"instances": [[[0.0]]]}, 400, "TensorFlow rejected the value of input(s)"),
     (f"/v1/models/{MODEL}:predict", {"instances": [], "inputs": []}, 400, "only one of 'inputs' or 'instances'"),
     (f"/v1/models/{MODEL}:predict", b"{not json", 400, "JSON Parse error"),
     (f"/v1/models/{MODEL}:predict", {"signature_name": "nope", "instances": [[0]]}, 400, "nope"),
     (f"/v1/models/{MODEL}:classify", {"examples": []}, 400, "'examples' value is an empty array"),
     (f"/v1/models/{MODEL}:regress", {"examples": [{"x": 1.0}]}, 400, "Expected one output Tensor."),
+    (f"/v1/models/{MODEL}:regress", {"examples": [{"x": 1.0}], "signature_name": "nope"}, 400,
+     "No signature was found with the name: nope"),
 ])
 def test_errors_are_json_with_status(server, images, path, body, code, fragment):
     status, answer = _http(server.rest_url + path, body)

@@ -151,10 +151,11 @@ def test_classify_and_regress_errors(server, client):
     # gRPC answers the same checks with the same words.
     request = protocol.ClassificationRequest()
     request.model_spec.name = MODEL
+    request.model_spec.signature_name = "nope"
     with pytest.raises(RemoteError) as caught:
         client.call(protocol.PREDICTION_SERVICE, "Classify", request)
     assert caught.value.grpc_code == "INVALID_ARGUMENT"
-    assert caught.value.details.startswith("Expected one or two output Tensors, found 3.")
+    assert caught.value.details.startswith("No signature was found with the name: nope")
 
 
 @pytest.mark.parametrize(("signature", "body", "message"), [

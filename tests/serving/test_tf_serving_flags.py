@@ -1,4 +1,4 @@
-"""TF Serving's command line runs unchanged: its flag spellings are accepted, the rest refused by name.
+"""TF Serving's command line runs unchanged: every flag of its main.cc is accepted, acting or a noted no-op.
 
 The flag list is TF Serving's (tensorflow_serving/model_servers/main.cc); SSLConfig and MonitoringConfig
 files are TF Serving's text protos. A real server is started from a TF Serving-style args list.
@@ -23,7 +23,7 @@ from tfship.core.errors import ConfigError
 from tfship.serving import cli
 from tfship.serving.launcher import ServerProcess
 from tfship.serving.tfs.client import PredictClient
-from tfship.serving.tfs.flags import ALIASES, REFUSED
+from tfship.serving.tfs.flags import ACTING, ALIASES, NO_OP, WARNED
 
 # Every flag of TF Serving's main.cc (tensorflow/serving, model_servers/main.cc).
 TF_SERVING_FLAGS = (
@@ -40,7 +40,7 @@ TF_SERVING_FLAGS = (
     "xla_gpu_compilation_enabled enable_profiler thread_pool_factory_config_file mixed_precision "
     "skip_initialize_tpu enable_grpc_healthcheck_service enable_serialization_as_tensor_content").split()
 IMPLEMENTED = {"port", "rest_api_port", "enable_batching", "model_base_path", "model_config_file_poll_wait_seconds",
-               "ssl_config_file", "monitoring_config_file", *ALIASES}
+               "ssl_config_file", "monitoring_config_file", "version", *ALIASES, *ACTING}
 
 
 def _settings(argv: list[str]):
@@ -49,9 +49,9 @@ def _settings(argv: list[str]):
     return cli.settings_from_args(parser.parse_args(["serve", *argv]))
 
 
-def test_every_tf_serving_flag_is_implemented_or_refused():
-    assert set(TF_SERVING_FLAGS) == IMPLEMENTED | set(REFUSED)
-    assert not IMPLEMENTED & set(REFUSED)
+def test_every_tf_serving_flag_acts_or_is_a_noted_no_op():
+    assert set(TF_SERVING_FLAGS) == IMPLEMENTED | set(NO_OP) | set(WARNED)
+    assert not IMPLEMENTED & (set(NO_OP) | set(WARNED)) and not set(NO_OP) & set(WARNED)
 
 
 @pytest.mark.parametrize("form", ["equals", "space"])
@@ -73,24 +73,23 @@ def test_tf_serving_command_line_maps_onto_tfship_settings(tmp_path, form):
     assert _settings(["--model_base_path", "/m/x"]).model_name == "default"  # TF Serving's default --model_name
 
 
-@pytest.mark.parametrize(("argv", "named"), [
-    (["--rest_api_num_threads=4"], "--rest_api_num_threads (REST runs on the event loop"),
-    (["--grpc_channel_arguments", "grpc.max_connection_age_ms=1000", "--port", "0"], "--grpc_channel_arguments"),
-    (["--enable_model_warmup=false", "--saved_model_tags", "serve,gpu"], "--enable_model_warmup (warm-up always runs"),
+@pytest.mark.parametrize(("argv", "noted"), [
+    (["--rest_api_num_threads=4"], ("rest_api_num_threads", "4", False)),
+    (["--num_load_threads", "4", "--port", "0"], ("num_load_threads", "4", False)),
+    (["--flush_filesystem_caches"], ("flush_filesystem_caches", "True", False)),
+    (["--enable_profiler=true"], ("enable_profiler", "True", True)),
+    (["--mixed_precision=bfloat16"], ("mixed_precision", "bfloat16", True)),
 ])
-def test_unimplemented_tf_serving_flags_are_refused_by_name(argv, named):
-    with pytest.raises(ConfigError) as err:
-        _settings(argv)
-    assert str(err.value).startswith("TF Serving flag(s) not implemented by tfship: ") and named in str(err.value)
-    if "--saved_model_tags" in argv:
-        assert "--saved_model_tags (tfship loads the 'serve' tag-set)" in str(err.value)
+def test_flags_for_machinery_tfship_lacks_are_accepted_and_noted(argv, noted):
+    notes = _settings(argv).tf_serving_notes
+    assert [n[:2] + n[3:] for n in notes] == [noted] and notes[0][2]  # with the reason logged at start-up
 
 
-def test_refused_flag_exits_2_from_the_command_line(capsys):
-    assert cli.main(["--model_name=x", "--model_base_path=/m/x", "--num_load_threads=4"]) == 2
-    assert "--num_load_threads (versions load one at a time)" in capsys.readouterr().err
-    assert cli.tensorflow_model_server(["--port=8500", "--model_base_path=/m/x", "--flush_filesystem_caches"]) == 2
-    assert "--flush_filesystem_caches (not applicable)" in capsys.readouterr().err
+def test_a_no_op_flag_never_stops_the_server_but_a_bad_value_does(capsys):
+    assert not _settings(["--enable_profiler=false"]).tf_serving_notes  # asks for nothing tfship lacks
+    with pytest.raises(SystemExit) as stopped:  # TensorFlow's flag parser refuses it too
+        _settings(["--num_load_threads=many"])
+    assert stopped.value.code == 2 and "--num_load_threads: invalid int value: 'many'" in capsys.readouterr().err
 
 
 def test_tensorflow_model_server_alias_keeps_tf_servings_rest_default():
@@ -214,3 +213,56 @@ def test_container_args_list_from_a_tf_serving_manifest_runs_unchanged():
     assert (settings.model_name, settings.model_base_path, settings.port, settings.rest_port) == (
         "digits", Path("/models/digits"), 8500, 8501)
     assert settings.host == "0.0.0.0" and settings.enable_batching and settings.file_system_poll_wait_seconds == 30
+
+
+def test_every_main_cc_flag_at_once_starts_a_valid_settings(tmp_path):
+    """A deployment's command line naming every flag of main.cc parses; acting flags land in the settings."""
+    values = {"port": "8500", "rest_api_port": "8501", "enable_batching": "true", "mixed_precision": "",
+              "model_config_file_poll_wait_seconds": "0", "per_process_gpu_memory_fraction": "0.5",
+              "grpc_channel_arguments": "grpc.max_concurrent_streams=8,grpc.lb_policy_name=grpclb",
+              "grpc_socket_path": str(tmp_path / "tfs.sock"), "saved_model_tags": "serve,gpu",
+              "model_base_path": "/m/x", "model_name": "x", "tensorflow_session_config_file": "/dev/null",
+              "platform_config_file": "/dev/null", "thread_pool_factory_config_file": "/dev/null",
+              "batching_parameters_file": "/dev/null", "model_config_file": "/dev/null"}
+    skip = {"ssl_config_file", "monitoring_config_file", "version", "use_alts_credentials"}  # tested on their own
+    bools = {name for name, (_, kind, is_bool) in ACTING.items() if is_bool} | {
+        name for name, (kind, _) in {**NO_OP, **WARNED}.items() if kind is not int and kind is not str}
+    argv = []
+    for flag in TF_SERVING_FLAGS:
+        if flag in skip:
+            continue
+        argv.append(f"--{flag}={values.get(flag, 'true' if flag in bools else '1')}")
+    settings = _settings(argv)
+    assert settings.grpc_socket_path == str(tmp_path / "tfs.sock")
+    assert settings.grpc_channel_arguments == (("grpc.max_concurrent_streams", 8), ("grpc.lb_policy_name", "grpclb"))
+    assert ("grpc.max_concurrent_streams", 8) in settings.grpc_options()
+    assert settings.prefer_tflite_model and settings.enable_serialization_as_tensor_content
+    assert settings.enable_signature_method_name_check and settings.saved_model_tags == ("gpu", "serve")
+    assert settings.per_process_gpu_memory_fraction == 0.5 and settings.num_request_iterations_for_warmup == 1
+    assert {n[0] for n in settings.tf_serving_notes} == set(NO_OP) | {"enable_profiler"}
+
+
+@pytest.mark.parametrize("value", ["-0.1", "1.5"])
+def test_gpu_memory_fraction_outside_0_1_is_a_clear_error(value):
+    with pytest.raises(ConfigError, match=r"--per_process_gpu_memory_fraction must be in \(0, 1\]"):
+        _settings([f"--per_process_gpu_memory_fraction={value}"])
+
+
+def test_defaults_follow_tf_serving():
+    settings = _settings([])
+    assert not settings.enable_serialization_as_tensor_content and not settings.enable_signature_method_name_check
+    assert settings.enable_model_warmup and not settings.prefer_tflite_model and settings.grpc_socket_path is None
+
+
+def test_channel_arguments_need_key_value_items(capsys):
+    with pytest.raises(SystemExit):
+        _settings(["--grpc_channel_arguments=grpc.max_concurrent_streams"])
+    assert "is not key=value" in capsys.readouterr().err
+    assert _settings(["--grpc_channel_arguments="]).grpc_channel_arguments == ()
+    later = _settings(["--grpc_channel_arguments=grpc.max_receive_message_length=9000"]).grpc_options()
+    assert dict(later)["grpc.max_receive_message_length"] == 9000  # the deployment's value wins over tfship's
+
+
+def test_use_alts_credentials_and_tls_are_exclusive(pem, tmp_path):
+    with pytest.raises(ConfigError, match="Either use_alts_credentials must be false or ssl_config_file"):
+        _settings(["--use_alts_credentials", "--ssl_config_file", str(_ssl_config(pem, tmp_path / "ssl.cfg"))])

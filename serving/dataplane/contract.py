@@ -12,7 +12,8 @@ bad requests with the same INVALID_ARGUMENT message. How much is checked depends
   their runtimes need; so does every request of the Open Inference Protocol (`InferenceRequest.check_shapes`),
   whose shapes are declared by the protocol.
 
-`check_method_name` is TF Serving's --enable_signature_method_name_check for Classify/Regress.
+TF Serving's --enable_signature_method_name_check for Classify/Regress lives with their rules
+(`serving.dataplane.inference.output_aliases`).
 """
 
 from __future__ import annotations
@@ -31,25 +32,6 @@ from tfship.serving.dataplane.memory import estimate_request_bytes
 def describe_array(array: np.ndarray) -> str:
     """Human form of a received array, e.g. `float64[2,8,8]`."""
     return f"{dtype_name(array.dtype)}[{','.join(str(d) for d in array.shape)}]"
-
-
-# Classify/Regress: (what TF Serving calls the signature kind, the method_name the check expects).
-METHOD_NAMES = {"Classify": ("classification", "tensorflow/serving/classify"),
-                "Regress": ("regression", "tensorflow/serving/regress")}
-
-
-def check_method_name(signature: Signature, method: str, enabled: bool) -> None:
-    """TF Serving's --enable_signature_method_name_check (off by default, as there) for `method` `Classify` or
-    `Regress`: with `enabled`, the signature's method_name must be `tensorflow/serving/classify|regress`.
-
-    Raises:
-        InvalidRequestError: enabled and the method_name differs (TF Serving's wording).
-        ValueError: `method` is neither Classify nor Regress (a programming error).
-    """
-    kind, wanted = METHOD_NAMES[method]
-    if enabled and signature.method_name != wanted:
-        raise InvalidRequestError(f"Expected {kind} signature method_name to be {wanted}. Was: "
-                                  f"{signature.method_name}")
 
 
 def validate_inputs(signature: Signature, inputs: Mapping[str, np.ndarray], shapes: bool = True) -> None:

@@ -22,7 +22,8 @@ from tensorflow_serving.apis import classification_pb2, predict_pb2, prediction_
 
 from tfship.core.contract import Signature, TensorSpec
 from tfship.core.errors import InvalidRequestError
-from tfship.serving.dataplane.contract import check_method_name, validate_inputs
+from tfship.serving.dataplane.contract import validate_inputs
+from tfship.serving.dataplane.inference import ExampleMethod, output_aliases
 from tfship.serving.dataplane.types import InferenceResponse
 from tfship.serving.launcher import ServerProcess
 from tfship.serving.runtimes import REGISTRY, RuntimeOptions
@@ -143,9 +144,10 @@ def test_method_name_check_when_enabled(server):
 
 def test_method_name_check_function_is_off_by_default():
     predict = Signature("serving_default", inputs={}, outputs={}, method_name="tensorflow/serving/predict")
-    check_method_name(predict, "Regress", enabled=False)  # TF Serving's default: no check
+    with pytest.raises(InvalidRequestError, match="Expected one input Tensor"):  # the shape refuses it, not
+        output_aliases(predict, ExampleMethod.REGRESS)                            # the method_name (default)
     with pytest.raises(InvalidRequestError, match="Expected regression signature method_name to be "):
-        check_method_name(predict, "Regress", enabled=True)
+        output_aliases(predict, ExampleMethod.REGRESS, check_method_name=True)
 
 
 def test_shape_checks_stay_for_backends_that_need_them():

@@ -15,6 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from tfship.core.errors import ConfigError
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "digits.toml"
+# validate.min_top1_agreement's defaults (% of rows), per artifact mode.
+TOP1_AGREEMENT_FLOORS = {"float32": 99.0, "float16": 99.0, "dynamic_range": 95.0, "int8": 90.0}
 
 
 class _Section(BaseModel):
@@ -150,6 +152,11 @@ class ExportSection(_Section):
         "contract's outputs), e.g. {predict_proba = [\"probabilities\"]}.")
     behaviour_checks: bool = Field(True, description="Run the behavioural checks (determinism, batch "
                                    "independence, no state change) on the reloaded SavedModel.")
+    batch_independence_tolerance: float = Field(
+        1e-3, gt=0.0, lt=1.0, description="Behaviour check: how far a row run alone (batch 1) may differ from the "
+        "same row in a batch of 8, as a fraction of max(1, max |output|) plus the same fraction of each value, on "
+        "top of twice the float rounding the SavedModel shows between batches of 8 and 16 of the same rows. "
+        "Batch statistics (BatchNormalization in training mode) move outputs far more than this.")
 
 
 class ConvertSection(_Section):
@@ -199,6 +206,18 @@ class ValidateSection(_Section):
         "bound (held-out values a little outside the calibrated range), e.g. 0.001 = 0.1 %.")
     quantized_max_accuracy_drop_points: float = Field(
         1.0, ge=0.0, description="Allowed accuracy loss of dynamic-range and int8 artifacts, percentage points.")
+    noise_multiplier: float = Field(
+        2.0, ge=1.0, description="Every float bound also allows this many times the largest difference the "
+        "SavedModel shows against itself on that output (between the configured batch sizes and across repeated "
+        "calls), so a difference the SavedModel shows against itself never fails anything.")
+    min_top1_agreement: dict[Literal["float32", "float16", "dynamic_range", "int8"], float] = Field(
+        dict(TOP1_AGREEMENT_FLOORS), description="Per mode: the least top-1 agreement (% of rows) of a float "
+        "[N, C] output whose value bound is vacuous for it (at least half its median row spread, e.g. 10 % of the "
+        "range against the probabilities of a 1,000-class softmax); keys given replace those defaults one by one.")
+    max_tie_share: float = Field(
+        0.05, ge=0.0, le=1.0, description="Largest share of rows whose SavedModel top two scores lie within the "
+        "artifact's error (ties): beyond it a vacuously bounded output, or a task metric excusing its flips as "
+        "ties, is too flat to judge and fails.")
     batch_sizes: tuple[int, ...] = Field((1, 7, 64), min_length=1, description="Batch sizes each artifact is run at.")
     task: Literal["auto", "classification", "regression"] = Field(
         "auto", description="Task metric for quantized artifacts: auto picks from the labels' dtype "
@@ -208,6 +227,13 @@ class ValidateSection(_Section):
     regression_max_error_increase: float = Field(
         0.02, ge=0.0, description="Allowed MAE increase of quantized artifacts, as a fraction of the labels' "
         "standard deviation (regression tasks).")
+
+    @field_validator("min_top1_agreement")
+    @classmethod
+    def _floors(cls, value: dict[str, float]) -> dict[str, float]:
+        if any(not 0.0 <= floor <= 100.0 for floor in value.values()):
+            raise ValueError("every top-1 agreement floor is a percentage in [0, 100]")
+        return TOP1_AGREEMENT_FLOORS | dict(value)
 
     @field_validator("batch_sizes")
     @classmethod

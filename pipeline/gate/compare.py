@@ -180,7 +180,7 @@ def vacuous(want: np.ndarray, tolerance: Tolerance, noise: float = 0.0) -> bool:
     return absolute >= VACUOUS_SHARE * spread
 
 
-def decision(got: np.ndarray, want: np.ndarray) -> tuple[float, float, int]:
+def decision(got: np.ndarray, want: np.ndarray) -> tuple[float, float, float, int]:
     """Top-1 agreement of `got` with `want` (both float [N, C]) and how flat the reference is.
 
     A row is a tie when the reference's margin between its top class and the artifact's (or, when they
@@ -188,8 +188,8 @@ def decision(got: np.ndarray, want: np.ndarray) -> tuple[float, float, int]:
     |got - want| over the output): both scores may move by that much.
 
     Returns:
-        (agreement in % of rows, with flipped ties counted as agreeing; share of rows that are ties in [0, 1];
-        rows whose argmax differs).
+        (agreement in % of rows; the same with flipped ties counted as agreeing; share of rows that are ties,
+        in [0, 1]; rows whose argmax differs).
     """
     error = np.abs(got - want)
     bound = float(np.quantile(error, TIE_ERROR_QUANTILE)) if error.size else 0.0
@@ -199,13 +199,15 @@ def decision(got: np.ndarray, want: np.ndarray) -> tuple[float, float, int]:
     other = np.where(mine == theirs, runner_up, want[rows, theirs])
     ties = want[rows, mine] - other <= 2.0 * bound
     flips = mine != theirs
-    agreement = 100.0 * float(np.mean(~flips | ties)) if len(want) else 100.0
-    return agreement, float(np.mean(ties)) if len(want) else 0.0, int(flips.sum())
+    if not len(want):
+        return 100.0, 100.0, 0.0, 0
+    return (100.0 * float(np.mean(~flips)), 100.0 * float(np.mean(~flips | ties)), float(np.mean(ties)),
+            int(flips.sum()))
 
 
 def _decision_details(got: np.ndarray, want: np.ndarray, tolerance: Tolerance,
                       bound: float) -> tuple[list[str], float, float]:
-    agreement, tie_share, flips = decision(got, want)
+    agreement, excused, tie_share, flips = decision(got, want)
     classes, details = want.shape[1], []
     if tie_share > tolerance.max_tie_share:
         details.append(f"too flat to judge: {100 * tie_share:.1f} % of rows have their top two scores within the "
@@ -213,8 +215,9 @@ def _decision_details(got: np.ndarray, want: np.ndarray, tolerance: Tolerance,
                        f"and the value bound {bound:.3g} is vacuous against this {classes}-class output's row "
                        "spread; judge it on data the model separates, or leave this mode out")
     floor = tolerance.min_top1_agreement
-    if floor is not None and agreement < floor:
-        details.append(f"top-1 agreement {agreement:.1f} % ({flips} of {len(want)} rows flip) below the "
+    if floor is not None and excused < floor:
+        details.append(f"top-1 agreement {excused:.1f} % (ties counted as agreeing; {flips} of {len(want)} rows "
+                       f"flip, {agreement:.1f} % agree) below the "
                        f"{tolerance.mode or 'mode'} floor {floor:g} % (validate.min_top1_agreement."
                        f"{tolerance.mode or '<mode>'}); the value bound {bound:.3g} is vacuous against this "
                        f"{classes}-class output")

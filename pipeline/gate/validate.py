@@ -332,7 +332,8 @@ def check_artifact(artifact: Artifact, runner: Runner, inputs: dict[str, np.ndar
                                  if "outside tolerance" in row.detail else "")
                for row in rows.values() if not row.passed]
     limit = _max_loss(artifact, task, settings)
-    if worst.ties is not None and worst.ties > settings.max_tie_share * total:
+    flat = any("too flat to judge" in row.detail for row in rows.values())
+    if not flat and worst.ties is not None and worst.ties > settings.max_tie_share * total:
         reasons.append(f"too flat to judge: {worst.ties} of {total} rows change class within the artifact's error "
                        f"(ties, {100 * worst.ties / total:.1f} % of rows; at most {100 * settings.max_tie_share:g} % "
                        f"may be excused, validate.max_tie_share): output '{task.prediction}' does not separate "

@@ -178,8 +178,11 @@ class ConvertSection(_Section):
     size_limit_bytes: int = Field(2**31 - 1, ge=1, description="Largest protobuf (ONNX) or FlatBuffer (TFLite) file, "
                                   "bytes (both formats stop at 2 GiB). A SavedModel whose weights exceed it is written "
                                   "to ONNX with external data (tf2onnx --large_model) and refused for TFLite by name.")
-    allow_flex: bool = Field(False, description="TFLite: when builtins cannot express the graph, retry with "
-                             "SELECT_TF_OPS (Flex); the file is kept only if LiteRT runs it.")
+    allow_flex: bool = Field(False, description="TFLite: when builtins cannot express the graph (an unsupported "
+                             "op, or a recurrent layer's tensor list ops), also try SELECT_TF_OPS (Flex) and report "
+                             "the Flex ops the file needs. The bundled LiteRT (ai_edge_litert) has no Flex delegate "
+                             "and cannot run such a file, so it is never kept: this only tells which ops are "
+                             "missing. Recurrent layers go on to the `unrolled` recipe either way.")
     required: tuple[str, ...] = Field(
         (), description="Artifacts that must be published or the run fails (nothing published), e.g. "
         "[\"onnx\", \"tflite_float32\"]; the SavedModel always is. Any other artifact that fails is left out "

@@ -56,8 +56,10 @@ def tflite_converter(mode: str):
             return VariantOutcome(name, "refused", refusal)
         done = convert_tflite(job.version_dir, path, options, job.calibration, settings.timeout_seconds)
         recipe, reason = "default", done.reason
-        if done.status == "refused" and TENSOR_LIST_FAILURE in done.reason.lower():
-            tried = [f"recipe 'default' (dynamic batch): {done.reason}"]
+        if done.status == "refused" and (TENSOR_LIST_FAILURE in done.reason.lower()
+                                         or "flextensorlist" in done.reason.lower()):
+            flex = " with SELECT_TF_OPS (convert.allow_flex)" if settings.allow_flex else ""
+            tried = [f"recipe 'default' (dynamic batch){flex}: {done.reason}"]
             unrolled = job.tflite_sources.get("unrolled")
             if unrolled:
                 done = convert_tflite(Path(unrolled), path, options, job.calibration, settings.timeout_seconds)

@@ -304,7 +304,7 @@ def _outcomes(config: PipelineConfig, run: RunFolder) -> list:
         return json.loads(path.read_text()) if path.is_file() else None
 
     return artifact_outcomes(read("convert.json") or [], read("parity.json"), read("serve_check.json"),
-                             config.convert.required)
+                             config.convert.required, run.root)
 
 
 def serve_check_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits | EvalData) -> ServeCheckResult:

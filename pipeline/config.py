@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from tfship.core.errors import ConfigError
+from tfship.tflite.modes import TFLITE_MODES
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "digits.toml"
 # validate.min_top1_agreement's defaults (% of rows), per artifact mode.
@@ -165,7 +166,7 @@ class ConvertSection(_Section):
     onnx_opset: int = Field(17, ge=13, le=21, description="ONNX opset passed to tf2onnx (pinned default 17).")
     onnx_simplify: bool = Field(False, description="Run onnxslim on the ONNX file, then re-check it (needs the "
                                 "`onnxslim` package; the parity gate judges the simplified file).")
-    tflite_modes: tuple[Literal["float32", "float16", "dynamic_range", "int8"], ...] = Field(
+    tflite_modes: tuple[Literal[TFLITE_MODES], ...] = Field(
         ("float32",), min_length=1, description="TFLite variants to produce.")
     representative_samples: int = Field(200, ge=1, description="Calibration samples for int8 (representative_dataset).")
     tfjs_modes: tuple[Literal["float32", "float16", "uint8"], ...] = Field(
@@ -213,7 +214,7 @@ class ValidateSection(_Section):
         2.0, ge=1.0, description="Every float bound also allows this many times the largest difference the "
         "SavedModel shows against itself on that output (between the configured batch sizes and across repeated "
         "calls), so a difference the SavedModel shows against itself never fails anything.")
-    min_top1_agreement: dict[Literal["float32", "float16", "dynamic_range", "int8"], float] = Field(
+    min_top1_agreement: dict[Literal[TFLITE_MODES], float] = Field(
         dict(TOP1_AGREEMENT_FLOORS), description="Per mode: the least top-1 agreement (% of rows) of a float "
         "[N, C] output whose value bound is vacuous for it (at least half its median row spread, e.g. 10 % of the "
         "range against the probabilities of a 1,000-class softmax); keys given replace those defaults one by one.")

@@ -22,12 +22,21 @@ from pathlib import Path
 from typing import Any
 
 from tfship.core.errors import CLI_EXIT_CODE
-from tfship.pipeline.conversion.artifacts import SAVED_MODEL, artifact_kinds
+from tfship.pipeline.conversion.artifacts import SAVED_MODEL, ConversionStatus, artifact_kinds
 from tfship.pipeline.orchestration.reasons import first_line, write_reason_files
 
 PARTIAL_EXIT_CODE = 3
-PUBLISHED = "published"
-LEFT_OUT = "left out"
+
+
+class OutcomeStatus(enum.StrEnum):
+    """One artifact's outcome (`ArtifactOutcome.status`)."""
+
+    PUBLISHED = "published"
+    LEFT_OUT = "left out"
+
+
+PUBLISHED = OutcomeStatus.PUBLISHED
+LEFT_OUT = OutcomeStatus.LEFT_OUT
 
 
 class RunStatus(str, enum.Enum):
@@ -92,7 +101,7 @@ def artifact_outcomes(conversions: list[dict[str, Any]], parity: dict[str, Any] 
     for conversion in conversions:
         name = conversion["name"]
         row, serve = parity_rows.get(name), served.get(name)
-        if conversion["status"] != "produced":
+        if conversion["status"] != ConversionStatus.PRODUCED:
             stage, reason = "convert", f"{conversion['status']}: {conversion['reason']}"
         elif row is not None and not row["passed"]:
             stage, reason = "validate", row["reason"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tfship.pipeline.orchestration.outcomes import OutcomeStatus
 from tfship.pipeline.orchestration.reasons import first_line, table_cell
 from tfship.pipeline.orchestration.stages import RunFolder, StageRecord
 
@@ -101,8 +102,8 @@ def _outcome_text(outcome: dict[str, Any] | None) -> str:
     """One Markdown-safe line: `published`, or `left out at <stage>: <cause> (full text: reasons/x.txt)`."""
     if outcome is None:
         return "-"
-    if outcome["status"] == "published":
-        return "published"
+    if outcome["status"] == OutcomeStatus.PUBLISHED:
+        return OutcomeStatus.PUBLISHED.value
     more = f" (full text: [{outcome['reason_file']}]({outcome['reason_file']}))" if outcome.get("reason_file") else ""
     return table_cell(f"left out at {outcome['stage']}: {first_line(outcome['reason'])}") + more
 
@@ -203,7 +204,7 @@ def summary_tables(summary: dict[str, Any], records: list[StageRecord]):
                           "-" if row["top1_agreement"] is None else f"{row['top1_agreement']:.2f}", _flips_text(row),
                           worst.get("output", "-"), f"{worst.get('max_abs_error', float('nan')):.2e}",
                           "; ".join(exact) or "-", "pass" if row["passed"] else "FAIL: " + first_line(row["reason"]),
-                          "-" if outcome is None else ("published" if outcome["status"] == "published"
+                          "-" if outcome is None else ("published" if outcome["status"] == OutcomeStatus.PUBLISHED
                                                        else f"left out ({outcome['stage']})"))
     for name, outcome in outcomes.items():  # left out before the parity gate: no parity row
         if name not in {row["artifact"] for row in summary["parity"]["artifacts"]}:

@@ -22,6 +22,7 @@ from tfship.pipeline.config import PipelineConfig
 from tfship.pipeline.conversion.artifacts import (
     SAVED_MODEL,
     Artifact,
+    ConversionStatus,
     artifact_kinds,
     as_text,
     check_required,
@@ -247,7 +248,7 @@ def produced_artifacts(run: RunFolder) -> tuple[Artifact, list[Artifact]]:
     if not path.is_file():
         raise StageError(f"{path} does not exist; run the convert stage first")
     kinds = artifact_kinds()
-    produced = [row["name"] for row in json.loads(path.read_text()) if row["status"] == "produced"]
+    produced = [row["name"] for row in json.loads(path.read_text()) if row["status"] == ConversionStatus.PRODUCED]
     reference = Artifact(SAVED_MODEL, "saved_model", "float32", run.artifacts)
     return reference, [kinds[name].artifact(run.artifacts) for name in produced if name in kinds]
 

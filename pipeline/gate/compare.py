@@ -6,7 +6,7 @@ Rules (per output):
 * float outputs: every element must satisfy |got - want| <= atol * scale + rtol * |want| + m * noise,
   where scale = max(1, max |want|) over that output (the tolerance follows the output's range, so an output
   around 12.6 allows 12.6x the absolute error of an output around 1) and noise is the largest difference the
-  reference shows against itself on that output (batch sizes, repeated calls; `validate.reference_noise`),
+  reference shows against itself on that output (batch sizes, repeated calls; `pipeline.gate.validate.reference_noise`),
   times `Tolerance.noise_multiplier` m: a difference the reference shows against itself never fails;
   NaN or Inf fails; an output
   pinned at a limit the reference goes beyond (an int8 output saturating at its quantization range,
@@ -330,7 +330,8 @@ def compare_outputs(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray
         tolerance: the bound for float outputs.
         index_scores: {index output: float score output it points into} (`task_metric.index_scores(want)`);
             None detects it from `want`.
-        noise: {output: the reference's own largest difference on it} (`validate.reference_noise`); None: 0.
+        noise: {output: the reference's own largest difference on it}
+            (`pipeline.gate.validate.reference_noise`); None: 0.
 
     Returns:
         One row per reference output, in `want`'s order.

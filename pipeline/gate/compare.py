@@ -12,7 +12,8 @@ Rules (per output):
   pinned at a limit the reference goes beyond (an int8 output saturating at its quantization range,
   e.g. every log-probability below -16 coming back as exactly -15.9375) fails as `saturated`, naming
   the limit, even when the values are within a loosened bound (`SATURATION_MARGIN`);
-* a float [N, C] output whose bound is vacuous (at least `VACUOUS_SHARE` of the median spread of a row, e.g.
+* a float [N, C] output of scores (probabilities, the scores an index output points into, or the task's
+  score output) whose bound is vacuous (at least `VACUOUS_SHARE` of the median spread of a row, e.g.
   10 % of the range against softmax probabilities of a 1,000-class model that never exceed 0.01) is judged
   by its decision as well: the top-1 agreement with the reference must reach the mode's floor
   (`Tolerance.min_top1_agreement`), and when more than `Tolerance.max_tie_share` of the rows have their
@@ -28,7 +29,7 @@ Nothing here imports TensorFlow.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -168,6 +169,13 @@ def _compare_strings(name: str, got: np.ndarray, want: np.ndarray) -> OutputPari
                         f"{int(differ.sum())} of {differ.size} strings differ" if differ.any() else "", exact=True)
 
 
+def is_distribution(want: np.ndarray) -> bool:
+    """Whether a float [N, C] output looks like probabilities: every value in [0, 1], every row summing to 1."""
+    if want.ndim != 2 or want.shape[1] < 2 or not want.size or not np.all(np.isfinite(want)):
+        return False
+    return bool(np.all(want >= 0.0) and np.all(want <= 1.0) and np.allclose(want.sum(axis=1), 1.0, atol=1e-3))
+
+
 def vacuous(want: np.ndarray, tolerance: Tolerance, noise: float = 0.0) -> bool:
     """Whether the bound cannot tell a row's values apart: a float [N, C] output (C > 1) whose absolute bound
     is at least `VACUOUS_SHARE` of the median spread (max - min) of a reference row (e.g. 10 % of the range
@@ -225,7 +233,7 @@ def _decision_details(got: np.ndarray, want: np.ndarray, tolerance: Tolerance,
 
 
 def _compare_floats(name: str, got: np.ndarray, want: np.ndarray, tolerance: Tolerance,
-                    noise: float) -> OutputParity:
+                    noise: float, scores: bool) -> OutputParity:
     if not np.all(np.isfinite(got)):
         bad = int(np.sum(~np.isfinite(got)))
         return OutputParity(name, float("nan"), float("nan"), "finite", False, f"NaN or Inf in output ({bad} values)")
@@ -241,7 +249,7 @@ def _compare_floats(name: str, got: np.ndarray, want: np.ndarray, tolerance: Tol
                + (f" (at most {allowed} allowed)" if allowed else "")] if outside.sum() > allowed else []
     details += [pinned] if pinned else []
     agreement = tie_share = None
-    if tolerance.min_top1_agreement is not None and vacuous(want64, tolerance, noise):
+    if scores and tolerance.min_top1_agreement is not None and vacuous(want64, tolerance, noise):
         absolute = tolerance.atol * tolerance.scale(want64) + tolerance.noise_multiplier * noise
         judged, agreement, tie_share = _decision_details(got64, want64, tolerance, absolute)
         details += judged
@@ -294,7 +302,7 @@ def _compare_integers(name: str, got: np.ndarray, want: np.ndarray, tolerance: T
 
 def compare_output(name: str, got: np.ndarray, want: np.ndarray, tolerance: Tolerance,
                    scores: np.ndarray | None = None, noise: float = 0.0, score_noise: float = 0.0,
-                   values: np.ndarray | None = None) -> OutputParity:
+                   values: np.ndarray | None = None, decides: bool | None = None) -> OutputParity:
     """Compare one named output with the reference's (rules in the module docstring).
 
     Args:
@@ -306,6 +314,8 @@ def compare_output(name: str, got: np.ndarray, want: np.ndarray, tolerance: Tole
             `scores` (or `values`).
         values: for a top-k index output [N, k] whose scores are not an output, the reference's float
             [N, k] selected values (`task_metric.index_values`); else None.
+        decides: whether this float output is scores whose argmax is a decision (judged by top-1 agreement
+            when its bound is vacuous); None: when it looks like probabilities (`is_distribution`).
     """
     got, want = np.asarray(got), np.asarray(want)
     if got.shape != want.shape:
@@ -314,14 +324,14 @@ def compare_output(name: str, got: np.ndarray, want: np.ndarray, tolerance: Tole
     if want.dtype.kind in "USO" or got.dtype.kind in "USO":
         return _compare_strings(name, got, want)
     if want.dtype.kind in "fc":
-        return _compare_floats(name, got, want, tolerance, noise)
+        return _compare_floats(name, got, want, tolerance, noise, is_distribution(want) if decides is None else decides)
     return _compare_integers(name, got, want, tolerance, scores, score_noise,
                              None if values is None else np.asarray(values, dtype=np.float64))
 
 
 def compare_outputs(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray], tolerance: Tolerance,
-                    index_scores: Mapping[str, str] | None = None,
-                    noise: Mapping[str, float] | None = None) -> tuple[OutputParity, ...]:
+                    index_scores: Mapping[str, str] | None = None, noise: Mapping[str, float] | None = None,
+                    decisions: Collection[str] = ()) -> tuple[OutputParity, ...]:
     """Compare every output of the reference `want` with `got`, matched by name (never by position).
 
     Args:
@@ -332,6 +342,8 @@ def compare_outputs(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray
             None detects it from `want`.
         noise: {output: the reference's own largest difference on it}
             (`pipeline.gate.validate.reference_noise`); None: 0.
+        decisions: float outputs whose argmax is a decision (the task's score output), besides those an index
+            output points into and those that look like probabilities (`is_distribution`).
 
     Returns:
         One row per reference output, in `want`'s order.
@@ -353,7 +365,8 @@ def compare_outputs(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray
         rows.append(compare_output(name, got[name], expected, tolerance,
                                    None if scores is None else np.asarray(scores, dtype=np.float64),
                                    noise.get(name, 0.0), noise.get(score_name, 0.0),
-                                   want.get(selected.get(name, ""))))
+                                   want.get(selected.get(name, "")),
+                                   True if name in decisions or name in pairs.values() else None))
     return tuple(rows)
 
 

@@ -329,7 +329,8 @@ def check_artifact(artifact: Artifact, runner: Runner, inputs: dict[str, np.ndar
     total = len(next(iter(inputs.values())))
     for batch_size in sorted({min(size, total) for size in settings.batch_sizes}):
         outputs = (outputs_by_batch or {}).get(batch_size) or run_batched(runner, inputs, batch_size)
-        for row in compare_outputs(outputs, wanted, tolerance, scores, {n: v.max_abs for n, v in noise.items()}):
+        for row in compare_outputs(outputs, wanted, tolerance, scores, {n: v.max_abs for n, v in noise.items()},
+                                   (score_name,) if score_name else ()):
             rows[row.output] = _worse(rows.get(row.output), row)
         if task.prediction not in outputs or (np.asarray(outputs[task.prediction]).dtype.kind == "f" and not np.all(
                 np.isfinite(np.asarray(outputs[task.prediction], dtype=np.float64)))):

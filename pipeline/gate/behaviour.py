@@ -3,8 +3,9 @@
 Three checks on the `serving_default` signature of the SavedModel as TensorFlow Serving would load it
 (`tf.saved_model.load`), on real rows of the user's data:
 
-* determinism: the same batch of 8 twice gives bit-identical outputs (active dropout, noise or
-  augmentation gives different answers);
+* determinism: the same batch of 8 twice gives the same outputs, within float rounding
+  (`export.batch_independence_tolerance` of the output's range; integer and string outputs exactly): active
+  dropout, noise or augmentation gives different answers;
 * batch independence: row i run alone (batch 1) equals row i inside the batch of 8 within
   `export.batch_independence_tolerance` (`pipeline.gate.compare.compare_outputs`: that fraction of the
   output's range plus of each value, and twice the float rounding the model itself shows between the batch
@@ -65,15 +66,24 @@ def _rows(inputs: Mapping[str, np.ndarray], count: int) -> dict[str, np.ndarray]
     return {name: np.asarray(value)[pick] for name, value in inputs.items()}
 
 
-def _outputs_differ(first: dict[str, np.ndarray], second: dict[str, np.ndarray]) -> list[str]:
+def _outputs_differ(first: dict[str, np.ndarray], second: dict[str, np.ndarray], tolerance: float) -> list[str]:
+    """Outputs that differ between two identical calls beyond float rounding (`tolerance` of the output's range
+    and of each value; integer and string outputs exactly).
+    """
     differ = []
     for name in first:
         a, b = np.asarray(first[name]), np.asarray(second[name])
-        same = np.array_equal(a, b, equal_nan=True) if a.dtype.kind in "fc" else np.array_equal(a, b)
+        if a.dtype.kind in "fc":
+            bound = Tolerance(tolerance, tolerance).bound(np.nan_to_num(a.astype(np.float64)))
+            gap = np.abs(np.nan_to_num(a.astype(np.float64)) - np.nan_to_num(b.astype(np.float64)))
+            same = np.array_equal(np.isnan(a), np.isnan(b)) and bool(np.all(gap <= bound))
+        else:
+            same = np.array_equal(a, b)
         if not same:
-            gap = float(np.nanmax(np.abs(a.astype(np.float64) - b.astype(np.float64)))) if a.dtype.kind in "fiub" \
+            most = float(np.nanmax(np.abs(a.astype(np.float64) - b.astype(np.float64)))) if a.dtype.kind in "fiub" \
                 else float("nan")
-            differ.append(f"output '{name}' differs between two identical calls (max difference {gap:.3g})")
+            differ.append(f"output '{name}' differs between two identical calls (max difference {most:.3g}, beyond "
+                          f"float rounding: export.batch_independence_tolerance {tolerance:g})")
     return differ
 
 
@@ -120,7 +130,7 @@ def check_behaviour(saved_model_dir: Path, inputs: Mapping[str, np.ndarray], sig
 
     before = _variable_values(function)
     first, second = call(batch), call(batch)
-    differ = _outputs_differ(first, second)
+    differ = _outputs_differ(first, second, tolerance)
     checks = [BehaviourCheck("deterministic", not differ, "; ".join(differ))]
     problems = []
     alone = [call({name: value[row:row + 1] for name, value in batch.items()}) for row in range(BATCH)]

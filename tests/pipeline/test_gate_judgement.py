@@ -213,3 +213,19 @@ def test_quantized_1000_class_softmax_is_judged_by_its_decision(tmp_path):
     assert not int8.passed and int8.top1_agreement < 90.0
     assert int8.reason.startswith("output 'probabilities' too flat to judge"), int8.reason
     assert int8.outputs[0].tie_share > load_config().parity.max_tie_share
+
+
+def test_behaviour_checks_pass_float_rounding_and_name_the_setting(wave):
+    """A row alone vs in a batch of 8 differs by the model's rounding (~5e-4 here): within
+    export.batch_independence_tolerance it passes; a tolerance below it fails naming both batch sizes and the
+    setting (training-mode BatchNormalization, far beyond rounding, is refused in tests/signatures)."""
+    from tfship.pipeline.config import ExportSection
+    from tfship.pipeline.gate.behaviour import check_behaviour
+
+    saved_model, _, x, _ = wave
+    default = ExportSection().batch_independence_tolerance
+    assert check_behaviour(saved_model, {"x": x}, tolerance=default).passed
+    strict = check_behaviour(saved_model, {"x": x}, tolerance=1e-7)
+    check = next(c for c in strict.checks if c.name == "batch_independent")
+    assert not check.passed and "rows run alone (batch 1) vs the same rows in a batch of 8" in check.detail
+    assert "raise export.batch_independence_tolerance (now 1e-07)" in check.detail, check.detail

@@ -14,12 +14,15 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from tfship.core.errors import ConfigError
 from tfship.core.locations import Location, pydantic_validator
+from tfship.tflite.modes import TFLITE_MODES
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "digits.toml"
 # A local path: a URL (s3://, gs://, ...) is refused naming the field, never taken for a folder name.
 LocalPath = Annotated[Path, BeforeValidator(pydantic_validator("path", buckets=False))]
 # A repository: a local folder or an s3:// bucket prefix (core.locations); other URL schemes refused.
 RepositoryLocation = Annotated[Any, BeforeValidator(pydantic_validator("repository", buckets=True))]
+# validate.min_top1_agreement's defaults (% of rows), per artifact mode.
+TOP1_AGREEMENT_FLOORS = {"float32": 99.0, "float16": 99.0, "dynamic_range": 95.0, "int8": 90.0}
 
 
 class _Section(BaseModel):
@@ -158,6 +161,11 @@ class ExportSection(_Section):
         "contract's outputs), e.g. {predict_proba = [\"probabilities\"]}.")
     behaviour_checks: bool = Field(True, description="Run the behavioural checks (determinism, batch "
                                    "independence, no state change) on the reloaded SavedModel.")
+    batch_independence_tolerance: float = Field(
+        1e-3, gt=0.0, lt=1.0, description="Behaviour check: how far a row run alone (batch 1) may differ from the "
+        "same row in a batch of 8, as a fraction of max(1, max |output|) plus the same fraction of each value, on "
+        "top of twice the float rounding the SavedModel shows between batches of 8 and 16 of the same rows. "
+        "Batch statistics (BatchNormalization in training mode) move outputs far more than this.")
 
 
 class ConvertSection(_Section):
@@ -166,7 +174,7 @@ class ConvertSection(_Section):
     onnx_opset: int = Field(17, ge=13, le=21, description="ONNX opset passed to tf2onnx (pinned default 17).")
     onnx_simplify: bool = Field(False, description="Run onnxslim on the ONNX file, then re-check it (needs the "
                                 "`onnxslim` package; the parity gate judges the simplified file).")
-    tflite_modes: tuple[Literal["float32", "float16", "dynamic_range", "int8"], ...] = Field(
+    tflite_modes: tuple[Literal[TFLITE_MODES], ...] = Field(
         ("float32",), min_length=1, description="TFLite variants to produce.")
     representative_samples: int = Field(200, ge=1, description="Calibration samples for int8 (representative_dataset).")
     tfjs_modes: tuple[Literal["float32", "float16", "uint8"], ...] = Field(
@@ -179,8 +187,11 @@ class ConvertSection(_Section):
     size_limit_bytes: int = Field(2**31 - 1, ge=1, description="Largest protobuf (ONNX) or FlatBuffer (TFLite) file, "
                                   "bytes (both formats stop at 2 GiB). A SavedModel whose weights exceed it is written "
                                   "to ONNX with external data (tf2onnx --large_model) and refused for TFLite by name.")
-    allow_flex: bool = Field(False, description="TFLite: when builtins cannot express the graph, retry with "
-                             "SELECT_TF_OPS (Flex); the file is kept only if LiteRT runs it.")
+    allow_flex: bool = Field(False, description="TFLite: when builtins cannot express the graph (an unsupported "
+                             "op, or a recurrent layer's tensor list ops), also try SELECT_TF_OPS (Flex) and report "
+                             "the Flex ops the file needs. The bundled LiteRT (ai_edge_litert) has no Flex delegate "
+                             "and cannot run such a file, so it is never kept: this only tells which ops are "
+                             "missing. Recurrent layers go on to the `unrolled` recipe either way.")
     required: tuple[str, ...] = Field(
         (), description="Artifacts that must be published or the run fails (nothing published), e.g. "
         "[\"onnx\", \"tflite_float32\"]; the SavedModel always is. Any other artifact that fails is left out "
@@ -207,6 +218,18 @@ class ValidateSection(_Section):
         "bound (held-out values a little outside the calibrated range), e.g. 0.001 = 0.1 %.")
     quantized_max_accuracy_drop_points: float = Field(
         1.0, ge=0.0, description="Allowed accuracy loss of dynamic-range and int8 artifacts, percentage points.")
+    noise_multiplier: float = Field(
+        2.0, ge=1.0, description="Every float bound also allows this many times the largest difference the "
+        "SavedModel shows against itself on that output (between the configured batch sizes and across repeated "
+        "calls), so a difference the SavedModel shows against itself never fails anything.")
+    min_top1_agreement: dict[Literal[TFLITE_MODES], float] = Field(
+        dict(TOP1_AGREEMENT_FLOORS), description="Per mode: the least top-1 agreement (% of rows) of a float "
+        "[N, C] output whose value bound is vacuous for it (at least half its median row spread, e.g. 10 % of the "
+        "range against the probabilities of a 1,000-class softmax); keys given replace those defaults one by one.")
+    max_tie_share: float = Field(
+        0.05, ge=0.0, le=1.0, description="Largest share of rows whose SavedModel top two scores lie within the "
+        "artifact's error (ties): beyond it a vacuously bounded output, or a task metric excusing its flips as "
+        "ties, is too flat to judge and fails.")
     batch_sizes: tuple[int, ...] = Field((1, 7, 64), min_length=1, description="Batch sizes each artifact is run at.")
     task: Literal["auto", "classification", "regression"] = Field(
         "auto", description="Task metric for quantized artifacts: auto picks from the labels' dtype "
@@ -216,6 +239,13 @@ class ValidateSection(_Section):
     regression_max_error_increase: float = Field(
         0.02, ge=0.0, description="Allowed MAE increase of quantized artifacts, as a fraction of the labels' "
         "standard deviation (regression tasks).")
+
+    @field_validator("min_top1_agreement")
+    @classmethod
+    def _floors(cls, value: dict[str, float]) -> dict[str, float]:
+        if any(not 0.0 <= floor <= 100.0 for floor in value.values()):
+            raise ValueError("every top-1 agreement floor is a percentage in [0, 100]")
+        return TOP1_AGREEMENT_FLOORS | dict(value)
 
     @field_validator("batch_sizes")
     @classmethod

@@ -233,7 +233,9 @@ def convert_tflite(saved_model_dir: Path, output_path: Path, options: TfliteOpti
             if smoke.failure:
                 return result("crashed", smoke.failure, flex)
             if smoke.report["status"] != "produced":
-                prefix = f"uses Flex ops {flex}; " if flex else ""
+                prefix = (f"uses Flex ops {flex} (convert.allow_flex), which the bundled LiteRT (ai_edge_litert) "
+                          "cannot run: it has no Flex delegate, so the file cannot be checked and is not kept; "
+                          if flex else "")
                 return result("refused", prefix + smoke.report["reason"], flex)
             os.replace(tmp_model, output_path)
             return result("produced", "", flex, output_path)

@@ -32,6 +32,9 @@ class TfliteMode(str, Enum):
     INT8 = "int8"
 
 
+# The one list of TFLite modes (and of the parity gate's modes: ONNX and TF.js map onto them), in order.
+TFLITE_MODES: tuple[str, ...] = tuple(mode.value for mode in TfliteMode)
+
 Int8Io = Literal["float", "int8"]
 _INT8_IO_VALUES: tuple[str, ...] = ("float", "int8")
 

@@ -87,6 +87,8 @@ def _build_converter(tf, saved_model_dir: str, options: TfliteOptions,
             converter.inference_output_type = tf.int8
     ops = [builtins, tf.lite.OpsSet.SELECT_TF_OPS] if flex else [builtins]
     converter.target_spec.supported_ops = ops
+    if flex:  # a recurrent layer's TensorList ops stay Flex ops instead of failing to lower
+        converter._experimental_lower_tensor_list_ops = False
     return converter
 
 
@@ -222,20 +224,25 @@ def run_convert(saved_model_dir: str, output: str, options: TfliteOptions,
         if custom:
             return {**report, "status": "refused",
                     "reason": f"needs custom ops {custom} that neither TFLite builtins nor Flex provide"}
-        if not select:
+        tensor_list = "tensor list" in message.lower()
+        if not select and not (tensor_list and options.allow_flex):
             reason = f"converter failed: {type(err).__name__}: {_tail(message)}"
-            if "tensor list" in message.lower():
+            if tensor_list:
                 reason += "; " + _fixed_batch_attempt(tf, saved_model_dir, signature)
             return {**report, "status": "refused", "reason": reason}
         if not options.allow_flex:
             return {**report, "status": "refused", "flex_ops": [f"Flex{op}" for op in select],
-                    "reason": f"needs Flex (select TF) ops {select}; set convert.allow_flex = true "
-                              "(--set convert.allow_flex=true) to try SELECT_TF_OPS"}
+                    "reason": f"needs Flex (select TF) ops {select}, which the bundled LiteRT (ai_edge_litert) "
+                              "cannot run: it has no Flex delegate. Express the layer with TFLite builtin ops; "
+                              "set convert.allow_flex = true (--set convert.allow_flex=true) only to see whether "
+                              "SELECT_TF_OPS converts it (such a file is still left out, since it cannot be checked)"}
         try:
             model = _build_converter(tf, saved_model_dir, options, samples, flex=True).convert()
         except Exception as flex_err:  # noqa: BLE001 - same converter, Flex allowed
             return {**report, "status": "refused", "flex_ops": [f"Flex{op}" for op in select],
-                    "reason": f"converter failed with SELECT_TF_OPS: {_tail(str(flex_err))}"}
+                    "reason": f"converter failed with SELECT_TF_OPS (convert.allow_flex): "
+                              f"{_tail(str(flex_err))}" + ("; the recurrent layer's tensor list ops could not be "
+                                                           "lowered to builtins" if tensor_list else "")}
     Path(output).write_bytes(model)
     return {**report, "status": "produced", "reason": "", "flex_ops": list(flex_ops(op_histogram(model)))}
 

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-TFLITE_MODES = ("float32", "float16", "dynamic_range", "int8")
+from tfship.tflite.modes import TFLITE_MODES
 
 
 def config(run: Path, repository: Path, timeout_s: float, workers: int | None = None):

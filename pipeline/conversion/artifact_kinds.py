@@ -11,10 +11,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from tfship.core.errors import TfshipError
-from tfship.pipeline.conversion.artifacts import ArtifactKind, ConversionJob, VariantOutcome, register_artifact_kind
+from tfship.pipeline.conversion.artifacts import (
+    ArtifactKind,
+    ConversionJob,
+    ConversionStatus,
+    VariantOutcome,
+    register_artifact_kind,
+)
 from tfship.pipeline.conversion.tfjs_kinds import register_tfjs_kinds
+from tfship.tflite.modes import TFLITE_MODES
 
-TFLITE_MODES = ("float32", "float16", "dynamic_range", "int8")
+__all__ = ["TFLITE_MODES", "convert_onnx", "tflite_converter", "tflite_filename"]
 
 
 def tflite_filename(mode: str) -> str:
@@ -31,8 +38,8 @@ def convert_onnx(job: ConversionJob) -> VariantOutcome:
         done = convert_to_onnx(job.version_dir, path, job.contract, job.settings.onnx_opset, job.sample,
                                job.settings.timeout_seconds, job.settings.onnx_simplify, job.settings.size_limit_bytes)
     except TfshipError as err:
-        return VariantOutcome("onnx", "refused", str(err))
-    return VariantOutcome("onnx", "produced", "", str(path), done.size_bytes, round(done.seconds, 2),
+        return VariantOutcome("onnx", ConversionStatus.REFUSED, str(err))
+    return VariantOutcome("onnx", ConversionStatus.PRODUCED, "", str(path), done.size_bytes, round(done.seconds, 2),
                           done.reproduce_command)
 
 
@@ -53,11 +60,13 @@ def tflite_converter(mode: str):
         path = job.version_dir / tflite_filename(mode)
         refusal = tflite_refusal(job.version_dir, settings.size_limit_bytes)  # before any converter process starts
         if refusal:
-            return VariantOutcome(name, "refused", refusal)
+            return VariantOutcome(name, ConversionStatus.REFUSED, refusal)
         done = convert_tflite(job.version_dir, path, options, job.calibration, settings.timeout_seconds)
         recipe, reason = "default", done.reason
-        if done.status == "refused" and TENSOR_LIST_FAILURE in done.reason.lower():
-            tried = [f"recipe 'default' (dynamic batch): {done.reason}"]
+        if done.status == ConversionStatus.REFUSED and (TENSOR_LIST_FAILURE in done.reason.lower()
+                                         or "flextensorlist" in done.reason.lower()):
+            flex = " with SELECT_TF_OPS (convert.allow_flex)" if settings.allow_flex else ""
+            tried = [f"recipe 'default' (dynamic batch){flex}: {done.reason}"]
             unrolled = job.tflite_sources.get("unrolled")
             if unrolled:
                 done = convert_tflite(Path(unrolled), path, options, job.calibration, settings.timeout_seconds)
@@ -67,7 +76,7 @@ def tflite_converter(mode: str):
                 tried.append("recipe 'unrolled' not available: " + (job.tflite_sources.get("unrolled_reason")
                                                                      or "the model has no Keras recurrent layer"))
             tried.append(FUSED_LSTM_NOTE)
-            reason = "" if done.status == "produced" else "; ".join(tried)
+            reason = "" if done.status == ConversionStatus.PRODUCED else "; ".join(tried)
         return VariantOutcome(name, done.status, reason, str(done.path or ""), done.size_bytes,
                               round(done.seconds, 2), done.reproduce_command, recipe)
 

@@ -3,15 +3,25 @@ artifact's outputs against the reference's with `compare_outputs`, per output, m
 
 Rules (per output):
 
-* float outputs: every element must satisfy |got - want| <= atol * scale + rtol * |want|, where
-  scale = max(1, max |want|) over that output (the tolerance follows the output's range, so an output
-  around 12.6 allows 12.6x the absolute error of an output around 1); NaN or Inf fails; an output
+* float outputs: every element must satisfy |got - want| <= atol * scale + rtol * |want| + m * noise,
+  where scale = max(1, max |want|) over that output (the tolerance follows the output's range, so an output
+  around 12.6 allows 12.6x the absolute error of an output around 1) and noise is the largest difference the
+  reference shows against itself on that output (batch sizes, repeated calls; `pipeline.gate.validate.reference_noise`),
+  times `Tolerance.noise_multiplier` m: a difference the reference shows against itself never fails;
+  NaN or Inf fails; an output
   pinned at a limit the reference goes beyond (an int8 output saturating at its quantization range,
   e.g. every log-probability below -16 coming back as exactly -15.9375) fails as `saturated`, naming
   the limit, even when the values are within a loosened bound (`SATURATION_MARGIN`);
-* integer outputs: exactly equal, except index outputs (an integer [N] output that is the argmax of a
-  float [N, C] output of the reference, `task_metric.index_scores`), where a differing index passes when
-  the reference's scores at both indices differ by no more than the two scores' bounds together (a tie);
+* a float [N, C] output of scores (probabilities, the scores an index output points into, or the task's
+  score output) whose bound is vacuous (at least `VACUOUS_SHARE` of the median spread of a row, e.g.
+  10 % of the range against softmax probabilities of a 1,000-class model that never exceed 0.01) is judged
+  by its decision as well: the top-1 agreement with the reference must reach the mode's floor
+  (`Tolerance.min_top1_agreement`), and when more than `Tolerance.max_tie_share` of the rows have their
+  reference top two within the artifact's measured error, the output is too flat to judge and fails;
+* integer outputs: exactly equal, except index outputs into the model's own scores (an integer [N] argmax
+  or [N, k] top-k / argsort output of a float [N, C] output of the reference, `task_metric.index_scores`),
+  where a differing index passes when the reference's scores at both indices differ by no more than the two
+  scores' bounds together: indices are equal when the values they select are equal within the bound;
 * string outputs: exactly equal (bytes and str compare as UTF-8 text, as TF Serving's `string_val`).
 
 Nothing here imports TensorFlow.
@@ -19,7 +29,7 @@ Nothing here imports TensorFlow.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,33 +51,50 @@ SATURATION_STEPS = 1.5
 SATURATION_RANGE = 0.1
 # ... and hold at least this share of the output's values (a systematic pin, not a calibration tail).
 SATURATION_SHARE = 1e-3
+# A float [N, C] output's bound is vacuous when it is at least this share of the median spread (max - min) of
+# a row of the reference: it cannot tell the row's values apart, so the decision (argmax) is judged instead.
+VACUOUS_SHARE = 0.5
+# The artifact's error bound used for decision ties: this quantile of |artifact - reference| over the output.
+TIE_ERROR_QUANTILE = 0.99
 
 
 @dataclass(frozen=True)
 class Tolerance:
-    """A per-output bound: |got - want| <= atol * max(1, max |want|) + rtol * |want| (elementwise).
+    """A per-output bound: |got - want| <= atol * max(1, max |want|) + rtol * |want| + noise_multiplier * noise
+    (elementwise), noise being the reference's own largest difference on that output (0 when not measured).
 
     atol: fraction of the output's range (dimensionless); rtol: fraction of each reference value;
     outliers: the share of an output's elements allowed beyond the bound (0 for float modes; quantized modes
-    allow a few values just outside the calibrated range, e.g. 0.001 = 0.1 %).
+    allow a few values just outside the calibrated range, e.g. 0.001 = 0.1 %); noise_multiplier: how many
+    times the reference's own noise is allowed on top; mode: the artifact's mode (named in messages);
+    setting: the config key that loosens this bound (named in failure messages); min_top1_agreement: the
+    floor (%) of top-1 agreement of an output whose bound is vacuous (None: no decision judged);
+    max_tie_share: the largest share of rows whose reference top two are within the artifact's error before
+    the output is too flat to judge.
     """
 
     atol: float
     rtol: float
     outliers: float = 0.0
+    noise_multiplier: float = 2.0
+    mode: str = ""
+    setting: str = ""
+    min_top1_agreement: float | None = None
+    max_tie_share: float = 0.05
 
     def scale(self, want: np.ndarray) -> float:
         """max(1, max |want|): the output's range the absolute part is scaled by."""
         finite = np.abs(want[np.isfinite(want)]) if want.size else want
         return max(1.0, float(np.max(finite))) if finite.size else 1.0
 
-    def bound(self, want: np.ndarray) -> np.ndarray:
-        """The allowed absolute error per element (same shape as `want`)."""
-        return self.atol * self.scale(want) + self.rtol * np.abs(want)
+    def bound(self, want: np.ndarray, noise: float = 0.0) -> np.ndarray:
+        """The allowed absolute error per element (same shape as `want`); `noise` is the reference's own."""
+        return self.atol * self.scale(want) + self.rtol * np.abs(want) + self.noise_multiplier * noise
 
-    def describe(self, want: np.ndarray) -> str:
-        """e.g. `atol 1e-05*12.6 + rtol 1e-05`."""
+    def describe(self, want: np.ndarray, noise: float = 0.0) -> str:
+        """e.g. `atol 1e-05*12.6 + rtol 1e-05 + 2x reference noise 3.1e-06`."""
         text = f"atol {self.atol:g}*{self.scale(want):.3g} + rtol {self.rtol:g}"
+        text += f" + {self.noise_multiplier:g}x reference noise {noise:.2g}" if noise else ""
         return text + (f" (up to {100 * self.outliers:g} % of elements beyond)" if self.outliers else "")
 
 
@@ -76,7 +103,10 @@ class OutputParity:
     """One output of one artifact against the reference: max abs/rel error and the verdict.
 
     max_abs_error: largest |got - want| (float outputs), the largest index distance (integer outputs) or
-    the count of differing strings; exact: an integer or string output (compared for equality).
+    the count of differing strings; exact: an integer or string output (compared for equality);
+    top1_agreement, tie_share: for a float [N, C] output judged by its decision (its bound is vacuous),
+    the % of rows whose argmax equals the reference's and the share of rows whose reference top two lie
+    within the artifact's measured error (None when the decision was not judged).
     """
 
     output: str
@@ -87,6 +117,8 @@ class OutputParity:
     detail: str = ""
     error_histogram: tuple[int, ...] = ()
     exact: bool = False
+    top1_agreement: float | None = None
+    tie_share: float | None = None
 
     def describe(self) -> str:
         """A failure reason naming the output, its error and the bound."""
@@ -137,7 +169,71 @@ def _compare_strings(name: str, got: np.ndarray, want: np.ndarray) -> OutputPari
                         f"{int(differ.sum())} of {differ.size} strings differ" if differ.any() else "", exact=True)
 
 
-def _compare_floats(name: str, got: np.ndarray, want: np.ndarray, tolerance: Tolerance) -> OutputParity:
+def is_distribution(want: np.ndarray) -> bool:
+    """Whether a float [N, C] output looks like probabilities: every value in [0, 1], every row summing to 1."""
+    if want.ndim != 2 or want.shape[1] < 2 or not want.size or not np.all(np.isfinite(want)):
+        return False
+    return bool(np.all(want >= 0.0) and np.all(want <= 1.0) and np.allclose(want.sum(axis=1), 1.0, atol=1e-3))
+
+
+def vacuous(want: np.ndarray, tolerance: Tolerance, noise: float = 0.0) -> bool:
+    """Whether the bound cannot tell a row's values apart: a float [N, C] output (C > 1) whose absolute bound
+    is at least `VACUOUS_SHARE` of the median spread (max - min) of a reference row (e.g. 10 % of the range
+    against softmax probabilities of a 1,000-class model).
+    """
+    if want.ndim != 2 or want.shape[1] < 2 or want.shape[0] == 0 or not np.all(np.isfinite(want)):
+        return False
+    spread = float(np.median(np.max(want, axis=1) - np.min(want, axis=1)))
+    absolute = tolerance.atol * tolerance.scale(want) + tolerance.noise_multiplier * noise
+    return absolute >= VACUOUS_SHARE * spread
+
+
+def decision(got: np.ndarray, want: np.ndarray) -> tuple[float, float, float, int]:
+    """Top-1 agreement of `got` with `want` (both float [N, C]) and how flat the reference is.
+
+    A row is a tie when the reference's margin between its top class and the artifact's (or, when they
+    agree, its runner-up) is at most twice the artifact's measured error (the `TIE_ERROR_QUANTILE` of
+    |got - want| over the output): both scores may move by that much.
+
+    Returns:
+        (agreement in % of rows; the same with flipped ties counted as agreeing; share of rows that are ties,
+        in [0, 1]; rows whose argmax differs).
+    """
+    error = np.abs(got - want)
+    bound = float(np.quantile(error, TIE_ERROR_QUANTILE)) if error.size else 0.0
+    mine, theirs = np.argmax(want, axis=1), np.argmax(got, axis=1)
+    rows = np.arange(len(want))
+    runner_up = np.sort(want, axis=1)[:, -2]
+    other = np.where(mine == theirs, runner_up, want[rows, theirs])
+    ties = want[rows, mine] - other <= 2.0 * bound
+    flips = mine != theirs
+    if not len(want):
+        return 100.0, 100.0, 0.0, 0
+    return (100.0 * float(np.mean(~flips)), 100.0 * float(np.mean(~flips | ties)), float(np.mean(ties)),
+            int(flips.sum()))
+
+
+def _decision_details(got: np.ndarray, want: np.ndarray, tolerance: Tolerance,
+                      bound: float) -> tuple[list[str], float, float]:
+    agreement, excused, tie_share, flips = decision(got, want)
+    classes, details = want.shape[1], []
+    if tie_share > tolerance.max_tie_share:
+        details.append(f"too flat to judge: {100 * tie_share:.1f} % of rows have their top two scores within the "
+                       f"artifact's error (allowed {100 * tolerance.max_tie_share:g} %, validate.max_tie_share), "
+                       f"and the value bound {bound:.3g} is vacuous against this {classes}-class output's row "
+                       "spread; judge it on data the model separates, or leave this mode out")
+    floor = tolerance.min_top1_agreement
+    if floor is not None and excused < floor:
+        details.append(f"top-1 agreement {excused:.1f} % (ties counted as agreeing; {flips} of {len(want)} rows "
+                       f"flip, {agreement:.1f} % agree) below the "
+                       f"{tolerance.mode or 'mode'} floor {floor:g} % (validate.min_top1_agreement."
+                       f"{tolerance.mode or '<mode>'}); the value bound {bound:.3g} is vacuous against this "
+                       f"{classes}-class output")
+    return details, agreement, tie_share
+
+
+def _compare_floats(name: str, got: np.ndarray, want: np.ndarray, tolerance: Tolerance,
+                    noise: float, scores: bool) -> OutputParity:
     if not np.all(np.isfinite(got)):
         bad = int(np.sum(~np.isfinite(got)))
         return OutputParity(name, float("nan"), float("nan"), "finite", False, f"NaN or Inf in output ({bad} values)")
@@ -145,42 +241,81 @@ def _compare_floats(name: str, got: np.ndarray, want: np.ndarray, tolerance: Tol
     error = np.abs(got64 - want64)
     max_abs = float(error.max()) if error.size else 0.0
     rel = float(np.max(error / np.maximum(np.abs(want64), 1e-12))) if error.size else 0.0
-    bound = tolerance.bound(want64)
+    bound = tolerance.bound(want64, noise)
     outside = error > bound
     pinned = saturation(got64, want64, SATURATION_MARGIN * tolerance.scale(want64), tolerance.scale(want64))
     allowed = int(tolerance.outliers * outside.size)
     details = [f"{int(outside.sum())} of {outside.size} elements outside tolerance"
                + (f" (at most {allowed} allowed)" if allowed else "")] if outside.sum() > allowed else []
     details += [pinned] if pinned else []
-    return OutputParity(name, max_abs, rel, tolerance.describe(want64), not details, "; ".join(details),
-                        error_histogram(error))
+    agreement = tie_share = None
+    if scores and tolerance.min_top1_agreement is not None and vacuous(want64, tolerance, noise):
+        absolute = tolerance.atol * tolerance.scale(want64) + tolerance.noise_multiplier * noise
+        judged, agreement, tie_share = _decision_details(got64, want64, tolerance, absolute)
+        details += judged
+    return OutputParity(name, max_abs, rel, tolerance.describe(want64, noise), not details, "; ".join(details),
+                        error_histogram(error), top1_agreement=agreement, tie_share=tie_share)
+
+
+def _unexplained_by_values(got: np.ndarray, want: np.ndarray, values: np.ndarray, tolerance: Tolerance,
+                           noise: float) -> int:
+    """Differing positions of a top-k index output [N, k] not explained by a tie: the artifact's index at
+    (row, j) is a tie when the reference lists it at some (row, j') of the same row whose selected value
+    equals the value at (row, j) within the bound (`values`: the reference's [N, k] selected values).
+    """
+    unexplained = 0
+    limit = 2.0 * (tolerance.atol * tolerance.scale(values) + tolerance.noise_multiplier * noise)
+    for row, column in zip(*np.nonzero(got != want), strict=True):
+        where = np.nonzero(want[row] == got[row, column])[0]
+        if not where.size or abs(values[row, where[0]] - values[row, column]) > limit + tolerance.rtol * (
+                abs(values[row, where[0]]) + abs(values[row, column])):
+            unexplained += 1
+    return unexplained
 
 
 def _compare_integers(name: str, got: np.ndarray, want: np.ndarray, tolerance: Tolerance,
-                      scores: np.ndarray | None) -> OutputParity:
+                      scores: np.ndarray | None, score_noise: float, values: np.ndarray | None = None) -> OutputParity:
     differ = got != want
     distance = np.abs(got.astype(np.int64) - want.astype(np.int64))
     max_abs = float(np.max(distance)) if got.size else 0.0
     unexplained = int(differ.sum())
-    if differ.any() and scores is not None and want.ndim == 1:
-        rows = np.nonzero(differ)[0]
-        at_got, at_want = scores[rows, got[rows]], scores[rows, want[rows]]
-        allowed = 2.0 * tolerance.atol * tolerance.scale(scores) + tolerance.rtol * (np.abs(at_got) + np.abs(at_want))
-        ties = np.abs(at_got - at_want) <= allowed  # both scores may move by their own bound
+    if differ.any() and scores is not None and want.ndim in (1, 2):
+        rows, columns = np.nonzero(differ.reshape(len(want), -1))
+        picked_got = got.reshape(len(want), -1)[rows, columns].astype(np.int64)
+        picked_want = want.reshape(len(want), -1)[rows, columns].astype(np.int64)
+        valid = (picked_got >= 0) & (picked_got < scores.shape[1])
+        at_got = scores[rows, np.clip(picked_got, 0, scores.shape[1] - 1)]
+        at_want = scores[rows, picked_want]
+        allowed = 2.0 * (tolerance.atol * tolerance.scale(scores) + tolerance.noise_multiplier * score_noise) \
+            + tolerance.rtol * (np.abs(at_got) + np.abs(at_want))
+        ties = valid & (np.abs(at_got - at_want) <= allowed)  # both scores may move by their own bound
         unexplained = int((~ties).sum())
-    detail = f"{unexplained} of {differ.size} indices differ (ties excluded)" if unexplained else ""
-    return OutputParity(name, max_abs, 0.0, "exact (tie-aware)" if scores is not None else "exact",
+    elif differ.any() and values is not None and want.ndim == 2:
+        unexplained = _unexplained_by_values(got, want, values, tolerance, score_noise)
+    indexed = scores is not None or values is not None
+    detail = (f"{unexplained} of {differ.size} {'indices' if indexed else 'values'} differ"
+              + (" (ties excluded: an index passes when the value it selects is equal within the bound)"
+                 if indexed else "")) if unexplained else ""
+    return OutputParity(name, max_abs, 0.0, "exact (by the values selected)" if indexed else "exact",
                         unexplained == 0, detail, error_histogram(distance), exact=True)
 
 
 def compare_output(name: str, got: np.ndarray, want: np.ndarray, tolerance: Tolerance,
-                   scores: np.ndarray | None = None) -> OutputParity:
+                   scores: np.ndarray | None = None, noise: float = 0.0, score_noise: float = 0.0,
+                   values: np.ndarray | None = None, decides: bool | None = None) -> OutputParity:
     """Compare one named output with the reference's (rules in the module docstring).
 
     Args:
         got, want: the artifact's and the reference's arrays, same shape [N, ...].
         tolerance: the bound for float outputs (and for ties of index outputs).
-        scores: for an index output, the reference's float [N, C] scores it is the argmax of; else None.
+        scores: for an index output ([N] argmax, [N, k] top-k or argsort), the reference's float [N, C]
+            scores it points into; else None.
+        noise: the reference's own largest difference on this output (same unit); score_noise: the same for
+            `scores` (or `values`).
+        values: for a top-k index output [N, k] whose scores are not an output, the reference's float
+            [N, k] selected values (`task_metric.index_values`); else None.
+        decides: whether this float output is scores whose argmax is a decision (judged by top-1 agreement
+            when its bound is vacuous); None: when it looks like probabilities (`is_distribution`).
     """
     got, want = np.asarray(got), np.asarray(want)
     if got.shape != want.shape:
@@ -189,36 +324,49 @@ def compare_output(name: str, got: np.ndarray, want: np.ndarray, tolerance: Tole
     if want.dtype.kind in "USO" or got.dtype.kind in "USO":
         return _compare_strings(name, got, want)
     if want.dtype.kind in "fc":
-        return _compare_floats(name, got, want, tolerance)
-    return _compare_integers(name, got, want, tolerance, scores)
+        return _compare_floats(name, got, want, tolerance, noise, is_distribution(want) if decides is None else decides)
+    return _compare_integers(name, got, want, tolerance, scores, score_noise,
+                             None if values is None else np.asarray(values, dtype=np.float64))
 
 
 def compare_outputs(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray], tolerance: Tolerance,
-                    index_scores: Mapping[str, str] | None = None) -> tuple[OutputParity, ...]:
+                    index_scores: Mapping[str, str] | None = None, noise: Mapping[str, float] | None = None,
+                    decisions: Collection[str] = ()) -> tuple[OutputParity, ...]:
     """Compare every output of the reference `want` with `got`, matched by name (never by position).
 
     Args:
         got: the artifact's outputs by name; extra names are ignored, a missing one fails its row.
         want: the reference's outputs by name, each [N, ...].
         tolerance: the bound for float outputs.
-        index_scores: {index output: float score output} (`task_metric.index_scores(want)`); None
-            detects it from `want`.
+        index_scores: {index output: float score output it points into} (`task_metric.index_scores(want)`);
+            None detects it from `want`.
+        noise: {output: the reference's own largest difference on it}
+            (`pipeline.gate.validate.reference_noise`); None: 0.
+        decisions: float outputs whose argmax is a decision (the task's score output), besides those an index
+            output points into and those that look like probabilities (`is_distribution`).
 
     Returns:
         One row per reference output, in `want`'s order.
     """
     from tfship.pipeline.gate.task_metric import index_scores as find_index_scores
+    from tfship.pipeline.gate.task_metric import index_values
 
     pairs = find_index_scores(want) if index_scores is None else index_scores
+    selected = {name: values for name, values in index_values(want).items() if name not in pairs}
+    noise = noise or {}
     rows = []
     for name, expected in want.items():
         if name not in got:
             rows.append(OutputParity(name, float("inf"), float("inf"), "present", False,
                                      f"missing from the artifact's outputs {sorted(got)}"))
             continue
+        score_name = pairs.get(name) or selected.get(name, "")
         scores = want.get(pairs.get(name, ""))
         rows.append(compare_output(name, got[name], expected, tolerance,
-                                   None if scores is None else np.asarray(scores)))
+                                   None if scores is None else np.asarray(scores, dtype=np.float64),
+                                   noise.get(name, 0.0), noise.get(score_name, 0.0),
+                                   want.get(selected.get(name, "")),
+                                   True if name in decisions or name in pairs.values() else None))
     return tuple(rows)
 
 

@@ -54,6 +54,7 @@ class ServeTarget:
     serve_flags: tuple[str, ...] = ()
     expected: dict[str, np.ndarray] | None = None  # its own answers in process; None: the SavedModel's
     probes: tuple[SignatureProbe, ...] = ()
+    noise: dict[str, float] | None = None  # the SavedModel's own largest difference per float output (parity.json)
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,8 @@ def _check_one(repository: Path, model_name: str, version: int, target: ServeTar
                                                     batch_sizes)
         got = {name: np.concatenate([np.asarray(a[name]) for a in answers]) for name in answers[0]}
         want = target.expected if target.expected is not None else expected
-        rows = compare_outputs(got, {k: np.asarray(v)[:offset] for k, v in want.items()}, target.tolerance)
+        rows = compare_outputs(got, {k: np.asarray(v)[:offset] for k, v in want.items()}, target.tolerance,
+                               noise=target.noise)
         problems += failures(rows)
         worst = max([worst, *(r.max_abs_error for r in rows if not r.exact)])
     except Exception as err:  # noqa: BLE001 - any server or RPC failure is this artifact's verdict, with its cause

@@ -10,8 +10,9 @@
 Without labels, the SavedModel's own predictions are the labels (agreement with the reference), so
 quantized artifacts are still judged by the task and never waved through.
 
-`index_scores` finds index outputs (e.g. `class_id`) and the score output each is the argmax of, from
-the reference outputs themselves, so tie-aware comparison needs no naming convention.
+`index_scores` finds index outputs (e.g. `class_id`, a top-k `indices`, an argsort) and the score output
+each points into, from the reference outputs themselves, so comparing indices by the values they select
+needs no naming convention.
 """
 
 from __future__ import annotations
@@ -67,15 +68,68 @@ class TaskMetric:
         return (score - reference_score) / max(self.label_std, 1e-12)
 
 
+def points_into(value: np.ndarray, scores: np.ndarray) -> bool:
+    """Whether the integer output `value` indexes into the float [N, C] output `scores` of the same rows.
+
+    [N]: the argmax (or argmin) of `scores`; [N, k] (k >= 2): distinct indices in [0, C) per row whose
+    selected scores are sorted (top-k, or an argsort in either direction).
+    """
+    if scores.dtype.kind != "f" or scores.ndim != 2 or len(scores) != len(value) or scores.shape[1] < 2 \
+            or value.dtype.kind not in "iu" or not len(value):
+        return False
+    if value.ndim == 1:
+        return bool(np.array_equal(np.argmax(scores, axis=-1), value)
+                    or np.array_equal(np.argmin(scores, axis=-1), value))
+    if value.ndim != 2 or not 2 <= value.shape[1] <= scores.shape[1]:
+        return False
+    if value.min() < 0 or value.max() >= scores.shape[1]:
+        return False
+    ordered = np.sort(value, axis=1)
+    if np.any(ordered[:, 1:] == ordered[:, :-1]):
+        return False
+    steps = np.diff(np.take_along_axis(scores, value.astype(np.int64), axis=1), axis=1)
+    return bool(np.all(steps <= 0) or np.all(steps >= 0))
+
+
+def pairs_with(value: np.ndarray, values: np.ndarray) -> bool:
+    """Whether the integer [N, k] output `value` is the index half of a top-k whose float [N, k] output
+    `values` holds the selected values (sorted along each row; the scores themselves are not an output).
+    """
+    if value.ndim != 2 or values.shape != value.shape or values.dtype.kind != "f" or value.dtype.kind not in "iu" \
+            or value.shape[1] < 2 or not len(value) or value.min() < 0:
+        return False
+    ordered = np.sort(value, axis=1)
+    steps = np.diff(values, axis=1)
+    return bool(not np.any(ordered[:, 1:] == ordered[:, :-1]) and (np.all(steps <= 0) or np.all(steps >= 0)))
+
+
+def index_values(reference: Mapping[str, np.ndarray]) -> dict[str, str]:
+    """{index output: values output} for every top-k index output whose scores are not an output but whose
+    selected values are (`pairs_with`), and which `index_scores` did not already pair.
+    """
+    found, scored = {}, index_scores(reference)
+    for name, value in reference.items():
+        value = np.asarray(value)
+        if name in scored or value.dtype.kind not in "iu":
+            continue
+        for values_name, values in reference.items():
+            if values_name != name and pairs_with(value, np.asarray(values)):
+                found[name] = values_name
+                break
+    return found
+
+
 def index_scores(reference: Mapping[str, np.ndarray]) -> dict[str, str]:
-    """{index output: score output} for every integer [N] output equal to the argmax of a float [N, C] output."""
+    """{index output: score output} for every integer output that indexes into a float [N, C] output of the
+    reference (`points_into`: an argmax [N], a top-k or argsort [N, k]).
+    """
     found = {}
     for name, value in reference.items():
-        if value.dtype.kind not in "iu" or value.ndim != 1:
+        value = np.asarray(value)
+        if value.dtype.kind not in "iu" or value.ndim not in (1, 2):
             continue
         for score_name, scores in reference.items():
-            if scores.dtype.kind == "f" and scores.ndim == 2 and len(scores) == len(value) and scores.shape[1] > 1 \
-                    and np.array_equal(np.argmax(scores, axis=-1), value):
+            if score_name != name and points_into(value, np.asarray(scores)):
                 found[name] = score_name
                 break
     return found

@@ -1,26 +1,33 @@
 """Validate stage: the parity gate between every artifact and the SavedModel, for any contract.
 
 Outputs are matched by name, never by position, and judged by the one comparison
-(`pipeline.gate.compare.compare_outputs`) with the artifact's mode's tolerance, scaled to each output's range
-(scale = max(1, max |SavedModel output|)):
+(`pipeline.gate.compare.compare_outputs`) with the artifact's mode's tolerance (`tolerance_for`), scaled to each
+output's range (scale = max(1, max |SavedModel output|)), plus `validate.noise_multiplier` times the largest
+difference the SavedModel shows against itself on that output (`reference_noise`: between the configured batch
+sizes and across two identical calls), so the SavedModel's own noise never fails anything:
 
 | mode | bound on every element of every float output |
 |---|---|
-| float32 (SavedModel, ONNX, TFLite float32) | atol * scale + rtol * |ref|, atol = rtol = 1e-5 |
-| float16 | atol = rtol = `float16_tolerance` (1e-2) |
-| dynamic_range | `dynamic_range_tolerance` * scale (2 % of the output's range) |
-| int8 | `int8_tolerance` * scale (10 % of the output's range) |
+| float32 (SavedModel, ONNX, TFLite float32) | `validate.atol` * scale + `validate.rtol` * |ref| |
+| float16 | `validate.float16_tolerance` (as atol and rtol) |
+| dynamic_range | `validate.dynamic_range_tolerance` * scale |
+| int8 | `validate.int8_tolerance` * scale |
 
-(quantized modes: at most `quantized_outlier_fraction` (0.1 %) of an output's elements may lie beyond it.)
+The numbers are `pipeline.config.ValidateSection`'s defaults, tabled in docs/pipeline.md (checked by a test).
+Quantized modes: at most `validate.quantized_outlier_fraction` of an output's elements may lie beyond the bound.
+A float [N, C] output whose bound is vacuous is judged by its decision too (top-1 agreement at least
+`validate.min_top1_agreement[mode]`; too flat to judge beyond `validate.max_tie_share` ties).
 
-Integer outputs are equal (index outputs tie-aware), strings equal; an output pinned at a quantization
-limit the reference goes beyond is `saturated` and fails. Then the task metric (`pipeline.gate.task_metric`):
-accuracy may drop at most `max_accuracy_drop_points` (float modes) or `quantized_max_accuracy_drop_points`
-(quantized), or MAE rise by `regression_max_error_increase` label std. For classification, a row whose
-predicted class differs from the SavedModel's (a flip) is a *tie* when the SavedModel's margin between the
-two classes is within twice the artifact's measured error bound on that score output (the 99th percentile
-of |artifact - SavedModel|): ties are reported (`flips`, `tie_flips`) and do not count as regressions, so
-one near-tie row of a 70-row set (1.43 points) does not decide the verdict. NaN/Inf or a missing output fails.
+Integer outputs are equal (index outputs judged by the values they select), strings equal; an output pinned at a
+quantization limit the reference goes beyond is `saturated` and fails. Then the task metric
+(`pipeline.gate.task_metric`): accuracy may drop at most `max_accuracy_drop_points` (float modes) or
+`quantized_max_accuracy_drop_points` (quantized), or MAE rise by `regression_max_error_increase` label std. For
+classification, a row whose predicted class differs from the SavedModel's (a flip) is a *tie* when the
+SavedModel's margin between the two classes is within twice the artifact's measured error bound on that score
+output (the 99th percentile of |artifact - SavedModel|): ties are reported (`flips`, `tie_flips`) and do not count
+as regressions, so one near-tie row of a 70-row set (1.43 points) does not decide the verdict; ties excusing more
+than `validate.max_tie_share` of the rows make the scores too flat to judge (a failure). NaN/Inf or a missing
+output fails.
 
 Every artifact runs at every configured batch size, through the serving runtime that serves it
 (`pipeline.conversion.artifacts.open_runner`). An artifact that fails is left out of the version with its reason; the
@@ -32,7 +39,7 @@ from __future__ import annotations
 
 import gc
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -41,7 +48,7 @@ from tfship.core.contract import Signature
 from tfship.core.errors import ParityError
 from tfship.pipeline.config import ValidateSection
 from tfship.pipeline.conversion.artifacts import FLOAT_MODES, SAVED_MODEL, Artifact, Runner, open_runner
-from tfship.pipeline.gate.compare import ERROR_BIN_EDGES, OutputParity, Tolerance, compare_outputs, failures
+from tfship.pipeline.gate.compare import ERROR_BIN_EDGES, OutputParity, Tolerance, compare_outputs
 from tfship.pipeline.gate.task_metric import TaskMetric, index_scores, infer_task
 
 TIE_ERROR_QUANTILE = 0.99
@@ -81,7 +88,8 @@ class ParityReport:
 
     metric: `accuracy_%` or `mae`; metric_output: the output scored; label_source: `labels` or
     `reference` (no labels given: the SavedModel's predictions are the labels); required: artifacts whose
-    failure fails the stage (`convert.required`; the SavedModel always).
+    failure fails the stage (`convert.required`; the SavedModel always); noise: the SavedModel's own
+    largest difference per float output (`reference_noise`), allowed on top of every bound.
     """
 
     reference_metric: float
@@ -91,6 +99,7 @@ class ParityReport:
     metric_output: str = ""
     label_source: str = "labels"
     required: tuple[str, ...] = ()
+    noise: dict[str, ReferenceNoise] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -115,6 +124,7 @@ class ParityReport:
                 "reference_accuracy": self.reference_accuracy, "samples": self.samples,
                 "resolution": 100.0 / self.samples if self.metric == "accuracy_%" and self.samples else None,
                 "error_bin_edges": [e if e != float("inf") else None for e in ERROR_BIN_EDGES],
+                "reference_noise": {name: asdict(value) for name, value in self.noise.items()},
                 "artifacts": [asdict(row) for row in self.rows]}
 
 
@@ -130,14 +140,76 @@ def run_batched(runner: Runner, inputs: dict[str, np.ndarray], batch_size: int) 
 
 
 def tolerance_for(mode: str, settings: ValidateSection) -> Tolerance:
-    """The bound an artifact of `mode` is held to (table in the module docstring)."""
+    """The bound an artifact of `mode` is held to (table in the module docstring), with the setting that
+    loosens it, the reference-noise multiplier and the mode's top-1 floor for vacuously bounded outputs.
+    """
+    common = {"noise_multiplier": settings.noise_multiplier, "mode": mode, "max_tie_share": settings.max_tie_share,
+              "min_top1_agreement": settings.min_top1_agreement.get(mode)}
     if mode == "float16":
-        return Tolerance(settings.float16_tolerance, settings.float16_tolerance)
+        return Tolerance(settings.float16_tolerance, settings.float16_tolerance,
+                         setting="validate.float16_tolerance", **common)
     if mode == "dynamic_range":
-        return Tolerance(settings.dynamic_range_tolerance, 0.0, settings.quantized_outlier_fraction)
+        return Tolerance(settings.dynamic_range_tolerance, 0.0, settings.quantized_outlier_fraction,
+                         setting="validate.dynamic_range_tolerance", **common)
     if mode == "int8":
-        return Tolerance(settings.int8_tolerance, 0.0, settings.quantized_outlier_fraction)
-    return Tolerance(settings.atol, settings.rtol)
+        return Tolerance(settings.int8_tolerance, 0.0, settings.quantized_outlier_fraction,
+                         setting="validate.int8_tolerance", **common)
+    return Tolerance(settings.atol, settings.rtol, setting="validate.atol", **common)
+
+
+@dataclass(frozen=True)
+class ReferenceNoise:
+    """The largest difference the SavedModel shows against itself on one float output.
+
+    max_abs: largest |SavedModel at batch a - SavedModel at batch b| over the configured batch sizes and a
+    repeated call at the largest one (the output's unit); batch_sizes: the pair (a, b) where it was largest
+    (equal sizes: two identical calls).
+    """
+
+    max_abs: float
+    batch_sizes: tuple[int, int]
+
+    def describe(self) -> str:
+        """e.g. `the SavedModel itself differs by up to 1.5e-05 between batch 1 and batch 40`."""
+        a, b = self.batch_sizes
+        where = f"between batch {a} and batch {b}" if a != b else f"between two identical calls at batch {a}"
+        return f"the SavedModel itself differs by up to {self.max_abs:.2g} {where}"
+
+
+def reference_noise(by_batch: dict[int, dict[str, np.ndarray]],
+                    repeat: dict[str, np.ndarray] | None = None) -> dict[str, ReferenceNoise]:
+    """{float output: `ReferenceNoise`} from the SavedModel's outputs at each batch size (same rows) and a
+    repeated call at the largest batch size; the largest batch size's outputs are the reference.
+    """
+    largest = max(by_batch)
+    base = by_batch[largest]
+    runs = [(size, outputs) for size, outputs in sorted(by_batch.items()) if size != largest]
+    runs += [(largest, repeat)] if repeat is not None else []
+    noise = {}
+    for name, value in base.items():
+        value = np.asarray(value)
+        if value.dtype.kind != "f":
+            continue
+        worst = ReferenceNoise(0.0, (largest, largest))
+        for size, outputs in runs:
+            other = np.asarray(outputs[name], dtype=np.float64)
+            if other.shape != value.shape or not np.all(np.isfinite(other)) or not np.all(np.isfinite(value)):
+                continue
+            gap = float(np.max(np.abs(other - value.astype(np.float64)))) if value.size else 0.0
+            if gap > worst.max_abs:
+                worst = ReferenceNoise(gap, (size, largest))
+        noise[name] = worst
+    return noise
+
+
+def _noise_hint(noise: ReferenceNoise | None, tolerance: Tolerance) -> str:
+    """What to change when a float output misses its bound: the reference's own noise and the setting."""
+    current = tolerance.atol
+    measured = noise is not None and noise.max_abs > 0
+    text = (f"{noise.describe()}, allowed {tolerance.noise_multiplier:g}x on top of the bound" if measured
+            else "the SavedModel shows no difference against itself on it")
+    return (f"{text}; to accept a larger difference raise {tolerance.setting or 'validate.atol'} (now {current:g})"
+            + (" or validate.noise_multiplier" if measured else ""))
 
 
 def _worse(kept: OutputParity | None, new: OutputParity) -> OutputParity:
@@ -237,14 +309,18 @@ def _score(task: TaskMetric, outputs, reference, score_name, reference_metric: f
 
 def check_artifact(artifact: Artifact, runner: Runner, inputs: dict[str, np.ndarray], task: TaskMetric,
                    reference: dict[str, np.ndarray], reference_metric: float, contract: Signature,
-                   settings: ValidateSection) -> ArtifactParity:
+                   settings: ValidateSection, noise: dict[str, ReferenceNoise] | None = None,
+                   outputs_by_batch: dict[int, dict[str, np.ndarray]] | None = None) -> ArtifactParity:
     """Run one artifact at every configured batch size and judge it against the reference outputs.
 
     Args:
         inputs: {input name: [N, ...]}; task: the metric (`task_metric.infer_task`); reference: the
             SavedModel's outputs on `inputs`; reference_metric: `task.score(reference)`.
+        noise: the SavedModel's own noise per float output (`reference_noise`), allowed on top of each bound.
+        outputs_by_batch: the artifact's outputs already computed per batch size (the SavedModel's own).
     """
     tolerance = tolerance_for(artifact.mode, settings)
+    noise = noise or {}
     scores = index_scores(reference)
     score_name = score_output(task, reference, scores)
     wanted = {name: reference[name] for name in contract.output_names()}
@@ -252,15 +328,24 @@ def check_artifact(artifact: Artifact, runner: Runner, inputs: dict[str, np.ndar
     worst = _Worst()
     total = len(next(iter(inputs.values())))
     for batch_size in sorted({min(size, total) for size in settings.batch_sizes}):
-        outputs = run_batched(runner, inputs, batch_size)
-        for row in compare_outputs(outputs, wanted, tolerance, scores):
+        outputs = (outputs_by_batch or {}).get(batch_size) or run_batched(runner, inputs, batch_size)
+        for row in compare_outputs(outputs, wanted, tolerance, scores, {n: v.max_abs for n, v in noise.items()},
+                                   (score_name,) if score_name else ()):
             rows[row.output] = _worse(rows.get(row.output), row)
         if task.prediction not in outputs or (np.asarray(outputs[task.prediction]).dtype.kind == "f" and not np.all(
                 np.isfinite(np.asarray(outputs[task.prediction], dtype=np.float64)))):
             continue  # already a failure of that output; the metric would be meaningless
         _score(task, outputs, reference, score_name, reference_metric, worst)
-    reasons = failures(list(rows.values()))
+    reasons = [row.describe() + (f"; {_noise_hint(noise.get(row.output), tolerance)}"
+                                 if "outside tolerance" in row.detail else "")
+               for row in rows.values() if not row.passed]
     limit = _max_loss(artifact, task, settings)
+    flat = any("too flat to judge" in row.detail for row in rows.values())
+    if not flat and worst.ties is not None and worst.ties > settings.max_tie_share * total:
+        reasons.append(f"too flat to judge: {worst.ties} of {total} rows change class within the artifact's error "
+                       f"(ties, {100 * worst.ties / total:.1f} % of rows; at most {100 * settings.max_tie_share:g} % "
+                       f"may be excused, validate.max_tie_share): output '{task.prediction}' does not separate "
+                       "these rows well enough to tell a tie from a regression")
     if worst.loss > limit:
         reasons.append(_loss_text(task, reference_metric, worst.tie_metric if worst.tie_metric is not None
                                   else worst.metric, limit, worst.ties))
@@ -297,11 +382,16 @@ def validate_artifacts(reference: Artifact, candidates: list[Artifact], contract
         ParityError: no output of the contract fits the task metric.
     """
     reference_runner = open_runner(reference)
-    reference_outputs = run_batched(reference_runner, inputs, max(settings.batch_sizes))
+    total = len(next(iter(inputs.values())))
+    by_batch = {size: run_batched(reference_runner, inputs, size)
+                for size in sorted({min(size, total) for size in settings.batch_sizes})}
+    largest = max(by_batch)
+    reference_outputs = by_batch[largest]
+    noise = reference_noise(by_batch, run_batched(reference_runner, inputs, largest))
     task = infer_task(reference_outputs, labels, settings.task, settings.prediction_output)
     reference_metric = task.score(reference_outputs)
     rows = [check_artifact(reference, reference_runner, inputs, task, reference_outputs, reference_metric,
-                           contract, settings)]
+                           contract, settings, noise, by_batch)]
     del reference_runner  # one model's weights in memory at a time (bench/results/pipeline-latest.md)
     for artifact in candidates:
         gc.collect()  # the previous runner (and TensorFlow's cycles) before the next one loads
@@ -311,10 +401,10 @@ def validate_artifacts(reference: Artifact, candidates: list[Artifact], contract
             rows.append(_not_loaded(artifact, settings, err))
             continue
         rows.append(check_artifact(artifact, runner, inputs, task, reference_outputs, reference_metric, contract,
-                                   settings))
+                                   settings, noise))
         del runner
-    return ParityReport(reference_metric, len(next(iter(inputs.values()))), tuple(rows), task.name,
-                        task.prediction, task.label_source, tuple(required))
+    return ParityReport(reference_metric, total, tuple(rows), task.name, task.prediction, task.label_source,
+                        tuple(required), noise)
 
 
 def raise_if_failed(report: ParityReport) -> ParityReport:

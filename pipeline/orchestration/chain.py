@@ -117,6 +117,12 @@ def _data(ctx: StageContext):
 
 
 def _summarise_data(value) -> dict:
+    """The data stage's record: the splits' own summary, or for an export-only Keras model its name, layer
+    and parameter counts (never `keras.Model.summary()`, which prints a table of every layer).
+    """
+    if hasattr(value, "count_params") and hasattr(value, "layers"):  # a Keras model (export-only `--model`)
+        return {"kind": "keras_model", "name": value.name, "layers": len(value.layers),
+                "parameters": int(value.count_params())}
     return value.summary() if hasattr(value, "summary") else {"kind": type(value).__name__}
 
 

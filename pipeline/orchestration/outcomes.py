@@ -7,6 +7,9 @@ timeout or crash with its signal), `validate` (parity miss naming the output, it
 saturation; task metric) or `serve-check` (our server could not load it or answered differently). A left-out
 artifact listed in `convert.required` fails the run instead (nothing is published).
 
+A reason is one line naming the cause (`pipeline.orchestration.reasons.first_line`); the stage's full text
+goes to `<run>/reasons/<artifact>.txt`, named in the outcome's `reason_file`.
+
 Run status and `tfship run`'s exit code (`RunStatus`): `published` (0, every artifact published),
 `partial` (3, published with optional artifacts left out), `failed` (2, nothing published).
 """
@@ -14,15 +17,26 @@ Run status and `tfship run`'s exit code (`RunStatus`): `published` (0, every art
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from tfship.core.errors import CLI_EXIT_CODE
-from tfship.pipeline.conversion.artifacts import SAVED_MODEL, artifact_kinds
+from tfship.pipeline.conversion.artifacts import SAVED_MODEL, ConversionStatus, artifact_kinds
+from tfship.pipeline.orchestration.reasons import first_line, write_reason_files
 
 PARTIAL_EXIT_CODE = 3
-PUBLISHED = "published"
-LEFT_OUT = "left out"
+
+
+class OutcomeStatus(enum.StrEnum):
+    """One artifact's outcome (`ArtifactOutcome.status`)."""
+
+    PUBLISHED = "published"
+    LEFT_OUT = "left out"
+
+
+PUBLISHED = OutcomeStatus.PUBLISHED
+LEFT_OUT = OutcomeStatus.LEFT_OUT
 
 
 class RunStatus(str, enum.Enum):
@@ -40,7 +54,11 @@ class RunStatus(str, enum.Enum):
 
 @dataclass(frozen=True)
 class ArtifactOutcome:
-    """One artifact's outcome: status `published` or `left out`, the stage that decided it and why."""
+    """One artifact's outcome: status `published` or `left out`, the stage that decided it and why.
+
+    reason: one line naming the cause; full_reason: the stage's whole text (not in `to_json`);
+    reason_file: where the whole text was written, relative to the run folder ("" when not written).
+    """
 
     artifact: str
     status: str
@@ -48,9 +66,11 @@ class ArtifactOutcome:
     reason: str
     file: str
     required: bool
+    reason_file: str = ""
+    full_reason: str = field(default="", repr=False)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {key: value for key, value in asdict(self).items() if key != "full_reason"}
 
 
 def _filename(name: str) -> str:
@@ -65,13 +85,15 @@ def _served(name: str) -> bool:
 
 
 def artifact_outcomes(conversions: list[dict[str, Any]], parity: dict[str, Any] | None,
-                      serve_check: dict[str, Any] | None, required: tuple[str, ...]) -> list[ArtifactOutcome]:
+                      serve_check: dict[str, Any] | None, required: tuple[str, ...],
+                      run_root: Path | None = None) -> list[ArtifactOutcome]:
     """Each artifact's outcome from the stage records (`convert.json`, `parity.json`, `serve_check.json`).
 
     An artifact is published when it was produced, passed the parity gate and answered correctly from our
     server (a kind our server does not serve, such as TF.js, on the parity gate alone); otherwise it is left
     out with the first stage's reason. A stage whose record is None has not run yet and leaves nothing out
-    (the serve-check stages the candidate from the earlier stages' outcomes).
+    (the serve-check stages the candidate from the earlier stages' outcomes). With `run_root`, each
+    left-out artifact's full reason is written to `<run_root>/reasons/<artifact>.txt`.
     """
     parity_rows = {row["artifact"]: row for row in (parity or {}).get("artifacts", [])}
     served = (serve_check or {}).get("artifacts", {})
@@ -79,7 +101,7 @@ def artifact_outcomes(conversions: list[dict[str, Any]], parity: dict[str, Any] 
     for conversion in conversions:
         name = conversion["name"]
         row, serve = parity_rows.get(name), served.get(name)
-        if conversion["status"] != "produced":
+        if conversion["status"] != ConversionStatus.PRODUCED:
             stage, reason = "convert", f"{conversion['status']}: {conversion['reason']}"
         elif row is not None and not row["passed"]:
             stage, reason = "validate", row["reason"]
@@ -91,8 +113,11 @@ def artifact_outcomes(conversions: list[dict[str, Any]], parity: dict[str, Any] 
             stage, reason = "serve-check", "not served by the serve-check"
         else:
             stage, reason = "", ""
-        outcomes.append(ArtifactOutcome(name, LEFT_OUT if reason else PUBLISHED, stage, reason, _filename(name),
-                                        name in required))
+        outcomes.append(ArtifactOutcome(name, LEFT_OUT if reason else PUBLISHED, stage, first_line(reason),
+                                        _filename(name), name in required, full_reason=reason))
+    if run_root is not None:
+        files = write_reason_files(run_root, {o.artifact: o.full_reason for o in outcomes})
+        outcomes = [replace(o, reason_file=files.get(o.artifact, "")) for o in outcomes]
     return outcomes
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tfship.pipeline.orchestration.outcomes import OutcomeStatus
+from tfship.pipeline.orchestration.reasons import first_line, table_cell
 from tfship.pipeline.orchestration.stages import RunFolder, StageRecord
 
 
@@ -97,11 +99,13 @@ def training_details(train: dict[str, Any] | None) -> list[str]:
 
 
 def _outcome_text(outcome: dict[str, Any] | None) -> str:
+    """One Markdown-safe line: `published`, or `left out at <stage>: <cause> (full text: reasons/x.txt)`."""
     if outcome is None:
         return "-"
-    if outcome["status"] == "published":
-        return "published"
-    return f"left out at {outcome['stage']}: {outcome['reason']}"
+    if outcome["status"] == OutcomeStatus.PUBLISHED:
+        return OutcomeStatus.PUBLISHED.value
+    more = f" (full text: [{outcome['reason_file']}]({outcome['reason_file']}))" if outcome.get("reason_file") else ""
+    return table_cell(f"left out at {outcome['stage']}: {first_line(outcome['reason'])}") + more
 
 
 def _flips_text(row: dict[str, Any]) -> str:
@@ -126,7 +130,8 @@ def _artifact_lines(summary: dict[str, Any], parity: dict[str, Any]) -> list[str
         agreement = "-" if row["top1_agreement"] is None else f"{row['top1_agreement']:.2f}"
         lines.append(f"| {row['artifact']} | {row['mode']} | {_human_bytes(row['size_bytes'])} | {ratio} "
                      f"| {row['metric']:.4g} | {agreement} | {_flips_text(row)} | {row['latency_ms_batch1']:.3f} "
-                     f"| {worst_text} | {exact_text or '-'} | {'pass' if row['passed'] else 'FAIL: ' + row['reason']} "
+                     f"| {table_cell(worst_text)} | {table_cell(exact_text)} "
+                     f"| {'pass' if row['passed'] else table_cell('FAIL: ' + first_line(row['reason']))} "
                      f"| {_outcome_text(outcomes.get(row['artifact']))} |")
     return lines
 
@@ -149,14 +154,15 @@ def write_report(run: RunFolder, summary: dict[str, Any]) -> tuple[Path, Path]:
              f"- audit: {'passed' if summary['audit_passed'] else 'FAILED or not run'}", train_line,
              *training_details(train)]
     if summary.get("error"):
-        lines.append(f"- error: {summary['error']}")
+        lines.append(f"- error: {first_line(summary['error'], 2000)}")
     if summary.get("stages"):
         lines += ["", "| stage | status | seconds | note |", "|---|---|---|---|"]
-        lines += [f"| {s['name']} | {s['status']} | {s['seconds']:.1f} | {s['reason'] or '-'} |"
+        lines += [f"| {s['name']} | {s['status']} | {s['seconds']:.1f} | {table_cell(first_line(s['reason']))} |"
                   for s in summary["stages"]]
     if summary.get("artifacts"):
         lines += ["", "| artifact | outcome | file | required |", "|---|---|---|---|"]
-        lines += [f"| {o['artifact']} | {_outcome_text(o)} | {o['file'] or '-'} | {'yes' if o['required'] else 'no'} |"
+        lines += [f"| {table_cell(o['artifact'])} | {_outcome_text(o)} | {table_cell(o['file'])} "
+                  f"| {'yes' if o['required'] else 'no'} |"
                   for o in summary["artifacts"]]
     if summary.get("signatures"):
         lines += ["", "| signature | carried by | serve-check | note |", "|---|---|---|---|"]
@@ -169,7 +175,8 @@ def write_report(run: RunFolder, summary: dict[str, Any]) -> tuple[Path, Path]:
                   f"{parity.get('reference_metric', float('nan')):.4g}; {parity.get('samples')} rows"]
         lines += _artifact_lines(summary, parity)
     lines += ["", "| conversion | status | recipe | reason |", "|---|---|---|---|"]
-    lines += [f"| {c['name']} | {c['status']} | {c.get('recipe') or '-'} | {c['reason'] or '-'} |"
+    lines += [f"| {table_cell(c['name'])} | {c['status']} | {table_cell(c.get('recipe') or '-')} "
+              f"| {table_cell(first_line(c['reason']))} |"
               for c in summary.get("conversions") or []]
     if parity:
         lines += [""] + [f"![{name}]({name})" for name in _plots(run, parity)]
@@ -186,7 +193,7 @@ def summary_tables(summary: dict[str, Any], records: list[StageRecord]):
     for column in ("stage", "status", "seconds", "note"):
         stages.add_column(column)
     for record in records:
-        stages.add_row(record.name, record.status.value, f"{record.seconds:.1f}", record.reason[:120])
+        stages.add_row(record.name, record.status.value, f"{record.seconds:.1f}", first_line(record.reason, 160))
     artifacts = Table(title="artifacts (held-out test split, compared by output name with the SavedModel)")
     for column in ("artifact", "mode", "size", summary["parity"].get("metric", "accuracy_%"), "agree %",
                    "flips (ties)", "worst float output", "max abs err", "other outputs", "verdict", "outcome"):
@@ -200,11 +207,11 @@ def summary_tables(summary: dict[str, Any], records: list[StageRecord]):
         artifacts.add_row(row["artifact"], row["mode"], _human_bytes(row["size_bytes"]), f"{row['metric']:.4g}",
                           "-" if row["top1_agreement"] is None else f"{row['top1_agreement']:.2f}", _flips_text(row),
                           worst.get("output", "-"), f"{worst.get('max_abs_error', float('nan')):.2e}",
-                          "; ".join(exact) or "-", "pass" if row["passed"] else "FAIL: " + row["reason"],
-                          "-" if outcome is None else ("published" if outcome["status"] == "published"
+                          "; ".join(exact) or "-", "pass" if row["passed"] else "FAIL: " + first_line(row["reason"]),
+                          "-" if outcome is None else ("published" if outcome["status"] == OutcomeStatus.PUBLISHED
                                                        else f"left out ({outcome['stage']})"))
     for name, outcome in outcomes.items():  # left out before the parity gate: no parity row
         if name not in {row["artifact"] for row in summary["parity"]["artifacts"]}:
             artifacts.add_row(name, "-", "-", "-", "-", "-", "-", "-", "-", "-",
-                              f"left out ({outcome['stage']}): {outcome['reason'][:100]}")
+                              f"left out ({outcome['stage']}): {first_line(outcome['reason'], 160)}")
     return stages, artifacts

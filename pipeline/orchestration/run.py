@@ -131,7 +131,8 @@ def run_summary(config: PipelineConfig, run: RunFolder, published: PublishResult
     """
     conversions, parity, served = _read(run, "convert.json") or [], _read(run, "parity.json"), \
         _read(run, "serve_check.json")
-    outcomes = artifact_outcomes(conversions, parity, served, config.convert.required) if published else []
+    outcomes = artifact_outcomes(conversions, parity, served, config.convert.required, run.root) \
+        if published else []
     audit = _read(run, "audit.json") or {}
     return {"status": (run_status(outcomes) if published else RunStatus.FAILED).value,
             "status_line": status_line(outcomes) if published else "status: failed (nothing published)",

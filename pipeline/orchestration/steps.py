@@ -22,6 +22,7 @@ from tfship.pipeline.config import PipelineConfig
 from tfship.pipeline.conversion.artifacts import (
     SAVED_MODEL,
     Artifact,
+    ConversionStatus,
     artifact_kinds,
     as_text,
     check_required,
@@ -84,7 +85,7 @@ def _audit_and_prove(config: PipelineConfig, run: RunFolder, contract: Signature
     from tfship.pipeline.gate.behaviour import raise_if_failed as raise_if_behaviour_failed
 
     audit = audit_saved_model(run.artifacts, expected_variables=expected_variables, layers=layers)
-    behaviour = check_behaviour(run.artifacts, inputs, contract.name, config.parity.atol, config.parity.rtol) \
+    behaviour = check_behaviour(run.artifacts, inputs, contract.name, config.export.batch_independence_tolerance) \
         if config.export.behaviour_checks else None
     run.write_json("audit.json", audit.to_json() | {"behaviour": behaviour.to_json() if behaviour else None,
                                                     "passed": audit.passed and (behaviour is None or behaviour.passed)})
@@ -257,7 +258,7 @@ def produced_artifacts(run: RunFolder) -> tuple[Artifact, list[Artifact]]:
     if not path.is_file():
         raise StageError(f"{path} does not exist; run the convert stage first")
     kinds = artifact_kinds()
-    produced = [row["name"] for row in json.loads(path.read_text()) if row["status"] == "produced"]
+    produced = [row["name"] for row in json.loads(path.read_text()) if row["status"] == ConversionStatus.PRODUCED]
     reference = Artifact(SAVED_MODEL, "saved_model", "float32", run.artifacts)
     return reference, [kinds[name].artifact(run.artifacts) for name in produced if name in kinds]
 
@@ -350,12 +351,13 @@ def _serve_targets(config: PipelineConfig, run: RunFolder, parity: dict, inputs)
     """
     kinds = artifact_kinds()
     exact = tolerance_for("float32", config.parity)
-    targets = [ServeTarget(SAVED_MODEL, "saved_model", exact)]
+    noise = {name: value["max_abs"] for name, value in parity.get("reference_noise", {}).items()}
+    targets = [ServeTarget(SAVED_MODEL, "saved_model", exact, noise=noise)]
     for row in parity["artifacts"]:
         kind = kinds.get(row["artifact"])
         if row["passed"] and kind is not None and kind.backend:
             own = _own_answers(kind.artifact(run.artifacts), inputs)
-            targets.append(ServeTarget(kind.name, kind.backend, exact, kind.serve_flags, own))
+            targets.append(ServeTarget(kind.name, kind.backend, exact, kind.serve_flags, own, noise))
     return targets
 
 
@@ -391,7 +393,7 @@ def _outcomes(config: PipelineConfig, run: RunFolder) -> list:
         return json.loads(path.read_text()) if path.is_file() else None
 
     return artifact_outcomes(read("convert.json") or [], read("parity.json"), read("serve_check.json"),
-                             config.convert.required)
+                             config.convert.required, run.root)
 
 
 def serve_check_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits | EvalData) -> ServeCheckResult:

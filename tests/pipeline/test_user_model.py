@@ -29,6 +29,7 @@ def test_export_only_run_publishes_a_multi_input_model(tmp_path):
                            "--set", 'convert.tflite_modes=["float32", "float16"]',
                            "--set", "convert.onnx_simplify=true", "--set", 'export.extra_signatures={scores_only=["scores"]}')
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    assert "Layer (type)" not in completed.stdout  # Keras' model summary is not printed unless asked
     version = tmp_path / "models" / "user" / "1"
     manifest = json.loads((version / "manifest.json").read_text())
     signature = manifest["signature_def"]["serving_default"]

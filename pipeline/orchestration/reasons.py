@@ -1,0 +1,110 @@
+"""Left-out reasons a user can act on: one line naming the cause, the full text in the run folder.
+
+A converter's or a runtime's message is often a traceback, a temporary file name (`.model.b2eee721.onnx`)
+or a thousand characters of converter notes. `first_line` keeps what names the cause: the exception line
+of a traceback, the converter's `error:` and the ops and graph nodes it names, the stage prefix
+(`refused: `, `onnx: tf2onnx exited 1: `), with temporary names turned back into the artifact's own and
+without the `reproduce:` command (it is in the full text). `write_reason_files` puts each full reason in
+`<run>/reasons/<artifact>.txt`.
+
+Nothing here imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+# A reason's first line is at most this long (characters), the pointer to the full text included.
+FIRST_LINE_LIMIT = 300
+REASONS_DIR = "reasons"
+
+_TEMPORARY = re.compile(r"(?:[\w.+-]*/)*\.([\w-]+)\.[0-9a-f]{6,}(\.\w+)?")  # .model.b2eee721.onnx -> model.onnx
+_LONG_PATH = re.compile(r"(?<![\w.])/(?:[\w.+-]+/){2,}([\w.+-]+)")  # /tmp/run/artifacts/x.onnx -> x.onnx
+_REPRODUCE = re.compile(r";?\s*reproduce:.*$", re.DOTALL)
+_EXCEPTION = re.compile(r"^\s*(?:[\w.]+\.)?([A-Z]\w*(?:Error|Exception|Exit))\s*:\s*(.+)$")
+_TRACEBACK = re.compile(r"^\s*(Traceback \(most recent call last\)|File \".*\", line \d+|\^+|~+|During handling)")
+_CONVERTER_ERROR = re.compile(r"error:\s*(.+?)(?=\s*(?:<unknown>|loc\(|\S+:\d+:\d+:\s*(?:error|note)|$))")
+_NOT_SUPPORTED = re.compile(r"'(tf\.\w+)' op is neither a custom op nor a flex op")
+_NODE = re.compile(r'"([\w.-]+(?:/[\w.-]+)+)(?:@[^"]*)?"')  # a graph node path inside a converter's loc(...)
+_NOISE_START = re.compile(r"\s*(?:<unknown>|loc\(|error:|File \"|Traceback \(|\.\.\.|\n)")
+
+
+def _clean(text: str) -> str:
+    text = _TEMPORARY.sub(lambda m: m.group(1) + (m.group(2) or ""), text)
+    return _LONG_PATH.sub(lambda m: m.group(1), text)
+
+
+def _exception_line(lines: list[str]) -> str | None:
+    """The last `SomeError: message` line of a traceback (the cause), or None."""
+    for line in reversed(lines):
+        match = _EXCEPTION.match(line)
+        if match and not _TRACEBACK.match(line):
+            return f"{match.group(1)}: {match.group(2).strip()}"
+    return None
+
+
+def _converter_cause(text: str) -> str | None:
+    """The TFLite/MLIR converter's own cause: ops it cannot express, the node, its first `error:`."""
+    unsupported = list(dict.fromkeys(_NOT_SUPPORTED.findall(text)))
+    node = _NODE.search(text)
+    where = f" at node '{node.group(1)}'" if node else ""
+    if unsupported:
+        return f"ops {', '.join(unsupported)} are neither TFLite builtins nor Flex ops{where}"
+    error = _CONVERTER_ERROR.search(text)
+    return f"{error.group(1).strip().rstrip(':')}{where}" if error else None
+
+
+def first_line(reason: str, limit: int = FIRST_LINE_LIMIT) -> str:
+    """One line (at most `limit` characters) that names the cause of `reason` (module docstring).
+
+    Args:
+        reason: a stage's full reason, possibly many lines of converter or traceback text.
+
+    Returns:
+        The stage prefix (text before the first line break or traceback) and the cause, with temporary
+        file names and long paths shortened, whitespace collapsed; "" for "".
+    """
+    if not reason:
+        return ""
+    text = _clean(_REPRODUCE.sub("", reason))
+    lines = [line for line in text.splitlines() if line.strip()]
+    cause = _exception_line(lines) if len(lines) > 1 else None
+    converter = _converter_cause(text)
+    if converter:
+        cause = converter
+    head = " ".join(lines[0].split()) if lines else ""
+    if cause:
+        head = _NOISE_START.split(head, maxsplit=1)[0].rstrip(" :;")
+        head = f"{head}: {cause}" if head and cause not in head else (head or cause)
+    line = " ".join(head.split())
+    if len(line) > limit:
+        line = line[:limit - 1].rstrip() + "…"
+    return line
+
+
+def reason_file_name(artifact: str) -> str:
+    """`reasons/<artifact>.txt`, relative to the run folder (the artifact's name made file-safe)."""
+    return f"{REASONS_DIR}/{re.sub(r'[^A-Za-z0-9_.-]', '_', artifact)}.txt"
+
+
+def write_reason_files(run_root: Path, reasons: dict[str, str]) -> dict[str, str]:
+    """Write each {artifact: full reason} to `<run_root>/reasons/<artifact>.txt`; return {artifact: file}
+    (relative to `run_root`) for every non-empty reason.
+    """
+    written = {}
+    for artifact, reason in reasons.items():
+        if not reason:
+            continue
+        name = reason_file_name(artifact)
+        path = Path(run_root) / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(reason.rstrip() + "\n", encoding="utf-8")
+        written[artifact] = name
+    return written
+
+
+def table_cell(text: str) -> str:
+    """`text` safe inside a Markdown table cell: one line, pipes escaped, `-` for empty."""
+    line = " ".join(str(text).split())
+    return line.replace("|", "\\|") if line else "-"

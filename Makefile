@@ -112,13 +112,17 @@ docker-stop-cloud: setup
 	$(DEPLOY) stop --target cloud
 
 # Builds the three images, serves the published model from both server images (every backend), queries,
-# stops; runs `tfship` in the training image.
+# stops; runs `tfship` in the training image. The images are built first, outside pytest's per-test time limit
+# (the first cloud build downloads TensorFlow's CUDA wheels, several GB); the tests then find them cached.
 # Not part of `make test` (marker `docker`); needs a published model (`make pipeline`).
 docker-test: setup
 	@test -d $(REPOSITORY)/$(MODEL_NAME) || $(MAKE) pipeline
 	@start=$$(date +%s); status=0; \
 	deploy/docker/ensure-dockerd.sh || exit 1; \
 	{ $(MAKE) --no-print-directory docker-base && \
+	  $(DEPLOY) build --target edge --quiet $(DOCKER_BUILD_ARGS) && \
+	  $(DEPLOY) build --target cloud --quiet $(DOCKER_BUILD_ARGS) && \
+	  $(DEPLOY) build --target train --quiet $(DOCKER_BUILD_ARGS) && \
 	  BASE_IMAGE="$(BASE_IMAGE)" TFSHIP_DOCKER_REPOSITORY="$(abspath $(REPOSITORY))" TFSHIP_DOCKER_MODEL_NAME=$(MODEL_NAME) \
 	  $(PY) -m pytest -q -m docker tests/deploy $(PYTEST_ARGS); } || status=$$?; \
 	deploy/docker/stop-dockerd.sh; \

@@ -20,6 +20,7 @@ from tfship.core import protocol
 from tfship.core.contract import Signature
 from tfship.core.errors import HTTP_STATUS_OF_GRPC_CODE, ConfigError, ErrorStatus, TfshipError, UnavailableError
 from tfship.core.saved_model import from_signature_def
+from tfship.serving.tfs.client import PredictClient
 
 MAX_ERROR_CHARS = 2000  # of a REST error body quoted in the raised error
 
@@ -57,8 +58,6 @@ class Client:
         self._signatures: dict[tuple[str, int | None], dict[str, Signature]] = {}
         self._grpc = None
         if self.protocol == "grpc":
-            from tfship.serving.tfs.client import PredictClient
-
             self._grpc = PredictClient(target, timeout_s=timeout_s, token=token)
 
     def __repr__(self) -> str:

@@ -6,11 +6,14 @@ also its status and every artifact's outcome (published, or left out and why) fr
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from tfship.core.errors import ConfigError
+from tfship.core.saved_model import read_signatures
 from tfship.pipeline.api.results import Inspection
+from tfship.tflite.inspect import describe_tflite
 
 
 def _resolve(path: Path) -> Path:
@@ -24,8 +27,6 @@ def _resolve(path: Path) -> Path:
 
 def _outcomes(version_dir: Path) -> dict[str, Any]:
     """A published version's status and per-artifact outcomes from its `manifest.json` ({} without one)."""
-    import json
-
     manifest = version_dir / "manifest.json"
     if not manifest.is_file():
         return {}
@@ -44,14 +45,10 @@ def describe(path: Path) -> dict[str, Any]:
     """
     path = _resolve(Path(path))
     if (path / "saved_model.pb").is_file():
-        from tfship.core.saved_model import read_signatures
-
         contracts = read_signatures(path)
         return {"format": "saved_model", "path": str(path),
                 "signatures": {k: c.to_json() for k, c in contracts.items()}} | _outcomes(path)
     if path.suffix == ".tflite" and path.is_file():
-        from tfship.tflite.inspect import describe_tflite
-
         info = describe_tflite(path)
         info["signatures"] = {
             key: {kind: [{"name": name, "dtype": t["dtype"], "shape": t["shape_signature"],
@@ -60,7 +57,7 @@ def describe(path: Path) -> dict[str, Any]:
             for key, signature in info["signatures"].items()}
         return {"format": "tflite"} | info
     if path.suffix == ".onnx" and path.is_file():
-        import onnx
+        import onnx  # the pipeline extra's, not in the TensorFlow-free install
 
         model = onnx.load(str(path), load_external_data=False)
 

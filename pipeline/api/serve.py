@@ -14,6 +14,9 @@ from pathlib import Path
 
 from tfship.core.errors import ConfigError
 from tfship.pipeline.api.client import Client
+from tfship.serving.launcher import ServerProcess
+
+SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the repository root in a checkout
 
 
 @dataclass(frozen=True)
@@ -75,12 +78,9 @@ def serve(repository, model_name: str | None = None, *, backend: str = "auto", r
         ConfigError: no model to serve; ServerStartError: the server exited or was not SERVING in time (the
         message ends with its output).
     """
-    import tfship
-    from tfship.serving.launcher import ServerProcess
-
     repository, model_name = _source(repository, model_name)
     flags = [*(() if rest else ("--rest-port", "-1")), *(() if metrics else ("--metrics-port", "-1")), *args]
-    source_tree = (Path(tfship.__file__).resolve().parent.parent / "pyproject.toml").is_file()
+    source_tree = (SOURCE_ROOT / "pyproject.toml").is_file()  # a checkout, not an installed copy
     with ServerProcess(repository.resolve(), model_name, backend=backend, extra_args=flags,
                        startup_timeout_s=startup_timeout_s, installed=not source_tree) as server:
         yield Served(server.grpc_target, server.rest_url, server.metrics_url, model_name, repository)

@@ -25,6 +25,11 @@ import numpy as np
 from tfship.core.errors import ConfigError
 from tfship.pipeline.api.results import ShipResult
 from tfship.pipeline.config import PipelineConfig, load_config
+from tfship.pipeline.conversion.artifacts import check_required
+from tfship.pipeline.export_only.user_model import ExportOnlyRequest
+from tfship.pipeline.orchestration.report import write_report
+from tfship.pipeline.orchestration.resume import resume_pipeline
+from tfship.pipeline.orchestration.run import run_export_only, run_pipeline
 from tfship.pipeline.orchestration.stages import StageRecord
 
 # Keyword arguments of `ship` / the stages that are config sections (`train={"epochs": 1}`).
@@ -51,7 +56,6 @@ def configure(config: Path | str | None = None, overrides: Mapping[str, Any] | N
             raise ConfigError(f"setting {section}={values!r}: expected a dict of that section's keys")
         dotted |= {f"{section}.{key}": value for key, value in values.items()}
     resolved = load_config(config, dotted | dict(overrides or {}))
-    from tfship.pipeline.conversion.artifacts import check_required
 
     check_required(resolved.convert)
     return resolved
@@ -66,12 +70,7 @@ def ship_configured(config: PipelineConfig, request=None, resume: str | Path | N
     Raises:
         TfshipError: the failing stage's error; the run folder's report.json and report.md say what ran.
     """
-    from tfship.pipeline.orchestration.report import write_report
-    from tfship.pipeline.orchestration.run import run_export_only, run_pipeline
-
     if resume is not None:
-        from tfship.pipeline.orchestration.resume import resume_pipeline
-
         result = resume_pipeline(resume, config, progress, on_stage)
     elif request is not None:
         result = run_export_only(config, config.publish.repository, request, on_stage)
@@ -110,7 +109,7 @@ def _model_spec(model: Any, runs_dir: Path) -> str:
     """A path or `module:function` as given; a `keras.Model` saved as `model.keras` first."""
     if isinstance(model, (str, Path)):
         return str(model)
-    import keras
+    import keras  # TensorFlow: loaded only to save a model object
 
     if not isinstance(model, keras.Model):
         raise ConfigError(f"ship: model is a {type(model).__name__}; expected a keras.Model, a .keras/.h5 file, "
@@ -187,8 +186,6 @@ def ship(model: Any = None, data: Any = None, *, repository: Path | str | None =
     resolved = configure(config, extra, **settings)
     request = None
     if model is not None and resume is None:
-        from tfship.pipeline.export_only.user_model import ExportOnlyRequest
-
         spec = _model_spec(model, resolved.run.runs_dir)
         if model_name is None and config is None and "run.model_name" not in extra:
             name = getattr(model, "name", None) if not isinstance(model, (str, Path)) else None

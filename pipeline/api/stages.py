@@ -16,6 +16,9 @@ from typing import Any
 from tfship.pipeline.api.results import ShipResult, StageResult
 from tfship.pipeline.api.ship import configure
 from tfship.pipeline.config import PipelineConfig
+from tfship.pipeline.orchestration.chain import StageContext
+from tfship.pipeline.orchestration.resume import stored_config
+from tfship.pipeline.orchestration.run import latest_run, run_single_stage
 from tfship.pipeline.orchestration.stages import RunFolder
 
 
@@ -42,9 +45,6 @@ def run_stage(config: PipelineConfig, name: str, run: RunFolder | None = None, p
         StageError: no run folder, or the run lacks what the stage needs; TfshipError: the stage failed (its
         `failed` record is written).
     """
-    from tfship.pipeline.orchestration.chain import StageContext
-    from tfship.pipeline.orchestration.run import latest_run, run_single_stage
-
     if name == "train":
         if run is None:
             run = RunFolder.create(config.run.runs_dir, config.run.model_name)
@@ -72,8 +72,6 @@ def _stage(name: str, run, config: Path | str | None, repository: Path | str | N
     """A run folder given without a config or settings runs with the config it was made with."""
     folder = _folder(run)
     if folder is not None and config is None and not settings:
-        from tfship.pipeline.orchestration.resume import stored_config
-
         resolved = stored_config(folder)
         if repository is not None:
             resolved = resolved.model_copy(update={"publish": resolved.publish.model_copy(

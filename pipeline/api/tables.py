@@ -9,6 +9,10 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 
+from rich.console import Group
+from rich.table import Table as RichTable
+from rich.text import Text
+
 
 @dataclass(frozen=True)
 class Table:
@@ -35,8 +39,6 @@ class Table:
         return "\n".join(lines)
 
     def __rich__(self):
-        from rich.table import Table as RichTable
-
         table = RichTable(title=self.title)
         for column in self.columns:
             table.add_column(column, overflow="fold")
@@ -57,7 +59,4 @@ def render_markdown(heading: str, tables: list[Table]) -> str:
 
 def render_rich(heading: str, tables: list[Table]):
     """A rich renderable: `heading`, then each table."""
-    from rich.console import Group
-    from rich.text import Text
-
     return Group(Text(heading), *(t.__rich__() for t in tables))

@@ -9,6 +9,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from tfship.pipeline.api.ship import configure, model_name_from
+from tfship.pipeline.config import parse_override
+
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """Add `--config`, `--set` and the shortcuts `--epochs`, `--repository`, `--runs-dir`, `--model-name`."""
@@ -29,9 +32,6 @@ def add_run_folder_argument(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace):
     """The validated config from `--config`, `--set` and the shortcut flags (raises ConfigError)."""
-    from tfship.pipeline.api.ship import configure, model_name_from
-    from tfship.pipeline.config import parse_override
-
     overrides = dict(parse_override(text) for text in args.overrides)
     if args.epochs is not None:
         overrides["train.epochs"] = args.epochs

@@ -9,8 +9,20 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
+from tfship.core.errors import ConfigError
+from tfship.pipeline.api.inspection import inspect
+from tfship.pipeline.api.ship import ship_configured
+from tfship.pipeline.api.stages import run_stage
+from tfship.pipeline.cli.arguments import config_from_args
+from tfship.pipeline.export_only.user_model import ExportOnlyRequest
+from tfship.pipeline.orchestration.outcomes import RunStatus
+from tfship.pipeline.orchestration.report import summary_tables
+from tfship.pipeline.orchestration.resume import resolve_run, stored_config
+from tfship.pipeline.orchestration.run import latest_run
 from tfship.pipeline.orchestration.stages import RunFolder, StageRecord, StageStatus
+from tfship.pipeline.training.workers import launch_workers, worst_exit_code
 
 console = Console(width=None if Console().is_terminal else 160)
 
@@ -34,15 +46,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     Returns the exit code: 0 every artifact published, 3 published with optional artifacts left out
     (`status: partial`); a failure raises (exit 2, nothing published).
     """
-    from rich.table import Table
-
-    from tfship.core.errors import ConfigError
-    from tfship.pipeline.api.ship import ship_configured
-    from tfship.pipeline.cli.arguments import config_from_args
-    from tfship.pipeline.export_only.user_model import ExportOnlyRequest
-    from tfship.pipeline.orchestration.outcomes import RunStatus
-    from tfship.pipeline.orchestration.report import summary_tables
-
     config = config_from_args(args)
     started = time.perf_counter()
     if bool(getattr(args, "model", None)) != bool(getattr(args, "data", None)):
@@ -74,22 +77,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run_folder(args: argparse.Namespace, config) -> RunFolder:
-    from tfship.pipeline.orchestration.run import latest_run
-
     return RunFolder(args.run.resolve()) if args.run else latest_run(config.run.runs_dir)
 
 
 def _stage_command(args: argparse.Namespace, name: str) -> int:
     """Run one stage of the chain alone through the API (`pipeline.api.stages.run_stage`) and print its result."""
-    from tfship.pipeline.api.stages import run_stage
-    from tfship.pipeline.cli.arguments import config_from_args
-
     config = config_from_args(args)
     if name == "train":
         run = None
         if getattr(args, "resume", None):
-            from tfship.pipeline.orchestration.resume import resolve_run, stored_config
-
             run = resolve_run(args.resume, config.run.runs_dir)
             config = stored_config(run)
         with _progress() as progress:
@@ -98,8 +94,6 @@ def _stage_command(args: argparse.Namespace, name: str) -> int:
         return 0
     result = run_stage(config, name, _run_folder(args, config))
     if name == "validate":
-        from tfship.pipeline.orchestration.report import summary_tables
-
         console.print(summary_tables({"parity": result.fields}, [])[1])
         console.print(f"run folder: {result.run} (full figures in parity.json)", soft_wrap=True)
     else:
@@ -108,8 +102,6 @@ def _stage_command(args: argparse.Namespace, name: str) -> int:
 
 
 def _print_json_table(name: str, run: Path, result) -> None:
-    from rich.table import Table
-
     table = Table(title=f"tfship {name}")
     table.add_column("field")
     table.add_column("value", overflow="fold")
@@ -132,10 +124,6 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _train_workers(args: argparse.Namespace) -> int:
     """`tfship train --workers N` (pipeline.training.workers): exit code = the worst worker's."""
-    from tfship.core.errors import ConfigError
-    from tfship.pipeline.cli.arguments import config_from_args
-    from tfship.pipeline.training.workers import launch_workers, worst_exit_code
-
     if args.resume:
         raise ConfigError("tfship train: --workers and --resume do not go together")
     config = config_from_args(args)  # refuse a bad config before starting any process
@@ -173,8 +161,6 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     """`tfship inspect PATH`: signatures of a SavedModel, .tflite or .onnx."""
-    from tfship.pipeline.api.inspection import inspect
-
     inspection = inspect(args.path)
     if args.json:
         console.print_json(json.dumps(inspection.info, default=str))

@@ -99,7 +99,7 @@ def model_name_from(model: str) -> str:
 
 def _inputs_folder(runs_dir: Path) -> Path:
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    # A dot folder: `latest_run` picks run folders by name, and "." sorts before every timestamp.
+    # A dot folder: `latest_run` (which picks the newest run folder by name) skips it.
     folder = Path(runs_dir) / ".inputs" / f"{stamp}-{secrets.token_hex(2)}"
     folder.mkdir(parents=True)
     return folder.resolve()

@@ -95,3 +95,30 @@ def test_ship_runs_the_digits_pipeline_and_each_stage_alone(tmp_path):
     assert inspection.format == "saved_model"
     assert [t["name"] for t in inspection.signatures["serving_default"]["inputs"]] == ["image"]
     assert "signature_def['serving_default']" in inspection._repr_markdown_()
+
+
+def test_ship_result_tables_escape_and_name_left_out_artifacts(tmp_path):
+    """A partial run's result, from a summary as the runner writes it: HTML escapes, Markdown escapes `|`,
+    `errors` names every left-out artifact with its stage."""
+    from tfship.pipeline.orchestration.stages import RunFolder, StageRecord, StageStatus
+
+    version = tmp_path / "models" / "m" / "3"
+    summary = {"status": "partial", "status_line": "status: partial (1 of 2 artifacts left out: onnx)",
+               "published": str(version), "version": 3,
+               "artifacts": [{"artifact": "saved_model", "status": "published", "stage": "", "reason": "",
+                              "file": "saved_model.pb", "required": True},
+                             {"artifact": "onnx", "status": "left out", "stage": "validate",
+                              "reason": "max |err| 0.3 > 1e-05 on <logits>", "file": "model.onnx", "required": False}]}
+    records = [StageRecord("publish", StageStatus.OK, 1.25)]
+    result = tfship.ShipResult.from_summary("m", RunFolder(tmp_path), summary, records)
+    assert result.ok and result.version == 3 and result.report is None
+    assert result.artifact("saved_model").path == version and result.artifact("onnx").path is None
+    assert result.errors == ["onnx (validate): max |err| 0.3 > 1e-05 on <logits>"]
+    assert "&lt;logits&gt;" in result._repr_html_() and "<logits>" not in result._repr_html_()
+    assert "max \\|err\\| 0.3" in result._repr_markdown_()
+    from rich.console import Console
+
+    console = Console(record=True, width=200)
+    console.print(result)
+    text = console.export_text()
+    assert "left out" in text and "│ publish │ ok" in text

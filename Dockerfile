@@ -1,12 +1,15 @@
 # syntax=docker/dockerfile:1
-# tfship model server images: one Dockerfile, two targets.
+# tfship images: one Dockerfile, three targets, each the tfship package installed with one extra.
 #
-#   cloud  TensorFlow (CUDA wheels) + onnxruntime-gpu + LiteRT: serves SavedModel, ONNX and TFLite.
-#          Runs on GPU when one is visible (docker run --gpus all), on CPU otherwise.
-#   edge   No TensorFlow: LiteRT + ONNX Runtime (CPU) behind the same server; linux/amd64 and
-#          linux/arm64 (docker buildx build --platform linux/amd64,linux/arm64 --target edge .).
+#   edge   `pip install -c requirements.lock .`: no TensorFlow; LiteRT + ONNX Runtime (CPU) behind the
+#          server; linux/amd64 and linux/arm64 (docker buildx build --platform linux/amd64,linux/arm64 --target edge .).
+#   cloud  `.[cloud]`: adds TensorFlow with its CUDA wheels: serves SavedModel, ONNX and TFLite; SavedModel
+#          runs on GPU when one is visible (docker run --gpus all), everything on CPU otherwise.
+#   train  `.[cloud,pipeline]`: the pipeline (`tfship run`, configs/ in /opt/tfship/configs) for training jobs.
 #
-# Both serve the TF Serving layout $MODEL_BASE_PATH/$MODEL_NAME/<version>/ on 8500 (gRPC),
+# Every package comes from pyproject.toml (the package's dependencies and the image's extra), pinned by
+# requirements.lock used as constraints, so an image cannot install anything the package does not own
+# (tests/deploy/test_dockerfile.py). The server images serve the TF Serving layout $MODEL_BASE_PATH/$MODEL_NAME/<version>/ on 8500 (gRPC),
 # 8501 (REST) and $METRICS_PORT (Prometheus), as a non-root user; see deploy/README.md.
 #
 # BASE_IMAGE must be a Debian-based image with python3.11 and python3 -m venv (the official
@@ -24,28 +27,38 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_CERT=${PIP_CERT} \
     PATH=/opt/venv/bin:${PATH}
 RUN python3 -m venv /opt/venv
+# What pip resolves the dependencies from: pyproject.toml and the lock, with an empty `tfship` package, so
+# the dependency layers stay cached until those two files change. The code goes in last (`source`).
+COPY pyproject.toml requirements.lock /tmp/deps/
+RUN mkdir /tmp/deps/tfship && touch /tmp/deps/tfship/__init__.py /tmp/deps/README.md
+
+# The package's source tree (tfship/ links the top-level folders in).
+FROM scratch AS source
+COPY pyproject.toml README.md /
+COPY tfship /tfship
+COPY core /core
+COPY serving /serving
+COPY pipeline /pipeline
+COPY signatures /signatures
+COPY tflite /tflite
+COPY tfjs /tfjs
+COPY deploy /deploy
 
 # Stage order matters for the classic builder, which builds every stage above its target:
-# the cloud deps come after the edge image so `--target edge` never downloads CUDA wheels.
+# the TensorFlow stages come after the edge image so `--target edge` never downloads CUDA wheels.
 FROM builder AS edge-deps
-COPY deploy/requirements-edge.txt /tmp/requirements.txt
-COPY pyproject.toml README.md /tmp/tfship/
-COPY core /tmp/tfship/core
-COPY serving /tmp/tfship/serving
-COPY pipeline /tmp/tfship/pipeline
-COPY signatures /tmp/tfship/signatures
-COPY tflite /tmp/tfship/tflite
-COPY deploy/__init__.py deploy/__main__.py deploy/cli.py deploy/engine.py /tmp/tfship/deploy/
-# tfship's TF-free install (README: `pip install -c requirements.lock .`), pinned by the edge file, which
-# lists every package; pip check proves nothing is missing and no TensorFlow came along.
-RUN pip install -c /tmp/requirements.txt /tmp/tfship \
+# The README's TF-free install: the dependencies, then the package over its empty stand-in (--no-deps: they
+# are the same pyproject's). pip check proves nothing is missing; no TensorFlow may come along.
+RUN pip install -c /tmp/deps/requirements.lock /tmp/deps
+COPY --from=source / /tmp/tfship/
+RUN pip install --no-deps --force-reinstall /tmp/tfship \
  && pip check \
  && if python3 -c "import tensorflow" 2>/dev/null; then echo "TensorFlow in the edge image" >&2; exit 1; fi \
  && pip uninstall --yes pip setuptools \
  && find /opt/venv -name '*.dist-info' -prune -o -type d -name tests -path '*/site-packages/*' -prune -exec rm -rf {} + \
- && rm -rf /tmp/requirements.txt /tmp/tfship
+ && rm -rf /tmp/tfship /tmp/deps
 
-# ---------------------------------------------------------------- runtime: shared settings
+# ---------------------------------------------------------------- runtime: the server images' shared settings
 FROM ${BASE_IMAGE} AS runtime
 ARG UID=10001
 # The image runs as this numeric uid (USER below), so Kubernetes runAsNonRoot can verify it.
@@ -66,46 +79,67 @@ ENV PATH=/opt/venv/bin:${PATH} \
     METRICS_PORT=9090
 EXPOSE 8500 8501 9090
 WORKDIR /opt/tfship
+COPY deploy/docker/entrypoint.py deploy/docker/healthcheck.py /opt/tfship/bin/
 HEALTHCHECK --interval=10s --timeout=5s --start-period=120s --retries=3 \
   CMD ["python3", "/opt/tfship/bin/healthcheck.py"]
 STOPSIGNAL SIGTERM
 # exec form: the server is PID 1 and receives SIGTERM itself (entrypoint.py exec()s it).
 ENTRYPOINT ["python3", "/opt/tfship/bin/entrypoint.py"]
 
-# ---------------------------------------------------------------- tfship's own code (the cloud target)
-FROM scratch AS app
-COPY deploy/docker/entrypoint.py deploy/docker/healthcheck.py /opt/tfship/bin/
-COPY core /opt/tfship/src/core
-COPY pipeline /opt/tfship/src/pipeline
-COPY serving /opt/tfship/src/serving
-COPY signatures /opt/tfship/src/signatures
-COPY tflite /opt/tfship/src/tflite
-
 # ---------------------------------------------------------------- edge
 FROM runtime AS edge
 ENV TFSHIP_IMAGE_TARGET=edge
 COPY --from=edge-deps /opt/venv /opt/venv
-COPY deploy/docker/entrypoint.py deploy/docker/healthcheck.py /opt/tfship/bin/
 USER 10001:10001
 
-FROM builder AS cloud-deps
-COPY deploy/requirements-cloud.txt /tmp/requirements.txt
+# ---------------------------------------------------------------- TensorFlow venvs (cloud, train)
+FROM builder AS tensorflow-deps
+# `cloud`: TensorFlow with the CUDA wheels it names (pinned in the extra: requirements.lock is the CPU lock).
 # setuptools stays: TensorFlow lists it as a runtime dependency.
-RUN pip install --no-deps -r /tmp/requirements.txt \
+RUN pip install -c /tmp/deps/requirements.lock "/tmp/deps[cloud]"
+
+FROM tensorflow-deps AS train-deps
+# `pipeline` on top: training, export, conversion and the gate (the cloud layers stay shared in the cache).
+RUN pip install -c /tmp/deps/requirements.lock "/tmp/deps[cloud,pipeline]"
+COPY --from=source / /tmp/tfship/
+RUN pip install --no-deps --force-reinstall /tmp/tfship \
  && pip check \
  && pip uninstall --yes pip \
- && rm -f /tmp/requirements.txt
+ && rm -rf /tmp/tfship /tmp/deps
+
+# ---------------------------------------------------------------- train: `tfship` as the entry point
+FROM ${BASE_IMAGE} AS train
+ARG UID=10001
+# Runs and published versions land in /work (mount volumes there: runs/ and models/ by the config's defaults).
+RUN useradd --system --uid "${UID}" --user-group --no-create-home --home-dir /nonexistent \
+        --shell /usr/sbin/nologin tfship \
+ && mkdir -p /work \
+ && chown tfship:tfship /work
+ENV PATH=/opt/venv/bin:${PATH} \
+    HOME=/tmp \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    TF_CPP_MIN_LOG_LEVEL=2 \
+    TFSHIP_IMAGE_TARGET=train
+COPY --from=train-deps /opt/venv /opt/venv
+COPY configs /opt/tfship/configs
+WORKDIR /work
+USER 10001:10001
+ENTRYPOINT ["tfship"]
+CMD ["run", "--config", "/opt/tfship/configs/digits.toml"]
+
+FROM tensorflow-deps AS cloud-deps
+COPY --from=source / /tmp/tfship/
+RUN pip install --no-deps --force-reinstall /tmp/tfship \
+ && pip check \
+ && pip uninstall --yes pip \
+ && rm -rf /tmp/tfship /tmp/deps
 
 # ---------------------------------------------------------------- cloud (last: the default target)
 FROM runtime AS cloud
-# The CUDA libraries come from the nvidia-* wheels; onnxruntime-gpu finds them on LD_LIBRARY_PATH,
-# TensorFlow finds them by itself. Without a GPU both run on CPU.
-ARG SITE=/opt/venv/lib/python3.11/site-packages/nvidia
+# TensorFlow finds the CUDA libraries in the nvidia-* wheels by itself. Without a GPU it runs on CPU.
 ENV TFSHIP_IMAGE_TARGET=cloud \
-    PYTHONPATH=/opt/tfship/src \
     NVIDIA_VISIBLE_DEVICES=all \
-    NVIDIA_DRIVER_CAPABILITIES=compute,utility \
-    LD_LIBRARY_PATH=${SITE}/cublas/lib:${SITE}/cuda_runtime/lib:${SITE}/cudnn/lib:${SITE}/cufft/lib:${SITE}/curand/lib:${SITE}/cusolver/lib:${SITE}/cusparse/lib:${SITE}/nvjitlink/lib:${SITE}/cuda_nvrtc/lib:${SITE}/nccl/lib
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility
 COPY --from=cloud-deps /opt/venv /opt/venv
-COPY --from=app /opt/tfship /opt/tfship
 USER 10001:10001

@@ -72,7 +72,7 @@ METRICS_PORT ?= 9090
 DOCKER_BUILD_ARGS = $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE))
 
 .PHONY: docker-engine docker-engine-stop docker-base docker-cloud docker-edge docker-run-edge \
-	docker-stop-edge docker-run-cloud docker-stop-cloud docker-test docker-lint
+	docker-stop-edge docker-run-cloud docker-stop-cloud docker-train docker-test docker-lint
 
 docker-engine:
 	deploy/docker/ensure-dockerd.sh
@@ -92,6 +92,11 @@ docker-cloud: setup docker-base
 docker-edge: setup docker-base
 	$(DEPLOY) build --target edge $(DOCKER_BUILD_ARGS)
 
+# The training image (tfship:train): the pipeline extra, configs/ in /opt/tfship/configs, `tfship` as its entry
+# point (deploy/k8s/train runs it).
+docker-train: setup docker-base
+	$(DEPLOY) build --target train $(DOCKER_BUILD_ARGS)
+
 docker-run-edge: docker-edge
 	$(DEPLOY) run --target edge --repository $(REPOSITORY) --model-name $(MODEL_NAME) \
 	  --grpc-port $(GRPC_PORT) --rest-port $(REST_PORT) --metrics-port $(METRICS_PORT)
@@ -106,13 +111,18 @@ docker-run-cloud: docker-cloud
 docker-stop-cloud: setup
 	$(DEPLOY) stop --target cloud
 
-# Builds both images, serves the published model from each (every backend), queries, stops.
+# Builds the three images, serves the published model from both server images (every backend), queries,
+# stops; runs `tfship` in the training image. The images are built first, outside pytest's per-test time limit
+# (the first cloud build downloads TensorFlow's CUDA wheels, several GB); the tests then find them cached.
 # Not part of `make test` (marker `docker`); needs a published model (`make pipeline`).
 docker-test: setup
 	@test -d $(REPOSITORY)/$(MODEL_NAME) || $(MAKE) pipeline
 	@start=$$(date +%s); status=0; \
 	deploy/docker/ensure-dockerd.sh || exit 1; \
 	{ $(MAKE) --no-print-directory docker-base && \
+	  $(DEPLOY) build --target edge --quiet $(DOCKER_BUILD_ARGS) && \
+	  $(DEPLOY) build --target cloud --quiet $(DOCKER_BUILD_ARGS) && \
+	  $(DEPLOY) build --target train --quiet $(DOCKER_BUILD_ARGS) && \
 	  BASE_IMAGE="$(BASE_IMAGE)" TFSHIP_DOCKER_REPOSITORY="$(abspath $(REPOSITORY))" TFSHIP_DOCKER_MODEL_NAME=$(MODEL_NAME) \
 	  $(PY) -m pytest -q -m docker tests/deploy $(PYTEST_ARGS); } || status=$$?; \
 	deploy/docker/stop-dockerd.sh; \

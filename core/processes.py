@@ -11,6 +11,10 @@ is running, gRPC's fork handlers restart its poller thread in the child, which t
 descriptor closed by `close_fds` and aborts (SIGABRT, "epoll_wait error: Bad file descriptor") before `exec`
 (grpc/grpc#43055). Without a `preexec_fn` CPython uses `vfork()`, which runs no fork handlers.
 
+`run_converter_child(...)` is the one runner of the converter children (TFLite, ONNX, TF.js): their own process
+group, killed whole at the time limit, with the exit status, the signal and the output's tail told in one
+`ChildOutcome`.
+
 Used by the serve-check and test servers (`serving.launcher`, SIGKILL), the `--num-processes` workers
 (`serving.workers`, SIGTERM: they drain within the grace period), the multi-worker training launcher (SIGTERM)
 and the converter children (`tflite`, ONNX, TF.js, SIGKILL). Note the kernel's rule: the signal follows the
@@ -23,8 +27,11 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
 
@@ -69,3 +76,53 @@ def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
     """In a running child (e.g. a process pool's worker initializer): receive `sig` when the parent dies."""
     if _PRCTL is not None:
         _PRCTL(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+
+
+OUTPUT_TAIL_CHARS = 800  # of a failed child's output quoted in its failure
+
+
+@dataclass(frozen=True)
+class ChildOutcome:
+    """How a converter child ended: `failure` is '' when it exited 0 (and wrote its report when one was named),
+    else one sentence (timed out, died with a signal, or exited non-zero / without a report, with the tail
+    of its output). `output` is all it printed (stdout and stderr together).
+    """
+
+    returncode: int | None
+    output: str
+    failure: str
+
+
+def run_converter_child(command: Sequence[str], who: str, timeout_s: float, *, report: Path | None = None,
+                        env: Mapping[str, str] | None = None, cwd: Path | None = None) -> ChildOutcome:
+    """Run a converter `command` in its own process group until it exits or `timeout_s` passes.
+
+    Args:
+        who: how the failure names the child, e.g. `convert worker`, `TF.js converter`, `tf2onnx`.
+        report: a file the child must have written when it exits 0 (None: no report expected).
+        env, cwd: the child's environment and working directory (None: this process's).
+
+    Returns a `ChildOutcome`; raises nothing for the child's own failures. The child gets SIGKILL when this
+    process dies (`die_with_parent_command`), and its whole group gets SIGKILL at the time limit.
+    """
+    proc = subprocess.Popen(die_with_parent_command(list(command)), cwd=cwd, env=None if env is None else dict(env),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        raw, _ = proc.communicate(timeout=max(0.0, timeout_s))
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raw, _ = proc.communicate()
+        return ChildOutcome(None, raw.decode(errors="replace"),
+                            f"timed out after {timeout_s:g} s in the {who} (worker killed with SIGKILL)")
+    output = raw.decode(errors="replace")
+    tail = " ".join(output.split())[-OUTPUT_TAIL_CHARS:]
+    if proc.returncode < 0:
+        sig = signal.Signals(-proc.returncode)
+        return ChildOutcome(proc.returncode, output,
+                            f"{who} died with {sig.name} (signal {sig.value}); output tail: {tail}")
+    if proc.returncode != 0 or (report is not None and not report.is_file()):
+        missing = " and no report" if report is not None and not report.is_file() else ""
+        return ChildOutcome(proc.returncode, output,
+                            f"{who} exited with status {proc.returncode}{missing}; output tail: {tail}")
+    return ChildOutcome(0, output, "")

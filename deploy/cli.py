@@ -19,7 +19,8 @@ from tfship.core.locations import cli_location
 if TYPE_CHECKING:
     from tfship.deploy.engine import Engine, RunSpec
 
-TARGETS = ("cloud", "edge")
+TARGETS = ("cloud", "edge")  # the server images (run, stop)
+BUILD_TARGETS = (*TARGETS, "train")  # and the training image
 DEFAULT_IMAGE = "tfship:{target}"
 DEFAULT_CONTAINER = "tfship-{target}"
 
@@ -30,8 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                                    description=__doc__.split("\n\n")[0])
     actions = deploy.add_subparsers(dest="deploy_action", required=True, metavar="{build,run,stop}")
 
-    build = actions.add_parser("build", help="build the cloud or edge image, streaming progress")
-    _add_target(build)
+    build = actions.add_parser("build", help="build the cloud, edge or train image, streaming progress")
+    _add_target(build, BUILD_TARGETS)
     build.add_argument("--base-image", default=None,
                        help="BASE_IMAGE build arg (default: python:3.11-slim-bookworm when present or "
                             "pullable, else tfship/base:bookworm)")
@@ -67,8 +68,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return deploy
 
 
-def _add_target(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--target", choices=TARGETS, required=True, help="Dockerfile target")
+def _add_target(parser: argparse.ArgumentParser, targets: tuple[str, ...] = TARGETS) -> None:
+    parser.add_argument("--target", choices=targets, required=True, help="Dockerfile target")
     parser.add_argument("--image", default=None, help="image tag (default: tfship:<target>)")
 
 

@@ -32,10 +32,11 @@ class DeployError(FailedPreconditionError):
 
 
 class Target(enum.StrEnum):
-    """Dockerfile targets."""
+    """Dockerfile targets: two server images and the training image (`tfship` as its entry point)."""
 
     CLOUD = "cloud"
     EDGE = "edge"
+    TRAIN = "train"
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ class ServerProcess:
         startup_timeout_s: seconds to wait for SERVING.
         python: interpreter to run (default: this one), e.g. a TensorFlow-free venv's.
         credentials: `grpc.ssl_channel_credentials(...)` for the health check when the server uses TLS.
-        module: the module run with `python -m` (`serving`, or one that registers more backends first and
+        module: the module run with `python -m` (`tfship.serving`, or one that registers more backends first and
             then runs serving's CLI, e.g. `bench.serve.identity`).
         installed: run the tfship installed in `python`'s environment (no PYTHONPATH, working directory
             outside the source tree) instead of this source tree.
@@ -94,11 +94,11 @@ class ServerProcess:
 
     def __enter__(self) -> Self:
         env = dict(os.environ if self.env is None else self.env)
+        root = Path(__file__).resolve().parent.parent
         if self.installed:
             env.pop("PYTHONPATH", None)
-        else:
-            root = str(Path(__file__).resolve().parent.parent)
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        elif (root / "tfship" / "__init__.py").is_file():  # this source tree (an installed copy needs no path)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH")) if p)
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         with open(self._stderr_path, "wb") as stderr:
             guarded = die_with_parent_command(self.command(), signal.SIGKILL)  # never an orphan

@@ -172,7 +172,9 @@ def signature_functions(model, contract: Signature,
 
     def outputs_of(feed):
         fed = {k: tf.cast(v, model_inputs[k].dtype) if v.dtype.is_floating else v for k, v in feed.items()}
-        result = model(keras.tree.map_structure(lambda t: fed[t.name], model.input), training=False)
+        # A Sequential model has no `.input` structure (Keras 3: "never been called"): its one input tensor.
+        structure = model.inputs[0] if isinstance(model, keras.Sequential) else model.input
+        result = model(keras.tree.map_structure(lambda t: fed[t.name], structure), training=False)
         flat = list(result.values()) if isinstance(result, Mapping) else list(result) if isinstance(
             result, (list, tuple)) else [result]
         out = {}

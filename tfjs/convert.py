@@ -21,8 +21,6 @@ import json
 import os
 import shlex
 import shutil
-import signal
-import subprocess
 import time
 import uuid
 from dataclasses import dataclass
@@ -32,13 +30,12 @@ from typing import Any
 import numpy as np
 
 from tfship.core.errors import ConversionError, TfshipError
-from tfship.core.processes import die_with_parent_command
+from tfship.core.processes import run_converter_child
 from tfship.tfjs.venv import ROOT, ensure_tfjs_venv
 
 # Run by file path: the converter's own venv (.venv-tfjs) has TensorFlow.js but not tfship installed.
 WORKER = Path(__file__).resolve().with_name("worker.py")
 
-_TAIL = 800
 
 
 class TfjsQuantization(enum.StrEnum):
@@ -99,21 +96,8 @@ def folder_size(folder: Path) -> int:
 def _run_worker(command: list[str], report: Path, timeout_s: float) -> tuple[dict[str, Any] | None, str]:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
     env.pop("PYTHONPATH", None)  # .venv-tfjs puts the repository on its path itself (tfship-c-repo.pth)
-    proc = subprocess.Popen(die_with_parent_command(command), cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        output, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        return None, f"timed out after {timeout_s:g} s in the TF.js converter (worker killed with SIGKILL)"
-    tail = " ".join(output.decode(errors="replace").split())[-_TAIL:]
-    if proc.returncode < 0:
-        sig = signal.Signals(-proc.returncode)
-        return None, f"TF.js converter died with {sig.name} (signal {sig.value}); output tail: {tail}"
-    if proc.returncode != 0 or not report.is_file():
-        return None, f"TF.js converter exited with status {proc.returncode} and no report; output tail: {tail}"
-    return json.loads(report.read_text()), ""
+    done = run_converter_child(command, "TF.js converter", timeout_s, report=report, env=env, cwd=ROOT)
+    return (None, done.failure) if done.failure else (json.loads(report.read_text()), "")
 
 
 def _node_check(folder: Path, sample: dict[str, np.ndarray], expected: tuple[str, ...], timeout_s: float

@@ -21,8 +21,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,12 +32,11 @@ from typing import Any, Literal
 import numpy as np
 
 from tfship.core.errors import ConversionError
-from tfship.core.processes import die_with_parent_command
+from tfship.core.processes import run_converter_child
 from tfship.tflite.modes import TfliteMode, TfliteOptions
 
 Status = Literal["produced", "refused", "crashed"]
 REPO_ROOT = Path(__file__).resolve().parent.parent
-_STDERR_TAIL = 800
 
 
 @dataclass(frozen=True)
@@ -99,27 +96,17 @@ def _child_env() -> dict[str, str]:
 
 
 def _run_child(command: list[str], name: str, deadline: float, total_s: float) -> _Step:
-    """Run one worker step until `deadline` (time.monotonic()); kill its process group on timeout."""
+    """Run one worker step until `deadline` (time.monotonic()); its process group is killed at the deadline."""
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         return _Step(None, f"timed out: the {total_s:g} s limit was spent before the {name} step")
     report_path = Path(command[command.index("--report") + 1])
-    proc = subprocess.Popen(die_with_parent_command(command),  # a killed run leaves no converter behind
-                            cwd=REPO_ROOT, env=_child_env(), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        output, _ = proc.communicate(timeout=remaining)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+    done = run_converter_child(command, f"{name} worker", remaining, report=report_path, env=_child_env(),
+                               cwd=REPO_ROOT)
+    if done.returncode is None:
         return _Step(None, f"timed out after {total_s:g} s in the {name} step (worker killed with SIGKILL)")
-    tail = " ".join(output.decode(errors="replace").split())[-_STDERR_TAIL:]
-    if proc.returncode < 0:
-        sig = signal.Signals(-proc.returncode)
-        return _Step(None, f"{name} worker died with {sig.name} (signal {sig.value}); output tail: {tail}")
-    if proc.returncode != 0 or not report_path.is_file():
-        return _Step(None, f"{name} worker exited with status {proc.returncode} and no report; "
-                           f"output tail: {tail}")
+    if done.failure:
+        return _Step(None, done.failure)
     return _Step(json.loads(report_path.read_text()), "")
 
 

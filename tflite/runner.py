@@ -14,6 +14,7 @@ import numpy as np
 from ai_edge_litert.interpreter import Interpreter
 
 from tfship.core.errors import ContractError, ConversionError, InvalidRequestError
+from tfship.serving.runtimes.tflite import prime_dynamic_shapes
 
 DEFAULT_SIGNATURE = "serving_default"
 _QUANTIZED_DTYPES = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16))
@@ -99,35 +100,6 @@ def _as_utf8_bytes(name: str, value: np.ndarray) -> np.ndarray:
             raise InvalidRequestError(f"input {name!r} is a string tensor; got an element of type "
                                       f"{type(item).__name__} ({item!r}); send str or bytes")
     return np.array(flat, dtype=np.bytes_).reshape(value.shape) if flat else value.astype(np.bytes_)
-
-
-PRIME_BATCH = 2
-
-
-def prime_dynamic_shapes(runner, input_details: dict) -> None:
-    """Run a signature once at batch `PRIME_BATCH` (zeros / empty strings) when an input has a dynamic dimension.
-
-    LiteRT workaround: a fresh interpreter starts at the `shape_signature` with -1 read as 1, and a first call at
-    exactly that shape reallocates nothing, so ops whose output shape depends on data they have not seen yet
-    (e.g. `HASHTABLE_FIND` of a string lookup, feeding a `RESHAPE`) keep a placeholder shape: a batch-1 call on
-    a fresh interpreter fails ("num_input_elements != num_output_elements (4 != 16)") while the same call after
-    any other batch size works. One call at another size makes every later call resize and reallocate. Errors
-    here are ignored: the real call reports its own.
-    """
-    feed = {}
-    for name, details in input_details.items():
-        signature = [int(d) for d in details.get("shape_signature", details["shape"])]
-        if -1 not in signature:
-            continue
-        shape = tuple(PRIME_BATCH if d == -1 else d for d in signature)
-        dtype = np.dtype(details["dtype"])
-        feed[name] = np.full(shape, b"", dtype=object) if dtype.kind in "SOU" else np.zeros(shape, dtype)
-    if len(feed) != len(input_details):
-        return
-    try:
-        runner(**feed)
-    except (ValueError, RuntimeError):
-        pass
 
 
 class LiteRtRunner:

@@ -11,7 +11,7 @@ import json
 import time
 from pathlib import Path
 
-from bench.serve.report import host_info, uptime
+from bench.host import host_info, uptime
 
 __all__ = ["host_info", "markdown", "plot", "uptime", "write"]
 MB = 1e6

@@ -145,7 +145,7 @@ def markdown(results: list[dict], uptime_before: str, uptime_after: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point (see the module docstring)."""
-    from bench.serve.report import uptime
+    from bench.host import uptime
 
     p = argparse.ArgumentParser(prog="python -m bench.serve.hotswap")
     p.add_argument("--source", type=Path, required=True, help="a version folder (SavedModel + model.onnx ...)")

@@ -86,24 +86,27 @@ def _record(pid: int, out: Path, seconds: float) -> subprocess.Popen:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def profile_cases(plan, info) -> dict:
+def profile_cases(plan, info, files: dict[str, Path], loadgen, cores: tuple[int, int]) -> dict:
     """py-spy the server at concurrency 32 (identity: the pure per-request path; onnx batched); writes
-    `<out>/serve-profile.md` keeping the hand-written text above `GENERATED`."""
+    `<out>/serve-profile.md` keeping the hand-written text above `GENERATED`.
+
+    The driver (`bench.serve.run_bench`) hands in its request `files`, its `loadgen` runner and the
+    (server, load generator) `cores`, so this module never imports it back.
+    """
     import dataclasses
 
     from bench.serve.endpoints import TfshipEndpoint
-    from bench.serve.run_bench import _model_files, cores, loadgen
 
-    files, cases = _model_files(plan, info), {}
+    cases = {}
     longer = dataclasses.replace(plan, levels=(32,), window_s=plan.profile_s + 2, warmup_s=max(plan.warmup_s, 1.0))
     for name, model, backend, batching in ((f"identity_{info.name}", f"identity_{info.name}", "identity", None),
                                            (f"{info.name}_onnx_batched", info.name, "onnx", plan.work / "batching.txt")):
         raw = plan.work / f"profile_{name}.txt"
         raw.unlink(missing_ok=True)
-        with TfshipEndpoint(plan.work / "repo", model, backend, batching, cores()[0]) as endpoint:
+        with TfshipEndpoint(plan.work / "repo", model, backend, batching, cores[0]) as endpoint:
             request = files["identity" if backend == "identity" else "grpc"]
             runner = threading.Thread(target=lambda name=name, endpoint=endpoint, request=request: cases.setdefault(
-                name, {}).update(rows=loadgen(longer, endpoint, request, cpu=cores()[1])))
+                name, {}).update(rows=loadgen(longer, endpoint, request, cpu=cores[1])))
             runner.start()
             time.sleep(longer.warmup_s + 1.0)  # the load generator's start and warm-up: profile the steady state
             _record(endpoint.pids[0], raw, plan.profile_s).wait(timeout=plan.profile_s + 60)

@@ -9,9 +9,7 @@ over the rounds of one run; targets are ratios inside that run (absolute rates v
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
@@ -27,22 +25,6 @@ REST_ROWS = (("rest_bare", "bare aiohttp, prebuilt reply"),
              ("rest_row", "tfship onnx batching, row (instances)"),
              ("rest_columnar", "tfship onnx batching, columnar (inputs)"))
 MODELS = (("digits", "small"), ("mlp", "heavy"))
-
-
-def uptime() -> str:
-    """`uptime`'s line (load averages), '' where it cannot run."""
-    try:
-        return subprocess.run(["uptime"], check=False, capture_output=True, text=True).stdout.strip()
-    except OSError:
-        return ""
-
-
-def host_info() -> dict:
-    """CPU count, affinity, 1-minute load average (a busy machine makes every figure noisy), git commit."""
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=False, capture_output=True, text=True,
-                            cwd=ROOT).stdout.strip()
-    return {"cpus": os.cpu_count(), "affinity": sorted(os.sched_getaffinity(0)), "loadavg_1m": os.getloadavg()[0],
-            "git_commit": commit}
 
 
 def medians(rows: list[dict]) -> dict[tuple, dict]:

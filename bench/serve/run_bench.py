@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench import host
 from bench.serve import mixed_load, report
 from bench.serve.endpoints import (
     THREAD_FLAGS,
@@ -206,7 +207,7 @@ def prepare(plan: Plan) -> list[ModelInfo]:
 def run(plan: Plan) -> dict:
     """Every case of `plan`; returns the result document (see `report.write`)."""
     infos = prepare(plan)
-    started, uptime_before, rows = time.time(), report.uptime(), []
+    started, uptime_before, rows = time.time(), host.uptime(), []
     for info in infos:
         rows += model_rounds(plan, info)
     heavy = [i for i in infos if i.name == "mlp"]
@@ -223,9 +224,9 @@ def run(plan: Plan) -> dict:
     if plan.profile_s > 0 and heavy:
         from bench.serve.profile import profile_cases
 
-        profile = profile_cases(plan, heavy[0])
+        profile = profile_cases(plan, heavy[0], _model_files(plan, heavy[0]), loadgen, cores())
     return {"schema": "tfship.bench.serve/2", "started": started, "seconds": time.time() - started,
-            "host": {**report.host_info(), "uptime_before": uptime_before, "uptime_after": report.uptime()},
+            "host": {**host.host_info(), "uptime_before": uptime_before, "uptime_after": host.uptime()},
             "plan": {k: str(v) if isinstance(v, Path) else v for k, v in vars(plan).items()},
             "batching_parameters": BATCHING, "server_flags": list(THREAD_FLAGS),
             "models": [vars(i) for i in infos], "rows": rows, "profile": profile, "handler_cost": cost,

@@ -12,24 +12,25 @@ import os
 import sys
 from pathlib import Path
 
+import rich.markup
+from rich.console import Console
+
+import tfship.deploy.cli as deploy
 from tfship.core.errors import TfshipError, cli_error
 from tfship.core.locations import cli_location, cli_path
+from tfship.pipeline.cli import commands
 from tfship.pipeline.cli.arguments import add_config_arguments, add_run_folder_argument
+from tfship.pipeline.data.splits import held_out_digits
+from tfship.serving import cli as serving_cli
 
 
 def _held_out_digits(count: int, config: Path | None):
     """`tfship query`'s samples: the pipeline's held-out test split (data read only when the command runs)."""
-    from tfship.pipeline.data.splits import held_out_digits
-
     return held_out_digits(count, config)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand registered."""
-    import tfship.deploy.cli as deploy
-    from tfship.pipeline.cli import commands
-    from tfship.serving import cli as serving_cli
-
     parser = argparse.ArgumentParser(prog="tfship", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="train, export, convert, validate, serve-check and publish")
@@ -110,9 +111,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except TfshipError as err:
-        import rich.markup
-        from rich.console import Console
-
         line, code = cli_error(f"tfship {args.command}", err)
         head = f"tfship {args.command}: {type(err).__name__}"  # the start of `line`, in red
         Console(stderr=True).print(f"[bold red]{rich.markup.escape(head)}[/bold red]"

@@ -7,10 +7,10 @@ module back.
 from __future__ import annotations
 
 import argparse
-import re
-from pathlib import Path
 
 from tfship.core.locations import cli_location, cli_path
+from tfship.pipeline.api.ship import configure, model_name_from
+from tfship.pipeline.config import parse_override
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,8 +32,6 @@ def add_run_folder_argument(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace):
     """The validated config from `--config`, `--set` and the shortcut flags (raises ConfigError)."""
-    from tfship.pipeline.config import load_config, parse_override
-
     overrides = dict(parse_override(text) for text in args.overrides)
     if args.epochs is not None:
         overrides["train.epochs"] = args.epochs
@@ -45,24 +43,4 @@ def config_from_args(args: argparse.Namespace):
         overrides["run.model_name"] = args.model_name
     elif getattr(args, "model", None) and args.config is None and "run.model_name" not in overrides:
         overrides["run.model_name"] = model_name_from(args.model)  # never publish a user's model as "digits"
-    config = load_config(args.config, overrides)
-    from tfship.pipeline.conversion.artifacts import check_required
-
-    check_required(config.convert)
-    return config
-
-
-def model_name_from(model: str) -> str:
-    """A repository name for `--model`: the file's stem, the SavedModel folder's name (its parent's when the folder
-    is a version number) or the function's name of `module:function`, reduced to `[A-Za-z0-9_.-]`, at most 64.
-    """
-    path = Path(model)
-    if ":" in model and not path.exists():
-        raw = model.rsplit(":", 1)[1]
-    elif path.is_dir():
-        resolved = path.resolve()
-        raw = resolved.parent.name if resolved.name.isdigit() else resolved.name
-    else:
-        raw = path.stem
-    name = re.sub(r"[^A-Za-z0-9_.-]", "_", raw).lstrip("_.-")[:64]
-    return name or "model"
+    return configure(args.config, overrides)

@@ -5,12 +5,24 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 from tfship.core.errors import ConfigError
+from tfship.pipeline.api.inspection import inspect
+from tfship.pipeline.api.ship import ship_configured
+from tfship.pipeline.api.stages import run_stage
+from tfship.pipeline.cli.arguments import config_from_args
+from tfship.pipeline.export_only.user_model import ExportOnlyRequest
+from tfship.pipeline.orchestration.outcomes import RunStatus
+from tfship.pipeline.orchestration.report import summary_tables
+from tfship.pipeline.orchestration.resume import resolve_run, stored_config
+from tfship.pipeline.orchestration.run import latest_run
 from tfship.pipeline.orchestration.stages import RunFolder, StageRecord, StageStatus
+from tfship.pipeline.training.workers import launch_workers, worst_exit_code
 
 console = Console(width=None if Console().is_terminal else 160)
 
@@ -28,19 +40,18 @@ def _print_stage(name: str, record: StageRecord) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """`tfship run`: the whole pipeline; prints the stage, artifact and publish tables and a status line.
+    """`tfship run`: the whole pipeline through the API's code path (`tfship.ship`:
+    `pipeline.api.ship.ship_configured`); prints the stage, artifact and publish tables and a status line.
 
     Returns the exit code: 0 every artifact published, 3 published with optional artifacts left out
     (`status: partial`); a failure raises (exit 2, nothing published). Under `train.strategy = "multi_worker"`
     only the chief runs the whole pipeline; another worker trains, says so and exits 0 (`_train_as_non_chief`),
     and a failure ends the process at once (`_ending_cleanly`).
     """
-    from tfship.pipeline.cli.arguments import config_from_args
-
     config = config_from_args(args)
     started = time.perf_counter()
     if config.train.strategy == "multi_worker" and not getattr(args, "model", None):
-        from tfship.pipeline.training.cluster import read_cluster
+        from tfship.pipeline.training.cluster import read_cluster  # only multi-worker runs read TF_CONFIG
 
         cluster = read_cluster()
         if not cluster.is_chief:
@@ -51,46 +62,32 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _pipeline_command(args: argparse.Namespace, config, started: float) -> int:
     """`tfship run`'s work once the config is known (see cmd_run)."""
-    from rich.table import Table
-
-    from tfship.pipeline.export_only.user_model import ExportOnlyRequest
-    from tfship.pipeline.orchestration.outcomes import RunStatus
-    from tfship.pipeline.orchestration.report import summary_tables, write_report
-    from tfship.pipeline.orchestration.run import run_export_only, run_pipeline
-
     if bool(getattr(args, "model", None)) != bool(getattr(args, "data", None)):
         raise ConfigError("tfship run: --model and --data go together (export-only mode needs both)")
-    if getattr(args, "resume", None):
-        from tfship.pipeline.orchestration.resume import resume_pipeline
-
-        with _progress() as progress:
-            result = resume_pipeline(args.resume, config, progress, _print_stage)
-    elif getattr(args, "model", None):
+    request = None
+    if getattr(args, "model", None) and not getattr(args, "resume", None):
         tags = tuple(t.strip() for t in args.tags.split(",") if t.strip())
         if not tags:
             raise ConfigError(f"tfship run: --tags {args.tags!r} names no tag; e.g. --tags serve")
         request = ExportOnlyRequest(args.model, args.data, tags, tuple(args.custom_objects))
-        result = run_export_only(config, config.publish.repository, request, _print_stage)
-    else:
-        with _progress() as progress:
-            result = run_pipeline(config, config.publish.repository, progress, _print_stage)
-    _, report_md = write_report(result.run, result.summary)
-    stages, artifacts = summary_tables(result.summary, list(result.records))
+    with _progress() as progress:
+        result = ship_configured(config, request, getattr(args, "resume", None), progress, _print_stage)
+    stages, artifacts = summary_tables(result.summary, list(result.stages))
     console.print(stages)
     console.print(artifacts)
     published = Table(title="published")
     for column in ("model", "version", "path", "audit", "served by our server", "left out", "total seconds"):
         published.add_column(column)
-    left_out = [o["artifact"] for o in result.summary["artifacts"] if o["status"] != "published"]
-    published.add_row(config.run.model_name, str(result.published.version), str(result.published.version_dir),
+    left_out = [a.name for a in result.artifacts if not a.published]
+    published.add_row(result.model_name, str(result.version), str(result.published),
                       "passed" if result.summary["audit_passed"] else "FAILED",
                       ", ".join(result.summary["serve_check"]), ", ".join(left_out) or "-",
                       f"{time.perf_counter() - started:.1f}")
     console.print(published)
-    console.print(f"run folder: {result.run.root}", soft_wrap=True)
-    console.print(f"report: {report_md}", soft_wrap=True)
-    console.print(result.summary["status_line"], soft_wrap=True, highlight=False)
-    return RunStatus(result.summary["status"]).exit_code
+    console.print(f"run folder: {result.run}", soft_wrap=True)
+    console.print(f"report: {result.report}", soft_wrap=True)
+    console.print(result.status_line, soft_wrap=True, highlight=False)
+    return RunStatus(result.status).exit_code
 
 
 def _train_as_non_chief(args: argparse.Namespace, cluster) -> int:
@@ -105,55 +102,31 @@ def _train_as_non_chief(args: argparse.Namespace, cluster) -> int:
 
 
 def _run_folder(args: argparse.Namespace, config) -> RunFolder:
-    from tfship.pipeline.orchestration.run import latest_run
-
     return RunFolder(args.run.resolve()) if args.run else latest_run(config.run.runs_dir)
 
 
 def _stage_command(args: argparse.Namespace, name: str) -> int:
-    """Run one stage of the chain alone (`pipeline.orchestration.run.run_single_stage`) and print its result."""
-    from tfship.pipeline.cli.arguments import config_from_args
-    from tfship.pipeline.orchestration.chain import StageContext
-    from tfship.pipeline.orchestration.run import run_single_stage
-
+    """Run one stage of the chain alone through the API (`pipeline.api.stages.run_stage`) and print its result."""
     config = config_from_args(args)
     if name == "train":
+        run = None
         if getattr(args, "resume", None):
-            from tfship.pipeline.orchestration.resume import resolve_run, stored_config
-
             run = resolve_run(args.resume, config.run.runs_dir)
             config = stored_config(run)
-        else:
-            run = RunFolder.create(config.run.runs_dir, config.run.model_name)
-            run.write_json("config.json", config.model_dump(mode="json", by_alias=True))
         with _progress() as progress:
-            ctx = StageContext(config, run, config.publish.repository, progress=progress,
-                               resume_training=bool(getattr(args, "resume", None)))
-            _print_json_table(name, run, run_single_stage(ctx, "train").summary())
+            result = run_stage(config, "train", run, progress, resume_training=run is not None)
+        _print_json_table(name, result.run, result.fields)
         return 0
-    run = _run_folder(args, config)
-    ctx = StageContext(config, run, config.publish.repository)
-    if name == "publish":
-        checked = run_single_stage(ctx, "serve-check")
-        published = run_single_stage(ctx, "publish")
-        _print_json_table(name, run, {"serve_check": checked.served, "left_out": checked.left_out,
-                                      "version": published.version, "path": str(published.version_dir),
-                                      "status": published.manifest["status"]})
-        return 0
-    result = run_single_stage(ctx, name)
+    result = run_stage(config, name, _run_folder(args, config))
     if name == "validate":
-        from tfship.pipeline.orchestration.report import summary_tables
-
-        console.print(summary_tables({"parity": result.to_json()}, [])[1])
-        console.print(f"run folder: {run.root} (full figures in parity.json)", soft_wrap=True)
+        console.print(summary_tables({"parity": result.fields}, [])[1])
+        console.print(f"run folder: {result.run} (full figures in parity.json)", soft_wrap=True)
     else:
-        _print_json_table(name, run, result.audit.to_json() if name == "export" else result.to_json())
+        _print_json_table(name, result.run, result.fields)
     return 0
 
 
-def _print_json_table(name: str, run: RunFolder, result) -> None:
-    from rich.table import Table
-
+def _print_json_table(name: str, run: Path, result) -> None:
     table = Table(title=f"tfship {name}")
     table.add_column("field")
     table.add_column("value", overflow="fold")
@@ -163,7 +136,7 @@ def _print_json_table(name: str, run: RunFolder, result) -> None:
             continue  # plots' raw data: in the run folder's JSON files, not for the terminal
         text = json.dumps(value, default=str) if not isinstance(value, str) else value
         table.add_row(str(key), text if len(text) < 400 else text[:400] + "…")
-    table.add_row("run folder", str(run.root))
+    table.add_row("run folder", str(run))
     console.print(table)
 
 
@@ -202,10 +175,6 @@ def _ending_cleanly(command, prog: str) -> int:
 
 def _train_workers(args: argparse.Namespace) -> int:
     """`tfship train --workers N` (pipeline.training.workers): exit code = the worst worker's."""
-    from tfship.core.errors import ConfigError
-    from tfship.pipeline.cli.arguments import config_from_args
-    from tfship.pipeline.training.workers import launch_workers, worst_exit_code
-
     if args.resume:
         raise ConfigError("tfship train: --workers and --resume do not go together")
     config = config_from_args(args)  # refuse a bad config before starting any process
@@ -243,13 +212,11 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     """`tfship inspect PATH`: signatures of a SavedModel, .tflite or .onnx."""
-    from tfship.pipeline.cli.inspect_artifact import describe, print_description
-
-    info = describe(args.path)
+    inspection = inspect(args.path)
     if args.json:
-        console.print_json(json.dumps(info, default=str))
+        console.print_json(json.dumps(inspection.info, default=str))
     else:
-        print_description(info)
+        console.print(inspection)
     return 0
 
 

@@ -13,8 +13,6 @@ import os
 import secrets
 import shlex
 import shutil
-import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -24,7 +22,7 @@ import numpy as np
 
 from tfship.core.contract import Signature
 from tfship.core.errors import ConversionError
-from tfship.core.processes import die_with_parent_command
+from tfship.core.processes import run_converter_child
 from tfship.pipeline.conversion.large_models import onnx_needs_external_data, repack_external_data
 
 
@@ -51,18 +49,9 @@ def onnxslim_command(source: Path, output: Path) -> list[str]:
 
 
 def _run(command: list[str], what: str, timeout_s: float, reproduce: str) -> None:
-    try:
-        completed = subprocess.run(die_with_parent_command(command),  # a killed run leaves no converter behind
-                                   capture_output=True, text=True, timeout=max(1.0, timeout_s),
-                                   env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
-    except subprocess.TimeoutExpired as err:
-        raise ConversionError(f"onnx: {what} did not finish within {timeout_s:.0f} s; reproduce: {reproduce}") from err
-    if completed.returncode < 0:
-        name = signal.Signals(-completed.returncode).name
-        raise ConversionError(f"onnx: {what} crashed with signal {name}; reproduce: {reproduce}")
-    if completed.returncode != 0:
-        tail = "\n".join(completed.stderr.strip().splitlines()[-8:])
-        raise ConversionError(f"onnx: {what} exited {completed.returncode}: {tail}; reproduce: {reproduce}")
+    done = run_converter_child(command, what, max(1.0, timeout_s), env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    if done.failure:
+        raise ConversionError(f"onnx: {done.failure}; reproduce: {reproduce}")
 
 
 def _unknown_ops(model) -> list[str]:

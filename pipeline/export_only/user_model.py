@@ -22,6 +22,7 @@ import numpy as np
 
 from tfship.core.contract import Signature
 from tfship.core.errors import ConfigError, DatasetError
+from tfship.core.imports import import_function
 
 LABEL_KEYS = ("y", "label", "labels")
 
@@ -110,11 +111,8 @@ def load_user_model(spec: str, custom_objects: tuple[str, ...] = ()):
             raise _keras_load_error(spec, err, tuple(custom_objects)) from err
     if ":" not in spec:
         raise ConfigError(f"--model {spec}: expected a .keras/.h5 file, a SavedModel folder or module:function")
-    module_name, function_name = spec.rsplit(":", 1)
-    if str(Path.cwd()) not in sys.path:
-        sys.path.insert(0, str(Path.cwd()))
+    factory = import_function(spec, f"--model {spec}")
     try:
-        factory = getattr(importlib.import_module(module_name), function_name)
         model = factory()
     except Exception as err:
         raise ConfigError(f"--model {spec}: factory failed: {type(err).__name__}: {err}") from err

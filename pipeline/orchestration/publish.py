@@ -28,7 +28,6 @@ from tfship.core.files import write_json_atomic
 from tfship.core.locations import BucketUrl, Location
 from tfship.pipeline.orchestration.bucket_publish import publish_to_bucket
 
-WARMUP_FILE = Path("assets.extra") / "tf_serving_warmup_requests"
 GOLDEN_FILE = Path("assets.extra") / "tfship_golden.npz"
 LIBRARIES = ("tensorflow", "keras", "tf2onnx", "onnx", "onnxruntime", "ai-edge-litert", "tensorflow-serving-api",
              "grpcio", "numpy", "scikit-learn", "tfship")
@@ -55,29 +54,6 @@ def next_version(model_root: Path) -> int:
     """One more than the highest existing version (1 for a new model)."""
     versions = existing_versions(model_root)
     return versions[-1] + 1 if versions else 1
-
-
-def write_warmup_requests(version_dir: Path, model_name: str, signature: str, inputs: dict[str, np.ndarray],
-                          batch_sizes: tuple[int, ...] = (1, 8)) -> Path:
-    """Write TF Serving warm-up records: a TFRecord of `PredictionLog`s holding `PredictRequest`s.
-
-    Follows TensorFlow Serving's `assets.extra/tf_serving_warmup_requests` format, so both TF
-    Serving and tfship replay them before routing traffic to the version.
-    """
-    import tensorflow as tf
-    from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
-
-    path = version_dir / WARMUP_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tf.io.TFRecordWriter(str(path)) as writer:
-        for batch_size in batch_sizes:
-            request = predict_pb2.PredictRequest(model_spec=model_pb2.ModelSpec(name=model_name,
-                                                                                signature_name=signature))
-            for name, value in inputs.items():
-                request.inputs[name].CopyFrom(tf.make_tensor_proto(value[:batch_size]))
-            log = prediction_log_pb2.PredictionLog(predict_log=prediction_log_pb2.PredictLog(request=request))
-            writer.write(log.SerializeToString())
-    return path
 
 
 def write_golden_set(version_dir: Path, inputs: dict[str, np.ndarray], outputs: dict[str, np.ndarray]) -> Path:

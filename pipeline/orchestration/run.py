@@ -220,12 +220,13 @@ def run_pipeline(config: PipelineConfig, repository: Path, progress=None,
 
 
 def latest_run(runs_dir: Path) -> RunFolder:
-    """The most recent run folder under `runs_dir`.
+    """The most recent run folder under `runs_dir` (dot folders, such as the API's `.inputs`, are not runs).
 
     Raises:
         StageError: when there is none.
     """
-    runs = sorted(p for p in Path(runs_dir).iterdir() if p.is_dir()) if Path(runs_dir).is_dir() else []
+    folder = Path(runs_dir)
+    runs = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")) if folder.is_dir() else []
     if not runs:
         raise StageError(f"no run folder under {runs_dir}; run `tfship train` or `tfship run` first")
     return RunFolder(runs[-1].resolve())

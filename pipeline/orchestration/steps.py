@@ -41,10 +41,10 @@ from tfship.pipeline.orchestration.publish import (
     library_versions,
     publish_version,
     write_golden_set,
-    write_warmup_requests,
 )
 from tfship.pipeline.orchestration.stages import RunFolder
 from tfship.pipeline.training.train import TrainInputs, TrainResult, train_model
+from tfship.serving.dataplane.warmup import write_warmup_requests
 from tfship.signatures.audit import AuditReport, audit_saved_model
 from tfship.signatures.audit import raise_if_failed as raise_if_audit_failed
 from tfship.signatures.export import build_classifier_module, classifier_contract, export_saved_model

@@ -11,11 +11,10 @@ handed to export is a plain copy without the wrappers (`without_recompute`).
 
 from __future__ import annotations
 
-import importlib
-
 import numpy as np
 
 from tfship.core.errors import ConfigError
+from tfship.core.imports import import_function
 from tfship.pipeline.config import ModelSection
 
 NUM_DIGIT_CLASSES = 10
@@ -193,11 +192,7 @@ def _build_builtin(config, input_shape, num_classes, input_name, input_dtype, tr
 def _call_factory(config: ModelSection, input_shape: tuple[int, ...], num_classes: int):
     import keras
 
-    module_name, function_name = config.factory.split(":")
-    try:
-        function = getattr(importlib.import_module(module_name), function_name)
-    except (ImportError, AttributeError) as err:
-        raise ConfigError(f"model.factory = {config.factory!r}: cannot import: {err}") from err
+    function = import_function(config.factory, f"model.factory = {config.factory!r}")
     model = function(input_shape=tuple(input_shape), num_classes=num_classes, **config.factory_args)
     if not isinstance(model, keras.Model):
         raise ConfigError(f"model.factory = {config.factory!r} returned {type(model).__name__}, not a keras.Model")

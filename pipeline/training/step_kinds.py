@@ -28,14 +28,13 @@ forward-only `serving_default` (the audit checks it).
 
 from __future__ import annotations
 
-import importlib
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tfship.core.errors import ConfigError
+from tfship.core.imports import import_function
 
 MULTI_LOSSES = ("cross_entropy", "label_smoothing", "logit_l2", "confidence_penalty")
 
@@ -289,24 +288,6 @@ class CustomLossStep:
         return StepOutput(loss, logits, tape.gradient(scaled, variables))
 
 
-def resolve_function(spec: str, what: str) -> Callable:
-    """Import `module:function` (the working directory is importable).
-
-    Raises:
-        ConfigError: the module or function cannot be imported, or is not callable.
-    """
-    module_name, _, function_name = spec.partition(":")
-    if str(Path.cwd()) not in sys.path:
-        sys.path.insert(0, str(Path.cwd()))
-    try:
-        function = getattr(importlib.import_module(module_name), function_name)
-    except (ImportError, AttributeError) as err:
-        raise ConfigError(f"{what} = {spec!r}: cannot import it: {type(err).__name__}: {err}") from err
-    if not callable(function):
-        raise ConfigError(f"{what} = {spec!r}: {type(function).__name__} is not callable")
-    return function
-
-
 def build_step_kind(settings, num_classes: int):
     """The configured step kind (`settings`: `pipeline.config.StepSection`); build under the strategy scope.
 
@@ -327,7 +308,7 @@ def build_step_kind(settings, num_classes: int):
     if kind == "custom_loss":
         if settings.loss is None:
             raise ConfigError("train.step.kind = 'custom_loss' needs train.step.loss = 'module:function'")
-        return CustomLossStep(resolve_function(settings.loss, "train.step.loss"), settings.loss)
+        return CustomLossStep(import_function(settings.loss, f"train.step.loss = {settings.loss!r}"), settings.loss)
     return DistillationStep(_load_teacher(settings.teacher, num_classes), settings.temperature, settings.alpha)
 
 
@@ -335,7 +316,7 @@ def _from_factory(settings):
     if settings.factory is None:
         raise ConfigError("train.step.kind = 'factory' needs train.step.factory = 'module:function'")
     try:
-        step = resolve_function(settings.factory, "train.step.factory")(settings)
+        step = import_function(settings.factory, f"train.step.factory = {settings.factory!r}")(settings)
     except ConfigError:
         raise
     except Exception as err:

@@ -115,7 +115,7 @@ def from_tensor_proto(proto, name: str = "tensor", max_bytes: int = DEFAULT_MAX_
     count = math.prod(shape)
     if count * dtype.itemsize > max_bytes or (shape and (min(shape) < 0 or max(shape) > MAX_DIM
                                                          or len(shape) > MAX_RANK)):
-        _refuse_shape(name, shape, dtype, max_bytes)
+        check_shape(name, shape, dtype.itemsize, max_bytes, "tensor_shape", dtype_name(dtype))
     if not count and math.prod(d for d in shape if d) * dtype.itemsize >= _INT64_LIMIT:
         raise InvalidRequestError(f"input {echo(name)}: tensor_shape {list(shape)}: the product of its dims "
                                   "overflows int64")
@@ -138,16 +138,32 @@ def from_tensor_proto(proto, name: str = "tensor", max_bytes: int = DEFAULT_MAX_
     return flat.astype(dtype.newbyteorder("="), copy=False).reshape(shape)
 
 
-def _refuse_shape(name: str, shape: tuple[int, ...], dtype: np.dtype, max_bytes: int) -> None:
-    if len(shape) > MAX_RANK:
-        raise InvalidRequestError(f"input {echo(name)}: tensor_shape has rank {len(shape)}; at most {MAX_RANK} dims")
-    bad = [d for d in shape if d < 0 or d > MAX_DIM]
+def check_shape(name: str, shape, itemsize: int, max_bytes: int, field: str = "tensor_shape",
+                dtype_label: str = "") -> int:
+    """The one shape guard of both APIs' decoders: rank at most `MAX_RANK`, every dim in [0, `MAX_DIM`] and
+    elements x `itemsize` at most `max_bytes`; returns the element count.
+
+    Args:
+        field: what the message calls the shape (`tensor_shape` for TF Serving, `shape` for Open Inference).
+        dtype_label: the dtype as the request spelled it (`float32`, `FP32`), for the size message.
+
+    Raises:
+        InvalidRequestError: too many dims, or a negative or absurd dim (the message names `name`).
+        ResourceExhaustedError: the decoded tensor would exceed `max_bytes` (--max-message-bytes).
+    """
+    dims = [int(d) for d in shape]
+    if len(dims) > MAX_RANK:
+        raise InvalidRequestError(f"input {echo(name)}: {field} has rank {len(dims)}; at most {MAX_RANK} dims")
+    bad = [d for d in dims if d < 0 or d > MAX_DIM]
     if bad:
-        raise InvalidRequestError(f"input {echo(name)}: tensor_shape {list(shape)} has invalid dim {bad[0]}; "
+        raise InvalidRequestError(f"input {echo(name)}: {field} {dims} has invalid dim {bad[0]}; "
                                   f"every dim must be in [0, {MAX_DIM}]")
-    raise ResourceExhaustedError(f"input {echo(name)}: tensor_shape {list(shape)} of {dtype_name(dtype)} decodes to "
-                                 f"{math.prod(shape) * dtype.itemsize} bytes, above the limit of {max_bytes} bytes "
-                                 "(--max-message-bytes)")
+    count = math.prod(dims)
+    if count * itemsize > max_bytes:
+        raise ResourceExhaustedError(f"input {echo(name)}: {field} {dims} of {dtype_label} decodes to "
+                                     f"{count * itemsize} bytes, above the limit of {max_bytes} bytes "
+                                     "(--max-message-bytes)")
+    return count
 
 
 def _typed_values(proto, dt_name: str, dtype: np.dtype, name: str) -> np.ndarray:

@@ -1,10 +1,11 @@
-"""Read TF Serving warmup files (`assets.extra/tf_serving_warmup_requests`) without TensorFlow.
+"""Read and write TF Serving warmup files (`assets.extra/tf_serving_warmup_requests`) without TensorFlow.
 
 The file is a TFRecord of `tensorflow.serving.PredictionLog`; each record is
 `uint64 length | uint32 masked crc32c(length) | data | uint32 masked crc32c(data)` (little-endian).
 As TF Serving does, a file is refused (and the version does not load) when a record is damaged (either
 checksum differs, or the file ends inside a record), does not parse as a PredictionLog, or when it holds
 more than 1,000 records; each message names the file and the record number (1-based).
+`write_warmup_requests` writes the same format (what `tf.io.TFRecordWriter` writes; the publish stage uses it).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from google.protobuf.message import DecodeError
 
 from tfship.core import protocol
 from tfship.core.errors import ConfigError
-from tfship.serving.dataplane.tensors import from_tensor_proto
+from tfship.serving.dataplane.tensors import from_tensor_proto, to_tensor_proto
 
 WARMUP_FILE = Path("assets.extra") / "tf_serving_warmup_requests"
 
@@ -101,3 +102,29 @@ def warmup_predicts(version_dir: Path) -> list[tuple[str, dict[str, np.ndarray]]
         inputs = {k: from_tensor_proto(v, k) for k, v in request.inputs.items()}
         out.append((request.model_spec.signature_name or "serving_default", inputs))
     return out
+
+
+def write_warmup_requests(version_dir: Path, model_name: str, signature: str, inputs: dict[str, np.ndarray],
+                          batch_sizes: tuple[int, ...] = (1, 8)) -> Path:
+    """Write the version's warm-up file: one `PredictionLog` (a `PredictRequest` of the first `batch_size`
+    rows of every input) per batch size, so TF Serving and tfship replay them before routing traffic.
+
+    Args:
+        inputs: {input alias: [N, ...] array}; N at least the largest batch size gives full batches.
+
+    Returns:
+        The file written, `<version_dir>/assets.extra/tf_serving_warmup_requests`.
+    """
+    path = Path(version_dir) / WARMUP_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frames = []
+    for batch_size in batch_sizes:
+        log = protocol.PredictionLog()
+        request = log.predict_log.request
+        request.model_spec.name = model_name
+        request.model_spec.signature_name = signature
+        for name, value in inputs.items():
+            request.inputs[name].CopyFrom(to_tensor_proto(np.asarray(value)[:batch_size]))
+        frames.append(encode_record(log.SerializeToString()))
+    path.write_bytes(b"".join(frames))
+    return path

@@ -12,16 +12,15 @@ TensorProto, a V2 tensor never broadcasts: the value count must equal the shape'
 
 from __future__ import annotations
 
-import math
 import struct
 
 import numpy as np
 
 from tfship.core.dtypes import dtype_name
 from tfship.core.echo import echo
-from tfship.core.errors import InvalidRequestError, ResourceExhaustedError, UnimplementedError
+from tfship.core.errors import InvalidRequestError, UnimplementedError
 from tfship.serving.dataplane.json_numbers import OutOfRangeNumber, first_out_of_range
-from tfship.serving.dataplane.tensors import MAX_RANK
+from tfship.serving.dataplane.tensors import check_shape
 
 # KServe V2 datatype -> numpy dtype (BYTES: object arrays of bytes). BF16 is not served (no numpy dtype).
 DATATYPES: dict[str, np.dtype] = {
@@ -40,7 +39,6 @@ CONTENTS_FIELD = {
     "UINT64": "uint64_contents", "FP32": "fp32_contents", "FP64": "fp64_contents", "BYTES": "bytes_contents",
 }
 _ALL_CONTENTS_FIELDS = tuple(sorted(set(CONTENTS_FIELD.values())))
-MAX_DIM = (1 << 31) - 1
 _LENGTH = struct.Struct("<I")
 
 
@@ -75,19 +73,7 @@ def element_count(name: str, shape, datatype: str, max_bytes: int) -> int:
         ResourceExhaustedError: elements x item size (8 bytes per BYTES element) above `max_bytes` (the
             server's `--max-message-bytes`).
     """
-    dims = [int(d) for d in shape]
-    if len(dims) > MAX_RANK:
-        raise InvalidRequestError(f"input {echo(name)}: shape has rank {len(dims)}; at most {MAX_RANK} dims")
-    bad = [d for d in dims if d < 0 or d > MAX_DIM]
-    if bad:
-        raise InvalidRequestError(f"input {echo(name)}: shape {dims} has invalid dim {bad[0]}; every dim must be in "
-                                  f"[0, {MAX_DIM}]")
-    count = math.prod(dims)
-    size = count * DATATYPES[datatype].itemsize
-    if size > max_bytes:
-        raise ResourceExhaustedError(f"input {echo(name)}: shape {dims} of {datatype} decodes to {size} bytes, above "
-                                     f"the limit of {max_bytes} bytes (--max-message-bytes)")
-    return count
+    return check_shape(name, shape, DATATYPES[datatype].itemsize, max_bytes, "shape", datatype)
 
 
 def from_raw(name: str, datatype: str, shape, data: bytes, max_bytes: int) -> np.ndarray:

@@ -60,7 +60,7 @@ class TfliteRuntime(Runtime):
             self._runners = {k: self._interpreter.get_signature_runner(k)
                              for k in self._interpreter.get_signature_list()}
             for runner in self._runners.values():
-                _prime_dynamic_shapes(runner)
+                prime_dynamic_shapes(runner)
             if not self._runners:  # TF Serving's TfLiteSession: signatures over the model's tensors
                 self._interpreter.allocate_tensors()
                 self._tensors = tensor_signatures(self.path, self._interpreter)
@@ -116,18 +116,30 @@ class TfliteRuntime(Runtime):
         super().unload()
 
 
-def _prime_dynamic_shapes(runner) -> None:
-    """One call at batch 2 (zeros / empty strings) when an input's batch is dynamic: a fresh LiteRT interpreter
-    called first at its default batch 1 keeps placeholder shapes for data-dependent ops (a string lookup's
-    `HASHTABLE_FIND` -> `RESHAPE` fails); after a call at another size every call reallocates. Same as
-    `tflite.runner.prime_dynamic_shapes`; errors are ignored (real requests report their own).
+PRIME_BATCH = 2
+
+
+def prime_dynamic_shapes(runner, input_details: dict | None = None) -> None:
+    """Run a signature once at batch `PRIME_BATCH` (zeros / empty strings) when every input has a dynamic
+    dimension; the one copy of this LiteRT workaround (the server's runtime and `tflite.runner` both call it).
+
+    A fresh interpreter starts at the `shape_signature` with -1 read as 1, and a first call at exactly that
+    shape reallocates nothing, so ops whose output shape depends on data they have not seen yet (e.g.
+    `HASHTABLE_FIND` of a string lookup, feeding a `RESHAPE`) keep a placeholder shape: a batch-1 call on a
+    fresh interpreter fails ("num_input_elements != num_output_elements (4 != 16)") while the same call after
+    any other batch size works. One call at another size makes every later call resize and reallocate.
+    Errors here are ignored: the real call reports its own.
+
+    Args:
+        runner: a LiteRT signature runner (`Interpreter.get_signature_runner(key)`).
+        input_details: `runner.get_input_details()` when the caller has it already.
     """
-    details = runner.get_input_details()
+    details = runner.get_input_details() if input_details is None else input_details
     feed = {}
     for name, info in details.items():
-        signature = [int(d) for d in info["shape_signature"]]
+        signature = [int(d) for d in info.get("shape_signature", info["shape"])]
         if -1 in signature:
-            shape = tuple(2 if d == -1 else d for d in signature)
+            shape = tuple(PRIME_BATCH if d == -1 else d for d in signature)
             kind = np.dtype(info["dtype"]).kind
             feed[name] = np.full(shape, b"", dtype=object) if kind in "SOU" else np.zeros(shape, info["dtype"])
     if feed and len(feed) == len(details):

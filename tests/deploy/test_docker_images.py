@@ -53,7 +53,7 @@ def base_image(engine: Engine) -> str:
 
 @pytest.fixture(scope="session")
 def images(engine: Engine, base_image: str) -> dict[str, BuildResult]:
-    """Build both targets once per session (the engine's layer cache makes rebuilds quick)."""
+    """Build the three targets once per session (the engine's layer cache makes rebuilds quick)."""
     built = {}
     for target in Target:
         spec = BuildSpec(target=target, tag=f"tfship:{target}", base_image=base_image)
@@ -111,10 +111,18 @@ def test_edge_image_fits_its_budget(engine: Engine, images: dict[str, BuildResul
 
 
 def test_edge_image_has_no_tensorflow(engine: Engine, images: dict[str, BuildResult]) -> None:
-    code = ("import importlib.util as u, sys; import serving, serving.cli, serving.server; "
+    code = ("import importlib.util as u, sys; import tfship.serving, tfship.serving.cli, tfship.serving.server; "
             "missing=[m for m in ('ai_edge_litert','onnxruntime','grpc_health') if not u.find_spec(m)]; "
             "sys.exit(bool(u.find_spec('tensorflow')) or bool(missing) or 'tensorflow' in sys.modules)")
     assert engine.run_once(images["edge"].tag, ["python3", "-c", code]) == 0
+
+
+def test_train_image_runs_tfship_with_the_pipeline(engine: Engine, images: dict[str, BuildResult]) -> None:
+    """The training image's `tfship` has TensorFlow and the pipeline; the bundled config parses."""
+    code = ("import tensorflow, tf2onnx, tfship.pipeline.cli, tfship.pipeline.config as c, pathlib; "
+            "c.load_config(pathlib.Path('/opt/tfship/configs/digits.toml'))")
+    assert engine.run_once(images["train"].tag, ["python3", "-c", code]) == 0
+    assert engine.run_once(images["train"].tag, ["tfship", "--help"]) == 0
 
 
 @pytest.mark.parametrize("server", CASES, indirect=True, ids=[f"{t}-{b}" for t, b in CASES])

@@ -1,4 +1,4 @@
-"""The Dockerfile, its pinned requirement files and .dockerignore, checked without a Docker engine."""
+"""The Dockerfile, what its images install and .dockerignore, checked without a Docker engine."""
 
 from __future__ import annotations
 
@@ -6,13 +6,14 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
-GPU_ONLY = re.compile(r"^(nvidia-.*|onnxruntime-gpu|setuptools|wheel)$")  # not in requirements.lock
+GPU_ONLY = re.compile(r"^(nvidia-.*|setuptools|wheel)$")  # the cloud extra pins these; requirements.lock cannot
 TF_PACKAGES = {"tensorflow", "tensorflow-cpu", "keras", "tf2onnx", "tensorflow-serving-api", "jax"}
 
 
@@ -61,24 +62,75 @@ def test_hadolint_clean() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("target", ["edge", "cloud"])
-def test_requirements_match_the_lock(target: str) -> None:
+def _project() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def _pip_installs() -> list[tuple[str, str]]:
+    """(stage, the arguments after `pip install`) for every pip install in the Dockerfile."""
+    installs = []
+    for stage, lines in _stages().items():
+        for line in lines:
+            for command in re.split(r"&&|;", line.removeprefix("RUN ")):
+                match = re.match(r"\s*(?:python3 -m )?pip install\s+(.*)", command.strip())
+                if match:
+                    installs.append((stage, match.group(1).strip()))
+    return installs
+
+
+def test_images_install_only_the_package_with_its_extras() -> None:
+    """Every `pip install` is the package itself: its dependencies with an extra per image, constrained by
+    requirements.lock (resolved from pyproject.toml beside an empty stand-in package, so the layer stays
+    cached while only code changes), then the package's code over it.
+
+    No requirement files and no package named on its own: what an image holds is what pyproject.toml
+    declares, so it cannot drift from the package's dependencies.
+    """
+    installs = _pip_installs()
+    assert {stage for stage, _ in installs} == {"edge-deps", "tensorflow-deps", "train-deps", "cloud-deps"}, installs
+    extras = set(_project()["optional-dependencies"])
+    for stage, arguments in installs:
+        if arguments == "--no-deps --force-reinstall /tmp/tfship":
+            continue  # the code, over the stand-in whose dependencies the same pyproject.toml pinned
+        match = re.fullmatch(r'-c /tmp/deps/requirements\.lock "?/tmp/deps(?:\[([a-z,]+)\])?"?', arguments)
+        assert match, f"{stage}: `pip install {arguments}` installs something other than the package"
+        named = set((match.group(1) or "").split(",")) - {""}
+        assert named <= extras, f"{stage}: extras {sorted(named - extras)} are not in pyproject.toml"
+    stand_in = " ".join(_stages()["builder"])
+    assert "COPY pyproject.toml requirements.lock /tmp/deps/" in stand_in
+    assert "touch /tmp/deps/tfship/__init__.py" in stand_in, "the stand-in package must be empty"
+    assert not list(ROOT.glob("deploy/requirements*")), "the images install the package, not a list of their own"
+
+
+def test_extras_pin_what_the_lock_pins() -> None:
+    """The image extras use the lock's versions; only the GPU-only wheels are pinned by the extra alone."""
     lock = _pins(ROOT / "requirements.lock")
-    pins = _pins(ROOT / "deploy" / f"requirements-{target}.txt")
-    differ = {n: (v, lock[n]) for n, v in pins.items() if n in lock and lock[n] != v}
-    assert not differ, f"requirements-{target}.txt disagrees with requirements.lock: {differ}"
-    unlocked = {n for n in pins if n not in lock and not (target == "cloud" and GPU_ONLY.match(n))}
-    assert not unlocked, f"requirements-{target}.txt pins packages requirements.lock lacks: {sorted(unlocked)}"
+    for extra in ("cloud", "pipeline"):
+        for requirement in _project()["optional-dependencies"][extra]:
+            name, _, version = requirement.partition("==")
+            name = _canonical(name)
+            assert version, f"[{extra}] {requirement} is not pinned"
+            if name in lock:
+                assert lock[name] == version, f"[{extra}] {requirement}: requirements.lock has {lock[name]}"
+            else:
+                assert GPU_ONLY.match(name), f"[{extra}] {requirement} is in neither requirements.lock nor GPU-only"
 
 
-def test_edge_has_no_tensorflow_and_cloud_has_everything() -> None:
-    edge = _pins(ROOT / "deploy" / "requirements-edge.txt")
-    cloud = _pins(ROOT / "deploy" / "requirements-cloud.txt")
-    assert not TF_PACKAGES & set(edge)
-    assert {"ai-edge-litert", "onnxruntime", "grpcio", "grpcio-health-checking", "protobuf"} <= set(edge)
-    assert {"tensorflow", "onnxruntime-gpu", "ai-edge-litert", "tensorflow-serving-api"} <= set(cloud)
-    assert "onnxruntime" not in cloud, "onnxruntime and onnxruntime-gpu install the same module"
-    assert "tensorflow[and-cuda]==" in (ROOT / "deploy" / "requirements-cloud.txt").read_text()
+def test_edge_has_no_tensorflow_and_cloud_has_it() -> None:
+    base = {_canonical(r.partition("==")[0]) for r in _project()["dependencies"]}
+    cloud = {_canonical(r.partition("==")[0]) for r in _project()["optional-dependencies"]["cloud"]}
+    assert not TF_PACKAGES & base
+    assert {"ai-edge-litert", "onnxruntime", "grpcio", "grpcio-health-checking", "protobuf"} <= base
+    assert "tensorflow" in cloud
+    assert "onnxruntime-gpu" not in cloud, "onnxruntime and onnxruntime-gpu install the same module"
+    assert any(r.startswith("tensorflow[and-cuda]==") for r in _project()["optional-dependencies"]["cloud"])
+
+
+def test_train_image_runs_the_pipeline() -> None:
+    train = " ".join(_stages()["train"])
+    assert "--from=train-deps" in train and "COPY configs /opt/tfship/configs" in train
+    assert 'ENTRYPOINT ["tfship"]' in train
+    assert '"/tmp/deps[cloud,pipeline]"' in " ".join(_stages()["train-deps"])
 
 
 def test_two_targets_share_one_runtime_stage() -> None:
@@ -100,18 +152,18 @@ def test_runtime_contract() -> None:
     assert re.search(r'^HEALTHCHECK .* CMD \["python3", "/opt/tfship/bin/healthcheck.py"\]', joined, re.MULTILINE)
     assert "MODEL_NAME=" in joined and "MODEL_BASE_PATH=/models" in joined
     assert re.search(r"^EXPOSE 8500 8501 9090$", joined, re.MULTILINE)
-    for target in ("edge", "cloud"):
+    for target in ("edge", "cloud", "train"):
         users = [line for line in _stages()[target] if line.startswith("USER ")]
         assert users and re.fullmatch(r"USER \d+:\d+", users[-1]), f"{target}: final USER must be numeric"
 
 
 def test_no_caches_or_build_tools_in_final_stages() -> None:
     stages = _stages()
-    for target in ("edge", "cloud", "runtime"):
+    for target in ("edge", "cloud", "runtime", "train"):
         for line in stages[target]:
             assert not line.startswith("RUN pip"), f"{target} installs packages in the final image: {line}"
             assert "apt-get install" not in line, f"{target}: {line}"
-    for deps in ("edge-deps", "cloud-deps"):
+    for deps in ("edge-deps", "cloud-deps", "train-deps"):
         assert "PIP_NO_CACHE_DIR=1" in " ".join(stages["builder"])
         assert "pip uninstall --yes pip" in " ".join(stages[deps])
 
@@ -123,7 +175,10 @@ def test_dockerignore_keeps_the_context_small() -> None:
     copied = set(re.findall(r"^COPY (?!--from)(.+) \S+$", DOCKERFILE.read_text(), re.MULTILINE))
     for sources in copied:
         for source in sources.split():
-            assert f"!{source}" in lines or f"!{source}/" in lines, f"{source} is copied but ignored"
+            parts = Path(source).parts
+            included = {f"!{Path(*parts[:n])}" for n in range(1, len(parts) + 1)}
+            included |= {f"{entry}/" for entry in included}
+            assert included & set(lines), f"{source} is copied but ignored"
             assert (ROOT / source).exists(), f"COPY source {source} missing"
 
 

@@ -78,7 +78,7 @@ def test_export_audit_and_reader_agree(version_dir):
 
 @pytest.mark.slow
 def test_inspect_reports_the_same_shapes(version_dir):
-    from tfship.pipeline.cli.inspect_artifact import describe
+    from tfship.pipeline.api.inspection import describe
 
     described = describe(version_dir)["signatures"]["serving_default"]
     assert {t["name"]: t["shape"] for t in described["inputs"]} == {"s": [], "x": None}

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from tfship.pipeline.api.ship import model_name_from
 from tfship.pipeline.cli.app import build_parser
-from tfship.pipeline.cli.arguments import config_from_args, model_name_from
+from tfship.pipeline.cli.arguments import config_from_args
 
 
 @pytest.mark.parametrize(("model", "expected"), [

@@ -1,6 +1,7 @@
-"""Create (once) `.venv-edge`: tfship installed WITHOUT TensorFlow by the README's command.
+"""Create (once) `.venv-edge`: tfship installed WITHOUT TensorFlow by the README's command, beside PyPI's `tflite`.
 
-The dependencies come from `pip install -c requirements.lock .` (the base install: server and client, ONNX
+PyPI's `tflite` (a `.tflite` flatbuffer parser ML engineers have installed) goes in first, as on a user's
+machine; tfship must neither shadow it nor be shadowed (`tests/serving/test_edge.py`). The dependencies come from `pip install -c requirements.lock .` (the base install: server and client, ONNX
 Runtime and LiteRT backends), run once and cached by a stamp holding the hash of `pyproject.toml` and
 `requirements.lock`. tfship itself is installed as a copy (not a path to the source tree), so the tests run
 what the install put in `site-packages`; when the sources change, only tfship is reinstalled
@@ -18,6 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv-edge"
 # The README's TF-free install (run from the repository root).
 INSTALL = ("install", "-c", "requirements.lock", ".")
+# PyPI's `tflite` parser, installed before tfship: its import name is the one tfship's old layout took.
+TFLITE_PARSER = ("install", "-c", "requirements.lock", "tflite==2.18.0")
 SOURCES = ("core", "serving", "pipeline", "signatures", "tflite", "tfjs", "deploy")
 
 
@@ -45,12 +48,13 @@ def ensure_edge_venv(python: str = "python3.11") -> Path:
     """
     interpreter = VENV / "bin" / "python"
     deps_stamp, code_stamp = VENV / ".tfship-edge-deps", VENV / ".tfship-edge-code"
-    deps = _digest([ROOT / "pyproject.toml", ROOT / "requirements.lock"])
+    deps = _digest([ROOT / "pyproject.toml", ROOT / "requirements.lock", Path(__file__)])
     code = _digest(_source_files())
     pip = [str(interpreter), "-m", "pip", "--disable-pip-version-check", "--quiet"]
     if not (interpreter.exists() and deps_stamp.is_file() and deps_stamp.read_text() == deps):
         if not interpreter.exists():
             subprocess.run([python, "-m", "venv", str(VENV)], check=True)
+        subprocess.run([*pip, *TFLITE_PARSER], cwd=ROOT, check=True)
         subprocess.run([*pip, *INSTALL], cwd=ROOT, check=True)
         deps_stamp.write_text(deps)
         code_stamp.write_text(code)

@@ -24,12 +24,28 @@ def edge_python() -> str:
 
 
 def test_edge_venv_has_no_tensorflow(edge_python, tmp_path):
-    code = ("import importlib.util, sys; import core.protocol, serving.tfs.client, serving.server, serving.query; "
-            "assert importlib.util.find_spec('tensorflow') is None; assert 'site-packages' in serving.__file__; "
-            "print('ok')")
+    code = ("import importlib.util, sys; import tfship.core.protocol, tfship.serving.tfs.client, tfship.serving.server, "
+            "tfship.serving.query; assert importlib.util.find_spec('tensorflow') is None; "
+            "assert 'site-packages' in tfship.serving.__file__; print('ok')")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the installed copy, not the sources
     done = subprocess.run([edge_python, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path, env=env)
     assert done.stdout == "ok\n"
+
+
+def test_pypi_tflite_parser_and_tfship_import_side_by_side(edge_python, repository, tmp_path):
+    """PyPI's `tflite` (installed first) still parses a .tflite file; tfship adds only the name `tfship`."""
+    flatbuffer = repository / MODEL / "2" / "model.tflite"
+    code = ("import sys, importlib.metadata as md, pathlib, tflite, tfship, tfship.tflite, tfship.serving.server; "
+            "assert pathlib.Path(tflite.__file__).parent.name == 'tflite' and 'tfship' not in tflite.__file__; "
+            "assert tfship.tflite.__name__ == 'tfship.tflite' and 'tfship' in tfship.tflite.__file__; "
+            f"model = tflite.Model.GetRootAsModel(pathlib.Path({str(flatbuffer)!r}).read_bytes(), 0); "
+            "assert model.SubgraphsLength() >= 1; "
+            "names = {p.parts[0] for p in md.distribution('tfship').files if p.parts[0] != 'bin'}; "
+            "print(sorted(n for n in names if not n.endswith('.dist-info') and not n.startswith('..')))")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([edge_python, "-c", code], capture_output=True, text=True, check=False, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "['tfship']\n"
 
 
 @pytest.mark.parametrize("backend", ["tflite", "onnx", "auto"])  # auto without TensorFlow -> onnx

@@ -1,14 +1,19 @@
-"""`tfship inspect PATH`: the signatures of a SavedModel, a `.tflite` or an `.onnx`, like
+"""`tfship.inspect(path)` and `tfship inspect PATH`: the signatures of a SavedModel, a `.tflite` or an `.onnx`, like
 `saved_model_cli show` (names, dtypes, shapes with -1 for dynamic dimensions); for a published version,
 also its status and every artifact's outcome (published, or left out and why) from `manifest.json`.
+`inspect` returns an `Inspection` (tables in a notebook and a terminal); `describe` the same as JSON-ready values.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from tfship.core.errors import ConfigError
+from tfship.core.saved_model import read_signatures
+from tfship.pipeline.api.results import Inspection
+from tfship.tflite.inspect import describe_tflite
 
 
 def _resolve(path: Path) -> Path:
@@ -22,8 +27,6 @@ def _resolve(path: Path) -> Path:
 
 def _outcomes(version_dir: Path) -> dict[str, Any]:
     """A published version's status and per-artifact outcomes from its `manifest.json` ({} without one)."""
-    import json
-
     manifest = version_dir / "manifest.json"
     if not manifest.is_file():
         return {}
@@ -42,14 +45,10 @@ def describe(path: Path) -> dict[str, Any]:
     """
     path = _resolve(Path(path))
     if (path / "saved_model.pb").is_file():
-        from tfship.core.saved_model import read_signatures
-
         contracts = read_signatures(path)
         return {"format": "saved_model", "path": str(path),
                 "signatures": {k: c.to_json() for k, c in contracts.items()}} | _outcomes(path)
     if path.suffix == ".tflite" and path.is_file():
-        from tfship.tflite.inspect import describe_tflite
-
         info = describe_tflite(path)
         info["signatures"] = {
             key: {kind: [{"name": name, "dtype": t["dtype"], "shape": t["shape_signature"],
@@ -58,7 +57,7 @@ def describe(path: Path) -> dict[str, Any]:
             for key, signature in info["signatures"].items()}
         return {"format": "tflite"} | info
     if path.suffix == ".onnx" and path.is_file():
-        import onnx
+        import onnx  # the pipeline extra's, not in the TensorFlow-free install
 
         model = onnx.load(str(path), load_external_data=False)
 
@@ -75,27 +74,10 @@ def describe(path: Path) -> dict[str, Any]:
     raise ConfigError(f"inspect: {path} is not a SavedModel folder, a .tflite or an .onnx file")
 
 
-def print_description(info: dict[str, Any]) -> None:
-    """Print `describe`'s result as rich tables, one per signature."""
-    from rich.console import Console
-    from rich.table import Table
+def inspect(path: Path | str) -> Inspection:
+    """The signatures of a SavedModel folder, a `.tflite` or an `.onnx` (a model folder: its newest version).
 
-    console = Console()
-    console.print(f"[bold]{info['format']}[/bold] {info['path']}")
-    if info.get("artifacts"):
-        table = Table(title=f"artifacts (status: {info.get('status')})")
-        for column in ("artifact", "outcome", "stage", "reason", "file", "required"):
-            table.add_column(column, overflow="fold")
-        for row in info["artifacts"]:
-            table.add_row(row["artifact"], row["status"], row["stage"] or "-", row["reason"] or "-",
-                          row["file"] or "-", "yes" if row["required"] else "no")
-        console.print(table)
-    for name, signature in info.get("signatures", {}).items():
-        table = Table(title=f"signature_def['{name}']")
-        for column in ("kind", "name", "dtype", "shape"):
-            table.add_column(column)
-        for kind in ("inputs", "outputs"):
-            for tensor in signature[kind]:
-                shape = "<any rank>" if tensor["shape"] is None else str(list(tensor["shape"]))
-                table.add_row(kind[:-1], tensor["name"], str(tensor["dtype"]), shape)
-        console.print(table)
+    Raises:
+        ConfigError: the path does not exist or is no SavedModel, .tflite or .onnx.
+    """
+    return Inspection(describe(Path(path)))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tfship.core.errors import ConfigError
+from tfship.core.locations import BucketUrl, parse_location
 from tfship.pipeline.api.client import Client
 from tfship.serving.launcher import ServerProcess
 
@@ -54,7 +55,11 @@ def _source(repository, model_name: str | None) -> tuple[Path, str]:
         if published is None:
             raise ConfigError(f"serve: the run {repository.run} published nothing ({repository.status_line})")
         return Path(published).parent.parent, model_name or Path(published).parent.name
-    repository = Path(repository)
+    repository = parse_location(repository, "repository")
+    if isinstance(repository, BucketUrl):
+        if not model_name:
+            raise ConfigError(f"serve: name the model to serve from {repository} (model_name=...)")
+        return repository, model_name
     return repository, model_name or _only_model(repository)
 
 

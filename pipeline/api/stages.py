@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from tfship.core.locations import parse_location
 from tfship.pipeline.api.results import ShipResult, StageResult
 from tfship.pipeline.api.ship import configure
 from tfship.pipeline.config import PipelineConfig
@@ -75,7 +76,7 @@ def _stage(name: str, run, config: Path | str | None, repository: Path | str | N
         resolved = stored_config(folder)
         if repository is not None:
             resolved = resolved.model_copy(update={"publish": resolved.publish.model_copy(
-                update={"repository": Path(repository)})})
+                update={"repository": parse_location(repository, "repository")})})
         return run_stage(resolved, name, folder)
     overrides = {"publish.repository": str(repository)} if repository is not None else {}
     return run_stage(configure(config, overrides, **settings), name, folder)

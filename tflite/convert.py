@@ -22,7 +22,6 @@ import json
 import os
 import shlex
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,6 +32,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from tfship.core.child_memory import run_measured
 from tfship.core.errors import ConversionError
 from tfship.core.processes import die_with_parent_command
 from tfship.tflite.modes import TfliteMode, TfliteOptions
@@ -56,6 +56,7 @@ class TfliteConversionResult:
         flex_ops: Flex op names the artifact uses or would need (e.g. `("FlexCumprod",)`).
         reproduce_command: shell command line of the conversion step writing `output_path` and printing its
             JSON report; `<output_path>.reproduce.sh` runs it plus the LiteRT check.
+        peak_rss_bytes: the largest peak resident memory of its child processes, bytes (0: none ran).
     """
 
     mode: TfliteMode
@@ -66,6 +67,7 @@ class TfliteConversionResult:
     seconds: float
     flex_ops: tuple[str, ...]
     reproduce_command: str
+    peak_rss_bytes: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready values (for the run folder)."""
@@ -73,7 +75,7 @@ class TfliteConversionResult:
             "mode": self.mode.value, "status": self.status, "reason": self.reason,
             "path": None if self.path is None else str(self.path), "size_bytes": self.size_bytes,
             "seconds": round(self.seconds, 3), "flex_ops": list(self.flex_ops),
-            "reproduce_command": self.reproduce_command,
+            "reproduce_command": self.reproduce_command, "peak_rss_bytes": self.peak_rss_bytes,
         }
 
 
@@ -81,6 +83,7 @@ class TfliteConversionResult:
 class _Step:
     report: dict[str, Any] | None
     failure: str  # non-empty when the child died, failed without a report or timed out
+    peak_rss_bytes: int = 0
 
 
 def _worker_command(step: str, **flags: str | None) -> list[str]:
@@ -104,23 +107,20 @@ def _run_child(command: list[str], name: str, deadline: float, total_s: float) -
     if remaining <= 0:
         return _Step(None, f"timed out: the {total_s:g} s limit was spent before the {name} step")
     report_path = Path(command[command.index("--report") + 1])
-    proc = subprocess.Popen(die_with_parent_command(command),  # a killed run leaves no converter behind
-                            cwd=REPO_ROOT, env=_child_env(), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        output, _ = proc.communicate(timeout=remaining)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        return _Step(None, f"timed out after {total_s:g} s in the {name} step (worker killed with SIGKILL)")
-    tail = " ".join(output.decode(errors="replace").split())[-_STDERR_TAIL:]
-    if proc.returncode < 0:
-        sig = signal.Signals(-proc.returncode)
-        return _Step(None, f"{name} worker died with {sig.name} (signal {sig.value}); output tail: {tail}")
-    if proc.returncode != 0 or not report_path.is_file():
-        return _Step(None, f"{name} worker exited with status {proc.returncode} and no report; "
-                           f"output tail: {tail}")
-    return _Step(json.loads(report_path.read_text()), "")
+    done = run_measured(die_with_parent_command(command),  # a killed run leaves no converter behind
+                        remaining, env=_child_env(), cwd=REPO_ROOT, new_session=True)
+    if done.timed_out:
+        return _Step(None, f"timed out after {total_s:g} s in the {name} step (worker killed with SIGKILL)",
+                     done.peak_rss_bytes)
+    tail = " ".join(done.output.decode(errors="replace").split())[-_STDERR_TAIL:]
+    if done.returncode < 0:
+        sig = signal.Signals(-done.returncode)
+        return _Step(None, f"{name} worker died with {sig.name} (signal {sig.value}); output tail: {tail}",
+                     done.peak_rss_bytes)
+    if done.returncode != 0 or not report_path.is_file():
+        return _Step(None, f"{name} worker exited with status {done.returncode} and no report; "
+                           f"output tail: {tail}", done.peak_rss_bytes)
+    return _Step(json.loads(report_path.read_text()), "", done.peak_rss_bytes)
 
 
 def _write_representative(path: Path, inputs: dict[str, np.ndarray]) -> None:
@@ -213,16 +213,19 @@ def convert_tflite(saved_model_dir: Path, output_path: Path, options: TfliteOpti
                      smoke_command(output_path, "$REPORTS/convert.json", "$REPORTS/smoke.json"))
     deadline = started + timeout_s
 
+    peaks = [0]
+
     def result(status: Status, reason: str, flex: list[str],
                path: Path | None = None) -> TfliteConversionResult:
         size = path.stat().st_size if path is not None else 0
         return TfliteConversionResult(options.mode, status, reason, path, size, time.monotonic() - started,
-                                      tuple(flex), shlex.join(reproduce))
+                                      tuple(flex), shlex.join(reproduce), max(peaks))
 
     with tempfile.TemporaryDirectory(prefix="tfship-tflite-") as reports:
         try:
             convert_report = str(Path(reports) / "convert.json")
             step = _run_child(convert_command(tmp_model, convert_report), "convert", deadline, timeout_s)
+            peaks.append(step.peak_rss_bytes)
             if step.failure:
                 return result("crashed", step.failure, [])
             flex = list(step.report.get("flex_ops", []))
@@ -230,6 +233,7 @@ def convert_tflite(saved_model_dir: Path, output_path: Path, options: TfliteOpti
                 return result("refused", step.report["reason"], flex)
             smoke = _run_child(smoke_command(tmp_model, convert_report, str(Path(reports) / "smoke.json")),
                                "LiteRT check", deadline, timeout_s)
+            peaks.append(smoke.peak_rss_bytes)
             if smoke.failure:
                 return result("crashed", smoke.failure, flex)
             if smoke.report["status"] != "produced":

@@ -131,7 +131,8 @@ def run_summary(config: PipelineConfig, run: RunFolder, published: PublishResult
             "run": str(run.root), "published": str(published.version_dir) if published else None,
             "version": published.version if published else None, "audit_passed": bool(audit.get("passed")),
             "artifacts": [o.to_json() for o in outcomes], "conversions": conversions, "parity": parity,
-            "serve_check": [n for n, r in (served or {}).get("artifacts", {}).items() if r["passed"]]} | extra
+            "serve_check": [n for n, r in (served or {}).get("artifacts", {}).items() if r["passed"]],
+            "convert_memory": _read(run, "convert_memory.json")} | extra
 
 
 def finish_run(config: PipelineConfig, run: RunFolder, records: list[StageRecord], published: PublishResult,

@@ -178,6 +178,15 @@ def summary_table(doc: dict):
     return table
 
 
+def _write(args: argparse.Namespace, started: float, commit: str, rows: list[dict]) -> dict:
+    doc = {"schema": "tfship.bench.zoo/1", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
+           "commit": commit, "cpus": len(os.sched_getaffinity(0)), "overrides": args.overrides,
+           "seconds": round(time.time() - started, 1), "rows": rows}
+    (args.out / f"{args.name}.json").write_text(json.dumps(doc, indent=1))
+    (args.out / f"{args.name}.md").write_text(markdown(doc))
+    return doc
+
+
 def parse(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.zoo.run_zoo", description=__doc__.splitlines()[0])
     p.add_argument("--members", default=os.environ.get("ZOO_MEMBERS", ""),
@@ -211,7 +220,7 @@ def main(argv=None) -> int:
     plan = [(n, r) for n in names for r in MEMBERS[n].routes if not routes or r in routes]
     args.work.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    started, rows, console = time.time(), [], Console()
+    started, rows, console, commit = time.time(), [], Console(), _git()
     with Progress(console=console) as progress:
         task = progress.add_task("zoo", total=len(plan))
         for name, route in plan:
@@ -230,11 +239,8 @@ def main(argv=None) -> int:
                 rows.append(run_member(name, route, args.work, args.timeout_s, args.overrides))
             progress.advance(task)
             progress.console.print(f"{name} ({route}): {rows[-1].get('status')} in {rows[-1].get('seconds', 0):.0f} s")
-    doc = {"schema": "tfship.bench.zoo/1", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
-           "commit": _git(), "cpus": len(os.sched_getaffinity(0)), "overrides": args.overrides,
-           "seconds": round(time.time() - started, 1), "rows": rows}
-    (args.out / f"{args.name}.json").write_text(json.dumps(doc, indent=1))
-    (args.out / f"{args.name}.md").write_text(markdown(doc))
+            doc = _write(args, started, commit, rows)  # after every run: an interrupted zoo keeps what it measured
+    doc = _write(args, started, commit, rows)
     console.print(summary_table(doc))
     console.print(f"{args.out / (args.name + '.md')}")
     return 1 if any(r.get("status") in ("failed", "build failed") for r in rows) else 0

@@ -13,7 +13,8 @@ run folder's report.json; a run that published nothing records its error.
 
 Writes `<out>/zoo-latest.json` and `<out>/zoo-latest.md` (the table for users, with the commit it ran
 at) and prints a summary table (rich). `--budget-s`: no new run starts once that many seconds have passed
-(the rest are listed as not run). `--small`: only the members that `make test` runs too.
+(the rest are listed as not run); runs go breadth first (each member's first route, then the second
+routes). `--small`: only the members that `make test` runs too.
 """
 
 from __future__ import annotations
@@ -217,7 +218,10 @@ def main(argv=None) -> int:
     if args.small:
         names = [n for n in names if MEMBERS[n].small]
     routes = [r.strip() for r in args.routes.split(",") if r.strip()]
-    plan = [(n, r) for n in names for r in MEMBERS[n].routes if not routes or r in routes]
+    chosen = {n: [r for r in MEMBERS[n].routes if not routes or r in routes] for n in names}
+    # breadth first: every member's first route, then every second route (a time budget still sees every member)
+    plan = [(n, rs[i]) for i in range(max(map(len, chosen.values()), default=0)) for n, rs in chosen.items()
+            if i < len(rs)]
     args.work.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
     started, rows, console, commit = time.time(), [], Console(), _git()

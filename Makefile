@@ -154,10 +154,12 @@ bench-serve: setup
 # here and for ResNet50 (bench/zoo, random weights): export, audit, each conversion, the convert stage
 # (conversions side by side within its memory budget), validate, serve-check, publish, then server load
 # time, first-request latency and RSS per loaded version. bench/results/pipeline-latest.*.
-# BENCH_SIZES=1,30,resnet50 picks sizes (MB) or architectures; BENCH_QUICK=1 runs 1 MB only.
+# BENCH_SIZES=1,30,resnet50 picks sizes (MB) or architectures; BENCH_STAGES=export,convert picks stages;
+# BENCH_QUICK=1 runs 1 MB only.
 BENCH_SIZES ?=
+BENCH_STAGES ?=
 bench-pipeline: setup
-	BENCH_QUICK=$(BENCH_QUICK) BENCH_SIZES=$(BENCH_SIZES) $(PY) -m bench.pipeline.run_bench --out bench/results
+	BENCH_QUICK=$(BENCH_QUICK) BENCH_SIZES=$(BENCH_SIZES) BENCH_STAGES=$(BENCH_STAGES) $(PY) -m bench.pipeline.run_bench --out bench/results
 
 # Real architectures (keras.applications MobileNetV3Small, EfficientNetB0, ResNet50, DenseNet121, ConvNeXtTiny,
 # a Transformer text classifier on raw strings, a GRU over a variable time axis, a two-signature tf.Module),

@@ -10,7 +10,8 @@ time (process start to grpc health SERVING), first-request latency and server RS
 same server serving the `identity` backend (RSS per loaded version).
 
 Writes `<out>/pipeline-latest.{json,md,png}` and `pipeline-<timestamp>.json`. `--sizes 1,30` (env
-`BENCH_SIZES`) picks the sizes in MB; `--quick` (env `BENCH_QUICK=1`) runs 1 MB only.
+`BENCH_SIZES`) picks the sizes in MB (or `resnet50`); `--stages export,convert` (env `BENCH_STAGES`) the stages;
+`--quick` (env `BENCH_QUICK=1`) runs 1 MB only.
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ def measured(cmd: list[str], timeout_s: float) -> dict:
             "result": result, "tail": "" if code == 0 else "\n".join(text.splitlines()[-12:])}
 
 
-def run_size(size_mb: float | str, work: Path, timeout_s: float, skip: dict[str, str]) -> dict:
+def run_size(size_mb: float | str, work: Path, timeout_s: float, skip: dict[str, str],
+             stages: tuple[str, ...] = STAGES) -> dict:
     """Build the `size_mb` model (or the zoo architecture so named), run every stage and the server checks;
     returns its record."""
     folder = work / (f"{size_mb:g}mb" if isinstance(size_mb, float) else size_mb)
@@ -73,7 +75,7 @@ def run_size(size_mb: float | str, work: Path, timeout_s: float, skip: dict[str,
     base = [sys.executable, "-m", "bench.pipeline.stage", "--run", str(folder / "run"), "--model",
             str(folder / "model.keras"), "--data", str(folder / "data.npz"), "--repository", str(folder / "repo"),
             "--timeout-s", str(timeout_s)]
-    for stage in STAGES:
+    for stage in stages:
         if stage in skip:
             record["skipped"][stage] = skip[stage]
             continue
@@ -154,6 +156,8 @@ def parse(argv=None) -> argparse.Namespace:
                    help="weight sizes in MB, or zoo architectures by name (resnet50), comma-separated")
     p.add_argument("--work", type=Path, default=ROOT / "bench" / "work" / "pipeline")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    p.add_argument("--stages", default=os.environ.get("BENCH_STAGES") or ",".join(STAGES),
+                   help=f"comma-separated stages to run, in order (default: all): {', '.join(STAGES)}")
     p.add_argument("--timeout-s", type=float, default=float(os.environ.get("BENCH_STAGE_TIMEOUT_S", "600")),
                    help="per-conversion time limit (the pipeline's convert.timeout_seconds)")
     return p.parse_args(argv)
@@ -171,11 +175,12 @@ def main(argv=None) -> int:
         skip = {} if isinstance(size, float) else {
             name: "measured inside the convert stage (its memory plan lists each conversion's peak)"
             for name in STAGES if name.startswith(("onnx", "tflite_"))}
-        records.append(run_size(size, args.work, args.timeout_s, skip))
-    doc = {"schema": "tfship.bench.pipeline/1", "started": started, "seconds": time.time() - started,
-           "host": {**report.host_info(), "uptime_before": before, "uptime_after": report.uptime()},
-           "records": records}
-    paths = report.write(doc, args.out)
+        records.append(run_size(size, args.work, args.timeout_s, skip,
+                                tuple(s for s in STAGES if s in args.stages.split(","))))
+        doc = {"schema": "tfship.bench.pipeline/1", "started": started, "seconds": time.time() - started,
+               "host": {**report.host_info(), "uptime_before": before, "uptime_after": report.uptime()},
+               "records": records}
+        paths = report.write(doc, args.out)  # after every size: an interrupted run keeps what it measured
     print(paths[2].read_text())
     print("\n".join(map(str, paths)))
     return 0

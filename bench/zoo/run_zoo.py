@@ -142,8 +142,9 @@ def _outcome_cell(row: dict) -> str:
 def markdown(doc: dict) -> str:
     """The zoo table: architecture | route | per-artifact outcome and error | time | peak memory."""
     lines = [f"# Zoo: real architectures through `tfship run --model` ({doc['date']})", "",
-             f"git {doc['commit']}; {doc['cpus']} CPUs, shared machine; default config (ONNX + TFLite float32, "
-             "float16, dynamic_range, int8)" + (f"; overrides {doc['overrides']}" if doc["overrides"] else "") + ".",
+             f"git {doc['commit']}; {doc['cpus']} CPUs, shared machine; "
+             + (f"default config with overrides {', '.join(f'`{o}`' for o in doc['overrides'])}" if doc["overrides"]
+                else "default config (ONNX + TFLite float32, float16, dynamic_range, int8)") + ".",
              "Random weights, BatchNorm statistics from synthetic photographs (bench/zoo/members.py). ✓ published, "
              "✗ left out with its reason. Time and peak memory are the whole `tfship run` (export, audit, every "
              "conversion, validate, serve-check, publish; process tree).", "",

@@ -48,7 +48,7 @@ class PeakModel:
 PEAK_MODELS: dict[str, PeakModel] = {
     "onnx": PeakModel(900 * MIB, 15.0),
     "tflite_float32": PeakModel(900 * MIB, 6.0),
-    "tflite_float16": PeakModel(900 * MIB, 16.0),
+    "tflite_float16": PeakModel(900 * MIB, 32.0),  # its peak varies run to run: 2.6 and 4.1 GB on ResNet50
     "tflite_dynamic_range": PeakModel(900 * MIB, 5.0),
     "tflite_int8": PeakModel(900 * MIB, 8.0),
 }

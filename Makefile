@@ -161,12 +161,30 @@ bench-serve: setup
 	BENCH_QUICK=$(BENCH_QUICK) BENCH_PROFILE_S=$(BENCH_PROFILE_S) $(PY) -m bench.serve.run_bench --out bench/results
 
 # Stage time and peak memory (process + children) for wide MLPs of ~1, 30 and 300 MB of weights built
-# here: export, audit, each conversion, the parallel convert stage, validate, serve-check, publish, then
-# server load time, first-request latency and RSS per loaded version. bench/results/pipeline-latest.*.
-# BENCH_SIZES=1,30 picks sizes (MB); BENCH_QUICK=1 runs 1 MB only.
+# here and for ResNet50 (bench/zoo, random weights): export, audit, each conversion, the convert stage
+# (conversions side by side within its memory budget), validate, serve-check, publish, then server load
+# time, first-request latency and RSS per loaded version. bench/results/pipeline-latest.*.
+# BENCH_SIZES=1,30,resnet50 picks sizes (MB) or architectures; BENCH_STAGES=export,convert picks stages;
+# BENCH_QUICK=1 runs 1 MB only.
 BENCH_SIZES ?=
+BENCH_STAGES ?=
 bench-pipeline: setup
-	BENCH_QUICK=$(BENCH_QUICK) BENCH_SIZES=$(BENCH_SIZES) $(PY) -m bench.pipeline.run_bench --out bench/results
+	BENCH_QUICK=$(BENCH_QUICK) BENCH_SIZES=$(BENCH_SIZES) BENCH_STAGES=$(BENCH_STAGES) $(PY) -m bench.pipeline.run_bench --out bench/results
+
+# Real architectures (keras.applications MobileNetV3Small, EfficientNetB0, ResNet50, DenseNet121, ConvNeXtTiny,
+# a Transformer text classifier on raw strings, a GRU over a variable time axis, a two-signature tf.Module),
+# random weights with BatchNorm statistics from synthetic photographs (no downloads), each through its export
+# routes (.keras file, model.export() SavedModel) with `tfship run --model ... --data ...`: per-artifact outcome,
+# time, peak memory. bench/results/zoo-latest.{json,md}. ZOO_MEMBERS=a,b picks members; ZOO_ROUTES=keras
+# picks routes; ZOO_BUDGET_S=N starts no run after N seconds; ZOO_ARGS passes more (--small, --set K=V).
+.PHONY: zoo
+ZOO_MEMBERS ?=
+ZOO_ROUTES ?=
+ZOO_BUDGET_S ?= 0
+ZOO_ARGS ?=
+zoo: setup
+	ZOO_MEMBERS=$(ZOO_MEMBERS) ZOO_ROUTES=$(ZOO_ROUTES) ZOO_BUDGET_S=$(ZOO_BUDGET_S) \
+	  $(PY) -m bench.zoo.run_zoo --out bench/results $(ZOO_ARGS)
 
 # ---------------------------------------------------------------- the GPU path (bench/gpu_check/, docs/benchmarks.md)
 .PHONY: gpu-check

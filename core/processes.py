@@ -27,11 +27,12 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from tfship.core.child_memory import run_measured
 
 PR_SET_PDEATHSIG = 1
 
@@ -91,6 +92,7 @@ class ChildOutcome:
     returncode: int | None
     output: str
     failure: str
+    peak_rss_bytes: int = 0  # the child's peak resident memory (`core.child_memory.run_measured`)
 
 
 def run_converter_child(command: Sequence[str], who: str, timeout_s: float, *, report: Path | None = None,
@@ -102,27 +104,23 @@ def run_converter_child(command: Sequence[str], who: str, timeout_s: float, *, r
         report: a file the child must have written when it exits 0 (None: no report expected).
         env, cwd: the child's environment and working directory (None: this process's).
 
-    Returns a `ChildOutcome`; raises nothing for the child's own failures. The child gets SIGKILL when this
-    process dies (`die_with_parent_command`), and its whole group gets SIGKILL at the time limit.
+    Returns a `ChildOutcome` with the child's peak resident memory (the kernel's figure); raises nothing for the
+    child's own failures. The child gets SIGKILL when this process dies (`die_with_parent_command`), and its
+    whole group gets SIGKILL at the time limit.
     """
-    proc = subprocess.Popen(die_with_parent_command(list(command)), cwd=cwd, env=None if env is None else dict(env),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    try:
-        raw, _ = proc.communicate(timeout=max(0.0, timeout_s))
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        raw, _ = proc.communicate()
-        return ChildOutcome(None, raw.decode(errors="replace"),
-                            f"timed out after {timeout_s:g} s in the {who} (worker killed with SIGKILL)")
-    output = raw.decode(errors="replace")
+    done = run_measured(die_with_parent_command(list(command)), max(0.0, timeout_s), env=env, cwd=cwd,
+                        new_session=True)
+    output, peak = done.output.decode(errors="replace"), done.peak_rss_bytes
+    if done.timed_out:
+        return ChildOutcome(None, output, f"timed out after {timeout_s:g} s in the {who} (worker killed with "
+                                          "SIGKILL)", peak)
     tail = " ".join(output.split())[-OUTPUT_TAIL_CHARS:]
-    if proc.returncode < 0:
-        sig = signal.Signals(-proc.returncode)
-        return ChildOutcome(proc.returncode, output,
-                            f"{who} died with {sig.name} (signal {sig.value}); output tail: {tail}")
-    if proc.returncode != 0 or (report is not None and not report.is_file()):
+    if done.returncode < 0:
+        sig = signal.Signals(-done.returncode)
+        return ChildOutcome(done.returncode, output,
+                            f"{who} died with {sig.name} (signal {sig.value}); output tail: {tail}", peak)
+    if done.returncode != 0 or (report is not None and not report.is_file()):
         missing = " and no report" if report is not None and not report.is_file() else ""
-        return ChildOutcome(proc.returncode, output,
-                            f"{who} exited with status {proc.returncode}{missing}; output tail: {tail}")
-    return ChildOutcome(0, output, "")
+        return ChildOutcome(done.returncode, output,
+                            f"{who} exited with status {done.returncode}{missing}; output tail: {tail}", peak)
+    return ChildOutcome(0, output, "", peak)

@@ -183,7 +183,13 @@ class ConvertSection(_Section):
     timeout_seconds: float = Field(300.0, gt=0.0, description="Per-conversion time limit, seconds.")
     max_workers: int = Field(0, ge=0, description="Conversions that do not depend on each other run side by side, "
                              "each in its own child process with its time limit: at most this many at once; 0 = the "
-                             "number of cores this process may run on.")
+                             "number of cores this process may run on. Within `convert.memory_budget_bytes` too.")
+    memory_budget_bytes: int = Field(0, ge=0, description="Memory the convert stage's process tree may use, bytes: "
+                                     "conversions run side by side only while their predicted peaks fit, the rest "
+                                     "one after another (`pipeline.conversion.memory_budget`); 0 = "
+                                     "`convert.memory_share` of the memory available when the stage starts.")
+    memory_share: float = Field(0.25, gt=0.0, le=1.0, description="Share of the available memory (MemAvailable) "
+                                "the convert stage plans for when `convert.memory_budget_bytes` is 0.")
     size_limit_bytes: int = Field(2**31 - 1, ge=1, description="Largest protobuf (ONNX) or FlatBuffer (TFLite) file, "
                                   "bytes (both formats stop at 2 GiB). A SavedModel whose weights exceed it is written "
                                   "to ONNX with external data (tf2onnx --large_model) and refused for TFLite by name.")

@@ -53,6 +53,7 @@ class TfliteConversionResult:
         flex_ops: Flex op names the artifact uses or would need (e.g. `("FlexCumprod",)`).
         reproduce_command: shell command line of the conversion step writing `output_path` and printing its
             JSON report; `<output_path>.reproduce.sh` runs it plus the LiteRT check.
+        peak_rss_bytes: the largest peak resident memory of its child processes, bytes (0: none ran).
     """
 
     mode: TfliteMode
@@ -63,6 +64,7 @@ class TfliteConversionResult:
     seconds: float
     flex_ops: tuple[str, ...]
     reproduce_command: str
+    peak_rss_bytes: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready values (for the run folder)."""
@@ -70,7 +72,7 @@ class TfliteConversionResult:
             "mode": self.mode.value, "status": self.status, "reason": self.reason,
             "path": None if self.path is None else str(self.path), "size_bytes": self.size_bytes,
             "seconds": round(self.seconds, 3), "flex_ops": list(self.flex_ops),
-            "reproduce_command": self.reproduce_command,
+            "reproduce_command": self.reproduce_command, "peak_rss_bytes": self.peak_rss_bytes,
         }
 
 
@@ -78,6 +80,7 @@ class TfliteConversionResult:
 class _Step:
     report: dict[str, Any] | None
     failure: str  # non-empty when the child died, failed without a report or timed out
+    peak_rss_bytes: int = 0
 
 
 def _worker_command(step: str, **flags: str | None) -> list[str]:
@@ -104,10 +107,11 @@ def _run_child(command: list[str], name: str, deadline: float, total_s: float) -
     done = run_converter_child(command, f"{name} worker", remaining, report=report_path, env=_child_env(),
                                cwd=REPO_ROOT)
     if done.returncode is None:
-        return _Step(None, f"timed out after {total_s:g} s in the {name} step (worker killed with SIGKILL)")
+        return _Step(None, f"timed out after {total_s:g} s in the {name} step (worker killed with SIGKILL)",
+                     done.peak_rss_bytes)
     if done.failure:
-        return _Step(None, done.failure)
-    return _Step(json.loads(report_path.read_text()), "")
+        return _Step(None, done.failure, done.peak_rss_bytes)
+    return _Step(json.loads(report_path.read_text()), "", done.peak_rss_bytes)
 
 
 def _write_representative(path: Path, inputs: dict[str, np.ndarray]) -> None:
@@ -200,16 +204,19 @@ def convert_tflite(saved_model_dir: Path, output_path: Path, options: TfliteOpti
                      smoke_command(output_path, "$REPORTS/convert.json", "$REPORTS/smoke.json"))
     deadline = started + timeout_s
 
+    peaks = [0]
+
     def result(status: Status, reason: str, flex: list[str],
                path: Path | None = None) -> TfliteConversionResult:
         size = path.stat().st_size if path is not None else 0
         return TfliteConversionResult(options.mode, status, reason, path, size, time.monotonic() - started,
-                                      tuple(flex), shlex.join(reproduce))
+                                      tuple(flex), shlex.join(reproduce), max(peaks))
 
     with tempfile.TemporaryDirectory(prefix="tfship-tflite-") as reports:
         try:
             convert_report = str(Path(reports) / "convert.json")
             step = _run_child(convert_command(tmp_model, convert_report), "convert", deadline, timeout_s)
+            peaks.append(step.peak_rss_bytes)
             if step.failure:
                 return result("crashed", step.failure, [])
             flex = list(step.report.get("flex_ops", []))
@@ -217,6 +224,7 @@ def convert_tflite(saved_model_dir: Path, output_path: Path, options: TfliteOpti
                 return result("refused", step.report["reason"], flex)
             smoke = _run_child(smoke_command(tmp_model, convert_report, str(Path(reports) / "smoke.json")),
                                "LiteRT check", deadline, timeout_s)
+            peaks.append(smoke.peak_rss_bytes)
             if smoke.failure:
                 return result("crashed", smoke.failure, flex)
             if smoke.report["status"] != "produced":

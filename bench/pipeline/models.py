@@ -4,7 +4,9 @@
 chosen so the float32 weights are about `size_mb` MB) and `<folder>/data.npz` (`x` float32 [256, 784],
 `y` the model's own argmax, so every float artifact scores 100 % and a quantized one's drop is its
 own). The rows are the 256 of 2,048 random ones with the widest gap between the two top classes, and
-the last layer is scaled by 8, so quantization noise does not flip near-ties of a random network. Run in a child process (it imports TensorFlow).
+the last layer is scaled by 8, so quantization noise does not flip near-ties of a random network. A name instead
+of a size (`resnet50`) builds that zoo architecture (`bench.zoo.members`). Run in a child process (it imports
+TensorFlow).
 """
 
 from __future__ import annotations
@@ -51,5 +53,16 @@ def build(size_mb: float, folder: Path) -> dict:
     return {"width": width, "params": params, "weight_bytes": params * 4}
 
 
+def build_named(name: str, folder: Path) -> dict:
+    """A zoo architecture instead of an MLP (`bench.zoo.members`, e.g. `resnet50`): its `.keras` file and data."""
+    from bench.zoo.members import build_member
+
+    info = build_member(name, folder, routes=("keras",))
+    return {"width": name, "params": info["params"], "weight_bytes": info["params"] * 4, "label": name}
+
+
 if __name__ == "__main__":
-    print("RESULT " + json.dumps(build(float(sys.argv[1]), Path(sys.argv[2]))))
+    size = sys.argv[1]
+    built = build_named(size, Path(sys.argv[2])) if size.isalpha() or not size.replace(".", "").isdigit() \
+        else build(float(size), Path(sys.argv[2]))
+    print("RESULT " + json.dumps(built))

@@ -27,6 +27,28 @@ def _stage_cell(entry: dict | None, weights: float) -> str:
     return f"{entry['wall_s']:.1f} s / {entry['peak_rss'] / MB:,.0f} MB ({entry['peak_rss'] / weights:.1f}x){note}"
 
 
+def _model_label(model: dict) -> str:
+    return model.get("label") or f"width {model['width']}"
+
+
+def _size_label(size) -> str:
+    return f"{size:g} MB" if isinstance(size, (int, float)) else str(size)
+
+
+def convert_plan_lines(record: dict) -> list[str]:
+    """The convert stage's memory plan: budget, and per conversion its predicted and measured peak and timing."""
+    plan = (((record.get("stages", {}).get("convert") or {}).get("result") or {}).get("detail") or {}).get("memory_plan")
+    if not plan or not plan.get("rows"):
+        return []
+    rows = ", ".join(f"{r['name']} {r['measured_bytes'] / MB:,.0f} MB (predicted {r['predicted_bytes'] / MB:,.0f}; "
+                     f"{r['start_s']:.0f}-{r['end_s']:.0f} s{'; waited for memory' if r['waited_for_memory'] else ''})"
+                     for r in plan["rows"])
+    tree = record["stages"]["convert"]["peak_rss"]
+    return [f"\nConvert stage at {_size_label(record['size_mb'])}: whole process tree peaked at {tree / MB:,.0f} MB; "
+            f"memory budget {plan['budget_bytes'] / MB:,.0f} MB ({plan['budget_source']}), up to {plan['workers']} "
+            f"at once. Child peaks: {rows}."]
+
+
 def markdown(doc: dict) -> str:
     """Stage table (rows: stages; columns: sizes), server table, skips and failures."""
     records, host = doc["records"], doc["host"]
@@ -36,7 +58,7 @@ def markdown(doc: dict) -> str:
              f"after `{host['uptime_after']}`.", "",
              "Each cell: wall seconds / peak RSS of the stage's process and its children (multiple of the float32 "
              "weight bytes). Every stage runs alone in a fresh process (Python + TensorFlow imports included).", "",
-             "| stage | " + " | ".join(f"{r['model']['weight_bytes'] / MB:,.1f} MB (width {r['model']['width']})"
+             "| stage | " + " | ".join(f"{r['model']['weight_bytes'] / MB:,.1f} MB ({_model_label(r['model'])})"
                                        for r in sizes) + " |", "|---|" + "---:|" * len(sizes)]
     names = []
     for r in sizes:
@@ -67,19 +89,20 @@ def markdown(doc: dict) -> str:
                          f"{top['peak_rss'] / MB:,.0f} MB ({top['peak_rss'] / r['model']['weight_bytes']:.1f}x the "
                          f"weights); the longest stage is {slow} ({longest['wall_s']:.0f} s).")
     for r in records:
+        lines += convert_plan_lines(r)
         for name, entry in r.get("stages", {}).items():
             if entry.get("rerun_at"):
-                lines.append(f"\nAt {r['size_mb']:g} MB, {name} and the served rows were measured again at "
+                lines.append(f"\nAt {_size_label(r['size_mb'])}, {name} and the served rows were measured again at "
                              f"{time.strftime('%H:%M UTC', time.gmtime(entry['rerun_at']))}, after the run: in the run "
                              "it failed only because the skipped convert stage had written no convert.json (the "
                              "single conversions now record their outcomes there).")
         for name, why in r.get("skipped", {}).items():
-            lines.append(f"\nSkipped at {r['size_mb']:g} MB: {name}: {why}")
+            lines.append(f"\nSkipped at {_size_label(r['size_mb'])}: {name}: {why}")
         if "error" in r:
-            lines.append(f"\nFailed at {r['size_mb']:g} MB: {r['error'][-800:]}")
+            lines.append(f"\nFailed at {_size_label(r['size_mb'])}: {r['error'][-800:]}")
         for name, entry in r.get("stages", {}).items():
             if entry["returncode"] != 0:
-                lines.append(f"\n{r['size_mb']:g} MB {name} exit {entry['returncode']}:\n```\n{entry['tail']}\n```")
+                lines.append(f"\n{_size_label(r['size_mb'])} {name} exit {entry['returncode']}:\n```\n{entry['tail']}\n```")
     return "\n".join(lines) + "\n"
 
 

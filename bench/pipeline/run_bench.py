@@ -10,7 +10,8 @@ time (process start to grpc health SERVING), first-request latency and server RS
 same server serving the `identity` backend (RSS per loaded version).
 
 Writes `<out>/pipeline-latest.{json,md,png}` and `pipeline-<timestamp>.json`. `--sizes 1,30` (env
-`BENCH_SIZES`) picks the sizes in MB; `--quick` (env `BENCH_QUICK=1`) runs 1 MB only.
+`BENCH_SIZES`) picks the sizes in MB (or `resnet50`); `--stages export,convert` (env `BENCH_STAGES`) the stages;
+`--quick` (env `BENCH_QUICK=1`) runs 1 MB only.
 """
 
 from __future__ import annotations
@@ -59,9 +60,11 @@ def measured(cmd: list[str], timeout_s: float) -> dict:
             "result": result, "tail": "" if code == 0 else "\n".join(text.splitlines()[-12:])}
 
 
-def run_size(size_mb: float, work: Path, timeout_s: float, skip: dict[str, str]) -> dict:
-    """Build the `size_mb` model, run every stage and the server checks; returns its record."""
-    folder = work / f"{size_mb:g}mb"
+def run_size(size_mb: float | str, work: Path, timeout_s: float, skip: dict[str, str],
+             stages: tuple[str, ...] = STAGES) -> dict:
+    """Build the `size_mb` model (or the zoo architecture so named), run every stage and the server checks;
+    returns its record."""
+    folder = work / (f"{size_mb:g}mb" if isinstance(size_mb, float) else size_mb)
     shutil.rmtree(folder, ignore_errors=True)
     built = measured([sys.executable, "-m", "bench.pipeline.models", str(size_mb), str(folder)], timeout_s)
     record = {"size_mb": size_mb, "build": built, "stages": {}, "serve": {}, "skipped": {}}
@@ -72,19 +75,31 @@ def run_size(size_mb: float, work: Path, timeout_s: float, skip: dict[str, str])
     base = [sys.executable, "-m", "bench.pipeline.stage", "--run", str(folder / "run"), "--model",
             str(folder / "model.keras"), "--data", str(folder / "data.npz"), "--repository", str(folder / "repo"),
             "--timeout-s", str(timeout_s)]
-    for stage in STAGES:
+    for stage in stages:
         if stage in skip:
             record["skipped"][stage] = skip[stage]
             continue
-        print(f"[bench-pipeline] {size_mb:g} MB: {stage}", flush=True)
+        print(f"[bench-pipeline] {_label(size_mb)}: {stage}", flush=True)
         record["stages"][stage] = measured([*base[:3], stage, *base[3:]], timeout_s * 2 + 120)
         if record["stages"][stage]["returncode"] != 0 and stage in ("export", "validate", "serve_check"):
             record["error"] = f"{stage} failed: {record['stages'][stage]['tail']}"
             return record
     published = folder / "repo" / "wide"
-    if published.is_dir():
+    if published.is_dir() and isinstance(size_mb, float):  # the served checks feed the MLP's `x` [1, 784]
         record["serve"] = serve_checks(folder / "repo", work)
     return record
+
+
+def _label(size: float | str) -> str:
+    return f"{size:g} MB" if isinstance(size, float) else size
+
+
+def _size(token: str) -> float | str:
+    """A size in MB, or a zoo architecture's name (`resnet50`)."""
+    try:
+        return float(token)
+    except ValueError:
+        return token.strip().lower()
 
 
 def _model_info(folder: Path) -> dict:
@@ -92,7 +107,7 @@ def _model_info(folder: Path) -> dict:
 
     keras_bytes = (folder / "model.keras").stat().st_size
     with np.load(folder / "data.npz") as data:
-        rows = int(data["x"].shape[0])
+        rows = int(data[data.files[0]].shape[0])
     return {"keras_file_bytes": keras_bytes, "rows": rows}
 
 
@@ -137,14 +152,14 @@ def _first_request_ms(target: str) -> float:
 def parse(argv=None) -> argparse.Namespace:
     quick = os.environ.get("BENCH_QUICK", "") not in ("", "0")
     p = argparse.ArgumentParser(prog="python -m bench.pipeline.run_bench", description=__doc__.splitlines()[0])
-    p.add_argument("--sizes", default=os.environ.get("BENCH_SIZES") or ("1" if quick else "1,30,300"),
-                   help="weight sizes in MB, comma-separated")
+    p.add_argument("--sizes", default=os.environ.get("BENCH_SIZES") or ("1" if quick else "1,30,300,resnet50"),
+                   help="weight sizes in MB, or zoo architectures by name (resnet50), comma-separated")
     p.add_argument("--work", type=Path, default=ROOT / "bench" / "work" / "pipeline")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    p.add_argument("--stages", default=os.environ.get("BENCH_STAGES") or ",".join(STAGES),
+                   help=f"comma-separated stages to run, in order (default: all): {', '.join(STAGES)}")
     p.add_argument("--timeout-s", type=float, default=float(os.environ.get("BENCH_STAGE_TIMEOUT_S", "600")),
                    help="per-conversion time limit (the pipeline's convert.timeout_seconds)")
-    p.add_argument("--with-300-convert", action="store_true",
-                   help="also run the side-by-side convert stage at >= 300 MB (skipped by default: see the report)")
     return p.parse_args(argv)
 
 
@@ -152,18 +167,20 @@ def main(argv=None) -> int:
     """CLI entry point: run every size, write JSON, Markdown and the plot; print the Markdown."""
     args = parse(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    started, before, sizes = time.time(), report.uptime(), [float(s) for s in args.sizes.split(",")]
+    started, before, sizes = time.time(), report.uptime(), [_size(s) for s in args.sizes.split(",")]
     records = []
     for size in sizes:
-        # At the largest size the parallel convert stage repeats every conversion measured alone just
-        # before; it is skipped there (its figures are the sum/overlap of the ones above) to bound the run.
-        skip = {"convert": "the conversions were each measured alone above; repeating all of them side by side "
-                "at this size would double the run's longest part"} if size >= 300 and not args.with_300_convert else {}
-        records.append(run_size(size, args.work, args.timeout_s, skip))
-    doc = {"schema": "tfship.bench.pipeline/1", "started": started, "seconds": time.time() - started,
-           "host": {**report.host_info(), "uptime_before": before, "uptime_after": report.uptime()},
-           "records": records}
-    paths = report.write(doc, args.out)
+        # A zoo architecture is there for its convert stage (every conversion side by side, within the memory
+        # budget); each conversion's own peak is in that stage's memory plan, so they are not run alone too.
+        skip = {} if isinstance(size, float) else {
+            name: "measured inside the convert stage (its memory plan lists each conversion's peak)"
+            for name in STAGES if name.startswith(("onnx", "tflite_"))}
+        records.append(run_size(size, args.work, args.timeout_s, skip,
+                                tuple(s for s in STAGES if s in args.stages.split(","))))
+        doc = {"schema": "tfship.bench.pipeline/1", "started": started, "seconds": time.time() - started,
+               "host": {**report.host_info(), "uptime_before": before, "uptime_after": report.uptime()},
+               "records": records}
+        paths = report.write(doc, args.out)  # after every size: an interrupted run keeps what it measured
     print(paths[2].read_text())
     print("\n".join(map(str, paths)))
     return 0

@@ -63,8 +63,9 @@ def run_stage(stage: str, run_dir: Path, model: Path, data: Path, repository: Pa
         _record_outcome(run, stage, detail, time.perf_counter() - started)
     elif stage == "convert":
         result = steps.convert_stage(cfg, run, _data(cfg, run, data))
-        detail = {o.name: {"status": o.status, "seconds": o.seconds, "reason": o.reason[:300]}
-                  for o in result.outcomes}
+        detail = {o.name: {"status": o.status, "seconds": o.seconds, "reason": o.reason[:300],
+                           "peak_memory_bytes": o.peak_memory_bytes} for o in result.outcomes}
+        detail["memory_plan"] = result.memory
     elif stage == "validate":
         detail = {"passed": steps.validate_stage(cfg, run, _data(cfg, run, data)).passed}
     elif stage == "serve_check":

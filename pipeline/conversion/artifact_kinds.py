@@ -40,7 +40,7 @@ def convert_onnx(job: ConversionJob) -> VariantOutcome:
     except TfshipError as err:
         return VariantOutcome("onnx", ConversionStatus.REFUSED, str(err))
     return VariantOutcome("onnx", ConversionStatus.PRODUCED, "", str(path), done.size_bytes, round(done.seconds, 2),
-                          done.reproduce_command)
+                          done.reproduce_command, peak_memory_bytes=done.peak_rss_bytes)
 
 
 def tflite_converter(mode: str):
@@ -62,7 +62,7 @@ def tflite_converter(mode: str):
         if refusal:
             return VariantOutcome(name, ConversionStatus.REFUSED, refusal)
         done = convert_tflite(job.version_dir, path, options, job.calibration, settings.timeout_seconds)
-        recipe, reason = "default", done.reason
+        recipe, reason, peak = "default", done.reason, done.peak_rss_bytes
         if done.status == ConversionStatus.REFUSED and (TENSOR_LIST_FAILURE in done.reason.lower()
                                          or "flextensorlist" in done.reason.lower()):
             flex = " with SELECT_TF_OPS (convert.allow_flex)" if settings.allow_flex else ""
@@ -70,7 +70,7 @@ def tflite_converter(mode: str):
             unrolled = job.tflite_sources.get("unrolled")
             if unrolled:
                 done = convert_tflite(Path(unrolled), path, options, job.calibration, settings.timeout_seconds)
-                recipe = "unrolled"
+                recipe, peak = "unrolled", max(peak, done.peak_rss_bytes)
                 tried.append(f"recipe 'unrolled' (recurrent layers with unroll=True): {done.reason or 'produced'}")
             else:
                 tried.append("recipe 'unrolled' not available: " + (job.tflite_sources.get("unrolled_reason")
@@ -78,7 +78,7 @@ def tflite_converter(mode: str):
             tried.append(FUSED_LSTM_NOTE)
             reason = "" if done.status == ConversionStatus.PRODUCED else "; ".join(tried)
         return VariantOutcome(name, done.status, reason, str(done.path or ""), done.size_bytes,
-                              round(done.seconds, 2), done.reproduce_command, recipe)
+                              round(done.seconds, 2), done.reproduce_command, recipe, peak_memory_bytes=peak)
 
     return convert
 

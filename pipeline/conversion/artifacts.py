@@ -65,7 +65,12 @@ class Artifact:
 
 @dataclass(frozen=True)
 class VariantOutcome:
-    """One conversion's outcome: status `produced`, `refused` or `crashed`, with the reason."""
+    """One conversion's outcome: status `produced`, `refused` or `crashed`, with the reason.
+
+    peak_memory_bytes: the largest peak resident memory of its converter children (0: unknown or none ran);
+    predicted_peak_bytes: what the convert stage's memory budget planned for it
+    (`pipeline.conversion.memory_budget`).
+    """
 
     name: str
     status: str
@@ -75,6 +80,8 @@ class VariantOutcome:
     seconds: float = 0.0
     reproduce_command: str = ""
     recipe: str = ""
+    peak_memory_bytes: int = 0
+    predicted_peak_bytes: int = 0
 
 
 @dataclass(frozen=True)

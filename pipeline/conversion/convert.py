@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,16 +21,21 @@ from tfship.core.errors import ConversionError
 from tfship.pipeline.config import ConvertSection
 from tfship.pipeline.conversion.artifact_kinds import tflite_filename
 from tfship.pipeline.conversion.artifacts import Artifact, ConversionJob, VariantOutcome, artifact_kinds, enabled_kinds
+from tfship.pipeline.conversion.large_models import saved_model_weight_bytes
+from tfship.pipeline.conversion.memory_budget import MemoryPlan, memory_budget, own_rss_bytes, run_within_budget
 
 __all__ = ["ConvertResult", "VariantOutcome", "convert_artifacts", "raise_if_required_missing", "tflite_filename"]
 
 
 @dataclass(frozen=True)
 class ConvertResult:
-    """Artifacts produced (ready for the parity gate) and every conversion's outcome."""
+    """Artifacts produced (ready for the parity gate), every conversion's outcome, and the memory plan
+    (`MemoryPlan.to_json()`: budget, predicted and measured peak per conversion; empty when none ran).
+    """
 
     artifacts: tuple[Artifact, ...]
     outcomes: tuple[VariantOutcome, ...] = field(default_factory=tuple)
+    memory: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> list[dict[str, Any]]:
         """Outcomes as JSON rows."""
@@ -66,12 +70,8 @@ def convert_artifacts(version_dir: Path, contract: Signature, settings: ConvertS
                       calibration_inputs: dict[str, np.ndarray], sample: dict[str, np.ndarray],
                       tflite_sources: dict[str, Any] | None = None) -> ConvertResult:
     """Write every enabled kind's file next to the SavedModel (conversions run side by side, at most
-    `convert.max_workers` at once).
-
-    TFLite recipes (`signatures.recurrent`): each variant converts the SavedModel as exported (`default`);
-    when the converter cannot lower a recurrent layer's TensorList ops and `tflite_sources["unrolled"]`
-    names an unrolled copy's SavedModel, the variant is converted from that (`unrolled`). The recipe used,
-    and every recipe tried with its error, are in the outcome (`recipe`, `reason`).
+    `convert.max_workers` at once and only while their predicted peak memory fits the stage's budget,
+    `pipeline.conversion.memory_budget`).
 
     TFLite recipes (`signatures.recurrent`): each variant converts the SavedModel as exported (`default`);
     when the converter cannot lower a recurrent layer's TensorList ops and `tflite_sources["unrolled"]`
@@ -90,10 +90,13 @@ def convert_artifacts(version_dir: Path, contract: Signature, settings: ConvertS
     remove_stale_artifacts(version_dir)
     job = ConversionJob(version_dir, contract, settings, calibration_inputs, sample, dict(tflite_sources or {}))
     kinds = enabled_kinds(settings)
-    with ThreadPoolExecutor(max_workers=conversion_workers(settings, len(kinds))) as pool:
-        outcomes = list(pool.map(lambda kind: kind.convert(job), kinds))
+    plan = MemoryPlan(memory_budget(settings), own_rss_bytes(), saved_model_weight_bytes(version_dir),
+                      conversion_workers(settings, len(kinds)))
+    outcomes = run_within_budget([kind.name for kind in kinds], lambda i: kinds[i].convert(job), plan,
+                                 lambda outcome: outcome.peak_memory_bytes)
+    outcomes = [replace(o, predicted_peak_bytes=row.predicted_bytes) for o, row in zip(outcomes, plan.rows)]
     artifacts = [kind.artifact(version_dir) for kind, outcome in zip(kinds, outcomes) if outcome.status == "produced"]
-    return ConvertResult(tuple(artifacts), tuple(outcomes))
+    return ConvertResult(tuple(artifacts), tuple(outcomes), plan.to_json())
 
 
 def raise_if_required_missing(result: ConvertResult, required: tuple[str, ...]) -> ConvertResult:

@@ -136,6 +136,18 @@ def _artifact_lines(summary: dict[str, Any], parity: dict[str, Any]) -> list[str
     return lines
 
 
+def memory_lines(memory: dict[str, Any] | None) -> list[str]:
+    """The convert stage's memory budget and each conversion's predicted and measured peak, as report lines."""
+    if not memory or not memory.get("rows"):
+        return []
+    budget = _human_bytes(memory["budget_bytes"]) if memory["budget_bytes"] else "none"
+    peaks = ", ".join(f"{r['name']} {_human_bytes(r['measured_bytes'])} (predicted {_human_bytes(r['predicted_bytes'])}"
+                      f"{', waited for memory' if r['waited_for_memory'] else ''})" for r in memory["rows"])
+    return ["", f"- convert memory budget: {budget} ({memory['budget_source']}); this process "
+            f"{_human_bytes(memory['parent_rss_bytes'])}, up to {memory['workers']} conversions at once; "
+            f"peak per conversion: {peaks}"]
+
+
 def write_report(run: RunFolder, summary: dict[str, Any]) -> tuple[Path, Path]:
     """Write `report.json` and `report.md` (+ PNG plots: metric, size, latency, error histogram per output)
     into the run folder; return both paths. A failed run's summary (status `failed`, `error`, no parity
@@ -178,6 +190,7 @@ def write_report(run: RunFolder, summary: dict[str, Any]) -> tuple[Path, Path]:
     lines += [f"| {table_cell(c['name'])} | {c['status']} | {table_cell(c.get('recipe') or '-')} "
               f"| {table_cell(first_line(c['reason']))} |"
               for c in summary.get("conversions") or []]
+    lines += memory_lines(summary.get("convert_memory"))
     if parity:
         lines += [""] + [f"![{name}]({name})" for name in _plots(run, parity)]
     md_path = run.root / "report.md"

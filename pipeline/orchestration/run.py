@@ -141,7 +141,8 @@ def run_summary(config: PipelineConfig, run: RunFolder, published: PublishResult
             "signatures": signature_carriers(audit.get("signatures", []), "serving_default", outcomes, served,
                                              steps.signatures_carried(run, outcomes)) if published else {},
             "artifacts": [o.to_json() for o in outcomes], "conversions": conversions, "parity": parity,
-            "serve_check": [n for n, r in (served or {}).get("artifacts", {}).items() if r["passed"]]} | extra
+            "serve_check": [n for n, r in (served or {}).get("artifacts", {}).items() if r["passed"]],
+            "convert_memory": _read(run, "convert_memory.json")} | extra
 
 
 def finish_run(config: PipelineConfig, run: RunFolder, records: list[StageRecord], published: PublishResult,

@@ -217,7 +217,8 @@ def read_contract(run: RunFolder) -> Signature:
 
 def convert_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits | EvalData) -> ConvertResult:
     """Convert the run's SavedModel into every enabled artifact kind (see pipeline.conversion.convert); `convert.json`
-    is written before a required artifact that was not produced fails the stage.
+    (outcomes) and `convert_memory.json` (the memory budget and each conversion's peak) are written before a
+    required artifact that was not produced fails the stage.
 
     Raises:
         ConversionError: a kind in `convert.required` was not produced.
@@ -229,6 +230,7 @@ def convert_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits 
     result = convert_artifacts(run.artifacts, contract, config.convert, data.calibration, sample,
                                _tflite_sources(run))
     run.write_json("convert.json", result.to_json())
+    run.write_json("convert_memory.json", result.memory)
     return raise_if_required_missing(result, config.convert.required)
 
 

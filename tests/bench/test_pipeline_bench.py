@@ -33,4 +33,8 @@ def test_every_stage_of_the_pipeline_benchmark_runs(tmp_path: Path) -> None:
     assert all(stage["peak_rss"] > 0 and stage["wall_s"] > 0 for stage in stages.values())
     served = record["serve"]
     assert {"saved_model", "onnx", "tflite"} <= set(served), served
-    assert "| serve_check |" in (tmp_path / "out" / "pipeline-latest.md").read_text()
+    text = (tmp_path / "out" / "pipeline-latest.md").read_text()
+    assert "| serve_check |" in text
+    plan = stages["convert"]["result"]["detail"]["memory_plan"]  # the convert stage's budget and child peaks
+    assert plan["budget_bytes"] > 0 and all(row["measured_bytes"] > 0 for row in plan["rows"])
+    assert "Convert stage at 0.2 MB" in text and "memory budget" in text

@@ -1,0 +1,205 @@
+"""The convert stage's memory budget: conversions run side by side only while their predicted peaks fit.
+
+Budget: `convert.memory_budget_bytes`, or when 0 (default) `convert.memory_share` of the memory the kernel
+says is available when the stage starts (`MemAvailable`). It covers the stage's whole process tree, so
+the room left for converter children is the budget less this process's own resident memory.
+
+Prediction: each conversion's peak resident memory is predicted from the SavedModel's weight bytes,
+`base + per_weight_byte x weights` per artifact kind (`PEAK_MODELS`, fitted on ResNet50 and wide MLPs of 1 to
+300 MB, docs/benchmarks.md). As conversions finish, their measured peaks (the kernel's high-water mark of
+each child, `core.child_memory`) refine the prediction of the rest of the same family (onnx, tflite,
+tfjs): every later prediction is scaled by the largest measured/predicted ratio seen in that family
+(never below 1).
+
+Scheduling: in registration order, first fit: a conversion starts when fewer than `workers` run and its
+prediction fits in the room beside those running; one that fits nowhere runs alone (it is never refused
+for memory: the budget orders the work, it does not drop any). Each outcome records its predicted and
+measured peak and whether it waited for memory; `MemoryPlan.to_json()` is the record for the report.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfship.core.child_memory import available_memory_bytes
+
+MIB = 2**20
+
+
+@dataclass(frozen=True)
+class PeakModel:
+    """Predicted peak bytes of one conversion's children: `base_bytes + per_weight_byte x weight bytes`."""
+
+    base_bytes: int
+    per_weight_byte: float
+
+    def predict(self, weight_bytes: int) -> int:
+        """Predicted peak resident bytes for a SavedModel holding `weight_bytes` of weights."""
+        return int(self.base_bytes + self.per_weight_byte * weight_bytes)
+
+
+# Fitted on measured child peaks (ResNet50 as exported by the pipeline: 104 MB of SavedModel weights; its
+# figures are in docs/benchmarks.md), rounded up.
+PEAK_MODELS: dict[str, PeakModel] = {
+    "onnx": PeakModel(900 * MIB, 15.0),
+    "tflite_float32": PeakModel(900 * MIB, 6.0),
+    "tflite_float16": PeakModel(900 * MIB, 32.0),  # its peak varies run to run: 2.6 and 4.1 GB on ResNet50
+    "tflite_dynamic_range": PeakModel(900 * MIB, 5.0),
+    "tflite_int8": PeakModel(900 * MIB, 8.0),
+}
+DEFAULT_PEAK = PeakModel(1000 * MIB, 10.0)  # a kind not fitted here (TF.js, a new registration)
+
+
+def family(name: str) -> str:
+    """The converter family of an artifact kind name: `onnx`, `tflite`, `tfjs` or the name itself."""
+    return name.split("_", 1)[0]
+
+
+def own_rss_bytes() -> int:
+    """This process's resident set size in bytes (0 when /proc cannot be read)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The stage's memory budget in bytes and how it was chosen (`source`, for the report)."""
+
+    bytes: int
+    source: str
+
+
+def memory_budget(settings) -> Budget:
+    """`convert.memory_budget_bytes` when set, else `convert.memory_share` of MemAvailable (unknown: no limit)."""
+    if settings.memory_budget_bytes:
+        return Budget(settings.memory_budget_bytes, "convert.memory_budget_bytes")
+    available = available_memory_bytes()
+    if available is None:
+        return Budget(0, "no limit: available memory unknown (no /proc/meminfo)")
+    return Budget(int(settings.memory_share * available),
+                  f"convert.memory_share {settings.memory_share:g} x {available / 2**30:.1f} GiB available")
+
+
+@dataclass
+class PlannedRow:
+    """One conversion's line in the plan: predicted and measured peak (bytes), start/end seconds, waited."""
+
+    name: str
+    predicted_bytes: int
+    measured_bytes: int = 0
+    start_s: float = 0.0
+    end_s: float = 0.0
+    waited_for_memory: bool = False
+
+
+@dataclass
+class MemoryPlan:
+    """The budget, the room for children, the weights it was predicted from, and one row per conversion."""
+
+    budget: Budget
+    parent_rss_bytes: int
+    weight_bytes: int
+    workers: int
+    rows: list[PlannedRow] = field(default_factory=list)
+
+    @property
+    def room_bytes(self) -> int:
+        """Bytes the converter children may use together (0: unlimited)."""
+        return max(1, self.budget.bytes - self.parent_rss_bytes) if self.budget.bytes else 0
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready record (`convert_memory.json`)."""
+        peak_together = _largest_overlap(self.rows)
+        return {"budget_bytes": self.budget.bytes, "budget_source": self.budget.source,
+                "parent_rss_bytes": self.parent_rss_bytes, "room_bytes": self.room_bytes,
+                "weight_bytes": self.weight_bytes, "workers": self.workers,
+                "children_peak_together_bytes": peak_together, "rows": [r.__dict__ for r in self.rows]}
+
+
+def _largest_overlap(rows: Sequence[PlannedRow]) -> int:
+    """Upper bound of the children's peak together: the largest sum of measured peaks of overlapping runs."""
+    best = 0
+    for row in rows:
+        best = max(best, sum(o.measured_bytes for o in rows if o.start_s <= row.start_s < o.end_s or o is row))
+    return best
+
+
+def run_within_budget(names: Sequence[str], convert: Callable[[int], Any], plan: MemoryPlan,
+                      peak_of: Callable[[Any], int]) -> list[Any]:
+    """Run `convert(i)` for every index of `names` under the plan (see the module docstring).
+
+    Args:
+        names: artifact kind names, in registration order.
+        convert: runs conversion i and returns its outcome (never raises for a failed conversion).
+        plan: the budget and weights; its rows are filled in here.
+        peak_of: the measured peak bytes of an outcome (0 when unknown).
+
+    Returns:
+        The outcomes in the order of `names`.
+    """
+    models = [PEAK_MODELS.get(name, DEFAULT_PEAK) for name in names]
+    plan.rows = [PlannedRow(name, m.predict(plan.weight_bytes)) for name, m in zip(names, models)]
+    ratios: dict[str, float] = {}
+    results: list[Any] = [None] * len(names)
+    pending, running = list(range(len(names))), set()
+    condition, started = threading.Condition(), time.monotonic()
+
+    def predicted(i: int) -> int:
+        return int(plan.rows[i].predicted_bytes * max(1.0, ratios.get(family(names[i]), 1.0)))
+
+    def fits(i: int) -> bool:
+        if not running:
+            return True
+        if len(running) >= plan.workers:
+            return False
+        return not plan.room_bytes or sum(predicted(j) for j in running) + predicted(i) <= plan.room_bytes
+
+    def work(i: int) -> None:
+        try:
+            results[i] = convert(i)
+        finally:
+            with condition:
+                row = plan.rows[i]
+                row.end_s = round(time.monotonic() - started, 2)
+                row.measured_bytes = peak_of(results[i]) if results[i] is not None else 0
+                if row.measured_bytes:
+                    kind_family = family(names[i])
+                    ratios[kind_family] = max(ratios.get(kind_family, 0.0), row.measured_bytes / row.predicted_bytes)
+                running.discard(i)
+                condition.notify_all()
+
+    with ThreadPoolExecutor(max_workers=max(1, plan.workers)) as pool:
+        futures = []
+        with condition:
+            while pending:
+                ready = next((i for i in pending if fits(i)), None)
+                if ready is None:
+                    for i in pending:
+                        if len(running) < plan.workers:
+                            plan.rows[i].waited_for_memory = True
+                    condition.wait()
+                    continue
+                pending.remove(ready)
+                running.add(ready)
+                plan.rows[ready].predicted_bytes = predicted(ready)
+                plan.rows[ready].start_s = round(time.monotonic() - started, 2)
+                futures.append(pool.submit(work, ready))
+        for future in futures:
+            future.result()
+    return results
+
+
+
+__all__ = ["DEFAULT_PEAK", "PEAK_MODELS", "Budget", "MemoryPlan", "PeakModel", "PlannedRow", "family",
+           "memory_budget", "own_rss_bytes", "run_within_budget"]

@@ -1,0 +1,92 @@
+"""`python -m tfship.pipeline.conversion.tf2onnx_lean ARGS`: tf2onnx's own command line, in bounded memory.
+
+Run only in the ONNX converter's child process (`pipeline.conversion.onnx_convert`); the arguments are
+tf2onnx's (`python -m tf2onnx.convert --help`) and its unchanged `main()` does the conversion. Three
+things differ, none of them in what is written (the `.onnx` file is byte-identical to plain tf2onnx's,
+checked on ResNet50 and in tests/pipeline/test_onnx_memory.py):
+
+1. Freezing copies the weights once. tf2onnx 1.17 freezes with `convert_variables_to_constants_v2`, which
+   builds a whole new concrete function from the frozen graph only to export it again with `as_graph_def`
+   (two more copies of every weight, then a third imported into a session). Here the frozen GraphDef is
+   taken from the same freezing step tf2onnx's own large-model path uses
+   (`convert_variables_to_constants_large_model`) and handed to tf2onnx's unchanged grappler pass
+   (`tf_optimize`, which also annotates the output shapes tf2onnx reads).
+2. The ONNX optimizer loop shares constant tensors between its rollback copies. `optimize_graph`
+   deep-copies the whole graph before each of its 12 optimizers, every iteration, so that a failing
+   optimizer can be undone; each copy held every weight again, and the discarded copies are cycles
+   (nodes point at their graph) that only a full garbage collection frees. Constants are never changed
+   in place there (`Node.set_tensor_value` and every optimizer replace the `value` attribute), so the
+   copies share them, and the previous copy is collected before the next is made.
+3. `numpy.product` (removed in NumPy 2.0, still called by tf2onnx's `--large_model` path) is provided as
+   NumPy's documented replacement `numpy.prod` when it is missing.
+
+ResNet50 (98 MB of weights): peak RSS 5.5 GB with plain tf2onnx, 2.6 GB here (0.7 GB of it is importing
+TensorFlow); docs/benchmarks.md has the figures per model size.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+
+import numpy as np
+
+if not hasattr(np, "product"):
+    np.product = np.prod  # the name NumPy < 2 had for the same function
+
+
+def _nodes(graph):
+    """Every node of a tf2onnx `Graph`, those of its subgraphs (loop and branch bodies) included."""
+    for node in graph.get_nodes():
+        yield node
+        for body in (node.get_body_graphs() or {}).values():
+            yield from _nodes(body)
+
+
+class _SharedConstantCopy:
+    """Stands in for the `copy` module inside `tf2onnx.optimizer`: `deepcopy(graph)` shares constant values."""
+
+    @staticmethod
+    def deepcopy(value, memo=None):
+        from onnx import AttributeProto
+        from tf2onnx.graph import Graph
+
+        memo = {} if memo is None else memo
+        if isinstance(value, Graph):
+            gc.collect()  # the copy the previous optimizer left behind (a reference cycle)
+            for node in _nodes(value):
+                attribute = node.attr.get("value")
+                if attribute is not None and attribute.type == AttributeProto.TENSOR:
+                    memo[id(attribute)] = attribute  # deepcopy's memo: "already copied, as itself"
+        return copy.deepcopy(value, memo)
+
+
+def _freeze_once(func, input_names, output_names, large_model=False):
+    """tf2onnx's `tf_loader.from_function`, freezing through the one-copy path (see the module docstring)."""
+    import tensorflow as tf
+    from tf2onnx import tf_loader
+
+    graph_def = tf_loader.convert_variables_to_constants_large_model(func)
+    if large_model:
+        return graph_def
+    graph_def = tf_loader.fix_freezing_errors_part2(graph_def)
+    with tf.Graph().as_default() as tf_graph, tf_loader.tf_session(graph=tf_graph) as session:
+        tf.import_graph_def(graph_def, name="")
+        input_names = tf_loader.inputs_without_resource(session, input_names)
+        return tf_loader.tf_optimize(input_names, output_names, graph_def)
+
+
+def install() -> None:
+    """Put both replacements in place inside tf2onnx (this process only)."""
+    import tf2onnx.optimizer
+    from tf2onnx import tf_loader
+
+    tf_loader.from_function = _freeze_once
+    tf2onnx.optimizer.copy = _SharedConstantCopy()
+
+
+if __name__ == "__main__":
+    from tf2onnx.convert import main
+
+    install()
+    main()

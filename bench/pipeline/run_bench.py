@@ -2,7 +2,7 @@
 
 For each size a wide MLP is built here (`bench.pipeline.models`, no downloads), then every stage runs
 alone in its own child process (`bench.pipeline.stage`) while this process samples the resident
-memory of that child and all its descendants (`bench.pipeline.memory`, converters' own child
+memory of that child and all its descendants (`bench.memory`, converters' own child
 processes included): export (+ audit and behaviour checks), the audit alone, each conversion (ONNX,
 TFLite float32 / float16 / dynamic_range / int8), the whole convert stage with its conversions side by
 side, validate, serve-check, publish. Then the published version is served by each backend: load
@@ -25,8 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench.memory import TreeSampler, rss_bytes
 from bench.pipeline import report
-from bench.pipeline.memory import TreeSampler, rss_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 STAGES = ("export", "audit", "onnx", "tflite_float32", "tflite_float16", "tflite_dynamic_range", "tflite_int8",

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.pipeline.memory import rss_bytes
+from bench.memory import rss_bytes
 from bench.serve.endpoints import child_env
 
 MODEL = "swapped"

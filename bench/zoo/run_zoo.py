@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.pipeline.memory import TreeSampler
+from bench.memory import TreeSampler
 from bench.zoo.members import MEMBERS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -59,6 +59,17 @@ def _prctl():
 _PRCTL = _prctl()
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` exists (one of another user counts as alive: it is not ours to clean up after)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def die_with_parent_command(command: Sequence[str], sig: int = signal.SIGKILL) -> list[str]:
     """The argv running `command` so that it receives `sig` when this process dies (Linux; unchanged elsewhere).
 

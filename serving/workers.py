@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from tfship.core.errors import TfshipError
-from tfship.core.processes import die_with_parent_command
+from tfship.core.processes import die_with_parent_command, pid_alive
 from tfship.serving.settings import ServerSettings
 
 log = logging.getLogger(__name__)
@@ -92,22 +92,13 @@ def remove_stale_work_folders(root: Path | None = None) -> list[Path]:
             pid = int((folder / PARENT_FILE).read_text())
         except (OSError, ValueError):
             continue
-        if _alive(pid):
+        if pid_alive(pid):
             continue
         shutil.rmtree(folder, ignore_errors=True)
         removed.append(folder)
         log.info("removed %s, left by parent %d that no longer runs", folder, pid)
     return removed
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 def _start_worker(settings_file: Path, port_file: Path) -> subprocess.Popen:

@@ -28,6 +28,7 @@ from typing import Any
 
 from tfship.core.errors import StageError
 from tfship.core.locations import BucketUrl
+from tfship.core.processes import pid_alive
 from tfship.serving.storage.filesystem import key_path, open_filesystem
 from tfship.serving.storage.mirror import MARKER
 
@@ -66,13 +67,7 @@ def _dead(name: str, newest_mtime: float | None) -> bool:
     """Whether a `.staging-<host>-<pid>-<token>` or `.claim-…` object has no live publisher."""
     parts = name.split("-")
     if len(parts) >= 4 and parts[1] == socket.gethostname() and parts[2].isdigit():
-        try:
-            os.kill(int(parts[2]), 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False
-        return False
+        return not pid_alive(int(parts[2]))
     return newest_mtime is not None and time.time() - newest_mtime > STALE_S
 
 

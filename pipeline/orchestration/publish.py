@@ -26,6 +26,7 @@ import numpy as np
 from tfship.core.errors import StageError
 from tfship.core.files import write_json_atomic
 from tfship.core.locations import BucketUrl, Location
+from tfship.core.processes import pid_alive
 from tfship.pipeline.orchestration.bucket_publish import publish_to_bucket
 
 GOLDEN_FILE = Path("assets.extra") / "tfship_golden.npz"
@@ -121,7 +122,7 @@ def remove_stale_staging(model_root: Path) -> list[Path]:
     for path in model_root.glob(".staging-*"):
         pid = path.name.split("-")[1] if path.name.count("-") >= 2 else ""
         try:
-            stale = (not _alive(int(pid))) if pid.isdigit() else \
+            stale = (not pid_alive(int(pid))) if pid.isdigit() else \
                 time.time() - path.stat().st_mtime > STALE_LEGACY_STAGING_S
         except OSError:
             continue
@@ -130,15 +131,6 @@ def remove_stale_staging(model_root: Path) -> list[Path]:
             removed.append(path)
     return removed
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: alive
-        return True
-    return True
 
 
 def publish_version(candidate_dir: Path, repository: Location, model_name: str,

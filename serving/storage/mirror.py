@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from tfship.core.locations import BucketUrl
+from tfship.core.processes import pid_alive
 from tfship.serving.storage.filesystem import key_path, open_filesystem
 
 log = logging.getLogger(__name__)
@@ -83,15 +84,6 @@ def _sha256(path: Path) -> str:
             digest.update(block)
     return digest.hexdigest()
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class BucketMirror:
@@ -210,7 +202,7 @@ class BucketMirror:
     def _remove_dead_partials(self) -> None:
         for path in self.local.glob(".partial-*"):
             parts = path.name.split("-")
-            if len(parts) >= 4 and parts[2].isdigit() and not _alive(int(parts[2])):
+            if len(parts) >= 4 and parts[2].isdigit() and not pid_alive(int(parts[2])):
                 shutil.rmtree(path, ignore_errors=True)
 
 

@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup tfjs-setup pipeline test test-fast serve query inspect clean lint
+.PHONY: setup tfjs-setup pipeline test test-heavy test-fast serve query inspect clean lint
 
 setup: $(STAMP)
 
@@ -38,7 +38,12 @@ pipeline: setup
 
 # The container tests (marker `docker`) build images and need a Docker engine: `make docker-test`.
 test: setup
-	$(PY) -m pytest -q -m "not docker" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not docker and not heavy" $(PYTEST_ARGS)
+
+# The heavy tests (marker `heavy`): training across two hosts in network namespaces (tests/pipeline/
+# test_train_hosts.py: kill, link cut, SIGTERM, resume, mismatched workers), minutes each; not in make test.
+test-heavy: setup
+	$(PY) -m pytest -q -m heavy $(PYTEST_ARGS)
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow and not docker" $(PYTEST_ARGS)

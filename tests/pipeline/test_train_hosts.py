@@ -26,7 +26,7 @@ import yaml
 from tests.pipeline.conftest import REPO_ROOT
 from tests.pipeline.train_hosts import Hosts, namespaces_available, wait_all
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # minutes each: `make test-heavy`
 _WHY_NOT = namespaces_available()
 needs_namespaces = pytest.mark.skipif(_WHY_NOT is not None, reason=f"network namespaces unavailable: {_WHY_NOT}")
 

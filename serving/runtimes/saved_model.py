@@ -15,6 +15,7 @@ TensorFlow is imported only inside `load()` and the call path.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,6 +25,8 @@ import numpy as np
 from tfship.core.contract import Signature
 from tfship.core.saved_model import SERVE_TAGS, read_signatures, serving_tags
 from tfship.serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions, input_rejected
+
+log = logging.getLogger(__name__)
 
 
 class GraphSession:
@@ -47,6 +50,7 @@ class GraphSession:
         self._session = tf.compat.v1.Session(graph=self._graph, config=config)
         with self._graph.as_default():
             tf.compat.v1.saved_model.load(self._session, tags, str(version_dir))
+            self.unrestored = _unrestored_variables(self._graph, self._session)
         self._signatures = dict(signatures)
         self._callables: dict[tuple[str, tuple[str, ...]], object] = {}
         self._lock = threading.Lock()
@@ -95,6 +99,47 @@ class GraphSession:
         self._session.close()
 
 
+def _unrestored_variables(graph, session) -> list[str]:
+    """Shared names of the graph's resource variables the MetaGraph's restore left uninitialized.
+
+    Some TF2 SavedModels (a `tf.Module` holding a Keras 3 model under its own variable names) restore their
+    checkpoint into other handles than the ones the serving functions read; in a Session those reads fail on
+    every call ("Could not find variable ..."), so such a model is served by TensorFlow's object loader instead.
+    """
+    import tensorflow as tf
+
+    handles = [op for op in graph.get_operations() if op.type == "VarHandleOp"]
+    if not handles:
+        return []
+    flags = session.run([tf.raw_ops.VarIsInitializedOp(resource=op.outputs[0]) for op in handles])
+    return [op.get_attr("shared_name").decode() for op, ok in zip(handles, flags) if not ok]
+
+
+class ObjectSession:
+    """A SavedModel loaded with `tf.saved_model.load` (TensorFlow's object loader), each signature called as its
+    concrete function: for the TF2 exports whose variables a graph Session cannot restore (`_unrestored_variables`).
+    A shape or dtype the function's input signature refuses raises `ModelInputError` (INVALID_ARGUMENT).
+    """
+
+    def __init__(self, version_dir: Path, tags: list[str]) -> None:
+        import tensorflow as tf
+
+        self._loaded = tf.saved_model.load(str(version_dir), tags=tags)
+
+    def run(self, signature_name: str, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        import tensorflow as tf
+
+        function = self._loaded.signatures[signature_name]
+        try:
+            outputs = function(**{alias: tf.constant(value) for alias, value in inputs.items()})
+        except (TypeError, ValueError) as err:  # what the function's input signature refuses
+            raise input_rejected("TensorFlow", inputs, err) from err
+        return {alias: value.numpy() for alias, value in outputs.items()}
+
+    def close(self) -> None:
+        self._loaded = None
+
+
 class SavedModelRuntime(Runtime):
     """Serves `saved_model.pb` + `variables/` with TensorFlow (imported only in `load()`).
 
@@ -108,7 +153,7 @@ class SavedModelRuntime(Runtime):
 
     def __init__(self, version_dir: Path, options: RuntimeOptions | None = None) -> None:
         super().__init__(version_dir, options)
-        self._session: GraphSession | None = None
+        self._session: GraphSession | ObjectSession | None = None
         self._signatures: dict[str, Signature] = {}
 
     @classmethod
@@ -122,8 +167,13 @@ class SavedModelRuntime(Runtime):
             apply_gpu_memory_fraction(self.options.gpu_memory_fraction)  # before TensorFlow sets up a GPU
             tags = self.options.saved_model_tags or SERVE_TAGS  # TF Serving's --saved_model_tags
             self._signatures = read_signatures(self.version_dir, tags, include_internal=True)
-            self._session = GraphSession(self.version_dir, serving_tags(self.version_dir, tags), self._signatures,
-                                         self.options)
+            tag_set = serving_tags(self.version_dir, tags)
+            self._session = GraphSession(self.version_dir, tag_set, self._signatures, self.options)
+            if self._session.unrestored:  # the Session cannot read its variables: TensorFlow's object loader
+                log.info("%s: %d variables not restored in a Session (%s, ...); served with tf.saved_model.load",
+                         self.version_dir, len(self._session.unrestored), self._session.unrestored[0])
+                self._session.close()
+                self._session = ObjectSession(self.version_dir, tag_set)
         except Exception as err:
             raise RuntimeLoadError(f"cannot load SavedModel {self.version_dir}: {err}") from err
         self.ready = True

@@ -160,13 +160,20 @@ class DataPlane:
             bad inputs, unknown output_filter alias, batch above the limit.  ResourceExhaustedError:
             too many concurrent requests.  DeadlineExceededError: the deadline passed.
         """
+        return await self._on_held_version(request.model, "predict",
+                                           lambda served: self._predict(request, served.version, served.runtime))
+
+    async def _on_held_version(self, model: ModelRef, api: str, work):
+        """Await `work(served)` on a held version of `model` (released after), recording the request's count and
+        latency under `api` with its status (OK, the error's gRPC code, or INTERNAL).
+        """
         started = time.perf_counter()
         status, version = "OK", ""
         try:
-            served = self.manager.hold(request.model)
+            served = self.manager.hold(model)
             try:
                 version = str(served.version)
-                return await self._predict(request, served.version, served.runtime)
+                return await work(served)
             finally:
                 self.manager.release(served)
         except TfshipError as err:
@@ -176,8 +183,8 @@ class DataPlane:
             status = "INTERNAL"
             raise
         finally:  # unknown names share one label value: clients cannot grow the metrics without bound
-            name = request.model.name if self.manager.is_configured(request.model.name) else UNKNOWN_MODEL_LABEL
-            self._metrics.requests.record(name, version, "predict", status, time.perf_counter() - started)
+            name = model.name if self.manager.is_configured(model.name) else UNKNOWN_MODEL_LABEL
+            self._metrics.requests.record(name, version, api, status, time.perf_counter() - started)
 
     async def _predict(self, request: InferenceRequest, version: int, runtime) -> InferenceResponse:
         signatures = runtime.metadata()
@@ -300,25 +307,11 @@ class DataPlane:
             a backend that cannot parse tf.Example (ONNX, LiteRT), an unknown task method_name.
             ResourceExhaustedError, DeadlineExceededError: as `predict`.
         """
-        started = time.perf_counter()
-        status, version = "OK", ""
-        try:
-            served = self.manager.hold(request.model)
-            try:
-                version = str(served.version)
-                results = await self._infer_examples(request, served.version, served.runtime)
-                return ExamplesResponse(request.model.name, served.version, results)
-            finally:
-                self.manager.release(served)
-        except TfshipError as err:
-            status = err.grpc_code
-            raise
-        except Exception:
-            status = "INTERNAL"
-            raise
-        finally:
-            name = request.model.name if self.manager.is_configured(request.model.name) else UNKNOWN_MODEL_LABEL
-            self._metrics.requests.record(name, version, request.api, status, time.perf_counter() - started)
+        async def work(served) -> ExamplesResponse:
+            results = await self._infer_examples(request, served.version, served.runtime)
+            return ExamplesResponse(request.model.name, served.version, results)
+
+        return await self._on_held_version(request.model, request.api, work)
 
     async def _infer_examples(self, request: ExamplesRequest, version: int, runtime) -> tuple[TaskResult, ...]:
         inference.check_tasks(request.tasks)

@@ -60,7 +60,7 @@ def test_readme_example_ships_serves_and_answers_a_keras_model(tmp_path):
     done = subprocess.run([sys.executable, "-c", readme_example()], cwd=tmp_path, capture_output=True, text=True,
                           env=ENV, timeout=900, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "status: published" in done.stdout
+    assert "status: published" in done.stdout, done.stdout[-3000:]
     assert (tmp_path / "models" / "tiny" / "1" / "model.onnx").is_file()
     assert done.stdout.count("'logits': array(") == 2, done.stdout  # gRPC and REST both answered
     inputs = [p for p in (tmp_path / "runs" / ".inputs").rglob("*") if p.is_file()]

@@ -4,11 +4,16 @@ A SavedModel carries every signature (TF Serving serves them all); a TFLite file
 converter wrote (`tflite.worker.carried_signatures`: all but int8's); ONNX and TF.js files carry
 `serving_default` alone. The parity gate judges `serving_default` (`pipeline.gate.validate`); this judges
 every other signature a converted artifact carries against the SavedModel's same signature, on the same
-held-out inputs (by name), at every configured batch size, with the artifact's mode's tolerance.
+held-out inputs (by name), at every configured batch size, with the artifact's mode's tolerance plus
+`validate.noise_multiplier` times the SavedModel's own noise on that signature (its answers between the
+configured batch sizes and across a repeated call, `validate.reference_noise`), exactly as `serving_default`
+is judged: a difference the SavedModel shows against itself never fails a signature either.
 """
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +23,8 @@ from tfship.core.contract import DEFAULT_SIGNATURE, Signature
 from tfship.core.saved_model import read_signatures
 from tfship.pipeline.config import ValidateSection
 from tfship.pipeline.conversion.artifacts import Artifact, RuntimeRunner, artifact_kinds
-from tfship.pipeline.gate.compare import compare_outputs, failures
+from tfship.pipeline.gate.compare import compare_outputs
+from tfship.pipeline.gate.validate import ReferenceNoise, noise_hint, reference_noise, run_batched, tolerance_for
 
 
 def carried_signatures(artifact: Artifact) -> tuple[str, ...]:
@@ -48,43 +54,95 @@ def runner_for(artifact: Artifact, signature_name: str) -> RuntimeRunner:
     return RuntimeRunner(artifact, kind.runtime_options if kind else None, signature_name=signature_name)
 
 
-def _batched(runner: RuntimeRunner, feed: dict[str, np.ndarray], batch_size: int) -> dict[str, np.ndarray]:
-    from tfship.pipeline.gate.validate import run_batched
+@dataclass(frozen=True)
+class OtherSignatures:
+    """The other signatures' verdicts and the SavedModel's own noise on each.
 
-    return run_batched(runner, feed, batch_size)
+    verdicts: {artifact: {signature: {checked, passed, reason, max_abs_error}}}; noise: {signature: {float
+    output: `ReferenceNoise`}} (the SavedModel on that signature against itself, as `validate.reference_noise`).
+    """
+
+    verdicts: dict[str, dict[str, dict[str, Any]]]
+    noise: dict[str, dict[str, ReferenceNoise]]
+
+    def to_json(self) -> dict[str, Any]:
+        """`parity.json`'s `signatures` (verdicts) and `signature_noise` ({signature: {output: noise}})."""
+        return {"signatures": self.verdicts,
+                "signature_noise": {name: {output: asdict(value) for output, value in outputs.items()}
+                                    for name, outputs in self.noise.items()}}
+
+
+def recorded_noise(parity_json: Path, signature_name: str) -> dict[str, float]:
+    """{output: the SavedModel's own largest difference} on `signature_name`, as the validate stage recorded it
+    in `parity_json` (`OtherSignatures.to_json`); {} when not recorded.
+    """
+    parity = json.loads(Path(parity_json).read_text(encoding="utf-8")) if Path(parity_json).is_file() else {}
+    return {output: value["max_abs"] for output, value in parity.get("signature_noise", {}).get(signature_name,
+                                                                                                 {}).items()}
+
+
+def _reference_answers(reference: Artifact, name: str, feed: dict[str, np.ndarray], settings: ValidateSection
+                       ) -> tuple[dict[str, np.ndarray], dict[str, ReferenceNoise]]:
+    """The SavedModel's answers on signature `name` at the largest batch size, and its own noise there: between
+    the configured batch sizes and across a repeated call (`validate.reference_noise`).
+    """
+    runner = runner_for(reference, name)
+    try:
+        total = len(next(iter(feed.values())))
+        sizes = sorted({min(size, total) for size in settings.batch_sizes})
+        by_batch = {size: run_batched(runner, feed, size) for size in sizes}
+        largest = max(by_batch)
+        return by_batch[largest], reference_noise(by_batch, run_batched(runner, feed, largest))
+    finally:
+        runner.close()
+
+
+def _judge(artifact: Artifact, name: str, feed: dict[str, np.ndarray], expected: dict[str, np.ndarray],
+           noise: dict[str, ReferenceNoise], settings: ValidateSection) -> dict[str, Any]:
+    """One artifact's answers on signature `name` at every batch size against the SavedModel's (`expected`),
+    its mode's bound plus `validate.noise_multiplier` times the SavedModel's own noise; a miss names that noise,
+    the batch sizes and the setting to change.
+    """
+    tolerance = tolerance_for(artifact.mode, settings)
+    runner = runner_for(artifact, name)
+    problems, worst = [], 0.0
+    try:
+        for batch_size in settings.batch_sizes:
+            rows = compare_outputs(run_batched(runner, feed, batch_size), expected, tolerance,
+                                   noise={output: value.max_abs for output, value in noise.items()})
+            problems += [f"batch {batch_size}: {row.describe()}"
+                         + (f"; {noise_hint(noise.get(row.output), tolerance)}" if "outside tolerance" in row.detail
+                            else "") for row in rows if not row.passed]
+            worst = max([worst, *(r.max_abs_error for r in rows if not r.exact)])
+    finally:
+        runner.close()
+    return {"passed": not problems, "reason": "; ".join(problems[:3]), "max_abs_error": worst}
 
 
 def validate_other_signatures(reference: Artifact, candidates: list[Artifact], inputs: dict[str, np.ndarray],
-                              settings: ValidateSection) -> dict[str, dict[str, dict[str, Any]]]:
-    """{artifact: {signature: passed, reason, max_abs_error}} for every converted artifact carrying a signature
-    besides `serving_default`, judged against the SavedModel's answers on that signature.
+                              settings: ValidateSection) -> OtherSignatures:
+    """Every converted artifact carrying a signature besides `serving_default`, judged on it against the
+    SavedModel's answers, with the SavedModel's own noise on it allowed (as the parity gate allows it on
+    `serving_default`); that noise is measured for every other signature the data can feed.
 
     A signature whose inputs the data lacks is reported `checked: false` with the reason (nothing to run).
     """
-    from tfship.pipeline.gate.validate import tolerance_for
-
     signatures = read_signatures(Path(reference.path))
-    verdicts: dict[str, dict[str, dict[str, Any]]] = {}
     expected: dict[str, dict[str, np.ndarray]] = {}
+    noise: dict[str, dict[str, ReferenceNoise]] = {}
+    for name in sorted(signatures):
+        feed, _ = signature_feed(signatures[name], inputs)
+        if name != DEFAULT_SIGNATURE and feed is not None:
+            expected[name], noise[name] = _reference_answers(reference, name, feed, settings)
+    verdicts: dict[str, dict[str, dict[str, Any]]] = {}
     for artifact in candidates:
-        others = [s for s in carried_signatures(artifact) if s != DEFAULT_SIGNATURE and s in signatures]
-        for name in others:
+        for name in (s for s in carried_signatures(artifact) if s != DEFAULT_SIGNATURE and s in signatures):
             feed, why = signature_feed(signatures[name], inputs)
             row: dict[str, Any] = {"checked": feed is not None, "passed": True, "reason": why, "max_abs_error": 0.0}
             if feed is not None:
                 try:
-                    if name not in expected:
-                        expected[name] = _batched(runner_for(reference, name), feed, max(settings.batch_sizes))
-                    runner = runner_for(artifact, name)
-                    problems, worst = [], 0.0
-                    for batch_size in settings.batch_sizes:
-                        rows = compare_outputs(_batched(runner, feed, batch_size), expected[name],
-                                               tolerance_for(artifact.mode, settings))
-                        problems += [f"batch {batch_size}: {p}" for p in failures(rows)]
-                        worst = max([worst, *(r.max_abs_error for r in rows if not r.exact)])
-                    runner.close()
-                    row |= {"passed": not problems, "reason": "; ".join(problems[:3]), "max_abs_error": worst}
+                    row |= _judge(artifact, name, feed, expected[name], noise[name], settings)
                 except Exception as err:  # noqa: BLE001 - a runtime failure is this signature's verdict
                     row |= {"passed": False, "reason": f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"}
             verdicts.setdefault(artifact.name, {})[name] = row
-    return verdicts
+    return OtherSignatures(verdicts, noise)

@@ -286,13 +286,15 @@ def validate_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits
 
 def _judge_other_signatures(parity: dict, reference: Artifact, candidates: list[Artifact], inputs,
                             config: PipelineConfig) -> dict:
-    """`parity` with `signatures` ({artifact: {signature: verdict}}, `pipeline.gate.signatures`): a converted
+    """`parity` with `signatures` ({artifact: {signature: verdict}}, `pipeline.gate.signatures`) and
+    `signature_noise` (the SavedModel's own noise per other signature and output): a converted
     artifact whose other signature misses is left out (its row fails, the reason names the signature); the
     gate fails when that artifact is required.
     """
     from tfship.pipeline.gate.signatures import validate_other_signatures
 
-    verdicts = validate_other_signatures(reference, candidates, inputs, config.parity)
+    judged = validate_other_signatures(reference, candidates, inputs, config.parity)
+    verdicts = judged.verdicts
     for row in parity["artifacts"]:
         missed = [f"signature '{name}': {v['reason']}" for name, v in verdicts.get(row["artifact"], {}).items()
                   if not v["passed"]]
@@ -300,7 +302,7 @@ def _judge_other_signatures(parity: dict, reference: Artifact, candidates: list[
             row["passed"], row["reason"] = False, "; ".join(missed)
             if row["artifact"] in config.convert.required:
                 parity["passed"] = False
-    return parity | {"signatures": verdicts}
+    return parity | judged.to_json()
 
 
 def _golden(run: RunFolder, contract: Signature, splits: DatasetSplits | EvalData):
@@ -328,7 +330,7 @@ def signature_probes(run: RunFolder, artifact: Artifact, inputs: dict[str, np.nd
     on its server: a probe for each whose inputs the data holds (by name), with the artifact's own in-process
     answers; {name: why not} for the rest.
     """
-    from tfship.pipeline.gate.signatures import carried_signatures, runner_for, signature_feed
+    from tfship.pipeline.gate.signatures import carried_signatures, recorded_noise, runner_for, signature_feed
 
     probes, unchecked = [], {}
     signatures = read_signatures(run.artifacts)
@@ -341,7 +343,8 @@ def signature_probes(run: RunFolder, artifact: Artifact, inputs: dict[str, np.nd
             continue
         runner = runner_for(artifact, name)
         try:
-            probes.append(SignatureProbe(name, feed, _own_answers(artifact, feed, runner)))
+            probes.append(SignatureProbe(name, feed, _own_answers(artifact, feed, runner),
+                                         recorded_noise(run.root / "parity.json", name)))
         finally:
             runner.close()
     return tuple(probes), unchecked

@@ -1,13 +1,18 @@
 """A version's other signatures: which artifact carries which, and each carrier's answers on each one.
 
 A SavedModel carries every signature (TF Serving serves them all); a TFLite file carries the ones its
-converter wrote (`tflite.worker.carried_signatures`: all but int8's); ONNX and TF.js files carry
-`serving_default` alone. The parity gate judges `serving_default` (`pipeline.gate.validate`); this judges
+converter wrote (`tflite.worker.carried_signatures`: all but int8's); the ONNX artifact carries one file per
+signature (`model.onnx` for `serving_default`, `model.<signature>.onnx` for each other one,
+`pipeline.conversion.onnx_signatures`); a TF.js graph model carries `serving_default` alone. Every signature an
+artifact does not carry is named with the reason (`signature_carriage`). The parity gate judges
+`serving_default` (`pipeline.gate.validate`); this judges
 every other signature a converted artifact carries against the SavedModel's same signature, on the same
 held-out inputs (by name), at every configured batch size, with the artifact's mode's tolerance plus
 `validate.noise_multiplier` times the SavedModel's own noise on that signature (its answers between the
 configured batch sizes and across a repeated call, `validate.reference_noise`), exactly as `serving_default`
-is judged: a difference the SavedModel shows against itself never fails a signature either.
+is judged: a difference the SavedModel shows against itself never fails a signature either. A signature that
+misses in a file of its own (ONNX) is set aside (`SET_ASIDE`, so it is neither served nor published) and the rest
+of the artifact stays; one that misses inside a shared file (TFLite) leaves that artifact out.
 """
 
 from __future__ import annotations
@@ -22,22 +27,89 @@ import numpy as np
 from tfship.core.contract import DEFAULT_SIGNATURE, Signature
 from tfship.core.saved_model import read_signatures
 from tfship.pipeline.config import ValidateSection
-from tfship.pipeline.conversion.artifacts import Artifact, RuntimeRunner, artifact_kinds
+from tfship.pipeline.conversion.artifacts import Artifact, RuntimeRunner, SignatureCarriage, artifact_kinds
 from tfship.pipeline.gate.compare import compare_outputs
 from tfship.pipeline.gate.validate import ReferenceNoise, noise_hint, reference_noise, run_batched, tolerance_for
+from tfship.serving.runtimes.onnx import signature_files as onnx_files
+
+SET_ASIDE = ".signatures_left_out"  # in the version folder: signature files that missed (hidden: never published)
+
+
+def signature_files(artifact: Artifact) -> dict[str, str]:
+    """{signature: the file (name in the version folder) that answers it} for `artifact`: every `signature_def`
+    key of a SavedModel (`saved_model.pb`), a TFLite file's own SignatureDefs, each ONNX signature file present
+    (`serving.runtimes.onnx.signature_files`), `serving_default` alone for any other kind.
+    """
+    path = Path(artifact.path)
+    if artifact.kind == "saved_model":
+        return {name: "saved_model.pb" for name in sorted(read_signatures(path))}
+    if artifact.kind == "tflite" and path.is_file():
+        from tfship.tflite.inspect import signature_keys
+
+        return {name: path.name for name in sorted(signature_keys(path.read_bytes()))}
+    if artifact.kind == "onnx":
+        return {name: file.name for name, file in sorted(onnx_files(path.parent).items())}
+    return {DEFAULT_SIGNATURE: path.name}
+
+
+# Why an artifact of a kind carries no other signature when its converter recorded no reason (by backend).
+_ONE_SIGNATURE = {"": "a TF.js graph model holds one signature (serving_default)"}
+
+
+def signature_carriage(artifact: Artifact, signatures: list[str], conversion: dict[str, Any] | None = None,
+                       verdicts: dict[str, dict[str, Any]] | None = None) -> SignatureCarriage:
+    """Which of `signatures` (the SavedModel's) `artifact` carries, by file, and why it carries no other.
+
+    Args:
+        conversion: its `convert.json` row (`signatures_left_out`: the converter's reasons).
+        verdicts: its `parity.json` `signatures` rows ({signature: verdict}; a set-aside file's miss).
+    """
+    files = signature_files(artifact)
+    left_out = {}
+    for name in (n for n in signatures if n not in files):
+        verdict = (verdicts or {}).get(name, {})
+        recorded = (conversion or {}).get("signatures_left_out", {}).get(name)
+        if verdict.get("set_aside"):
+            left_out[name] = f"parity: {verdict['reason']}"
+        elif recorded:
+            left_out[name] = recorded
+        else:
+            left_out[name] = _ONE_SIGNATURE.get(artifact.kind, f"the {artifact.name} file does not hold it")
+    return SignatureCarriage(files, left_out)
 
 
 def carried_signatures(artifact: Artifact) -> tuple[str, ...]:
-    """The signature names `artifact` answers: a SavedModel's `signature_def` keys, a TFLite file's own
-    SignatureDefs, `serving_default` for any other kind.
-    """
-    if artifact.kind == "saved_model":
-        return tuple(sorted(read_signatures(Path(artifact.path))))
-    if artifact.kind == "tflite" and Path(artifact.path).is_file():
-        from tfship.tflite.inspect import signature_keys
+    """The signature names `artifact` answers (`signature_files`), sorted."""
+    return tuple(signature_files(artifact))
 
-        return tuple(sorted(signature_keys(Path(artifact.path).read_bytes())))
-    return (DEFAULT_SIGNATURE,)
+
+def _own_file(artifact: Artifact, name: str) -> Path | None:
+    """The file of `artifact` that holds signature `name` alone (ONNX's `model.<signature>.onnx`), else None."""
+    if artifact.kind != "onnx" or name == DEFAULT_SIGNATURE:
+        return None
+    file = signature_files(artifact).get(name)
+    return Path(artifact.path).parent / file if file else None
+
+
+def set_aside(path: Path) -> str:
+    """Move a signature file that missed (and its external data, `<file>.data`) into `SET_ASIDE` beside it;
+    returns where it went, relative to the version folder.
+    """
+    folder = path.parent / SET_ASIDE
+    folder.mkdir(exist_ok=True)
+    for part in (path, path.with_name(path.name + ".data")):
+        if part.exists():
+            part.replace(folder / part.name)
+    return f"{SET_ASIDE}/{path.name}"
+
+
+def restore_set_aside(version_dir: Path) -> None:
+    """Put back every file `set_aside` moved (the gate judges them again when it runs again)."""
+    folder = Path(version_dir) / SET_ASIDE
+    if folder.is_dir():
+        for part in folder.iterdir():
+            part.replace(Path(version_dir) / part.name)
+        folder.rmdir()
 
 
 def signature_feed(signature: Signature, inputs: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray] | None, str]:
@@ -125,9 +197,13 @@ def validate_other_signatures(reference: Artifact, candidates: list[Artifact], i
     SavedModel's answers, with the SavedModel's own noise on it allowed (as the parity gate allows it on
     `serving_default`); that noise is measured for every other signature the data can feed.
 
-    A signature whose inputs the data lacks is reported `checked: false` with the reason (nothing to run).
+    A signature whose inputs the data lacks is reported `checked: false` with the reason (nothing to run). A
+    signature file of its own that misses (ONNX) is moved out of the version (`set_aside`; the row's
+    `set_aside` says where) and leaves the rest of its artifact in; files set aside by an earlier run of this
+    gate are judged again.
     """
     signatures = read_signatures(Path(reference.path))
+    restore_set_aside(Path(reference.path))
     expected: dict[str, dict[str, np.ndarray]] = {}
     noise: dict[str, dict[str, ReferenceNoise]] = {}
     for name in sorted(signatures):
@@ -144,5 +220,8 @@ def validate_other_signatures(reference: Artifact, candidates: list[Artifact], i
                     row |= _judge(artifact, name, feed, expected[name], noise[name], settings)
                 except Exception as err:  # noqa: BLE001 - a runtime failure is this signature's verdict
                     row |= {"passed": False, "reason": f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"}
+            own = _own_file(artifact, name)
+            if own is not None and not row["passed"]:
+                row["set_aside"] = set_aside(own)  # the artifact's other files stay
             verdicts.setdefault(artifact.name, {})[name] = row
     return OtherSignatures(verdicts, noise)

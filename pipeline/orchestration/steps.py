@@ -23,6 +23,7 @@ from tfship.pipeline.conversion.artifacts import (
     SAVED_MODEL,
     Artifact,
     ConversionStatus,
+    SignatureCarriage,
     artifact_kinds,
     as_text,
     check_required,
@@ -297,7 +298,7 @@ def _judge_other_signatures(parity: dict, reference: Artifact, candidates: list[
     verdicts = judged.verdicts
     for row in parity["artifacts"]:
         missed = [f"signature '{name}': {v['reason']}" for name, v in verdicts.get(row["artifact"], {}).items()
-                  if not v["passed"]]
+                  if not v["passed"] and not v.get("set_aside")]  # a file of its own that missed is set aside
         if missed and row["passed"]:
             row["passed"], row["reason"] = False, "; ".join(missed)
             if row["artifact"] in config.convert.required:
@@ -380,15 +381,25 @@ def _with_probes(run: RunFolder, targets: list[ServeTarget], inputs) -> tuple[li
     return probed, unchecked
 
 
-def signatures_carried(run: RunFolder, outcomes: list) -> dict[str, tuple[str, ...]]:
-    """{artifact: the signatures its file answers} for every artifact of the run's version folder."""
-    from tfship.pipeline.gate.signatures import carried_signatures
+def signatures_carried(run: RunFolder, outcomes: list) -> dict[str, SignatureCarriage]:
+    """{artifact: the signatures its files answer, and why not the others} for every artifact of the run's
+    version folder (`pipeline.gate.signatures.signature_carriage`, from `convert.json` and `parity.json`).
+    """
+    from tfship.pipeline.gate.signatures import signature_carriage
 
-    kinds = artifact_kinds()
-    carried = {SAVED_MODEL: carried_signatures(Artifact(SAVED_MODEL, "saved_model", "float32", run.artifacts))}
+    def read(name: str):
+        path = run.root / name
+        return json.loads(path.read_text()) if path.is_file() else None
+
+    kinds, names = artifact_kinds(), sorted(read_signatures(run.artifacts))
+    conversions = {row["name"]: row for row in read("convert.json") or []}
+    verdicts = (read("parity.json") or {}).get("signatures", {})
+    carried = {SAVED_MODEL: signature_carriage(Artifact(SAVED_MODEL, "saved_model", "float32", run.artifacts), names)}
     for outcome in outcomes:
         if outcome.artifact in kinds:
-            carried[outcome.artifact] = carried_signatures(kinds[outcome.artifact].artifact(run.artifacts))
+            carried[outcome.artifact] = signature_carriage(kinds[outcome.artifact].artifact(run.artifacts), names,
+                                                           conversions.get(outcome.artifact),
+                                                           verdicts.get(outcome.artifact))
     return carried
 
 
@@ -428,8 +439,9 @@ def serve_check_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSpl
     result = serve_check(run.candidate_repository, config.run.model_name, 1, inputs, expected, targets,
                          config.convert.required, SERVE_BATCH_SIZES)
     run.write_json("serve_check.json", result.to_json() | {"signatures_unchecked": unchecked})
-    for name in left_out_files(_outcomes(config, run)):
-        remove_path(candidate / name)
+    for name in left_out_files(_outcomes(config, run)):  # names or glob patterns (`model.*.onnx`)
+        for path in candidate.glob(name):
+            remove_path(path)
     return raise_if_serve_check_failed(result)
 
 

@@ -1,7 +1,7 @@
-"""A SavedModel's every signature is exported, audited, converted where the format holds several, judged,
-served and listed: a `tf.Module` saved with `serving_default` and `score` publishes both in the SavedModel and
-the TFLite file (ONNX carries `serving_default`), answers gRPC Predict on both from each, and the manifest and
-report say which artifact carries which."""
+"""A SavedModel's every signature is exported, audited, converted, judged, served and listed: a `tf.Module`
+saved with `serving_default` and `score` publishes both in the SavedModel, the float32 TFLite file and ONNX
+(`model.onnx` and `model.score.onnx`), answers gRPC Predict on both from each, and the manifest and report say
+which file carries which."""
 
 from __future__ import annotations
 
@@ -57,15 +57,22 @@ def test_both_signatures_are_published_served_and_listed(published):
     manifest = json.loads((version / "manifest.json").read_text())
     assert sorted(manifest["signature_def"]) == ["score", "serving_default"]
     carriers = manifest["signatures"]
-    assert carriers["score"]["artifacts"] == ["saved_model", "tflite_float32"], carriers
+    assert carriers["score"]["artifacts"] == ["saved_model", "onnx", "tflite_float32"], carriers
+    assert carriers["score"]["files"] == {"saved_model": "saved_model.pb", "onnx": "model.score.onnx",
+                                          "tflite_float32": "model.tflite"}, carriers
     assert carriers["score"]["serve_check"] == "passed", carriers
-    assert carriers["serving_default"]["artifacts"] == ["saved_model", "onnx", "tflite_float32"], carriers
-    for artifact in ("saved_model", "tflite_float32"):
+    assert carriers["serving_default"]["artifacts"] == ["saved_model", "onnx", "tflite_float32"]
+    assert (version / "model.score.onnx").is_file()
+    for artifact in ("saved_model", "onnx", "tflite_float32"):
         assert manifest["serve_check"]["artifacts"][artifact]["signatures"]["score"]["passed"]
-    assert manifest["parity"]["signatures"]["tflite_float32"]["score"]["passed"]
-    assert "| score | saved_model, tflite_float32 | passed |" in (run / "report.md").read_text()
+    for artifact in ("onnx", "tflite_float32"):
+        assert manifest["parity"]["signatures"][artifact]["score"]["passed"]
+    assert manifest["parity"]["signature_noise"]["score"]["score"]["max_abs"] >= 0.0
+    report = (run / "report.md").read_text()
+    assert "| score | saved_model, onnx, tflite_float32 | passed | model.score.onnx, model.tflite, saved_model.pb | - |" \
+        in report, report
     batch = features[:5]
-    for backend in ("saved_model", "tflite"):
+    for backend in ("saved_model", "onnx", "tflite"):
         with ServerProcess(version.parent.parent, "two", backend, ["--rest-port", "-1", "--metrics-port", "-1"],
                            startup_timeout_s=120) as server, PredictClient(server.grpc_target) as client:
             score = client.predict("two", {"x": batch}, signature_name="score")["score"]
@@ -76,10 +83,13 @@ def test_both_signatures_are_published_served_and_listed(published):
 
 def test_int8_files_carry_serving_default_alone_and_the_carriers_say_so():
     from tfship.core.contract import Signature, TensorSpec
+    from tfship.pipeline.conversion.artifacts import SignatureCarriage
     from tfship.pipeline.orchestration.outcomes import ArtifactOutcome, signature_carriers
+    from tfship.pipeline.orchestration.reasons import first_line
     from tfship.tflite.modes import TfliteMode
     from tfship.tflite.worker import carried_signatures
 
+    int8_note = "int8 TFLite is calibrated on serving_default's inputs alone"
     spec = Signature.of("score", (TensorSpec("x", "float32", (None, 4)),), (TensorSpec("score", "float32", (None,)),))
     signatures = {"serving_default": spec, "score": spec}
     assert carried_signatures(signatures, TfliteMode.INT8) == ("serving_default",)
@@ -89,11 +99,15 @@ def test_int8_files_carry_serving_default_alone_and_the_carriers_say_so():
         "score": {"passed": False, "reason": "output 'score' differs"}}}, "onnx": {"passed": True, "reason": ""},
         "tflite_int8": {"passed": True, "reason": ""}}}
     carried = {"saved_model": ("score", "serving_default"), "onnx": ("serving_default",),
-               "tflite_int8": ("serving_default",)}
+               "tflite_int8": SignatureCarriage({"serving_default": "model_int8.tflite"},
+                                                {"score": int8_note})}
     carriers = signature_carriers(["score", "serving_default"], "serving_default", outcomes, served, carried)
     assert carriers["score"]["artifacts"] == ["saved_model"]
     assert carriers["score"]["serve_check"] == "saved_model: output 'score' differs"
+    assert carriers["score"]["left_out"] == {"tflite_int8": first_line(int8_note, 160)}
+    assert carriers["score"]["note"].startswith("not in tflite_int8: int8 TFLite is calibrated on serving_default")
     assert carriers["serving_default"] == {"artifacts": ["saved_model", "onnx", "tflite_int8"],
+                                           "files": {"tflite_int8": "model_int8.tflite"}, "left_out": {},
                                            "serve_check": "passed", "note": ""}
 
 

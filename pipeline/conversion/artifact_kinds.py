@@ -87,7 +87,8 @@ def tflite_converter(mode: str):
             tried.append(FUSED_LSTM_NOTE)
             reason = "" if done.status == ConversionStatus.PRODUCED else "; ".join(tried)
         return VariantOutcome(name, done.status, reason, str(done.path or ""), done.size_bytes,
-                              round(done.seconds, 2), done.reproduce_command, recipe, peak_memory_bytes=peak)
+                              round(done.seconds, 2), done.reproduce_command, recipe, peak_memory_bytes=peak,
+                              signatures_left_out=done.signatures_left_out)
 
     return convert
 

@@ -1,7 +1,8 @@
 """A SavedModel's every signature is exported, audited, converted, judged, served and listed: a `tf.Module`
 saved with `serving_default` and `score` publishes both in the SavedModel, the float32 TFLite file and ONNX
 (`model.onnx` and `model.score.onnx`), answers gRPC Predict on both from each, and the manifest and report say
-which file carries which."""
+which file carries which; the int8 TFLite file carries `serving_default` alone and its conversion says why,
+which the manifest and report then name."""
 
 from __future__ import annotations
 
@@ -87,9 +88,8 @@ def test_int8_files_carry_serving_default_alone_and_the_carriers_say_so():
     from tfship.pipeline.orchestration.outcomes import ArtifactOutcome, signature_carriers
     from tfship.pipeline.orchestration.reasons import first_line
     from tfship.tflite.modes import TfliteMode
-    from tfship.tflite.worker import carried_signatures
+    from tfship.tflite.worker import INT8_SIGNATURES_NOTE, carried_signatures
 
-    int8_note = "int8 TFLite is calibrated on serving_default's inputs alone"
     spec = Signature.of("score", (TensorSpec("x", "float32", (None, 4)),), (TensorSpec("score", "float32", (None,)),))
     signatures = {"serving_default": spec, "score": spec}
     assert carried_signatures(signatures, TfliteMode.INT8) == ("serving_default",)
@@ -100,15 +100,39 @@ def test_int8_files_carry_serving_default_alone_and_the_carriers_say_so():
         "tflite_int8": {"passed": True, "reason": ""}}}
     carried = {"saved_model": ("score", "serving_default"), "onnx": ("serving_default",),
                "tflite_int8": SignatureCarriage({"serving_default": "model_int8.tflite"},
-                                                {"score": int8_note})}
+                                                {"score": INT8_SIGNATURES_NOTE})}
     carriers = signature_carriers(["score", "serving_default"], "serving_default", outcomes, served, carried)
     assert carriers["score"]["artifacts"] == ["saved_model"]
     assert carriers["score"]["serve_check"] == "saved_model: output 'score' differs"
-    assert carriers["score"]["left_out"] == {"tflite_int8": first_line(int8_note, 160)}
+    assert carriers["score"]["left_out"] == {"tflite_int8": first_line(INT8_SIGNATURES_NOTE, 160)}
     assert carriers["score"]["note"].startswith("not in tflite_int8: int8 TFLite is calibrated on serving_default")
     assert carriers["serving_default"] == {"artifacts": ["saved_model", "onnx", "tflite_int8"],
                                            "files": {"tflite_int8": "model_int8.tflite"}, "left_out": {},
                                            "serve_check": "passed", "note": ""}
+
+
+@pytest.mark.slow
+def test_the_int8_conversion_names_each_signature_its_file_does_not_carry(tmp_path):
+    from tfship.core.saved_model import read_signatures
+    from tfship.pipeline.config import ConvertSection
+    from tfship.pipeline.conversion.artifact_kinds import tflite_converter
+    from tfship.pipeline.conversion.artifacts import Artifact, ConversionJob, ConversionStatus
+    from tfship.pipeline.gate.signatures import signature_carriage
+    from tfship.tflite.worker import INT8_SIGNATURES_NOTE
+
+    module = TwoSignatures()
+    tf.saved_model.save(module, str(tmp_path / "1"), signatures={"serving_default": module.classify,
+                                                                 "score": module.score})
+    features = np.random.default_rng(7).standard_normal((40, 4)).astype(np.float32)
+    job = ConversionJob(tmp_path / "1", read_signatures(tmp_path / "1")["serving_default"], ConvertSection(),
+                        {"x": features}, {"x": features[:8]})
+    outcome = tflite_converter("int8")(job)
+    assert outcome.status == ConversionStatus.PRODUCED, outcome.reason
+    assert outcome.signatures_left_out == {"score": INT8_SIGNATURES_NOTE}
+    carriage = signature_carriage(Artifact("tflite_int8", "tflite", "int8", tmp_path / "1" / "model_int8.tflite"),
+                                  ["score", "serving_default"], outcome.__dict__)
+    assert carriage.files == {"serving_default": "model_int8.tflite"}
+    assert carriage.left_out == {"score": INT8_SIGNATURES_NOTE}
 
 
 @pytest.mark.slow

@@ -230,7 +230,8 @@ def _wire_form(value: np.ndarray) -> np.ndarray:
 
 class RuntimeRunner:
     """A loaded serving runtime as a runner: {input name: [N, ...]} -> {output name: [N, ...]}, through the
-    signature `signature_name` (a SavedModel's other signatures; other backends serve `serving_default`).
+    signature `signature_name` (any signature the backend serves: a SavedModel's, a TFLite file's, an ONNX
+    signature file's `model.<signature>.onnx`).
 
     Raises (on construction): `serving.runtimes.RuntimeLoadError` when the backend cannot load the file.
     """

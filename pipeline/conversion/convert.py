@@ -55,8 +55,9 @@ def remove_stale_artifacts(version_dir: Path) -> None:
     so nothing from an earlier conversion can pass for this one's.
     """
     for kind in artifact_kinds().values():
-        for name in kind.files:
-            remove_path(version_dir / name)
+        for name in kind.files:  # names or glob patterns (`model.*.onnx`)
+            for path in version_dir.glob(name):
+                remove_path(path)
     for leftover in version_dir.glob(".*"):  # a killed conversion's temp files and folders (TF.js)
         remove_path(leftover)
 

@@ -32,13 +32,16 @@ from tfship.pipeline.gate.compare import Tolerance, compare_outputs, failures
 
 @dataclass(frozen=True)
 class SignatureProbe:
-    """Another signature of the served artifact to ask: its name, the inputs ({name: [N, ...]}) and the answers
-    expected on them (the artifact's own, in process, request by request at the check's batch sizes).
+    """Another signature of the served artifact to ask: its name, the inputs ({name: [N, ...]}), the answers
+    expected on them (the artifact's own, in process, request by request at the check's batch sizes) and the
+    SavedModel's own largest difference per float output on that signature (allowed on top, as on
+    `serving_default`; `pipeline.gate.signatures.recorded_noise`).
     """
 
     name: str
     inputs: dict[str, np.ndarray]
     expected: dict[str, np.ndarray]
+    noise: dict[str, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -134,7 +137,7 @@ def _probe(client, model_name: str, version: int, probe: SignatureProbe, toleran
             answers.append(client.predict(model_name, batch, signature_name=probe.name, version=version))
         got = {name: np.concatenate([np.asarray(a[name]) for a in answers]) for name in answers[0]}
         problems = failures(compare_outputs(got, {k: np.asarray(v)[:offset] for k, v in probe.expected.items()},
-                                            tolerance))
+                                            tolerance, noise=probe.noise))
     except Exception as err:  # noqa: BLE001 - an RPC failure is this signature's verdict, with its cause
         problems = [f"{type(err).__name__}: {err}"]
     return {"passed": not problems, "reason": "; ".join(problems), "requests": len(answers)}

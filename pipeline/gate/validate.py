@@ -202,7 +202,7 @@ def reference_noise(by_batch: dict[int, dict[str, np.ndarray]],
     return noise
 
 
-def _noise_hint(noise: ReferenceNoise | None, tolerance: Tolerance) -> str:
+def noise_hint(noise: ReferenceNoise | None, tolerance: Tolerance) -> str:
     """What to change when a float output misses its bound: the reference's own noise and the setting."""
     current = tolerance.atol
     measured = noise is not None and noise.max_abs > 0
@@ -336,7 +336,7 @@ def check_artifact(artifact: Artifact, runner: Runner, inputs: dict[str, np.ndar
                 np.isfinite(np.asarray(outputs[task.prediction], dtype=np.float64)))):
             continue  # already a failure of that output; the metric would be meaningless
         _score(task, outputs, reference, score_name, reference_metric, worst)
-    reasons = [row.describe() + (f"; {_noise_hint(noise.get(row.output), tolerance)}"
+    reasons = [row.describe() + (f"; {noise_hint(noise.get(row.output), tolerance)}"
                                  if "outside tolerance" in row.detail else "")
                for row in rows.values() if not row.passed]
     limit = _max_loss(artifact, task, settings)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tfship.core.errors import CLI_EXIT_CODE
-from tfship.pipeline.conversion.artifacts import SAVED_MODEL, ConversionStatus, artifact_kinds
+from tfship.pipeline.conversion.artifacts import SAVED_MODEL, ConversionStatus, SignatureCarriage, artifact_kinds
 from tfship.pipeline.orchestration.reasons import first_line, write_reason_files
 
 PARTIAL_EXIT_CODE = 3
@@ -140,8 +140,8 @@ def status_line(outcomes: list[ArtifactOutcome]) -> str:
     return f"status: partial ({len(left)} of {len(outcomes)} artifacts left out: {', '.join(left)})"
 
 
-SINGLE_SIGNATURE_NOTE = ("ONNX and TF.js files carry serving_default alone; a TFLite file carries the signatures "
-                         "its converter wrote (int8: serving_default alone, calibrated on its inputs)")
+# Each artifact's reason for not carrying a signature, in `signatures[...]["note"]`, is cut to this many characters.
+NOTE_REASON_LIMIT = 160
 
 
 def _verdict(artifacts: list[str], verdicts: dict[str, str]) -> str:
@@ -152,13 +152,15 @@ def _verdict(artifacts: list[str], verdicts: dict[str, str]) -> str:
 
 def signature_carriers(signatures: list[str], default: str, outcomes: list[ArtifactOutcome],
                        serve_check: dict[str, Any] | None = None,
-                       carried: dict[str, tuple[str, ...]] | None = None) -> dict[str, dict[str, Any]]:
-    """{signature name: published artifacts that carry it, its serve-check verdict, a note}.
+                       carried: dict[str, tuple[str, ...] | SignatureCarriage] | None = None
+                       ) -> dict[str, dict[str, Any]]:
+    """{signature name: published artifacts that carry it, the file of each, its serve-check verdict, the
+    published artifacts that do not carry it with why (`left_out`, one line each), and a note saying so}.
 
-    `carried`: {artifact: signature names its file answers} (default: the SavedModel carries every one, the
-    converted artifacts `default` alone). The verdict comes from `serve_check.json`: `passed` when every
-    served carrier answered it correctly, else each carrier's reason (a failure, or why it was not asked:
-    `signatures_unchecked`).
+    `carried`: {artifact: signature names its files answer, or its `SignatureCarriage` (files and reasons)}
+    (default: the SavedModel carries every one, the converted artifacts `default` alone). The verdict comes
+    from `serve_check.json`: `passed` when every served carrier answered it correctly, else each carrier's
+    reason (a failure, or why it was not asked: `signatures_unchecked`).
     """
     published = [o.artifact for o in outcomes if o.status == PUBLISHED]
     carried = carried or {SAVED_MODEL: tuple(signatures)}
@@ -179,6 +181,11 @@ def signature_carriers(signatures: list[str], default: str, outcomes: list[Artif
                     verdicts[artifact] = "passed" if row["passed"] else row["reason"]
                 elif reason or artifact in served:
                     verdicts[artifact] = reason or "not asked"
-        carriers[name] = {"artifacts": artifacts, "serve_check": _verdict(artifacts, verdicts),
-                          "note": "" if name == default else SINGLE_SIGNATURE_NOTE}
+        described = {a: c for a, c in carried.items() if isinstance(c, SignatureCarriage)}
+        files = {a: described[a].files[name] for a in artifacts if a in described and name in described[a].files}
+        left_out = {a: first_line(described[a].left_out[name], NOTE_REASON_LIMIT) for a in published
+                    if a not in artifacts and a in described and name in described[a].left_out}
+        carriers[name] = {"artifacts": artifacts, "files": files, "serve_check": _verdict(artifacts, verdicts),
+                          "left_out": left_out,
+                          "note": "; ".join(f"not in {a}: {why}" for a, why in left_out.items())}
     return carriers

@@ -23,6 +23,7 @@ from tfship.pipeline.conversion.artifacts import (
     SAVED_MODEL,
     Artifact,
     ConversionStatus,
+    SignatureCarriage,
     artifact_kinds,
     as_text,
     check_required,
@@ -286,21 +287,23 @@ def validate_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits
 
 def _judge_other_signatures(parity: dict, reference: Artifact, candidates: list[Artifact], inputs,
                             config: PipelineConfig) -> dict:
-    """`parity` with `signatures` ({artifact: {signature: verdict}}, `pipeline.gate.signatures`): a converted
+    """`parity` with `signatures` ({artifact: {signature: verdict}}, `pipeline.gate.signatures`) and
+    `signature_noise` (the SavedModel's own noise per other signature and output): a converted
     artifact whose other signature misses is left out (its row fails, the reason names the signature); the
     gate fails when that artifact is required.
     """
     from tfship.pipeline.gate.signatures import validate_other_signatures
 
-    verdicts = validate_other_signatures(reference, candidates, inputs, config.parity)
+    judged = validate_other_signatures(reference, candidates, inputs, config.parity)
+    verdicts = judged.verdicts
     for row in parity["artifacts"]:
         missed = [f"signature '{name}': {v['reason']}" for name, v in verdicts.get(row["artifact"], {}).items()
-                  if not v["passed"]]
+                  if not v["passed"] and not v.get("set_aside")]  # a file of its own that missed is set aside
         if missed and row["passed"]:
             row["passed"], row["reason"] = False, "; ".join(missed)
             if row["artifact"] in config.convert.required:
                 parity["passed"] = False
-    return parity | {"signatures": verdicts}
+    return parity | judged.to_json()
 
 
 def _golden(run: RunFolder, contract: Signature, splits: DatasetSplits | EvalData):
@@ -328,7 +331,7 @@ def signature_probes(run: RunFolder, artifact: Artifact, inputs: dict[str, np.nd
     on its server: a probe for each whose inputs the data holds (by name), with the artifact's own in-process
     answers; {name: why not} for the rest.
     """
-    from tfship.pipeline.gate.signatures import carried_signatures, runner_for, signature_feed
+    from tfship.pipeline.gate.signatures import carried_signatures, recorded_noise, runner_for, signature_feed
 
     probes, unchecked = [], {}
     signatures = read_signatures(run.artifacts)
@@ -341,7 +344,8 @@ def signature_probes(run: RunFolder, artifact: Artifact, inputs: dict[str, np.nd
             continue
         runner = runner_for(artifact, name)
         try:
-            probes.append(SignatureProbe(name, feed, _own_answers(artifact, feed, runner)))
+            probes.append(SignatureProbe(name, feed, _own_answers(artifact, feed, runner),
+                                         recorded_noise(run.root / "parity.json", name)))
         finally:
             runner.close()
     return tuple(probes), unchecked
@@ -377,15 +381,25 @@ def _with_probes(run: RunFolder, targets: list[ServeTarget], inputs) -> tuple[li
     return probed, unchecked
 
 
-def signatures_carried(run: RunFolder, outcomes: list) -> dict[str, tuple[str, ...]]:
-    """{artifact: the signatures its file answers} for every artifact of the run's version folder."""
-    from tfship.pipeline.gate.signatures import carried_signatures
+def signatures_carried(run: RunFolder, outcomes: list) -> dict[str, SignatureCarriage]:
+    """{artifact: the signatures its files answer, and why not the others} for every artifact of the run's
+    version folder (`pipeline.gate.signatures.signature_carriage`, from `convert.json` and `parity.json`).
+    """
+    from tfship.pipeline.gate.signatures import signature_carriage
 
-    kinds = artifact_kinds()
-    carried = {SAVED_MODEL: carried_signatures(Artifact(SAVED_MODEL, "saved_model", "float32", run.artifacts))}
+    def read(name: str):
+        path = run.root / name
+        return json.loads(path.read_text()) if path.is_file() else None
+
+    kinds, names = artifact_kinds(), sorted(read_signatures(run.artifacts))
+    conversions = {row["name"]: row for row in read("convert.json") or []}
+    verdicts = (read("parity.json") or {}).get("signatures", {})
+    carried = {SAVED_MODEL: signature_carriage(Artifact(SAVED_MODEL, "saved_model", "float32", run.artifacts), names)}
     for outcome in outcomes:
         if outcome.artifact in kinds:
-            carried[outcome.artifact] = carried_signatures(kinds[outcome.artifact].artifact(run.artifacts))
+            carried[outcome.artifact] = signature_carriage(kinds[outcome.artifact].artifact(run.artifacts), names,
+                                                           conversions.get(outcome.artifact),
+                                                           verdicts.get(outcome.artifact))
     return carried
 
 
@@ -425,8 +439,9 @@ def serve_check_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSpl
     result = serve_check(run.candidate_repository, config.run.model_name, 1, inputs, expected, targets,
                          config.convert.required, SERVE_BATCH_SIZES)
     run.write_json("serve_check.json", result.to_json() | {"signatures_unchecked": unchecked})
-    for name in left_out_files(_outcomes(config, run)):
-        remove_path(candidate / name)
+    for name in left_out_files(_outcomes(config, run)):  # names or glob patterns (`model.*.onnx`)
+        for path in candidate.glob(name):
+            remove_path(path)
     return raise_if_serve_check_failed(result)
 
 

@@ -155,10 +155,6 @@ def stored_run_config(run: RunFolder) -> dict[str, Any]:
     return stored if isinstance(stored, dict) else {}
 
 
-def _stored(run: RunFolder, record: RecordFile):
-    return record.load(run)
-
-
 def _passed(run: RunFolder, record: RecordFile) -> bool:
     value = record.load(run)
     return value is not None and bool(value.passed)
@@ -227,7 +223,7 @@ def _published(run: RunFolder) -> bool:
 CHAIN: tuple[Stage, ...] = (
     Stage("data", (), (), _data, _summarise_data),
     Stage("train", ("data",), ("train.json",), _train, lambda r: r.summary, "train", TRAIN,
-          lambda run: (run.root / "model.keras").is_file() and _stored(run, TRAIN) is not None, True),
+          lambda run: (run.root / "model.keras").is_file() and TRAIN.load(run) is not None, True),
     Stage("export", ("data", "train"), ("audit.json", "export.json", "data.json"), _export,
           lambda e: e.summary(), "export", EXPORT,
           complete=lambda run: (run.artifacts / "saved_model.pb").is_file() and _passed(run, EXPORT),
@@ -235,7 +231,7 @@ CHAIN: tuple[Stage, ...] = (
     Stage("convert", ("export",), ("convert.json",),
           lambda ctx: steps.convert_stage(ctx.config, ctx.run, ctx.run_data(), ctx.export),
           lambda c: {o.name: o.status for o in c.outcomes}, "convert", CONVERT,
-          complete=lambda run: _stored(run, CONVERT) is not None, rewrites_artifacts=True),
+          complete=lambda run: CONVERT.load(run) is not None, rewrites_artifacts=True),
     Stage("validate", ("convert",), ("parity.json",),
           lambda ctx: steps.validate_stage(ctx.config, ctx.run, ctx.run_data(), ctx.convert),
           lambda p: {r.artifact: round(r.metric, 4) for r in p.rows} | {"left_out": sorted(p.left_out)},

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -65,11 +65,25 @@ class ServeCheckResult:
     """Per artifact: backend, passed, reason, requests sent, max abs error against the SavedModel, seconds, and
     `signatures` ({name: passed, reason, requests}) for each other signature probed.
 
-    required: artifacts whose failure fails the stage (`convert.required`; the SavedModel always).
+    required: artifacts whose failure fails the stage (`convert.required`; the SavedModel always);
+    signatures_unchecked: {artifact: {signature: why it was not asked}}.
+
+    `to_json` is the serve-check stage's record (`serve_check.json`); `from_json` reads it back.
     """
 
     artifacts: dict[str, dict[str, Any]]
     required: tuple[str, ...] = ()
+    signatures_unchecked: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def verdict(self, artifact: str) -> tuple[bool, str] | None:
+        """(passed, reason) of `artifact`'s check, or None when it was not served."""
+        row = self.artifacts.get(artifact)
+        return None if row is None else (bool(row["passed"]), row["reason"])
+
+    def signature_verdict(self, artifact: str, signature: str) -> tuple[bool, str] | None:
+        """(passed, reason) of `signature` asked on `artifact`'s server, or None when it was not asked."""
+        row = self.artifacts.get(artifact, {}).get("signatures", {}).get(signature)
+        return None if row is None else (bool(row["passed"]), row["reason"])
 
     @property
     def passed(self) -> bool:
@@ -87,8 +101,26 @@ class ServeCheckResult:
         """Artifacts that answered correctly."""
         return [name for name, row in self.artifacts.items() if row["passed"]]
 
+    def with_unchecked(self, unchecked: dict[str, dict[str, str]]) -> ServeCheckResult:
+        """This result with the signatures that were not asked, and why."""
+        return replace(self, signatures_unchecked=unchecked)
+
     def to_json(self) -> dict[str, Any]:
-        return {"passed": self.passed, "left_out": self.left_out, "artifacts": self.artifacts}
+        return {"passed": self.passed, "left_out": self.left_out, "required": list(self.required),
+                "artifacts": self.artifacts, "signatures_unchecked": self.signatures_unchecked}
+
+    @classmethod
+    def from_json(cls, payload: dict[str, Any]) -> ServeCheckResult:
+        """Inverse of `to_json` (`serve_check.json`). A record written before `required` was recorded keeps its
+        verdict: its failed artifacts count as required when it did not pass.
+
+        Raises:
+            KeyError, TypeError: `payload` is not a serve-check record.
+        """
+        required = payload.get("required")
+        if required is None:
+            required = () if payload["passed"] else tuple(payload.get("left_out", {}))
+        return cls(dict(payload["artifacts"]), tuple(required), dict(payload.get("signatures_unchecked", {})))
 
 
 def _check_one(repository: Path, model_name: str, version: int, target: ServeTarget, inputs: dict[str, np.ndarray],

@@ -85,6 +85,7 @@ def test_both_signatures_are_published_served_and_listed(published):
 def test_int8_files_carry_serving_default_alone_and_the_carriers_say_so():
     from tfship.core.contract import Signature, TensorSpec
     from tfship.pipeline.conversion.artifacts import SignatureCarriage
+    from tfship.pipeline.gate.serve_check import ServeCheckResult
     from tfship.pipeline.orchestration.outcomes import ArtifactOutcome, signature_carriers
     from tfship.pipeline.orchestration.reasons import first_line
     from tfship.tflite.modes import TfliteMode
@@ -95,9 +96,9 @@ def test_int8_files_carry_serving_default_alone_and_the_carriers_say_so():
     assert carried_signatures(signatures, TfliteMode.INT8) == ("serving_default",)
     assert carried_signatures(signatures, TfliteMode.FLOAT16) == ("serving_default", "score")
     outcomes = [ArtifactOutcome(a, "published", "", "", "", False) for a in ("saved_model", "onnx", "tflite_int8")]
-    served = {"artifacts": {"saved_model": {"passed": True, "reason": "", "signatures": {
+    served = ServeCheckResult({"saved_model": {"passed": True, "reason": "", "signatures": {
         "score": {"passed": False, "reason": "output 'score' differs"}}}, "onnx": {"passed": True, "reason": ""},
-        "tflite_int8": {"passed": True, "reason": ""}}}
+        "tflite_int8": {"passed": True, "reason": ""}})
     carried = {"saved_model": ("score", "serving_default"), "onnx": ("serving_default",),
                "tflite_int8": SignatureCarriage({"serving_default": "model_int8.tflite"},
                                                 {"score": INT8_SIGNATURES_NOTE})}

@@ -309,7 +309,7 @@ def run_smoke(model: str, signature: Signature, representative: str | None,
     `table_files`: asset files lookup tables are initialised from (named in the reason when LiteRT
     fails on an uninitialised `HASHTABLE`).
     """
-    from tfship.tflite.runner import LiteRtRunner
+    from tfship.serving.runtimes.litert import LiteRtModel
 
     histogram = op_histogram(Path(model).read_bytes())
     if "READ_VARIABLE" in histogram and "CALL_ONCE" not in histogram:
@@ -317,12 +317,13 @@ def run_smoke(model: str, signature: Signature, representative: str | None,
             "the model reads resource variables that nothing initializes (READ_VARIABLE without a CALL_ONCE "
             "initializer): the converter did not freeze the SavedModel's variables")}
     try:
-        runner = LiteRtRunner(model, signature_key=signature_key)
-        problems = _contract_problems(runner.contract(), signature)
+        litert = LiteRtModel(model)
+        contract = litert.contract(signature_key)
+        problems = _contract_problems(contract, signature)
         if problems:
             return {"status": "refused", "reason": "contract differs: " + "; ".join(problems)}
-        feed = _smoke_inputs(runner.contract(), _representative(representative))
-        outputs = runner.run(feed)
+        feed = _smoke_inputs(contract, _representative(representative))
+        outputs = litert.run(feed, signature_key)
     except (TfshipError, ValueError, RuntimeError) as err:
         return {"status": "refused", "reason": _litert_reason(err, list(table_files))}
     sized = [len(value) for value in feed.values() if np.ndim(value) > 0]

@@ -18,6 +18,7 @@ import numpy as np
 
 from tfship.core.contract import Signature
 from tfship.core.errors import ConversionError
+from tfship.core.statuses import ConversionStatus
 from tfship.pipeline.config import ConvertSection
 from tfship.pipeline.conversion.artifact_kinds import tflite_filename
 from tfship.pipeline.conversion.artifacts import Artifact, ConversionJob, VariantOutcome, artifact_kinds, enabled_kinds
@@ -95,7 +96,8 @@ def convert_artifacts(version_dir: Path, contract: Signature, settings: ConvertS
     outcomes = run_within_budget([kind.name for kind in kinds], lambda i: kinds[i].convert(job), plan,
                                  lambda outcome: outcome.peak_memory_bytes)
     outcomes = [replace(o, predicted_peak_bytes=row.predicted_bytes) for o, row in zip(outcomes, plan.rows)]
-    artifacts = [kind.artifact(version_dir) for kind, outcome in zip(kinds, outcomes) if outcome.status == "produced"]
+    artifacts = [kind.artifact(version_dir) for kind, outcome in zip(kinds, outcomes)
+                 if outcome.status == ConversionStatus.PRODUCED]
     return ConvertResult(tuple(artifacts), tuple(outcomes), plan.to_json())
 
 
@@ -105,7 +107,7 @@ def raise_if_required_missing(result: ConvertResult, required: tuple[str, ...]) 
     Raises:
         ConversionError: naming each required kind that was not produced, its status and reason.
     """
-    missing = [o for o in result.outcomes if o.status != "produced" and o.name in required]
+    missing = [o for o in result.outcomes if o.status != ConversionStatus.PRODUCED and o.name in required]
     if missing:
         reasons = "; ".join(f"{o.name}: {o.status}: {o.reason}" for o in missing)
         raise ConversionError(f"convert: required artifacts not produced (convert.required): {reasons}")

@@ -134,6 +134,7 @@ class LiteRtModel:
     """
 
     def __init__(self, path: Path | str, num_threads: int | None = None) -> None:
+        # deferred: the serving registry imports this module on installs without LiteRT (`can_serve` says no)
         from ai_edge_litert.interpreter import Interpreter
 
         self.path = Path(path)

@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +54,8 @@ class TfliteConversionResult:
         reproduce_command: shell command line of the conversion step writing `output_path` and printing its
             JSON report; `<output_path>.reproduce.sh` runs it plus the LiteRT check.
         peak_rss_bytes: the largest peak resident memory of its child processes, bytes (0: none ran).
+        signatures_left_out: {signature of the SavedModel: why the file does not carry it} (the worker's
+            `signatures_left_out`: int8's others, or the ones the converter refused beside `serving_default`).
     """
 
     mode: TfliteMode
@@ -65,6 +67,7 @@ class TfliteConversionResult:
     flex_ops: tuple[str, ...]
     reproduce_command: str
     peak_rss_bytes: int = 0
+    signatures_left_out: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready values (for the run folder)."""
@@ -233,6 +236,7 @@ def convert_tflite(saved_model_dir: Path, output_path: Path, options: TfliteOpti
                           if flex else "")
                 return result(ConversionStatus.REFUSED, prefix + smoke.report["reason"], flex)
             os.replace(tmp_model, output_path)
-            return result(ConversionStatus.PRODUCED, "", flex, output_path)
+            return replace(result(ConversionStatus.PRODUCED, "", flex, output_path),
+                           signatures_left_out=dict(step.report.get("signatures_left_out") or {}))
         finally:
             tmp_model.unlink(missing_ok=True)

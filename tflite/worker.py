@@ -148,6 +148,10 @@ def _float16_activations(tf, saved_model_dir: str, samples: dict[str, np.ndarray
             f"(run through the float32 graph): {listed}")
 
 
+INT8_SIGNATURES_NOTE = ("int8 TFLite is calibrated on serving_default's inputs alone, so its file carries "
+                        "serving_default only; the float32, float16 and dynamic-range files carry every signature")
+
+
 def carried_signatures(signatures: dict[str, Signature], mode: TfliteMode) -> tuple[str, ...]:
     """The signatures one file carries: `serving_default` first, then the SavedModel's others (TFLite holds
     several), except int8, calibrated on `serving_default`'s inputs alone.
@@ -209,14 +213,17 @@ def run_convert(saved_model_dir: str, output: str, options: TfliteOptions,
         problem = _check_representative(signature, samples)
         if problem:
             return {**report, "status": ConversionStatus.REFUSED, "reason": problem}
-    model, report["signatures_left_out"] = _convert_every_signature(tf, saved_model_dir, options, samples, keys)
+    uncarried = {k: INT8_SIGNATURES_NOTE for k in sorted(signatures) if k not in keys}
+    model, refused = _convert_every_signature(tf, saved_model_dir, options, samples, keys)
+    report["signatures_left_out"] = uncarried | refused
     if model is not None and SIGNATURE_KEY in signature_keys(model):
         Path(output).write_bytes(model)
         written = [k for k in keys if k in signature_keys(model)]
         return {**report, "status": ConversionStatus.PRODUCED, "reason": "", "signatures": written,
                 "other_signatures": {k: signatures[k].to_json() for k in written if k != SIGNATURE_KEY},
-                "signatures_left_out": {k: "the TFLite converter did not write it (it keeps one of several "
-                                           "signatures that run the same function)" for k in keys if k not in written},
+                "signatures_left_out": uncarried | {
+                    k: "the TFLite converter did not write it (it keeps one of several signatures that run the same "
+                       "function)" for k in keys if k not in written},
                 "flex_ops": list(flex_ops(op_histogram(model)))}
     try:
         model = _build_converter(tf, saved_model_dir, options, samples, flex=False).convert()

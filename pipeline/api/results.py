@@ -8,11 +8,13 @@ shows a finished or failed run later exactly as `tfship.ship` returned it.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tfship.pipeline.api.tables import Table, render_html, render_markdown, render_rich
+from tfship.pipeline.orchestration.outcomes import ArtifactOutcome, OutcomeStatus
 from tfship.pipeline.orchestration.stages import RunFolder, StageRecord, StageStatus
 
 SAVED_MODEL = "saved_model"
@@ -80,17 +82,23 @@ class ShipResult:
         raise KeyError(f"no artifact {name!r} in {self.run}; artifacts: {[a.name for a in self.artifacts]}")
 
     @classmethod
-    def from_summary(cls, model_name: str, run: RunFolder, summary: dict[str, Any],
-                     records: list[StageRecord]) -> ShipResult:
-        """Build from a run's summary (`pipeline.orchestration.run.run_summary`) and its stage records."""
+    def from_summary(cls, model_name: str, run: RunFolder, summary: dict[str, Any], records: list[StageRecord],
+                     outcomes: Sequence[ArtifactOutcome] | None = None) -> ShipResult:
+        """Build from a run's summary (`pipeline.orchestration.run.run_summary`), its stage records and the
+        artifacts' outcomes (the publish stage's `PublishResult.outcomes`; None: the summary's `artifacts`, as
+        `summary.json` / `report.json` store them).
+        """
         version_dir = Path(summary["published"]) if summary.get("published") else None
+        if outcomes is None:
+            outcomes = [ArtifactOutcome.from_json(row) for row in summary.get("artifacts") or []]
         artifacts = []
-        for row in summary.get("artifacts") or []:
+        for outcome in outcomes:
             path = None
-            if version_dir is not None and row["status"] == "published":
-                path = version_dir if row["artifact"] == SAVED_MODEL or not row["file"] else version_dir / row["file"]
-            artifacts.append(ArtifactResult(row["artifact"], row["status"], row["stage"], row["reason"], path,
-                                            bool(row["required"])))
+            if version_dir is not None and outcome.status == OutcomeStatus.PUBLISHED:
+                whole = outcome.artifact == SAVED_MODEL or not outcome.file
+                path = version_dir if whole else version_dir / outcome.file
+            artifacts.append(ArtifactResult(outcome.artifact, str(outcome.status), outcome.stage, outcome.reason, path,
+                                            outcome.required))
         report = run.root / "report.md"
         return cls(model_name, summary["status"], summary.get("status_line", f"status: {summary['status']}"),
                    run.root, report if report.is_file() else None, version_dir, summary.get("version"),

@@ -77,7 +77,8 @@ def ship_configured(config: PipelineConfig, request=None, resume: str | Path | N
     else:
         result = run_pipeline(config, config.publish.repository, progress, on_stage)
     write_report(result.run, result.summary)
-    return ShipResult.from_summary(config.run.model_name, result.run, result.summary, list(result.records))
+    return ShipResult.from_summary(config.run.model_name, result.run, result.summary, list(result.records),
+                                   result.published.outcomes if result.published is not None else ())
 
 
 def model_name_from(model: str) -> str:

@@ -26,9 +26,9 @@ from tfship.pipeline.orchestration.stages import RunFolder
 def stage_fields(name: str, value: Any) -> dict[str, Any]:
     """A stage's value as JSON-ready fields (what `tfship <stage>` prints)."""
     if name == "train":
-        return value.summary()
+        return dict(value.summary)
     if name == "export":
-        return value.audit.to_json()
+        return dict(value.audit)
     if name == "publish":
         checked, published = value
         return {"serve_check": checked.served, "left_out": checked.left_out, "version": published.version,

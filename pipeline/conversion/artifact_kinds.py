@@ -30,17 +30,26 @@ def tflite_filename(mode: str) -> str:
 
 
 def convert_onnx(job: ConversionJob) -> VariantOutcome:
-    """tf2onnx's SavedModel route in a child process, checked (`pipeline.conversion.onnx_convert`)."""
+    """tf2onnx's SavedModel route in a child process, checked (`pipeline.conversion.onnx_convert`):
+    `serving_default` into `model.onnx`, then each other signature into its own `model.<signature>.onnx`
+    (`pipeline.conversion.onnx_signatures`; `signature_files`, and `signatures_left_out` with the reasons).
+    """
     from tfship.pipeline.conversion.onnx_convert import convert_to_onnx
+    from tfship.pipeline.conversion.onnx_signatures import convert_other_signatures
 
-    path = job.version_dir / "model.onnx"
+    path, settings = job.version_dir / "model.onnx", job.settings
     try:
-        done = convert_to_onnx(job.version_dir, path, job.contract, job.settings.onnx_opset, job.sample,
-                               job.settings.timeout_seconds, job.settings.onnx_simplify, job.settings.size_limit_bytes)
+        done = convert_to_onnx(job.version_dir, path, job.contract, settings.onnx_opset, job.sample,
+                               settings.timeout_seconds, settings.onnx_simplify, settings.size_limit_bytes)
     except TfshipError as err:
         return VariantOutcome("onnx", ConversionStatus.REFUSED, str(err))
-    return VariantOutcome("onnx", ConversionStatus.PRODUCED, "", str(path), done.size_bytes, round(done.seconds, 2),
-                          done.reproduce_command, peak_memory_bytes=done.peak_rss_bytes)
+    others = convert_other_signatures(job.version_dir, settings.onnx_opset, job.sample, settings.timeout_seconds,
+                                      settings.onnx_simplify, settings.size_limit_bytes)
+    size = done.size_bytes + sum((job.version_dir / name).stat().st_size for name in others.written.values())
+    return VariantOutcome("onnx", ConversionStatus.PRODUCED, "", str(path), size,
+                          round(done.seconds + others.seconds, 2), done.reproduce_command,
+                          peak_memory_bytes=max(done.peak_rss_bytes, others.peak_rss_bytes),
+                          signature_files=others.written, signatures_left_out=others.left_out)
 
 
 def tflite_converter(mode: str):
@@ -78,13 +87,15 @@ def tflite_converter(mode: str):
             tried.append(FUSED_LSTM_NOTE)
             reason = "" if done.status == ConversionStatus.PRODUCED else "; ".join(tried)
         return VariantOutcome(name, done.status, reason, str(done.path or ""), done.size_bytes,
-                              round(done.seconds, 2), done.reproduce_command, recipe, peak_memory_bytes=peak)
+                              round(done.seconds, 2), done.reproduce_command, recipe, peak_memory_bytes=peak,
+                              signatures_left_out=done.signatures_left_out)
 
     return convert
 
 
 register_artifact_kind(ArtifactKind("onnx", "onnx", "float32", "model.onnx", lambda settings: True, convert_onnx,
-                                    companions=("model.onnx.data",)))  # external weights past 2 GiB
+                                    # external weights past 2 GiB; the other signatures' files and theirs
+                                    companions=("model.onnx.data", "model.*.onnx", "model.*.onnx.data")))
 for _mode in TFLITE_MODES:
     register_artifact_kind(ArtifactKind(
         f"tflite_{_mode}", "tflite", _mode, tflite_filename(_mode),

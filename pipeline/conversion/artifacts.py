@@ -61,7 +61,9 @@ class VariantOutcome:
 
     peak_memory_bytes: the largest peak resident memory of its converter children (0: unknown or none ran);
     predicted_peak_bytes: what the convert stage's memory budget planned for it
-    (`pipeline.conversion.memory_budget`).
+    (`pipeline.conversion.memory_budget`); signature_files: {other signature: its own file} for a kind that
+    writes one file per signature (ONNX: `model.<signature>.onnx`); signatures_left_out: {signature of the
+    SavedModel: why this artifact does not carry it} (e.g. int8 TFLite, calibrated on `serving_default` alone).
     """
 
     name: str
@@ -74,6 +76,24 @@ class VariantOutcome:
     recipe: str = ""
     peak_memory_bytes: int = 0
     predicted_peak_bytes: int = 0
+    signature_files: dict[str, str] = field(default_factory=dict)
+    signatures_left_out: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SignatureCarriage:
+    """Which signatures of the SavedModel one artifact carries, and why it does not carry the others.
+
+    files: {signature: the file in the version folder that answers it} (e.g. `{"serving_default": "model.onnx",
+    "score": "model.score.onnx"}`); left_out: {signature: why this artifact does not carry it}.
+    `name in carriage` asks whether it carries signature `name`.
+    """
+
+    files: dict[str, str]
+    left_out: dict[str, str] = field(default_factory=dict)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.files
 
 
 @dataclass(frozen=True)
@@ -104,7 +124,8 @@ class ArtifactKind:
         backend: the serving runtime that runs it (`serving.runtimes.REGISTRY` name), or "" when none.
         mode: tolerance family judged by the parity gate (`float32`, `float16`, `dynamic_range`, `int8`).
         filename: the file (or folder) it writes into the version folder.
-        companions: other files that belong to it (e.g. `model.onnx.data`, ONNX external weights).
+        companions: other files that belong to it, by name or glob pattern (e.g. `model.onnx.data`, ONNX
+            external weights; `model.*.onnx`, ONNX's other signatures' files).
         enabled: whether the `[convert]` section asks for it.
         convert: converts `job.version_dir`'s SavedModel into `job.version_dir / filename`.
         runtime_options: `serving.runtimes.RuntimeOptions` fields that select this file.
@@ -201,7 +222,8 @@ def _wire_form(value: np.ndarray) -> np.ndarray:
 
 class RuntimeRunner:
     """A loaded serving runtime as a runner: {input name: [N, ...]} -> {output name: [N, ...]}, through the
-    signature `signature_name` (a SavedModel's other signatures; other backends serve `serving_default`).
+    signature `signature_name` (any signature the backend serves: a SavedModel's, a TFLite file's, an ONNX
+    signature file's `model.<signature>.onnx`).
 
     Raises (on construction): `serving.runtimes.RuntimeLoadError` when the backend cannot load the file.
     """

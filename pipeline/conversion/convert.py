@@ -18,10 +18,15 @@ import numpy as np
 
 from tfship.core.contract import Signature
 from tfship.core.errors import ConversionError
-from tfship.core.statuses import ConversionStatus
 from tfship.pipeline.config import ConvertSection
 from tfship.pipeline.conversion.artifact_kinds import tflite_filename
-from tfship.pipeline.conversion.artifacts import Artifact, ConversionJob, VariantOutcome, artifact_kinds, enabled_kinds
+from tfship.pipeline.conversion.artifacts import (
+    ConversionJob,
+    ConversionStatus,
+    VariantOutcome,
+    artifact_kinds,
+    enabled_kinds,
+)
 from tfship.pipeline.conversion.large_models import saved_model_weight_bytes
 from tfship.pipeline.conversion.memory_budget import MemoryPlan, memory_budget, own_rss_bytes, run_within_budget
 
@@ -30,17 +35,32 @@ __all__ = ["ConvertResult", "VariantOutcome", "convert_artifacts", "raise_if_req
 
 @dataclass(frozen=True)
 class ConvertResult:
-    """Artifacts produced (ready for the parity gate), every conversion's outcome, and the memory plan
-    (`MemoryPlan.to_json()`: budget, predicted and measured peak per conversion; empty when none ran).
+    """The convert stage's record: every conversion's outcome, and the memory plan (`MemoryPlan.to_json()`:
+    budget, predicted and measured peak per conversion; empty when none ran, None when not recorded).
+
+    `to_json` is `convert.json` (one row per conversion); the memory plan is `convert_memory.json`.
     """
 
-    artifacts: tuple[Artifact, ...]
     outcomes: tuple[VariantOutcome, ...] = field(default_factory=tuple)
-    memory: dict[str, Any] = field(default_factory=dict)
+    memory: dict[str, Any] | None = field(default_factory=dict)
+
+    @property
+    def produced(self) -> tuple[str, ...]:
+        """Names of the kinds whose file was produced (ready for the parity gate), in conversion order."""
+        return tuple(o.name for o in self.outcomes if o.status == ConversionStatus.PRODUCED)
 
     def to_json(self) -> list[dict[str, Any]]:
-        """Outcomes as JSON rows."""
-        return [o.__dict__ for o in self.outcomes]
+        """Outcomes as JSON rows (`convert.json`)."""
+        return [dict(o.__dict__) for o in self.outcomes]
+
+    @classmethod
+    def from_json(cls, rows: list[dict[str, Any]], memory: dict[str, Any] | None = None) -> ConvertResult:
+        """Inverse of `to_json` (and the memory plan, when recorded).
+
+        Raises:
+            TypeError, KeyError: a row is not a `VariantOutcome`.
+        """
+        return cls(tuple(VariantOutcome(**row) for row in rows), memory)
 
 
 def remove_path(path: Path) -> None:
@@ -56,8 +76,9 @@ def remove_stale_artifacts(version_dir: Path) -> None:
     so nothing from an earlier conversion can pass for this one's.
     """
     for kind in artifact_kinds().values():
-        for name in kind.files:
-            remove_path(version_dir / name)
+        for name in kind.files:  # names or glob patterns (`model.*.onnx`)
+            for path in version_dir.glob(name):
+                remove_path(path)
     for leftover in version_dir.glob(".*"):  # a killed conversion's temp files and folders (TF.js)
         remove_path(leftover)
 
@@ -96,9 +117,7 @@ def convert_artifacts(version_dir: Path, contract: Signature, settings: ConvertS
     outcomes = run_within_budget([kind.name for kind in kinds], lambda i: kinds[i].convert(job), plan,
                                  lambda outcome: outcome.peak_memory_bytes)
     outcomes = [replace(o, predicted_peak_bytes=row.predicted_bytes) for o, row in zip(outcomes, plan.rows)]
-    artifacts = [kind.artifact(version_dir) for kind, outcome in zip(kinds, outcomes)
-                 if outcome.status == ConversionStatus.PRODUCED]
-    return ConvertResult(tuple(artifacts), tuple(outcomes), plan.to_json())
+    return ConvertResult(tuple(outcomes), plan.to_json())
 
 
 def raise_if_required_missing(result: ConvertResult, required: tuple[str, ...]) -> ConvertResult:

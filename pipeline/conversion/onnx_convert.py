@@ -53,6 +53,13 @@ def onnxslim_command(source: Path, output: Path) -> list[str]:
     return [sys.executable, "-m", "onnxslim", str(source), str(output)]
 
 
+def own_names(message: str, staged: dict[Path, Path]) -> str:
+    """`message` with each temporary staging path (`.model.<hex>.onnx`) written as the file it stands for."""
+    for temporary, final in staged.items():
+        message = message.replace(str(temporary), str(final))
+    return message
+
+
 def _run(command: list[str], what: str, timeout_s: float, reproduce: str) -> int:
     """Run one converter child; returns its peak resident memory in bytes (`core.child_memory`)."""
     done = run_converter_child(command, what, max(1.0, timeout_s), env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
@@ -163,6 +170,8 @@ def convert_to_onnx(saved_model_dir: Path, output: Path, contract: Signature, op
             check_onnx_artifact(slim, contract, sample)
             os.replace(slim, staging)
         os.replace(staging, output)
+    except ConversionError as err:
+        raise ConversionError(own_names(str(err), {staging: output, slim: output})) from err
     finally:
         staging.unlink(missing_ok=True)
         slim.unlink(missing_ok=True)
@@ -196,6 +205,9 @@ def _convert_external(saved_model_dir: Path, output: Path, contract: Signature, 
         check_onnx_artifact(stage / output.name, contract, sample)
         os.replace(stage / data.name, data)
         os.replace(stage / output.name, output)
+    except ConversionError as err:
+        raise ConversionError(own_names(str(err), {stage / "tf2onnx.zip": output.with_suffix(".zip"),
+                                                   stage / output.name: output, stage: output.parent})) from err
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     return OnnxResult(output, opset, output.stat().st_size + data.stat().st_size, time.perf_counter() - started,

@@ -3,7 +3,7 @@
 Run only in the ONNX converter's child process (`pipeline.conversion.onnx_convert`); the arguments are
 tf2onnx's (`python -m tf2onnx.convert --help`) and its unchanged `main()` does the conversion. Three
 things differ, none of them in what is written (the `.onnx` file is byte-identical to plain tf2onnx's,
-checked on ResNet50 and in tests/pipeline/test_onnx_memory.py):
+checked on ResNet50 and in tests/pipeline/test_onnx_memory.py), and one op is added (4.):
 
 1. Freezing copies the weights once. tf2onnx 1.17 freezes with `convert_variables_to_constants_v2`, which
    builds a whole new concrete function from the frozen graph only to export it again with `as_graph_def`
@@ -19,6 +19,12 @@ checked on ResNet50 and in tests/pipeline/test_onnx_memory.py):
    copies share them, and the previous copy is collected before the next is made.
 3. `numpy.product` (removed in NumPy 2.0, still called by tf2onnx's `--large_model` path) is provided as
    NumPy's documented replacement `numpy.prod` when it is missing.
+4. TensorFlow's `Erfc` (the complementary error function; exact GELU, `keras.activations.gelu(approximate=False)`,
+   as in ConvNeXt, lowers to it) has no tf2onnx 1.17 handler, so such a model failed with "tf2onnx left
+   unconverted TensorFlow ops: Erfc". ONNX has no Erfc either; it is written as `1 - Erf(x)` (ONNX `Erf`,
+   opset 9 on), registered through tf2onnx's own handler decorator (`tf2onnx.handler.tf_op`). In float32 that
+   costs absolute error, never relative: erfc(x) < 6e-8 (x > 3.9) comes back as 0, so GELU's
+   `0.5 * x * erfc(-x / sqrt(2))` is off by at most |x| * 3e-8 there (tests/pipeline/test_onnx_erfc.py).
 
 ResNet50 (98 MB of weights): peak RSS 5.5 GB with plain tf2onnx, 2.6 GB here (0.7 GB of it is importing
 TensorFlow); docs/benchmarks.md has the figures per model size.
@@ -76,13 +82,38 @@ def _freeze_once(func, input_names, output_names, large_model=False):
         return tf_loader.tf_optimize(input_names, output_names, graph_def)
 
 
+def _erfc_as_one_minus_erf(ctx, node, **kwargs):
+    """tf2onnx handler (opset 9 on) for TensorFlow's `Erfc` (x: float [...] -> erfc(x), same shape and dtype):
+    the node becomes ONNX `Erf` and `1 - Erf(x)` takes its output's consumers (module docstring, 4.).
+    """
+    from tf2onnx import utils
+
+    dtype = utils.map_onnx_to_numpy_type(ctx.get_dtype(node.input[0]))
+    one = ctx.make_const(utils.make_name(f"{node.name}/one"), np.array(1, dtype=dtype))
+    node.type = "Erf"
+    complement = ctx.insert_new_node_on_output("Sub", node.output[0], name=utils.make_name(f"{node.name}/erfc"),
+                                               inputs=[one.output[0], node.output[0]])
+    ctx.copy_shape(node.output[0], complement.output[0])
+    ctx.set_dtype(complement.output[0], ctx.get_dtype(node.output[0]))
+
+
+class _Erfc:
+    """`Erfc`'s handler class as tf2onnx's decorator reads it: `version_<opset>` classmethods."""
+
+    @classmethod
+    def version_9(cls, ctx, node, **kwargs):
+        _erfc_as_one_minus_erf(ctx, node, **kwargs)
+
+
 def install() -> None:
-    """Put both replacements in place inside tf2onnx (this process only)."""
+    """Put the replacements and the `Erfc` handler in place inside tf2onnx (this process only)."""
     import tf2onnx.optimizer
     from tf2onnx import tf_loader
+    from tf2onnx.handler import tf_op
 
     tf_loader.from_function = _freeze_once
     tf2onnx.optimizer.copy = _SharedConstantCopy()
+    tf_op("Erfc")(_Erfc)  # tf2onnx's own registration; it has no Erfc handler of its own (1.17)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +32,16 @@ from tfship.pipeline.gate.compare import Tolerance, compare_outputs, failures
 
 @dataclass(frozen=True)
 class SignatureProbe:
-    """Another signature of the served artifact to ask: its name, the inputs ({name: [N, ...]}) and the answers
-    expected on them (the artifact's own, in process, request by request at the check's batch sizes).
+    """Another signature of the served artifact to ask: its name, the inputs ({name: [N, ...]}), the answers
+    expected on them (the artifact's own, in process, request by request at the check's batch sizes) and the
+    SavedModel's own largest difference per float output on that signature (allowed on top, as on
+    `serving_default`; `pipeline.gate.signatures.recorded_noise`).
     """
 
     name: str
     inputs: dict[str, np.ndarray]
     expected: dict[str, np.ndarray]
+    noise: dict[str, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -62,11 +65,25 @@ class ServeCheckResult:
     """Per artifact: backend, passed, reason, requests sent, max abs error against the SavedModel, seconds, and
     `signatures` ({name: passed, reason, requests}) for each other signature probed.
 
-    required: artifacts whose failure fails the stage (`convert.required`; the SavedModel always).
+    required: artifacts whose failure fails the stage (`convert.required`; the SavedModel always);
+    signatures_unchecked: {artifact: {signature: why it was not asked}}.
+
+    `to_json` is the serve-check stage's record (`serve_check.json`); `from_json` reads it back.
     """
 
     artifacts: dict[str, dict[str, Any]]
     required: tuple[str, ...] = ()
+    signatures_unchecked: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def verdict(self, artifact: str) -> tuple[bool, str] | None:
+        """(passed, reason) of `artifact`'s check, or None when it was not served."""
+        row = self.artifacts.get(artifact)
+        return None if row is None else (bool(row["passed"]), row["reason"])
+
+    def signature_verdict(self, artifact: str, signature: str) -> tuple[bool, str] | None:
+        """(passed, reason) of `signature` asked on `artifact`'s server, or None when it was not asked."""
+        row = self.artifacts.get(artifact, {}).get("signatures", {}).get(signature)
+        return None if row is None else (bool(row["passed"]), row["reason"])
 
     @property
     def passed(self) -> bool:
@@ -84,8 +101,26 @@ class ServeCheckResult:
         """Artifacts that answered correctly."""
         return [name for name, row in self.artifacts.items() if row["passed"]]
 
+    def with_unchecked(self, unchecked: dict[str, dict[str, str]]) -> ServeCheckResult:
+        """This result with the signatures that were not asked, and why."""
+        return replace(self, signatures_unchecked=unchecked)
+
     def to_json(self) -> dict[str, Any]:
-        return {"passed": self.passed, "left_out": self.left_out, "artifacts": self.artifacts}
+        return {"passed": self.passed, "left_out": self.left_out, "required": list(self.required),
+                "artifacts": self.artifacts, "signatures_unchecked": self.signatures_unchecked}
+
+    @classmethod
+    def from_json(cls, payload: dict[str, Any]) -> ServeCheckResult:
+        """Inverse of `to_json` (`serve_check.json`). A record written before `required` was recorded keeps its
+        verdict: its failed artifacts count as required when it did not pass.
+
+        Raises:
+            KeyError, TypeError: `payload` is not a serve-check record.
+        """
+        required = payload.get("required")
+        if required is None:
+            required = () if payload["passed"] else tuple(payload.get("left_out", {}))
+        return cls(dict(payload["artifacts"]), tuple(required), dict(payload.get("signatures_unchecked", {})))
 
 
 def _check_one(repository: Path, model_name: str, version: int, target: ServeTarget, inputs: dict[str, np.ndarray],
@@ -134,7 +169,7 @@ def _probe(client, model_name: str, version: int, probe: SignatureProbe, toleran
             answers.append(client.predict(model_name, batch, signature_name=probe.name, version=version))
         got = {name: np.concatenate([np.asarray(a[name]) for a in answers]) for name in answers[0]}
         problems = failures(compare_outputs(got, {k: np.asarray(v)[:offset] for k, v in probe.expected.items()},
-                                            tolerance))
+                                            tolerance, noise=probe.noise))
     except Exception as err:  # noqa: BLE001 - an RPC failure is this signature's verdict, with its cause
         problems = [f"{type(err).__name__}: {err}"]
     return {"passed": not problems, "reason": "; ".join(problems), "requests": len(answers)}

@@ -1,14 +1,24 @@
 """A version's other signatures: which artifact carries which, and each carrier's answers on each one.
 
 A SavedModel carries every signature (TF Serving serves them all); a TFLite file carries the ones its
-converter wrote (`tflite.worker.carried_signatures`: all but int8's); ONNX and TF.js files carry
-`serving_default` alone. The parity gate judges `serving_default` (`pipeline.gate.validate`); this judges
+converter wrote (`tflite.worker.carried_signatures`: all but int8's); the ONNX artifact carries one file per
+signature (`model.onnx` for `serving_default`, `model.<signature>.onnx` for each other one,
+`pipeline.conversion.onnx_signatures`); a TF.js graph model carries `serving_default` alone. Every signature an
+artifact does not carry is named with the reason (`signature_carriage`). The parity gate judges
+`serving_default` (`pipeline.gate.validate`); this judges
 every other signature a converted artifact carries against the SavedModel's same signature, on the same
-held-out inputs (by name), at every configured batch size, with the artifact's mode's tolerance.
+held-out inputs (by name), at every configured batch size, with the artifact's mode's tolerance plus
+`validate.noise_multiplier` times the SavedModel's own noise on that signature (its answers between the
+configured batch sizes and across a repeated call, `validate.reference_noise`), exactly as `serving_default`
+is judged: a difference the SavedModel shows against itself never fails a signature either. A signature that
+misses in a file of its own (ONNX) is set aside (`SET_ASIDE`, so it is neither served nor published) and the rest
+of the artifact stays; one that misses inside a shared file (TFLite) leaves that artifact out.
 """
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,21 +27,89 @@ import numpy as np
 from tfship.core.contract import DEFAULT_SIGNATURE, Signature
 from tfship.core.saved_model import read_signatures
 from tfship.pipeline.config import ValidateSection
-from tfship.pipeline.conversion.artifacts import Artifact, RuntimeRunner, artifact_kinds
-from tfship.pipeline.gate.compare import compare_outputs, failures
+from tfship.pipeline.conversion.artifacts import Artifact, RuntimeRunner, SignatureCarriage, artifact_kinds
+from tfship.pipeline.gate.compare import compare_outputs
+from tfship.pipeline.gate.validate import ReferenceNoise, noise_hint, reference_noise, run_batched, tolerance_for
+from tfship.serving.runtimes.onnx import signature_files as onnx_files
+
+SET_ASIDE = ".signatures_left_out"  # in the version folder: signature files that missed (hidden: never published)
+
+
+def signature_files(artifact: Artifact) -> dict[str, str]:
+    """{signature: the file (name in the version folder) that answers it} for `artifact`: every `signature_def`
+    key of a SavedModel (`saved_model.pb`), a TFLite file's own SignatureDefs, each ONNX signature file present
+    (`serving.runtimes.onnx.signature_files`), `serving_default` alone for any other kind.
+    """
+    path = Path(artifact.path)
+    if artifact.kind == "saved_model":
+        return {name: "saved_model.pb" for name in sorted(read_signatures(path))}
+    if artifact.kind == "tflite" and path.is_file():
+        from tfship.tflite.inspect import signature_keys
+
+        return {name: path.name for name in sorted(signature_keys(path.read_bytes()))}
+    if artifact.kind == "onnx":
+        return {name: file.name for name, file in sorted(onnx_files(path.parent).items())}
+    return {DEFAULT_SIGNATURE: path.name}
+
+
+# Why an artifact of a kind carries no other signature when its converter recorded no reason (by backend).
+_ONE_SIGNATURE = {"": "a TF.js graph model holds one signature (serving_default)"}
+
+
+def signature_carriage(artifact: Artifact, signatures: list[str], conversion: dict[str, Any] | None = None,
+                       verdicts: dict[str, dict[str, Any]] | None = None) -> SignatureCarriage:
+    """Which of `signatures` (the SavedModel's) `artifact` carries, by file, and why it carries no other.
+
+    Args:
+        conversion: its `convert.json` row (`signatures_left_out`: the converter's reasons).
+        verdicts: its `parity.json` `signatures` rows ({signature: verdict}; a set-aside file's miss).
+    """
+    files = signature_files(artifact)
+    left_out = {}
+    for name in (n for n in signatures if n not in files):
+        verdict = (verdicts or {}).get(name, {})
+        recorded = (conversion or {}).get("signatures_left_out", {}).get(name)
+        if verdict.get("set_aside"):
+            left_out[name] = f"parity: {verdict['reason']}"
+        elif recorded:
+            left_out[name] = recorded
+        else:
+            left_out[name] = _ONE_SIGNATURE.get(artifact.kind, f"the {artifact.name} file does not hold it")
+    return SignatureCarriage(files, left_out)
 
 
 def carried_signatures(artifact: Artifact) -> tuple[str, ...]:
-    """The signature names `artifact` answers: a SavedModel's `signature_def` keys, a TFLite file's own
-    SignatureDefs, `serving_default` for any other kind.
-    """
-    if artifact.kind == "saved_model":
-        return tuple(sorted(read_signatures(Path(artifact.path))))
-    if artifact.kind == "tflite" and Path(artifact.path).is_file():
-        from tfship.tflite.inspect import signature_keys
+    """The signature names `artifact` answers (`signature_files`), sorted."""
+    return tuple(signature_files(artifact))
 
-        return tuple(sorted(signature_keys(Path(artifact.path).read_bytes())))
-    return (DEFAULT_SIGNATURE,)
+
+def _own_file(artifact: Artifact, name: str) -> Path | None:
+    """The file of `artifact` that holds signature `name` alone (ONNX's `model.<signature>.onnx`), else None."""
+    if artifact.kind != "onnx" or name == DEFAULT_SIGNATURE:
+        return None
+    file = signature_files(artifact).get(name)
+    return Path(artifact.path).parent / file if file else None
+
+
+def set_aside(path: Path) -> str:
+    """Move a signature file that missed (and its external data, `<file>.data`) into `SET_ASIDE` beside it;
+    returns where it went, relative to the version folder.
+    """
+    folder = path.parent / SET_ASIDE
+    folder.mkdir(exist_ok=True)
+    for part in (path, path.with_name(path.name + ".data")):
+        if part.exists():
+            part.replace(folder / part.name)
+    return f"{SET_ASIDE}/{path.name}"
+
+
+def restore_set_aside(version_dir: Path) -> None:
+    """Put back every file `set_aside` moved (the gate judges them again when it runs again)."""
+    folder = Path(version_dir) / SET_ASIDE
+    if folder.is_dir():
+        for part in folder.iterdir():
+            part.replace(Path(version_dir) / part.name)
+        folder.rmdir()
 
 
 def signature_feed(signature: Signature, inputs: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray] | None, str]:
@@ -48,43 +126,102 @@ def runner_for(artifact: Artifact, signature_name: str) -> RuntimeRunner:
     return RuntimeRunner(artifact, kind.runtime_options if kind else None, signature_name=signature_name)
 
 
-def _batched(runner: RuntimeRunner, feed: dict[str, np.ndarray], batch_size: int) -> dict[str, np.ndarray]:
-    from tfship.pipeline.gate.validate import run_batched
+@dataclass(frozen=True)
+class OtherSignatures:
+    """The other signatures' verdicts and the SavedModel's own noise on each.
 
-    return run_batched(runner, feed, batch_size)
+    verdicts: {artifact: {signature: {checked, passed, reason, max_abs_error}}}; noise: {signature: {float
+    output: `ReferenceNoise`}} (the SavedModel on that signature against itself, as `validate.reference_noise`).
+    """
+
+    verdicts: dict[str, dict[str, dict[str, Any]]]
+    noise: dict[str, dict[str, ReferenceNoise]]
+
+    def to_json(self) -> dict[str, Any]:
+        """`parity.json`'s `signatures` (verdicts) and `signature_noise` ({signature: {output: noise}})."""
+        return {"signatures": self.verdicts,
+                "signature_noise": {name: {output: asdict(value) for output, value in outputs.items()}
+                                    for name, outputs in self.noise.items()}}
+
+
+def recorded_noise(parity_json: Path, signature_name: str) -> dict[str, float]:
+    """{output: the SavedModel's own largest difference} on `signature_name`, as the validate stage recorded it
+    in `parity_json` (`OtherSignatures.to_json`); {} when not recorded.
+    """
+    parity = json.loads(Path(parity_json).read_text(encoding="utf-8")) if Path(parity_json).is_file() else {}
+    return {output: value["max_abs"] for output, value in parity.get("signature_noise", {}).get(signature_name,
+                                                                                                 {}).items()}
+
+
+def _reference_answers(reference: Artifact, name: str, feed: dict[str, np.ndarray], settings: ValidateSection
+                       ) -> tuple[dict[str, np.ndarray], dict[str, ReferenceNoise]]:
+    """The SavedModel's answers on signature `name` at the largest batch size, and its own noise there: between
+    the configured batch sizes and across a repeated call (`validate.reference_noise`).
+    """
+    runner = runner_for(reference, name)
+    try:
+        total = len(next(iter(feed.values())))
+        sizes = sorted({min(size, total) for size in settings.batch_sizes})
+        by_batch = {size: run_batched(runner, feed, size) for size in sizes}
+        largest = max(by_batch)
+        return by_batch[largest], reference_noise(by_batch, run_batched(runner, feed, largest))
+    finally:
+        runner.close()
+
+
+def _judge(artifact: Artifact, name: str, feed: dict[str, np.ndarray], expected: dict[str, np.ndarray],
+           noise: dict[str, ReferenceNoise], settings: ValidateSection) -> dict[str, Any]:
+    """One artifact's answers on signature `name` at every batch size against the SavedModel's (`expected`),
+    its mode's bound plus `validate.noise_multiplier` times the SavedModel's own noise; a miss names that noise,
+    the batch sizes and the setting to change.
+    """
+    tolerance = tolerance_for(artifact.mode, settings)
+    runner = runner_for(artifact, name)
+    problems, worst = [], 0.0
+    try:
+        for batch_size in settings.batch_sizes:
+            rows = compare_outputs(run_batched(runner, feed, batch_size), expected, tolerance,
+                                   noise={output: value.max_abs for output, value in noise.items()})
+            problems += [f"batch {batch_size}: {row.describe()}"
+                         + (f"; {noise_hint(noise.get(row.output), tolerance)}" if "outside tolerance" in row.detail
+                            else "") for row in rows if not row.passed]
+            worst = max([worst, *(r.max_abs_error for r in rows if not r.exact)])
+    finally:
+        runner.close()
+    return {"passed": not problems, "reason": "; ".join(problems[:3]), "max_abs_error": worst}
 
 
 def validate_other_signatures(reference: Artifact, candidates: list[Artifact], inputs: dict[str, np.ndarray],
-                              settings: ValidateSection) -> dict[str, dict[str, dict[str, Any]]]:
-    """{artifact: {signature: passed, reason, max_abs_error}} for every converted artifact carrying a signature
-    besides `serving_default`, judged against the SavedModel's answers on that signature.
+                              settings: ValidateSection) -> OtherSignatures:
+    """Every converted artifact carrying a signature besides `serving_default`, judged on it against the
+    SavedModel's answers, with the SavedModel's own noise on it allowed (as the parity gate allows it on
+    `serving_default`); that noise is measured for every other signature the data can feed.
 
-    A signature whose inputs the data lacks is reported `checked: false` with the reason (nothing to run).
+    A signature whose inputs the data lacks is reported `checked: false` with the reason (nothing to run). A
+    signature file of its own that misses (ONNX) is moved out of the version (`set_aside`; the row's
+    `set_aside` says where) and leaves the rest of its artifact in; files set aside by an earlier run of this
+    gate are judged again.
     """
-    from tfship.pipeline.gate.validate import tolerance_for
-
     signatures = read_signatures(Path(reference.path))
-    verdicts: dict[str, dict[str, dict[str, Any]]] = {}
+    restore_set_aside(Path(reference.path))
     expected: dict[str, dict[str, np.ndarray]] = {}
+    noise: dict[str, dict[str, ReferenceNoise]] = {}
+    for name in sorted(signatures):
+        feed, _ = signature_feed(signatures[name], inputs)
+        if name != DEFAULT_SIGNATURE and feed is not None:
+            expected[name], noise[name] = _reference_answers(reference, name, feed, settings)
+    verdicts: dict[str, dict[str, dict[str, Any]]] = {}
     for artifact in candidates:
-        others = [s for s in carried_signatures(artifact) if s != DEFAULT_SIGNATURE and s in signatures]
-        for name in others:
+        for name in (s for s in carried_signatures(artifact) if s != DEFAULT_SIGNATURE and s in signatures):
             feed, why = signature_feed(signatures[name], inputs)
             row: dict[str, Any] = {"checked": feed is not None, "passed": True, "reason": why, "max_abs_error": 0.0}
             if feed is not None:
                 try:
-                    if name not in expected:
-                        expected[name] = _batched(runner_for(reference, name), feed, max(settings.batch_sizes))
-                    runner = runner_for(artifact, name)
-                    problems, worst = [], 0.0
-                    for batch_size in settings.batch_sizes:
-                        rows = compare_outputs(_batched(runner, feed, batch_size), expected[name],
-                                               tolerance_for(artifact.mode, settings))
-                        problems += [f"batch {batch_size}: {p}" for p in failures(rows)]
-                        worst = max([worst, *(r.max_abs_error for r in rows if not r.exact)])
-                    runner.close()
-                    row |= {"passed": not problems, "reason": "; ".join(problems[:3]), "max_abs_error": worst}
+                    row |= _judge(artifact, name, feed, expected[name], noise[name], settings)
                 except Exception as err:  # noqa: BLE001 - a runtime failure is this signature's verdict
                     row |= {"passed": False, "reason": f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"}
+            own = _own_file(artifact, name)
+            if own is not None and not row["passed"]:
+                row["set_aside"] = set_aside(own)  # the artifact's other files stay
             verdicts.setdefault(artifact.name, {})[name] = row
-    return verdicts
+    return OtherSignatures(verdicts, noise)

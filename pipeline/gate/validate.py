@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import gc
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -89,7 +89,11 @@ class ParityReport:
     metric: `accuracy_%` or `mae`; metric_output: the output scored; label_source: `labels` or
     `reference` (no labels given: the SavedModel's predictions are the labels); required: artifacts whose
     failure fails the stage (`convert.required`; the SavedModel always); noise: the SavedModel's own
-    largest difference per float output (`reference_noise`), allowed on top of every bound.
+    largest difference per float output (`reference_noise`), allowed on top of every bound; signatures:
+    {artifact: {signature: {passed, reason, ...}}} for the signatures besides `serving_default`
+    (`with_other_signatures`); signature_noise: {signature: {float output: the SavedModel's own noise on it}}.
+
+    `to_json` is the validate stage's record (`parity.json`); `from_json` reads it back.
     """
 
     reference_metric: float
@@ -100,6 +104,27 @@ class ParityReport:
     label_source: str = "labels"
     required: tuple[str, ...] = ()
     noise: dict[str, ReferenceNoise] = field(default_factory=dict)
+    signatures: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    signature_noise: dict[str, dict[str, ReferenceNoise]] = field(default_factory=dict)
+
+    def row(self, artifact: str) -> ArtifactParity | None:
+        """The row of `artifact`, or None when the gate did not check it."""
+        return next((row for row in self.rows if row.artifact == artifact), None)
+
+    def with_other_signatures(self, verdicts: dict[str, dict[str, dict[str, Any]]],
+                              noise: dict[str, dict[str, ReferenceNoise]] | None = None) -> ParityReport:
+        """This report with the other signatures' verdicts and the SavedModel's own noise on each
+        (`pipeline.gate.signatures.validate_other_signatures`): an artifact whose other signature missed fails
+        its row (the reason names each signature), so it is left out, and the gate fails when that artifact is
+        required. A signature file of its own that missed was set aside (`set_aside`): the rest of its
+        artifact stays.
+        """
+        rows = []
+        for row in self.rows:
+            missed = [f"signature '{name}': {v['reason']}" for name, v in verdicts.get(row.artifact, {}).items()
+                      if not v["passed"] and not v.get("set_aside")]
+            rows.append(replace(row, passed=False, reason="; ".join(missed)) if missed and row.passed else row)
+        return replace(self, rows=tuple(rows), signatures=verdicts, signature_noise=dict(noise or {}))
 
     @property
     def passed(self) -> bool:
@@ -125,7 +150,28 @@ class ParityReport:
                 "resolution": 100.0 / self.samples if self.metric == "accuracy_%" and self.samples else None,
                 "error_bin_edges": [e if e != float("inf") else None for e in ERROR_BIN_EDGES],
                 "reference_noise": {name: asdict(value) for name, value in self.noise.items()},
-                "artifacts": [asdict(row) for row in self.rows]}
+                "artifacts": [asdict(row) for row in self.rows], "signatures": self.signatures,
+                "signature_noise": {name: {output: asdict(value) for output, value in outputs.items()}
+                                    for name, outputs in self.signature_noise.items()}}
+
+    @classmethod
+    def from_json(cls, payload: dict[str, Any]) -> ParityReport:
+        """Inverse of `to_json` (`parity.json`).
+
+        Raises:
+            KeyError, TypeError: `payload` is not a parity record.
+        """
+        rows = tuple(replace(ArtifactParity(**row), batch_sizes=tuple(row["batch_sizes"]), outputs=tuple(
+            OutputParity(**(output | {"error_histogram": tuple(output.get("error_histogram", ()))}))
+            for output in row["outputs"])) for row in payload["artifacts"])
+        noise = {name: ReferenceNoise(value["max_abs"], tuple(value["batch_sizes"]))
+                 for name, value in payload.get("reference_noise", {}).items()}
+        signature_noise = {name: {output: ReferenceNoise(value["max_abs"], tuple(value["batch_sizes"]))
+                                  for output, value in outputs.items()}
+                           for name, outputs in payload.get("signature_noise", {}).items()}
+        return cls(payload["reference_metric"], payload["samples"], rows, payload["metric"], payload["metric_output"],
+                   payload["label_source"], tuple(payload["required"]), noise, payload.get("signatures", {}),
+                   signature_noise)
 
 
 def run_batched(runner: Runner, inputs: dict[str, np.ndarray], batch_size: int) -> dict[str, np.ndarray]:
@@ -202,7 +248,7 @@ def reference_noise(by_batch: dict[int, dict[str, np.ndarray]],
     return noise
 
 
-def _noise_hint(noise: ReferenceNoise | None, tolerance: Tolerance) -> str:
+def noise_hint(noise: ReferenceNoise | None, tolerance: Tolerance) -> str:
     """What to change when a float output misses its bound: the reference's own noise and the setting."""
     current = tolerance.atol
     measured = noise is not None and noise.max_abs > 0
@@ -336,7 +382,7 @@ def check_artifact(artifact: Artifact, runner: Runner, inputs: dict[str, np.ndar
                 np.isfinite(np.asarray(outputs[task.prediction], dtype=np.float64)))):
             continue  # already a failure of that output; the metric would be meaningless
         _score(task, outputs, reference, score_name, reference_metric, worst)
-    reasons = [row.describe() + (f"; {_noise_hint(noise.get(row.output), tolerance)}"
+    reasons = [row.describe() + (f"; {noise_hint(noise.get(row.output), tolerance)}"
                                  if "outside tolerance" in row.detail else "")
                for row in rows.values() if not row.passed]
     limit = _max_loss(artifact, task, settings)

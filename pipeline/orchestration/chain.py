@@ -1,34 +1,51 @@
 """The stage chain, declared once, and the one runner for full runs, export-only runs, resume and single stages.
 
-`CHAIN` lists the stages in order as `Stage` objects: each names the earlier stages whose values it reads
-(`inputs`), the record files it writes into the run folder (`outputs`), the function that runs it, how its
-value is summarised in `stages.json`, how a resumed run rebuilds its value from the run folder, and how the
-run folder shows it complete. `run_chain` walks the chain for every mode:
+`CHAIN` lists the stages in order as `Stage` objects: each names the earlier stages whose records it reads
+(`inputs`), the `StageContext` field its record goes to (`field`) and where that record lives in the run folder
+(`record`: `pipeline.orchestration.records`), the files it writes (`outputs`), the function that runs it, how
+its record is summarised in `stages.json`, and how the run folder shows it complete. `run_chain` walks the
+chain for every mode:
 
 * `full`: every stage on a fresh run folder (built-in data and training, or export-only when the context
   holds an `ExportOnlyRequest`: the user's model, training skipped);
-* `resume`: stages whose outputs are complete and valid are not rerun (their value is rebuilt); from the
-  first incomplete one on, every stage reruns;
+* `resume`: stages whose outputs are complete and valid are not rerun (their record is read back into the
+  context); from the first incomplete one on, every stage reruns;
 * `single`: one stage alone in an existing run folder (`pipeline.orchestration.run.run_single_stage`
-  semantics: its own record replaced, later ones outdated when it rewrote artifacts or failed).
+  semantics: its `inputs`' records are read from the run folder; its own record replaced, later ones outdated
+  when it rewrote artifacts or failed).
 
-Stages hand values to later stages through the `StageContext` (typed fields, not file names); a stage
-that runs alone or in a resumed run gets the run's own data (`load_run_data`: an export-only run's
-`--data`, read for its contract, else the config's splits).
+Stages hand their results to later stages through the `StageContext`'s typed fields (`train`, `export`,
+`convert`, `validate`, `serve_check`, `publish`), never through file names or dicts; a stage that runs alone
+or in a resumed run gets the run's own data (`load_run_data`: an export-only run's `--data`, read for its
+contract, else the config's splits).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tfship.core.errors import StageError
-from tfship.core.locations import parse_location
 from tfship.pipeline.config import PipelineConfig
+from tfship.pipeline.conversion.convert import ConvertResult
+from tfship.pipeline.gate.serve_check import ServeCheckResult
+from tfship.pipeline.gate.validate import ParityReport
 from tfship.pipeline.orchestration import steps
+from tfship.pipeline.orchestration.publish import PublishResult
+from tfship.pipeline.orchestration.records import (
+    CONVERT,
+    EXPORT,
+    PUBLISH,
+    SERVE_CHECK,
+    TRAIN,
+    VALIDATE,
+    ExportRecord,
+    RecordFile,
+    TrainRecord,
+    read_json,
+)
 from tfship.pipeline.orchestration.stages import RunFolder, StageRecord
 
 RESUMED = {"skipped": "outputs complete and valid in the resumed run; not rerun"}
@@ -41,8 +58,12 @@ class StageContext:
     config: the run's config; run: its folder; repository: where publish puts the version; request: the
     export-only `--model`/`--data` (None for a built-in run); progress: a rich progress bar for training;
     resume_training: continue training from the latest checkpoint; data: the run's data (splits or the
-    user's `EvalData`), set by the stage that loads it or lazily from the run folder; values: each
-    stage's value by stage name.
+    user's `EvalData`), set by the stage that loads it or lazily from the run folder; model: the Keras model
+    to export (the user's, from the data stage, or the trained one; None: export reads `model.keras`).
+
+    One field per stage record, None until the stage runs or its record is read back from the run folder:
+    train (`TrainRecord`), export (`ExportRecord`), convert (`ConvertResult`), validate (`ParityReport`),
+    serve_check (`ServeCheckResult`), publish (`PublishResult`, with every artifact's outcome).
     """
 
     config: PipelineConfig
@@ -52,7 +73,13 @@ class StageContext:
     progress: Any = None
     resume_training: bool = False
     data: Any = None
-    values: dict[str, Any] = field(default_factory=dict)
+    model: Any = None
+    train: TrainRecord | None = None
+    export: ExportRecord | None = None
+    convert: ConvertResult | None = None
+    validate: ParityReport | None = None
+    serve_check: ServeCheckResult | None = None
+    publish: PublishResult | None = None
 
     def run_data(self):
         """The run's data, loaded once (see `load_run_data`)."""
@@ -63,16 +90,40 @@ class StageContext:
 
 @dataclass(frozen=True)
 class Stage:
-    """One stage of the chain (see the module docstring)."""
+    """One stage of the chain (see the module docstring).
+
+    run: returns the stage's record, which `perform` puts in `StageContext.<field>` (the data and train stages
+    also set the context's `data` / `model`).
+    """
 
     name: str
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     run: Callable[[StageContext], Any]
     summarise: Callable[[Any], dict] = lambda _: {}
-    load: Callable[[StageContext], Any] = lambda ctx: None
+    field: str | None = None
+    record: RecordFile | None = None
     complete: Callable[[RunFolder], bool] = lambda run: False
     rewrites_artifacts: bool = False
+
+    def perform(self, ctx: StageContext) -> Any:
+        """Run the stage and keep its record in the context; returns the record."""
+        value = self.run(ctx)
+        if self.field is not None:
+            setattr(ctx, self.field, value)
+        return value
+
+    def read_back(self, ctx: StageContext) -> Any:
+        """Fill the context's field from the stage's record in the run folder (a resumed, complete stage).
+
+        Raises:
+            StageError: the record is missing or unreadable.
+        """
+        if self.record is None or self.field is None:
+            return None
+        value = self.record.require(ctx.run)
+        setattr(ctx, self.field, value)
+        return value
 
 
 def load_run_data(config: PipelineConfig, run: RunFolder):
@@ -84,7 +135,7 @@ def load_run_data(config: PipelineConfig, run: RunFolder):
     """
     from tfship.pipeline.data.splits import load_split_arrays
 
-    stored = _json(run, "config.json") or {}
+    stored = stored_run_config(run)
     if "export_only" in stored:
         from tfship.pipeline.export_only.user_model import load_user_data
 
@@ -93,23 +144,28 @@ def load_run_data(config: PipelineConfig, run: RunFolder):
     return load_split_arrays(config.data, config.run.seed)
 
 
-def _json(run: RunFolder, name: str):
+def stored_run_config(run: RunFolder) -> dict[str, Any]:
+    """The run's `config.json` as written when it started ({} when unreadable): the config and, for an
+    export-only run, its `export_only` request.
+    """
     try:
-        return json.loads((run.root / name).read_text(encoding="utf-8"))
+        stored = read_json(run, "config.json")
     except (OSError, ValueError):
-        return None
+        return {}
+    return stored if isinstance(stored, dict) else {}
 
 
-def _passed(run: RunFolder, name: str) -> bool:
-    record = _json(run, name)
-    return isinstance(record, dict) and bool(record.get("passed"))
+def _passed(run: RunFolder, record: RecordFile) -> bool:
+    value = record.load(run)
+    return value is not None and bool(value.passed)
 
 
-def _data(ctx: StageContext):
+def _data(ctx: StageContext) -> Any:
     if ctx.request is not None:
         from tfship.pipeline.export_only.user_model import load_user_model
 
-        return load_user_model(ctx.request.model, ctx.request.custom_objects)
+        ctx.model = load_user_model(ctx.request.model, ctx.request.custom_objects)
+        return ctx.model
     from tfship.pipeline.data.splits import load_split_arrays
 
     ctx.data = load_split_arrays(ctx.config.data, ctx.config.run.seed)
@@ -126,83 +182,97 @@ def _summarise_data(value) -> dict:
     return value.summary() if hasattr(value, "summary") else {"kind": type(value).__name__}
 
 
-def _train(ctx: StageContext):
+def _train(ctx: StageContext) -> TrainRecord:
     resume = ctx.resume_training and (ctx.run.checkpoints / "checkpoint").is_file()
-    return steps.train_step_stage(ctx.config, ctx.run, ctx.run_data(), ctx.progress, resume=resume)
+    result = steps.train_step_stage(ctx.config, ctx.run, ctx.run_data(), ctx.progress, resume=resume)
+    ctx.model = result.model
+    return TrainRecord.from_result(result)
 
 
-def _load_trained(ctx: StageContext):
-    import keras
-
-    return keras.models.load_model(ctx.run.root / "model.keras")
-
-
-def _export(ctx: StageContext):
+def _export(ctx: StageContext) -> ExportRecord:
     if ctx.request is not None:
-        exported, ctx.data = steps.export_user_stage(ctx.config, ctx.run, ctx.values["data"], ctx.request.data,
+        if ctx.model is None:
+            raise StageError("export: the user's model is not loaded; run the data stage first")
+        exported, ctx.data = steps.export_user_stage(ctx.config, ctx.run, ctx.model, ctx.request.data,
                                                      ctx.request.tags)
-        return exported
-    trained = ctx.values.get("train")
-    model = getattr(trained, "model", trained)
-    return steps.export_stage(ctx.config, ctx.run, ctx.run_data(), model)
-
-
-def _summarise_export(e) -> dict:
-    return {"passed": e.audit.passed, "ops": sum(e.audit.op_histogram.values()), "variables": len(e.audit.variables),
-            "behaviour": None if e.behaviour is None else e.behaviour.passed}
-
-
-def _summarise_parity(p) -> dict:
-    return {r.artifact: round(r.metric, 4) for r in p.rows} | {"left_out": sorted(p.left_out)}
-
-
-def _publish(ctx: StageContext):
-    train = _json(ctx.run, "train.json") or {}
-    if ctx.request is not None:
-        parity = _json(ctx.run, "parity.json") or {}
-        metrics = {"reference_metric": parity.get("reference_metric"), "metric": parity.get("metric")}
     else:
+        exported = steps.export_stage(ctx.config, ctx.run, ctx.run_data(), ctx.model)
+    return exported.record
+
+
+def _publish(ctx: StageContext) -> PublishResult:
+    if ctx.request is not None:
+        parity = ctx.validate
+        metrics = {"reference_metric": parity.reference_metric if parity else None,
+                   "metric": parity.metric if parity else None}
+    else:
+        train = ctx.train.to_json() if ctx.train is not None else {}
         metrics = {"test_accuracy": train.get("test_accuracy"), "train": train}
-    return steps.publish_stage(ctx.config, ctx.run, ctx.run_data(), ctx.repository, metrics)
-
-
-def _stored_publish(ctx: StageContext):
-    from tfship.pipeline.orchestration.publish import PublishResult
-
-    summary = _json(ctx.run, "summary.json") or {}
-    version_dir = parse_location(summary["published"], "summary.json: published")
-    manifest = json.loads((version_dir / "manifest.json").read_text()) if isinstance(version_dir, Path) and \
-        (version_dir / "manifest.json").is_file() else {}
-    return PublishResult(int(summary["version"]), version_dir, manifest)
+    return steps.publish_stage(ctx.config, ctx.run, ctx.run_data(), ctx.repository, metrics, ctx.export,
+                               ctx.convert, ctx.validate, ctx.serve_check)
 
 
 def _published(run: RunFolder) -> bool:
-    summary = _json(run, "summary.json") or {}
+    try:
+        summary = read_json(run, PUBLISH.name)
+    except (OSError, ValueError):
+        return False
     return bool(summary.get("published")) and Path(summary["published"]).is_dir()
 
 
 CHAIN: tuple[Stage, ...] = (
     Stage("data", (), (), _data, _summarise_data),
-    Stage("train", ("data",), ("train.json",), _train, lambda r: r.summary(), _load_trained,
-          lambda run: (run.root / "model.keras").is_file() and _json(run, "train.json") is not None, True),
-    Stage("export", ("data", "train"), ("audit.json", "export.json", "data.json"), _export, _summarise_export,
-          complete=lambda run: (run.artifacts / "saved_model.pb").is_file() and _passed(run, "audit.json"),
+    Stage("train", ("data",), ("train.json",), _train, lambda r: r.summary, "train", TRAIN,
+          lambda run: (run.root / "model.keras").is_file() and TRAIN.load(run) is not None, True),
+    Stage("export", ("data", "train"), ("audit.json", "export.json", "data.json"), _export,
+          lambda e: e.summary(), "export", EXPORT,
+          complete=lambda run: (run.artifacts / "saved_model.pb").is_file() and _passed(run, EXPORT),
           rewrites_artifacts=True),
-    Stage("convert", ("export",), ("convert.json",), lambda ctx: steps.convert_stage(ctx.config, ctx.run,
-                                                                                      ctx.run_data()),
-          lambda c: {o.name: o.status for o in c.outcomes}, complete=lambda run: _json(run, "convert.json") is not None,
-          rewrites_artifacts=True),
-    Stage("validate", ("convert",), ("parity.json",), lambda ctx: steps.validate_stage(ctx.config, ctx.run,
-                                                                                        ctx.run_data()),
-          _summarise_parity, complete=lambda run: _passed(run, "parity.json")),
-    Stage("serve-check", ("validate",), ("serve_check.json",),
-          lambda ctx: steps.serve_check_stage(ctx.config, ctx.run, ctx.run_data()),
-          lambda s: {"served": s.served, "left_out": sorted(s.left_out)},
-          complete=lambda run: _passed(run, "serve_check.json")),
-    Stage("publish", ("serve-check",), (), _publish, lambda p: {"version": p.version, "path": str(p.version_dir)},
-          _stored_publish, _published),
+    Stage("convert", ("export",), ("convert.json",),
+          lambda ctx: steps.convert_stage(ctx.config, ctx.run, ctx.run_data(), ctx.export),
+          lambda c: {o.name: o.status for o in c.outcomes}, "convert", CONVERT,
+          complete=lambda run: CONVERT.load(run) is not None, rewrites_artifacts=True),
+    Stage("validate", ("convert",), ("parity.json",),
+          lambda ctx: steps.validate_stage(ctx.config, ctx.run, ctx.run_data(), ctx.convert),
+          lambda p: {r.artifact: round(r.metric, 4) for r in p.rows} | {"left_out": sorted(p.left_out)},
+          "validate", VALIDATE, complete=lambda run: _passed(run, VALIDATE)),
+    Stage("serve-check", ("convert", "validate"), ("serve_check.json",),
+          lambda ctx: steps.serve_check_stage(ctx.config, ctx.run, ctx.run_data(), ctx.convert, ctx.validate),
+          lambda s: {"served": s.served, "left_out": sorted(s.left_out)}, "serve_check", SERVE_CHECK,
+          complete=lambda run: _passed(run, SERVE_CHECK)),
+    Stage("publish", ("train", "export", "convert", "validate", "serve-check"), (), _publish,
+          lambda p: {"version": p.version, "path": str(p.version_dir)}, "publish", PUBLISH, _published),
 )
 STAGES = {stage.name: stage for stage in CHAIN}
+
+
+def _check_inputs() -> None:
+    """Every stage's `inputs` name earlier stages (the chain's order is the hand-off order)."""
+    for index, stage in enumerate(CHAIN):
+        earlier = {s.name for s in CHAIN[:index]}
+        if not set(stage.inputs) <= earlier:
+            raise AssertionError(f"stage {stage.name!r} reads {sorted(set(stage.inputs) - earlier)}, "
+                                 "which do not run before it")
+
+
+_check_inputs()
+
+
+def read_inputs(ctx: StageContext, stage: Stage) -> None:
+    """Fill the context's fields for `stage.inputs` that are still None from their records in the run folder
+    (a stage run alone); a missing record stays None, and the stage says what to run first.
+    """
+    for name in stage.inputs:
+        earlier = STAGES[name]
+        if earlier.field is not None and earlier.record is not None and getattr(ctx, earlier.field) is None:
+            setattr(ctx, earlier.field, earlier.record.load(ctx.run))
+
+
+def read_records(ctx: StageContext) -> None:
+    """Fill every stage field still None from the run folder's records (what a failed run's report shows)."""
+    for stage in CHAIN:
+        if stage.field is not None and stage.record is not None and getattr(ctx, stage.field) is None:
+            setattr(ctx, stage.field, stage.record.load(ctx.run))
 
 
 def stage_named(name: str) -> Stage:
@@ -230,7 +300,7 @@ def run_chain(ctx: StageContext, runner, resume: bool = False) -> list[StageReco
             continue
         if stage.name == "data" or rerun or not stage.complete(ctx.run):
             rerun = rerun or stage.name != "data"
-            ctx.values[stage.name] = runner(stage.name, lambda s=stage: s.run(ctx), stage.summarise)
+            runner(stage.name, lambda s=stage: s.perform(ctx), stage.summarise)
         else:
-            ctx.values[stage.name] = runner(stage.name, lambda s=stage: s.load(ctx), lambda _: RESUMED)
+            runner(stage.name, lambda s=stage: s.read_back(ctx), lambda _: RESUMED)
     return runner.records

@@ -19,11 +19,16 @@ from __future__ import annotations
 import enum
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfship.core.errors import CLI_EXIT_CODE
-from tfship.pipeline.conversion.artifacts import SAVED_MODEL, ConversionStatus, artifact_kinds
+from tfship.pipeline.conversion.artifacts import SAVED_MODEL, ConversionStatus, SignatureCarriage, artifact_kinds
 from tfship.pipeline.orchestration.reasons import first_line, write_reason_files
+
+if TYPE_CHECKING:
+    from tfship.pipeline.conversion.convert import ConvertResult
+    from tfship.pipeline.gate.serve_check import ServeCheckResult
+    from tfship.pipeline.gate.validate import ParityReport
 
 PARTIAL_EXIT_CODE = 3
 
@@ -72,6 +77,16 @@ class ArtifactOutcome:
     def to_json(self) -> dict[str, Any]:
         return {key: value for key, value in asdict(self).items() if key != "full_reason"}
 
+    @classmethod
+    def from_json(cls, row: dict[str, Any]) -> ArtifactOutcome:
+        """Inverse of `to_json` (a row of `summary.json`'s or the manifest's `artifacts`; no full reason).
+
+        Raises:
+            KeyError, ValueError: `row` is not an outcome.
+        """
+        return cls(row["artifact"], OutcomeStatus(row["status"]), row["stage"], row["reason"], row["file"],
+                   bool(row["required"]), row.get("reason_file", ""))
+
 
 def _filename(name: str) -> str:
     kind = artifact_kinds().get(name)
@@ -84,29 +99,31 @@ def _served(name: str) -> bool:
     return kind is None or bool(kind.backend)
 
 
-def artifact_outcomes(conversions: list[dict[str, Any]], parity: dict[str, Any] | None,
-                      serve_check: dict[str, Any] | None, required: tuple[str, ...],
+def artifact_outcomes(converted: ConvertResult | None, parity: ParityReport | None,
+                      serve_check: ServeCheckResult | None, required: tuple[str, ...],
                       run_root: Path | None = None) -> list[ArtifactOutcome]:
-    """Each artifact's outcome from the stage records (`convert.json`, `parity.json`, `serve_check.json`).
+    """Each artifact's outcome from the stage records (convert, validate and serve-check; None: not run yet).
 
     An artifact is published when it was produced, passed the parity gate and answered correctly from our
     server (a kind our server does not serve, such as TF.js, on the parity gate alone); otherwise it is left
     out with the first stage's reason. A stage whose record is None has not run yet and leaves nothing out
     (the serve-check stages the candidate from the earlier stages' outcomes). With `run_root`, each
     left-out artifact's full reason is written to `<run_root>/reasons/<artifact>.txt`.
+
+    The run's final verdict is computed once, by the publish stage (`PublishResult.outcomes`); the manifest,
+    `summary.json`, the report, `ShipResult` and the command line all show that one list.
     """
-    parity_rows = {row["artifact"]: row for row in (parity or {}).get("artifacts", [])}
-    served = (serve_check or {}).get("artifacts", {})
     outcomes = [ArtifactOutcome(SAVED_MODEL, PUBLISHED, "", "", "saved_model.pb", True)]
-    for conversion in conversions:
-        name = conversion["name"]
-        row, serve = parity_rows.get(name), served.get(name)
-        if conversion["status"] != ConversionStatus.PRODUCED:
-            stage, reason = "convert", f"{conversion['status']}: {conversion['reason']}"
-        elif row is not None and not row["passed"]:
-            stage, reason = "validate", row["reason"]
-        elif serve is not None and not serve["passed"]:
-            stage, reason = "serve-check", serve["reason"]
+    for conversion in converted.outcomes if converted is not None else ():
+        name = conversion.name
+        row = parity.row(name) if parity is not None else None
+        serve = serve_check.verdict(name) if serve_check is not None else None
+        if conversion.status != ConversionStatus.PRODUCED:
+            stage, reason = "convert", f"{conversion.status}: {conversion.reason}"
+        elif row is not None and not row.passed:
+            stage, reason = "validate", row.reason
+        elif serve is not None and not serve[0]:
+            stage, reason = "serve-check", serve[1]
         elif parity is not None and row is None:
             stage, reason = "validate", "not checked by the parity gate"
         elif serve_check is not None and serve is None and _served(name):
@@ -140,8 +157,8 @@ def status_line(outcomes: list[ArtifactOutcome]) -> str:
     return f"status: partial ({len(left)} of {len(outcomes)} artifacts left out: {', '.join(left)})"
 
 
-SINGLE_SIGNATURE_NOTE = ("ONNX and TF.js files carry serving_default alone; a TFLite file carries the signatures "
-                         "its converter wrote (int8: serving_default alone, calibrated on its inputs)")
+# Each artifact's reason for not carrying a signature, in `signatures[...]["note"]`, is cut to this many characters.
+NOTE_REASON_LIMIT = 160
 
 
 def _verdict(artifacts: list[str], verdicts: dict[str, str]) -> str:
@@ -150,35 +167,47 @@ def _verdict(artifacts: list[str], verdicts: dict[str, str]) -> str:
     return "; ".join(f"{a}: {v}" for a, v in failed.items()) if failed else "passed" if verdicts else "not run"
 
 
-def signature_carriers(signatures: list[str], default: str, outcomes: list[ArtifactOutcome],
-                       serve_check: dict[str, Any] | None = None,
-                       carried: dict[str, tuple[str, ...]] | None = None) -> dict[str, dict[str, Any]]:
-    """{signature name: published artifacts that carry it, its serve-check verdict, a note}.
+def _answer_text(answer: tuple[bool, str]) -> str:
+    passed, reason = answer
+    return "passed" if passed else reason
 
-    `carried`: {artifact: signature names its file answers} (default: the SavedModel carries every one, the
-    converted artifacts `default` alone). The verdict comes from `serve_check.json`: `passed` when every
-    served carrier answered it correctly, else each carrier's reason (a failure, or why it was not asked:
-    `signatures_unchecked`).
+
+def signature_carriers(signatures: list[str], default: str, outcomes: list[ArtifactOutcome],
+                       serve_check: ServeCheckResult | None = None,
+                       carried: dict[str, tuple[str, ...] | SignatureCarriage] | None = None
+                       ) -> dict[str, dict[str, Any]]:
+    """{signature name: published artifacts that carry it, the file of each, its serve-check verdict, the
+    published artifacts that do not carry it with why (`left_out`, one line each), and a note saying so}.
+
+    `carried`: {artifact: signature names its files answer, or its `SignatureCarriage` (files and reasons)}
+    (default: the SavedModel carries every one, the converted artifacts `default` alone). The verdict comes
+    from the serve-check's record: `passed` when every served carrier answered it correctly, else each carrier's
+    reason (a failure, or why it was not asked: `signatures_unchecked`).
     """
     published = [o.artifact for o in outcomes if o.status == PUBLISHED]
     carried = carried or {SAVED_MODEL: tuple(signatures)}
-    served = (serve_check or {}).get("artifacts", {})
-    unchecked = (serve_check or {}).get("signatures_unchecked", {})
+    served = tuple(serve_check.artifacts) if serve_check is not None else ()
+    unchecked = serve_check.signatures_unchecked if serve_check is not None else {}
     carriers = {}
     for name in signatures:
         if name == default:
             artifacts = published
-            verdicts = {a: "passed" if row["passed"] else row["reason"] for a, row in served.items()}
+            verdicts = {a: _answer_text(serve_check.verdict(a)) for a in served}
         else:
             artifacts = [a for a in published if name in carried.get(a, ())]
             verdicts = {}
             for artifact in artifacts:
-                row = served.get(artifact, {}).get("signatures", {}).get(name)
+                answer = serve_check.signature_verdict(artifact, name) if serve_check is not None else None
                 reason = unchecked.get(artifact, {}).get(name)
-                if row is not None:
-                    verdicts[artifact] = "passed" if row["passed"] else row["reason"]
+                if answer is not None:
+                    verdicts[artifact] = _answer_text(answer)
                 elif reason or artifact in served:
                     verdicts[artifact] = reason or "not asked"
-        carriers[name] = {"artifacts": artifacts, "serve_check": _verdict(artifacts, verdicts),
-                          "note": "" if name == default else SINGLE_SIGNATURE_NOTE}
+        described = {a: c for a, c in carried.items() if isinstance(c, SignatureCarriage)}
+        files = {a: described[a].files[name] for a in artifacts if a in described and name in described[a].files}
+        left_out = {a: first_line(described[a].left_out[name], NOTE_REASON_LIMIT) for a in published
+                    if a not in artifacts and a in described and name in described[a].left_out}
+        carriers[name] = {"artifacts": artifacts, "files": files, "serve_check": _verdict(artifacts, verdicts),
+                          "left_out": left_out,
+                          "note": "; ".join(f"not in {a}: {why}" for a, why in left_out.items())}
     return carriers

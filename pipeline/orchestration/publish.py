@@ -28,6 +28,7 @@ from tfship.core.files import write_json_atomic
 from tfship.core.locations import BucketUrl, Location
 from tfship.core.processes import pid_alive
 from tfship.pipeline.orchestration.bucket_publish import publish_to_bucket
+from tfship.pipeline.orchestration.outcomes import ArtifactOutcome
 
 GOLDEN_FILE = Path("assets.extra") / "tfship_golden.npz"
 LIBRARIES = ("tensorflow", "keras", "tf2onnx", "onnx", "onnxruntime", "ai-edge-litert", "tensorflow-serving-api",
@@ -36,11 +37,15 @@ LIBRARIES = ("tensorflow", "keras", "tf2onnx", "onnx", "onnxruntime", "ai-edge-l
 
 @dataclass(frozen=True)
 class PublishResult:
-    """Where the version landed and its manifest."""
+    """Where the version landed, its manifest, and every artifact's outcome (published or left out, and why:
+    `pipeline.orchestration.outcomes.artifact_outcomes`, computed once by the publish stage; empty for a version
+    published by `publish_version` alone).
+    """
 
     version: int
     version_dir: Location  # a folder, or the version's s3:// prefix
     manifest: dict[str, Any]
+    outcomes: tuple[ArtifactOutcome, ...] = ()
 
 
 def existing_versions(model_root: Path) -> list[int]:

@@ -19,7 +19,8 @@ from pathlib import Path
 FIRST_LINE_LIMIT = 300
 REASONS_DIR = "reasons"
 
-_TEMPORARY = re.compile(r"(?:[\w.+-]*/)*\.([\w-]+)\.[0-9a-f]{6,}(\.\w+)?")  # .model.b2eee721.onnx -> model.onnx
+# .model.b2eee721.onnx -> model.onnx, .model.score.b2eee721.onnx -> model.score.onnx (a folder before it goes too)
+_TEMPORARY = re.compile(r"(?:[\w.+-]*/)*\.([\w-]+(?:\.[\w-]+)*?)\.[0-9a-f]{6,}\b(\.\w+)?")
 _LONG_PATH = re.compile(r"(?<![\w.])/(?:[\w.+-]+/){2,}([\w.+-]+)")  # /tmp/run/artifacts/x.onnx -> x.onnx
 _REPRODUCE = re.compile(r";?\s*reproduce:.*$", re.DOTALL)
 _EXCEPTION = re.compile(r"^\s*(?:[\w.]+\.)?([A-Z]\w*(?:Error|Exception|Exit))\s*:\s*(.+)$")

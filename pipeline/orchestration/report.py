@@ -177,9 +177,11 @@ def write_report(run: RunFolder, summary: dict[str, Any]) -> tuple[Path, Path]:
                   f"| {'yes' if o['required'] else 'no'} |"
                   for o in summary["artifacts"]]
     if summary.get("signatures"):
-        lines += ["", "| signature | carried by | serve-check | note |", "|---|---|---|---|"]
-        lines += [f"| {name} | {', '.join(row['artifacts']) or '-'} | {' '.join(str(row['serve_check']).split())} "
-                  f"| {row['note'] or '-'} |" for name, row in summary["signatures"].items()]
+        lines += ["", "| signature | carried by | serve-check | files | not carried by |", "|---|---|---|---|---|"]
+        lines += [f"| {table_cell(name)} | {', '.join(row['artifacts']) or '-'} | {table_cell(row['serve_check'])} "
+                  f"| {table_cell(', '.join(sorted(set(row.get('files', {}).values()))))} "
+                  f"| {table_cell('; '.join(f'{a}: {why}' for a, why in row.get('left_out', {}).items()))} |"
+                  for name, row in summary["signatures"].items()]
     if parity:
         metric = parity.get("metric", "accuracy_%")
         lines += ["", f"- task metric: {metric} on output `{parity.get('metric_output')}` against "

@@ -3,12 +3,12 @@
 data -> train -> export (+ audit) -> convert -> validate -> serve-check -> publish. Every stage's
 record goes to `runs/<run_id>/stages.json`; a failed stage publishes nothing (report.json and report.md
 still say what happened). An optional artifact that fails a stage is left out and the run goes on
-(`pipeline.orchestration.outcomes`: status `published`, `partial` or `failed`).
+(`pipeline.orchestration.outcomes`: status `published`, `partial` or `failed`). The outcomes are decided
+once, by the publish stage (`PublishResult.outcomes`); `summary.json`, the report and `ShipResult` show them.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -20,15 +20,17 @@ from tfship.core.errors import StageError, TfshipError
 from tfship.pipeline.config import PipelineConfig
 from tfship.pipeline.export_only.user_model import ExportOnlyRequest
 from tfship.pipeline.orchestration import steps
-from tfship.pipeline.orchestration.chain import STAGES, StageContext, run_chain
-from tfship.pipeline.orchestration.outcomes import (
-    RunStatus,
-    artifact_outcomes,
-    run_status,
-    signature_carriers,
-    status_line,
+from tfship.pipeline.orchestration.chain import (
+    STAGES,
+    StageContext,
+    read_inputs,
+    read_records,
+    run_chain,
+    stored_run_config,
 )
+from tfship.pipeline.orchestration.outcomes import RunStatus, run_status, signature_carriers, status_line
 from tfship.pipeline.orchestration.publish import PublishResult
+from tfship.pipeline.orchestration.records import read_json
 from tfship.pipeline.orchestration.stages import RunFolder, StageRecord, StageStatus
 
 T = TypeVar("T")
@@ -85,8 +87,9 @@ def _forget(run: RunFolder, names: tuple[str, ...]) -> None:
 def run_single_stage(ctx: StageContext, name: str) -> Any:
     """Run one stage alone in an existing run folder (`tfship convert`, `validate`, ...).
 
-    The stage comes from the chain (`pipeline.orchestration.chain.STAGES`); its value is returned.
-    The stage's own record file is removed first, so a failure can never leave an earlier `ok` behind;
+    The stage comes from the chain (`pipeline.orchestration.chain.STAGES`); the records of its `inputs` are
+    read from the run folder into `ctx` (those `ctx` does not hold yet), and its own record is returned (and
+    kept in `ctx`). The stage's own record file is removed first, so a failure can never leave an earlier `ok` behind;
     `stages.json` keeps the other stages' records and gets this stage's new one (`ok`, or `failed` with the
     reason). When the stage fails, or when it rewrote artifacts (train, export, convert), every later
     stage's record file is removed and its record marked `skipped` (outdated).
@@ -97,13 +100,16 @@ def run_single_stage(ctx: StageContext, name: str) -> Any:
     run, stage = ctx.run, STAGES[name]
     later = STAGE_NAMES[STAGE_NAMES.index(name) + 1:]
     _forget(run, (name,))
-    stored = json.loads((run.root / "stages.json").read_text()) if (run.root / "stages.json").is_file() else []
+    if stage.field is not None:
+        setattr(ctx, stage.field, None)
+    read_inputs(ctx, stage)
+    stored = _read(run, "stages.json") or []
     records = [StageRecord(r["name"], StageStatus(r["status"]), r["seconds"], r["reason"], r["summary"])
                for r in stored if r["name"] != name]
     runner = StageRunner(run)
     runner.records = [r for r in records if r.name not in later]
     try:
-        value = runner(name, lambda: stage.run(ctx), stage.summarise)
+        value = runner(name, lambda: stage.perform(ctx), stage.summarise)
     except TfshipError:
         _forget(run, later)
         raise
@@ -118,64 +124,69 @@ def run_single_stage(ctx: StageContext, name: str) -> Any:
 
 
 def _read(run: RunFolder, name: str):
-    path = run.root / name
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    try:
+        return read_json(run, name)
+    except (OSError, ValueError):
+        return None
 
 
-def run_summary(config: PipelineConfig, run: RunFolder, published: PublishResult | None,
-                extra: dict[str, Any]) -> dict[str, Any]:
-    """The run's summary from its stage records: status, every artifact's outcome, parity, conversions.
+def run_summary(ctx: StageContext, extra: dict[str, Any]) -> dict[str, Any]:
+    """The run's summary from the context's stage records: status, every artifact's outcome (the publish
+    stage's `PublishResult.outcomes`; none when nothing was published), parity, conversions.
 
     `status` is `published`, `partial` (optional artifacts left out) or `failed` (nothing published);
     `signatures`: which published artifact carries which signature (`outcomes.signature_carriers`).
     """
-    conversions, parity, served = _read(run, "convert.json") or [], _read(run, "parity.json"), \
-        _read(run, "serve_check.json")
-    outcomes = artifact_outcomes(conversions, parity, served, config.convert.required, run.root) \
-        if published else []
-    audit = _read(run, "audit.json") or {}
+    run, published = ctx.run, ctx.publish
+    outcomes = list(published.outcomes) if published else []
+    served = ctx.serve_check
+    signatures = list(ctx.export.signatures) if ctx.export is not None else []
     return {"status": (run_status(outcomes) if published else RunStatus.FAILED).value,
             "status_line": status_line(outcomes) if published else "status: failed (nothing published)",
             "run": str(run.root), "published": str(published.version_dir) if published else None,
-            "version": published.version if published else None, "audit_passed": bool(audit.get("passed")),
-            "signatures": signature_carriers(audit.get("signatures", []), "serving_default", outcomes, served,
-                                             steps.signatures_carried(run, outcomes)) if published else {},
-            "artifacts": [o.to_json() for o in outcomes], "conversions": conversions, "parity": parity,
-            "serve_check": [n for n, r in (served or {}).get("artifacts", {}).items() if r["passed"]],
-            "convert_memory": _read(run, "convert_memory.json")} | extra
+            "version": published.version if published else None,
+            "audit_passed": ctx.export is not None and ctx.export.passed,
+            "signatures": signature_carriers(signatures, "serving_default", outcomes, served,
+                                             steps.signatures_carried(run, outcomes, ctx.convert, ctx.validate))
+            if published else {},
+            "artifacts": [o.to_json() for o in outcomes],
+            "conversions": ctx.convert.to_json() if ctx.convert is not None else [],
+            "parity": ctx.validate.to_json() if ctx.validate is not None else None,
+            "serve_check": served.served if served is not None else [],
+            "convert_memory": ctx.convert.memory if ctx.convert is not None else None} | extra
 
 
-def finish_run(config: PipelineConfig, run: RunFolder, records: list[StageRecord], published: PublishResult,
-               extra: dict[str, Any]) -> PipelineResult:
-    """Write `summary.json` for a run that published, and return its result."""
-    summary = run_summary(config, run, published, extra)
-    run.write_json("summary.json", summary)
-    return PipelineResult(run, tuple(records), published, summary)
+def finish_run(ctx: StageContext, records: list[StageRecord], extra: dict[str, Any]) -> PipelineResult:
+    """Write `summary.json` for a run that published (`ctx.publish`), and return its result."""
+    summary = run_summary(ctx, extra)
+    ctx.run.write_json("summary.json", summary)
+    return PipelineResult(ctx.run, tuple(records), ctx.publish, summary)
 
 
 @contextmanager
-def reported_failure(config: PipelineConfig, run: RunFolder, extra: dict[str, Any]):
+def reported_failure(ctx: StageContext, extra: dict[str, Any]):
     """On a `TfshipError`, write `report.json` and `report.md` (status `failed`, the stage records so far and
-    the error), then re-raise it.
+    the error), then re-raise it. The failing stage's record, written before it raised, is read from the run
+    folder (as is any other the context does not hold).
     """
     try:
         yield
     except TfshipError as err:
         from tfship.pipeline.orchestration.report import write_report
 
-        stages = _read(run, "stages.json") or []
-        write_report(run, run_summary(config, run, None, extra | {"error": f"{type(err).__name__}: {err}",
-                                                                 "stages": stages}))
+        read_records(ctx)
+        ctx.publish = None
+        stages = _read(ctx.run, "stages.json") or []
+        write_report(ctx.run, run_summary(ctx, extra | {"error": f"{type(err).__name__}: {err}", "stages": stages}))
         raise
 
 
 def _extras(ctx: StageContext) -> dict[str, Any]:
-    stored = _read(ctx.run, "config.json") or {}
+    stored = stored_run_config(ctx.run)
     if "export_only" in stored:
-        contract = _read(ctx.run, "audit.json") and steps.read_contract(ctx.run).to_json()
+        contract = steps.read_contract(ctx.run).to_json() if ctx.export is not None else None
         return {"train": None, "export_only": stored["export_only"], "contract": contract}
-    train = _read(ctx.run, "train.json")
-    return {"train": {k: v for k, v in train.items() if k != "history"} if train else None}
+    return {"train": dict(ctx.train.summary) if ctx.train is not None else None}
 
 
 def execute(ctx: StageContext, on_stage: Callable[[str, StageRecord], None] | None = None,
@@ -188,9 +199,9 @@ def execute(ctx: StageContext, on_stage: Callable[[str, StageRecord], None] | No
     """
     stage = StageRunner(ctx.run, on_stage)
     extra = {"resumed": True} if resume else {}
-    with reported_failure(ctx.config, ctx.run, extra):
+    with reported_failure(ctx, extra):
         run_chain(ctx, stage, resume)
-    return finish_run(ctx.config, ctx.run, stage.records, ctx.values["publish"], _extras(ctx) | extra)
+    return finish_run(ctx, stage.records, _extras(ctx) | extra)
 
 
 def run_export_only(config: PipelineConfig, repository: Path, request: ExportOnlyRequest,

@@ -1,14 +1,15 @@
-"""The pipeline's stages as functions of (config, run folder, data): each reads what the stage
-before it wrote into the run folder, so every stage also runs alone from the CLI.
+"""The pipeline's stages as functions of (config, run folder, data, the earlier stages' typed records).
+
+Each stage writes its record into the run folder (`pipeline.orchestration.records`); a record not handed in
+(None) is read back from there, so every stage also runs alone from the CLI.
 
 Run folder contents: `model.keras` (train), `artifacts/` (a complete TF Serving version folder:
 SavedModel at its root, `model.onnx`, `model*.tflite`, written by export and convert), and one
-JSON file per stage (`train.json`, `audit.json`, `convert.json`, `parity.json`, `serve_check.json`).
+record per stage (`train.json`, `audit.json` + `export.json`, `convert.json`, `parity.json`, `serve_check.json`).
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -22,7 +23,7 @@ from tfship.pipeline.config import PipelineConfig
 from tfship.pipeline.conversion.artifacts import (
     SAVED_MODEL,
     Artifact,
-    ConversionStatus,
+    SignatureCarriage,
     artifact_kinds,
     as_text,
     check_required,
@@ -42,6 +43,15 @@ from tfship.pipeline.orchestration.publish import (
     publish_version,
     write_golden_set,
 )
+from tfship.pipeline.orchestration.records import (
+    CONVERT,
+    EXPORT,
+    SERVE_CHECK,
+    TRAIN,
+    VALIDATE,
+    ExportRecord,
+    TrainRecord,
+)
 from tfship.pipeline.orchestration.stages import RunFolder
 from tfship.pipeline.training.train import TrainInputs, TrainResult, train_model
 from tfship.serving.dataplane.warmup import write_warmup_requests
@@ -55,11 +65,14 @@ SERVE_BATCH_SIZES = (1, 7, 32)  # the serve-check's requests (rows each)
 
 @dataclass(frozen=True)
 class ExportOutcome:
-    """The exported SavedModel's contract, its graph audit and its behavioural checks (None when off)."""
+    """The exported SavedModel's contract, its graph audit, its behavioural checks (None when off) and the
+    stage's record (`audit.json` + `export.json`) that later stages read.
+    """
 
     contract: Signature
     audit: AuditReport
     behaviour: object | None = None
+    record: ExportRecord | None = None
 
 
 def as_eval_data(config: PipelineConfig, contract: Signature, data: DatasetSplits | EvalData) -> EvalData:
@@ -80,19 +93,22 @@ def _test_inputs(contract: Signature, splits: DatasetSplits | EvalData) -> dict[
 
 
 def _audit_and_prove(config: PipelineConfig, run: RunFolder, contract: Signature, inputs,
-                     expected_variables, layers) -> ExportOutcome:
+                     expected_variables, layers, details: dict) -> ExportOutcome:
+    """Write `export.json` (`details`), audit and prove the SavedModel, write `audit.json`; raise on a failure."""
     from tfship.pipeline.gate.behaviour import check_behaviour
     from tfship.pipeline.gate.behaviour import raise_if_failed as raise_if_behaviour_failed
 
+    run.write_json("export.json", details)
     audit = audit_saved_model(run.artifacts, expected_variables=expected_variables, layers=layers)
     behaviour = check_behaviour(run.artifacts, inputs, contract.name, config.export.batch_independence_tolerance) \
         if config.export.behaviour_checks else None
-    run.write_json("audit.json", audit.to_json() | {"behaviour": behaviour.to_json() if behaviour else None,
-                                                    "passed": audit.passed and (behaviour is None or behaviour.passed)})
+    record = EXPORT.save(run, ExportRecord(audit.to_json() | {
+        "behaviour": behaviour.to_json() if behaviour else None,
+        "passed": audit.passed and (behaviour is None or behaviour.passed)}, details))
     raise_if_audit_failed(audit)
     if behaviour is not None:
         raise_if_behaviour_failed(behaviour)
-    return ExportOutcome(contract, audit, behaviour)
+    return ExportOutcome(contract, audit, behaviour, record)
 
 
 def export_user_stage(config: PipelineConfig, run: RunFolder, model, data_path: Path,
@@ -122,8 +138,7 @@ def export_user_stage(config: PipelineConfig, run: RunFolder, model, data_path: 
         result = export_saved_model(module, contract, run.artifacts, others)
         run.write_json("data.json", data.summary() | {"tags": list(tags),
                                                       "variables_left_out": list(module.dropped_variables)})
-        run.write_json("export.json", _export_record(result))
-        return _audit_and_prove(config, run, contract, data.inputs, None, None), data
+        return _audit_and_prove(config, run, contract, data.inputs, None, None, _export_record(result)), data
     model = float32_copy(model)
     contract = contract_from_keras(model)
     data = load_user_data(data_path, contract, config.convert.representative_samples, config.run.seed,
@@ -132,9 +147,9 @@ def export_user_stage(config: PipelineConfig, run: RunFolder, model, data_path: 
     result = export_saved_model(build_keras_module(model, contract, extras), contract, run.artifacts,
                                 tuple(extra_contract(contract, name, outs) for name, outs in extras.items()))
     run.write_json("data.json", data.summary())
-    run.write_json("export.json", _export_record(result) | {"recurrent": _write_recipe_sources(run, model, contract)})
+    details = _export_record(result) | {"recurrent": _write_recipe_sources(run, model, contract)}
     return _audit_and_prove(config, run, contract, data.inputs, [w.path for w in model.weights],
-                            keras_layers(model)), data
+                            keras_layers(model), details), data
 
 
 def _user_saved_model_contracts(folder: Path, tags: tuple[str, ...]) -> tuple[Signature, tuple[Signature, ...]]:
@@ -168,7 +183,7 @@ def train_step_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSpli
 
     result = train_model(TrainInputs(config, splits, run.checkpoints, run.root / "tensorboard", resume, log), progress)
     result.model.save(run.root / "model.keras")
-    run.write_json("train.json", result.summary() | {"history": [h.__dict__ for h in result.history]})
+    TRAIN.save(run, TrainRecord.from_result(result))
     return result
 
 
@@ -203,9 +218,8 @@ def export_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits, 
                                    len(splits.class_names), str(model.inputs[0].dtype))
     export_saved_model(build_classifier_module(model, contract), contract, run.artifacts)
     recurrent = _write_recipe_sources(run, model, contract, lambda clone: build_classifier_module(clone, contract))
-    run.write_json("export.json", record | {"recurrent": recurrent})
     return _audit_and_prove(config, run, contract, _test_inputs(contract, splits), [w.path for w in model.weights],
-                            keras_layers(model))
+                            keras_layers(model), record | {"recurrent": recurrent})
 
 
 def read_contract(run: RunFolder) -> Signature:
@@ -215,10 +229,13 @@ def read_contract(run: RunFolder) -> Signature:
     return read_signatures(run.artifacts)["serving_default"]
 
 
-def convert_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits | EvalData) -> ConvertResult:
-    """Convert the run's SavedModel into every enabled artifact kind (see pipeline.conversion.convert); `convert.json`
-    (outcomes) and `convert_memory.json` (the memory budget and each conversion's peak) are written before a
-    required artifact that was not produced fails the stage.
+def convert_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits | EvalData,
+                  exported: ExportRecord | None = None) -> ConvertResult:
+    """Convert the run's SavedModel into every enabled artifact kind (see pipeline.conversion.convert); the record
+    (`convert.json`: outcomes; `convert_memory.json`: the memory budget and each conversion's peak) is written
+    before a required artifact that was not produced fails the stage.
+
+    exported: the export stage's record (None: read from the run folder), for the TFLite recipes' sources.
 
     Raises:
         ConversionError: a kind in `convert.required` was not produced.
@@ -227,20 +244,11 @@ def convert_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits 
     contract = read_contract(run)
     data = as_eval_data(config, contract, splits)
     sample = {name: value[:8] for name, value in data.inputs.items()}
+    exported = exported or EXPORT.load(run)
     result = convert_artifacts(run.artifacts, contract, config.convert, data.calibration, sample,
-                               _tflite_sources(run))
-    run.write_json("convert.json", result.to_json())
-    run.write_json("convert_memory.json", result.memory)
+                               exported.tflite_sources() if exported is not None else ExportRecord({}).tflite_sources())
+    CONVERT.save(run, result)
     return raise_if_required_missing(result, config.convert.required)
-
-
-def _tflite_sources(run: RunFolder) -> dict:
-    """The TFLite recipes' sources the export stage wrote (`export.json` -> `recurrent`)."""
-    path = run.root / "export.json"
-    recurrent = json.loads(path.read_text()).get("recurrent", {}) if path.is_file() else {}
-    source = recurrent.get("unrolled_source")
-    return {"unrolled": source if source and Path(source).is_dir() else None,
-            "unrolled_reason": recurrent.get("reason", "")}
 
 
 def _write_recipe_sources(run: RunFolder, model, contract: Signature, build_module=None) -> dict:
@@ -250,57 +258,45 @@ def _write_recipe_sources(run: RunFolder, model, contract: Signature, build_modu
     return write_unrolled_source(model, contract, run.root / "tflite_sources" / "unrolled", build_module)
 
 
-def produced_artifacts(run: RunFolder) -> tuple[Artifact, list[Artifact]]:
-    """The SavedModel (reference) and the artifacts the convert stage produced (`convert.json`).
+def produced_artifacts(run: RunFolder, converted: ConvertResult | None = None) -> tuple[Artifact, list[Artifact]]:
+    """The SavedModel (reference) and the artifacts the convert stage produced (its record; None: read from
+    the run folder).
 
     Raises:
         StageError: the convert stage has not run in this run folder.
     """
-    path = run.root / "convert.json"
-    if not path.is_file():
-        raise StageError(f"{path} does not exist; run the convert stage first")
+    converted = converted or CONVERT.require(run)
     kinds = artifact_kinds()
-    produced = [row["name"] for row in json.loads(path.read_text()) if row["status"] == ConversionStatus.PRODUCED]
     reference = Artifact(SAVED_MODEL, "saved_model", "float32", run.artifacts)
-    return reference, [kinds[name].artifact(run.artifacts) for name in produced if name in kinds]
+    return reference, [kinds[name].artifact(run.artifacts) for name in converted.produced if name in kinds]
 
 
-def validate_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits | EvalData) -> ParityReport:
-    """Run the held-out data through every produced artifact; `parity.json`; fail when the SavedModel or a
-    required artifact misses (the others are left out).
-    """
-    contract = read_contract(run)
-    reference, candidates = produced_artifacts(run)
-    data = as_eval_data(config, contract, splits)
-    report = validate_artifacts(reference, candidates, contract, data.inputs, data.labels, config.parity,
-                                config.convert.required)
-    parity = _judge_other_signatures(report.to_json(), reference, candidates, data.inputs, config)
-    run.write_json("parity.json", parity)
-    raise_if_failed(report)
-    if not parity["passed"]:
-        raise ParityError("parity gate failed: " + " | ".join(
-            f"{r['artifact']}: {r['reason']}" for r in parity["artifacts"]
-            if not r["passed"] and r["artifact"] in config.convert.required))
-    return report
+def validate_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits | EvalData,
+                   converted: ConvertResult | None = None) -> ParityReport:
+    """Run the held-out data through every produced artifact (`converted`: the convert stage's record; None:
+    read from the run folder) and through each artifact's other signatures; write the record (`parity.json`);
+    fail when the SavedModel or a required artifact misses (the others are left out).
 
+    Returns:
+        The parity report with the other signatures' verdicts (`ParityReport.with_other_signatures`).
 
-def _judge_other_signatures(parity: dict, reference: Artifact, candidates: list[Artifact], inputs,
-                            config: PipelineConfig) -> dict:
-    """`parity` with `signatures` ({artifact: {signature: verdict}}, `pipeline.gate.signatures`): a converted
-    artifact whose other signature misses is left out (its row fails, the reason names the signature); the
-    gate fails when that artifact is required.
+    Raises:
+        ParityError: the SavedModel or a required artifact missed.
     """
     from tfship.pipeline.gate.signatures import validate_other_signatures
 
-    verdicts = validate_other_signatures(reference, candidates, inputs, config.parity)
-    for row in parity["artifacts"]:
-        missed = [f"signature '{name}': {v['reason']}" for name, v in verdicts.get(row["artifact"], {}).items()
-                  if not v["passed"]]
-        if missed and row["passed"]:
-            row["passed"], row["reason"] = False, "; ".join(missed)
-            if row["artifact"] in config.convert.required:
-                parity["passed"] = False
-    return parity | {"signatures": verdicts}
+    contract = read_contract(run)
+    reference, candidates = produced_artifacts(run, converted)
+    data = as_eval_data(config, contract, splits)
+    report = validate_artifacts(reference, candidates, contract, data.inputs, data.labels, config.parity,
+                                config.convert.required)
+    others = validate_other_signatures(reference, candidates, data.inputs, config.parity)
+    judged = VALIDATE.save(run, report.with_other_signatures(others.verdicts, others.noise))
+    raise_if_failed(report)
+    if not judged.passed:
+        raise ParityError("parity gate failed: " + " | ".join(
+            f"{r.artifact}: {r.reason}" for r in judged.rows if not r.passed and r.artifact in config.convert.required))
+    return judged
 
 
 def _golden(run: RunFolder, contract: Signature, splits: DatasetSplits | EvalData):
@@ -328,7 +324,7 @@ def signature_probes(run: RunFolder, artifact: Artifact, inputs: dict[str, np.nd
     on its server: a probe for each whose inputs the data holds (by name), with the artifact's own in-process
     answers; {name: why not} for the rest.
     """
-    from tfship.pipeline.gate.signatures import carried_signatures, runner_for, signature_feed
+    from tfship.pipeline.gate.signatures import carried_signatures, recorded_noise, runner_for, signature_feed
 
     probes, unchecked = [], {}
     signatures = read_signatures(run.artifacts)
@@ -341,23 +337,24 @@ def signature_probes(run: RunFolder, artifact: Artifact, inputs: dict[str, np.nd
             continue
         runner = runner_for(artifact, name)
         try:
-            probes.append(SignatureProbe(name, feed, _own_answers(artifact, feed, runner)))
+            probes.append(SignatureProbe(name, feed, _own_answers(artifact, feed, runner),
+                                         recorded_noise(run.root / "parity.json", name)))
         finally:
             runner.close()
     return tuple(probes), unchecked
 
 
-def _serve_targets(config: PipelineConfig, run: RunFolder, parity: dict, inputs) -> list[ServeTarget]:
+def _serve_targets(config: PipelineConfig, run: RunFolder, parity: ParityReport, inputs) -> list[ServeTarget]:
     """The SavedModel (against its golden outputs, float32 tolerance) and every artifact that passed the parity
     gate (against its own in-process answers: the server must serve exactly what the gate proved).
     """
     kinds = artifact_kinds()
     exact = tolerance_for("float32", config.parity)
-    noise = {name: value["max_abs"] for name, value in parity.get("reference_noise", {}).items()}
+    noise = {name: value.max_abs for name, value in parity.noise.items()}
     targets = [ServeTarget(SAVED_MODEL, "saved_model", exact, noise=noise)]
-    for row in parity["artifacts"]:
-        kind = kinds.get(row["artifact"])
-        if row["passed"] and kind is not None and kind.backend:
+    for row in parity.rows:
+        kind = kinds.get(row.artifact)
+        if row.passed and kind is not None and kind.backend:
             own = _own_answers(kind.artifact(run.artifacts), inputs)
             targets.append(ServeTarget(kind.name, kind.backend, exact, kind.serve_flags, own, noise))
     return targets
@@ -377,89 +374,99 @@ def _with_probes(run: RunFolder, targets: list[ServeTarget], inputs) -> tuple[li
     return probed, unchecked
 
 
-def signatures_carried(run: RunFolder, outcomes: list) -> dict[str, tuple[str, ...]]:
-    """{artifact: the signatures its file answers} for every artifact of the run's version folder."""
-    from tfship.pipeline.gate.signatures import carried_signatures
+def signatures_carried(run: RunFolder, outcomes: list, converted: ConvertResult | None = None,
+                       parity: ParityReport | None = None) -> dict[str, SignatureCarriage]:
+    """{artifact: the signatures its files answer, and why not the others} for every artifact of the run's
+    version folder (`pipeline.gate.signatures.signature_carriage`), from the convert and validate stages'
+    records (`converted`, `parity`; None: read from the run folder when recorded).
+    """
+    from tfship.pipeline.gate.signatures import signature_carriage
 
-    kinds = artifact_kinds()
-    carried = {SAVED_MODEL: carried_signatures(Artifact(SAVED_MODEL, "saved_model", "float32", run.artifacts))}
+    converted = converted or CONVERT.load(run)
+    parity = parity or VALIDATE.load(run)
+    kinds, names = artifact_kinds(), sorted(read_signatures(run.artifacts))
+    conversions = {row.name: dict(row.__dict__) for row in (converted.outcomes if converted else ())}
+    verdicts = parity.signatures if parity else {}
+    carried = {SAVED_MODEL: signature_carriage(Artifact(SAVED_MODEL, "saved_model", "float32", run.artifacts), names)}
     for outcome in outcomes:
         if outcome.artifact in kinds:
-            carried[outcome.artifact] = carried_signatures(kinds[outcome.artifact].artifact(run.artifacts))
+            carried[outcome.artifact] = signature_carriage(kinds[outcome.artifact].artifact(run.artifacts), names,
+                                                           conversions.get(outcome.artifact),
+                                                           verdicts.get(outcome.artifact))
     return carried
 
 
-def _outcomes(config: PipelineConfig, run: RunFolder) -> list:
-    def read(name: str):
-        path = run.root / name
-        return json.loads(path.read_text()) if path.is_file() else None
-
-    return artifact_outcomes(read("convert.json") or [], read("parity.json"), read("serve_check.json"),
-                             config.convert.required, run.root)
-
-
-def serve_check_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits | EvalData) -> ServeCheckResult:
+def serve_check_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits | EvalData,
+                      converted: ConvertResult | None = None, parity: ParityReport | None = None) -> ServeCheckResult:
     """Stage the version in a private repository (without the artifacts left out so far), write warm-up and
     golden files, serve-check every artifact (and every other signature of the SavedModel whose inputs the
     data holds: `signature_probes`); the ones that fail are removed from the candidate.
 
+    converted, parity: the convert and validate stages' records (None: read from the run folder).
+
     Raises:
-        StageError: the SavedModel or a required artifact failed its check.
+        StageError: the validate stage has not run, or the SavedModel or a required artifact failed its check.
     """
     contract = read_contract(run)
-    parity_path = run.root / "parity.json"
-    if not parity_path.is_file():
-        raise StageError(f"{parity_path} does not exist; run the validate stage first")
+    parity = parity or VALIDATE.require(run)
+    converted = converted or CONVERT.load(run)
     inputs, expected = _golden(run, contract, splits)
     write_warmup_requests(run.artifacts, config.run.model_name, contract.name, inputs)
     write_golden_set(run.artifacts, inputs, expected)
     candidate = run.candidate_repository / config.run.model_name / "1"
     if candidate.parent.exists():
         shutil.rmtree(candidate.parent)
-    (run.root / "serve_check.json").unlink(missing_ok=True)  # outcomes so far: convert and validate
-    left_out = left_out_files(_outcomes(config, run))
+    SERVE_CHECK.path(run).unlink(missing_ok=True)
+    so_far = artifact_outcomes(converted, parity, None, config.convert.required, run.root)  # convert and validate
     shutil.copytree(run.artifacts, candidate, ignore=shutil.ignore_patterns(
-        ".*", "*.reproduce.sh", "*.representative.npz", *left_out))
-    targets, unchecked = _with_probes(run, _serve_targets(config, run, json.loads(parity_path.read_text()), inputs),
-                                      inputs)
-    result = serve_check(run.candidate_repository, config.run.model_name, 1, inputs, expected, targets,
-                         config.convert.required, SERVE_BATCH_SIZES)
-    run.write_json("serve_check.json", result.to_json() | {"signatures_unchecked": unchecked})
-    for name in left_out_files(_outcomes(config, run)):
-        remove_path(candidate / name)
+        ".*", "*.reproduce.sh", "*.representative.npz", *left_out_files(so_far)))
+    targets, unchecked = _with_probes(run, _serve_targets(config, run, parity, inputs), inputs)
+    result = SERVE_CHECK.save(run, serve_check(run.candidate_repository, config.run.model_name, 1, inputs, expected,
+                                               targets, config.convert.required, SERVE_BATCH_SIZES
+                                               ).with_unchecked(unchecked))
+    for name in left_out_files(artifact_outcomes(converted, parity, result, config.convert.required, run.root)):
+        for path in candidate.glob(name):  # names or glob patterns (`model.*.onnx`)
+            remove_path(path)
     return raise_if_serve_check_failed(result)
 
 
 def publish_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits | EvalData, repository: Path,
-                  metrics: dict) -> PublishResult:
+                  metrics: dict, exported: ExportRecord | None = None, converted: ConvertResult | None = None,
+                  parity: ParityReport | None = None, served: ServeCheckResult | None = None) -> PublishResult:
     """Publish the blessed candidate (the SavedModel and every artifact that passed parity and serve-check)
     with its manifest, which lists every artifact's outcome (`artifacts`: published or left out, and why),
     every signature (`signature_def`) and which published artifact carries which (`signatures`).
+
+    The outcomes are decided here, once (`artifact_outcomes`), and returned in `PublishResult.outcomes`; the
+    earlier stages' records not handed in (None) are read from the run folder.
+
+    Raises:
+        StageError: the export, validate or serve-check record is missing or did not pass (nothing published).
     """
-    for required in ("parity.json", "serve_check.json", "audit.json"):
-        path = run.root / required
-        if not path.is_file() or not json.loads(path.read_text())["passed"]:
-            raise StageError(f"publish: {path} is missing or did not pass; nothing was published")
+    exported, converted = exported or EXPORT.load(run), converted or CONVERT.load(run)
+    parity, served = parity or VALIDATE.load(run), served or SERVE_CHECK.load(run)
+    for record_file, record in ((VALIDATE, parity), (SERVE_CHECK, served), (EXPORT, exported)):
+        if record is None or not record.passed:
+            raise StageError(f"publish: {record_file.path(run)} is missing or did not pass; nothing was published")
     contract = read_contract(run)
-    outcomes = _outcomes(config, run)
+    outcomes = artifact_outcomes(converted, parity, served, config.convert.required, run.root)
     signatures = read_signatures(run.artifacts)
-    serve = json.loads((run.root / "serve_check.json").read_text())
     manifest = {
         "status": run_status(outcomes).value,
         "artifacts": [o.to_json() for o in outcomes],
         "run": str(run.root),
         "git_commit": git_commit(Path(__file__).parent),
         "signature_def": {name: signature.to_json() for name, signature in sorted(signatures.items())},
-        "signatures": signature_carriers(sorted(signatures), contract.name, outcomes, serve,
-                                         signatures_carried(run, outcomes)),
+        "signatures": signature_carriers(sorted(signatures), contract.name, outcomes, served,
+                                         signatures_carried(run, outcomes, converted, parity)),
         "class_names": list(splits.class_names),
         "data": splits.summary(),
         "metrics": metrics,
-        "parity": json.loads((run.root / "parity.json").read_text()),
-        "audit": json.loads((run.root / "audit.json").read_text()),
-        "serve_check": serve,
-        "conversions": json.loads((run.root / "convert.json").read_text()),
+        "parity": parity.to_json(),
+        "audit": exported.audit,
+        "serve_check": served.to_json(),
+        "conversions": converted.to_json() if converted is not None else [],
         "libraries": library_versions(),
     }
     candidate = run.candidate_repository / config.run.model_name / "1"
-    return publish_version(candidate, repository, config.run.model_name, manifest)
+    return replace(publish_version(candidate, repository, config.run.model_name, manifest), outcomes=tuple(outcomes))

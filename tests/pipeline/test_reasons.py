@@ -9,6 +9,7 @@ import re
 import numpy as np
 import pytest
 
+from tfship.pipeline.conversion.convert import ConvertResult
 from tfship.pipeline.orchestration.outcomes import artifact_outcomes
 from tfship.pipeline.orchestration.reasons import FIRST_LINE_LIMIT, first_line, table_cell
 from tfship.pipeline.orchestration.report import write_report
@@ -51,7 +52,7 @@ def test_first_line_keeps_a_short_reason_and_bounds_a_long_one():
 
 def _summary(run: RunFolder, reason: str) -> dict:
     conversions = [{"name": "onnx", "status": "refused", "reason": reason, "recipe": ""}]
-    outcomes = artifact_outcomes(conversions, None, None, (), run.root)
+    outcomes = artifact_outcomes(ConvertResult.from_json(conversions), None, None, (), run.root)
     return {"status_line": "status: partial", "run": str(run.root), "published": "x", "audit_passed": True,
             "artifacts": [o.to_json() for o in outcomes], "conversions": conversions, "parity": None,
             "stages": [{"name": "convert", "status": "ok", "seconds": 1.0, "reason": reason}]}

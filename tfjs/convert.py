@@ -31,6 +31,7 @@ import numpy as np
 
 from tfship.core.errors import ConversionError, TfshipError
 from tfship.core.processes import run_converter_child
+from tfship.core.statuses import ConversionStatus
 from tfship.tfjs.venv import ROOT, ensure_tfjs_venv
 
 # Run by file path: the converter's own venv (.venv-tfjs) has TensorFlow.js but not tfship installed.
@@ -73,7 +74,7 @@ class TfjsConversionResult:
         reproduce_command: shell line that repeats the conversion.
     """
 
-    status: str
+    status: ConversionStatus
     reason: str
     path: Path | None
     size_bytes: int
@@ -150,7 +151,7 @@ def convert_tfjs(saved_model_dir: Path, output_dir: Path, quantization: TfjsQuan
     tmp = output_dir.with_name(f".{output_dir.name}.{uuid.uuid4().hex}.tmp")
     report = output_dir.with_name(f".{output_dir.name}.{uuid.uuid4().hex}.report.json")
 
-    def result(status: str, reason: str, outputs=None, versions=None, path=None) -> TfjsConversionResult:
+    def result(status: ConversionStatus, reason: str, outputs=None, versions=None, path=None) -> TfjsConversionResult:
         return TfjsConversionResult(status, reason, path, folder_size(path) if path else 0,
                                     time.monotonic() - started, outputs or {}, versions or {}, reproduce)
 
@@ -163,17 +164,17 @@ def convert_tfjs(saved_model_dir: Path, output_dir: Path, quantization: TfjsQuan
         _write_reproduce(output_dir.with_name(output_dir.name + ".reproduce.sh"), reproduce, output_dir, tmp)
         done, failure = _run_worker(command, report, timeout_s)
         if done is None:
-            return result("crashed", failure)
-        if done["status"] != "produced":
-            return result("refused", done["reason"])
+            return result(ConversionStatus.CRASHED, failure)
+        if done["status"] != ConversionStatus.PRODUCED:
+            return result(ConversionStatus.REFUSED, done["reason"])
         reason, node_versions = _node_check(tmp, sample, expected_outputs, timeout_s)
         versions = {**done.get("versions", {}), **node_versions}
         if reason:
-            return result("refused", reason, done["outputs"], versions)
+            return result(ConversionStatus.REFUSED, reason, done["outputs"], versions)
         os.replace(tmp, output_dir)
-        return result("produced", "", done["outputs"], versions, output_dir)
+        return result(ConversionStatus.PRODUCED, "", done["outputs"], versions, output_dir)
     except ConversionError as err:  # the converter's environment could not be built
-        return result("refused", str(err))
+        return result(ConversionStatus.REFUSED, str(err))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         report.unlink(missing_ok=True)

@@ -12,7 +12,9 @@
    SavedModel itself, checks it against what the converter wrote (node present, dtype equal) and
    rewrites `signature.outputs` with every output under its own name.
 3. Writes a JSON report: {"status": "produced"|"refused", "reason", "outputs": {name: node},
-   "versions": {...}}. A Python exception that is not a refusal exits non-zero (the parent reports it).
+   "versions": {...}}; the words are `core.statuses.ConversionStatus`'s, written out because this script
+   runs in `.venv-tfjs` and imports nothing of tfship. A Python exception that is not a refusal exits
+   non-zero (the parent reports it).
 """
 
 from __future__ import annotations

@@ -27,15 +27,15 @@ import time
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from tfship.core.errors import ConversionError
 from tfship.core.processes import run_converter_child
+from tfship.core.statuses import ConversionStatus
 from tfship.tflite.modes import TfliteMode, TfliteOptions
 
-Status = Literal["produced", "refused", "crashed"]
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -59,7 +59,7 @@ class TfliteConversionResult:
     """
 
     mode: TfliteMode
-    status: Status
+    status: ConversionStatus
     reason: str
     path: Path | None
     size_bytes: int
@@ -72,7 +72,7 @@ class TfliteConversionResult:
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready values (for the run folder)."""
         return {
-            "mode": self.mode.value, "status": self.status, "reason": self.reason,
+            "mode": self.mode.value, "status": self.status.value, "reason": self.reason,
             "path": None if self.path is None else str(self.path), "size_bytes": self.size_bytes,
             "seconds": round(self.seconds, 3), "flex_ops": list(self.flex_ops),
             "reproduce_command": self.reproduce_command, "peak_rss_bytes": self.peak_rss_bytes,
@@ -209,7 +209,7 @@ def convert_tflite(saved_model_dir: Path, output_path: Path, options: TfliteOpti
 
     peaks = [0]
 
-    def result(status: Status, reason: str, flex: list[str],
+    def result(status: ConversionStatus, reason: str, flex: list[str],
                path: Path | None = None) -> TfliteConversionResult:
         size = path.stat().st_size if path is not None else 0
         return TfliteConversionResult(options.mode, status, reason, path, size, time.monotonic() - started,
@@ -221,22 +221,22 @@ def convert_tflite(saved_model_dir: Path, output_path: Path, options: TfliteOpti
             step = _run_child(convert_command(tmp_model, convert_report), "convert", deadline, timeout_s)
             peaks.append(step.peak_rss_bytes)
             if step.failure:
-                return result("crashed", step.failure, [])
+                return result(ConversionStatus.CRASHED, step.failure, [])
             flex = list(step.report.get("flex_ops", []))
-            if step.report["status"] != "produced":
-                return result("refused", step.report["reason"], flex)
+            if step.report["status"] != ConversionStatus.PRODUCED:
+                return result(ConversionStatus.REFUSED, step.report["reason"], flex)
             smoke = _run_child(smoke_command(tmp_model, convert_report, str(Path(reports) / "smoke.json")),
                                "LiteRT check", deadline, timeout_s)
             peaks.append(smoke.peak_rss_bytes)
             if smoke.failure:
-                return result("crashed", smoke.failure, flex)
-            if smoke.report["status"] != "produced":
+                return result(ConversionStatus.CRASHED, smoke.failure, flex)
+            if smoke.report["status"] != ConversionStatus.PRODUCED:
                 prefix = (f"uses Flex ops {flex} (convert.allow_flex), which the bundled LiteRT (ai_edge_litert) "
                           "cannot run: it has no Flex delegate, so the file cannot be checked and is not kept; "
                           if flex else "")
-                return result("refused", prefix + smoke.report["reason"], flex)
+                return result(ConversionStatus.REFUSED, prefix + smoke.report["reason"], flex)
             os.replace(tmp_model, output_path)
-            return replace(result("produced", "", flex, output_path),
+            return replace(result(ConversionStatus.PRODUCED, "", flex, output_path),
                            signatures_left_out=dict(step.report.get("signatures_left_out") or {}))
         finally:
             tmp_model.unlink(missing_ok=True)

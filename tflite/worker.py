@@ -26,6 +26,7 @@ import numpy as np
 from tfship.core.contract import Signature
 from tfship.core.errors import TfshipError
 from tfship.core.saved_model import read_signatures
+from tfship.core.statuses import ConversionStatus
 from tfship.tflite.inspect import flex_ops, op_histogram, signature_keys
 from tfship.tflite.modes import TfliteMode, TfliteOptions
 
@@ -188,10 +189,11 @@ def run_convert(saved_model_dir: str, output: str, options: TfliteOptions,
     try:
         signatures = read_signatures(Path(saved_model_dir))
     except TfshipError as err:
-        return {"status": "refused", "reason": str(err)}
+        return {"status": ConversionStatus.REFUSED, "reason": str(err)}
     if SIGNATURE_KEY not in signatures:
-        return {"status": "refused", "reason": f"SavedModel {saved_model_dir!r} has no signature {SIGNATURE_KEY!r}; "
-                                               f"it has {sorted(signatures)}"}
+        return {"status": ConversionStatus.REFUSED,
+                "reason": f"SavedModel {saved_model_dir!r} has no signature {SIGNATURE_KEY!r}; "
+                          f"it has {sorted(signatures)}"}
     signature = signatures[SIGNATURE_KEY]
     keys = carried_signatures(signatures, options.mode)
     report: dict[str, Any] = {"signature": signature.to_json(), "flex_ops": [],
@@ -202,22 +204,22 @@ def run_convert(saved_model_dir: str, output: str, options: TfliteOptions,
         overflows = find_float16_overflows(Path(saved_model_dir))
         if overflows:
             listed = "; ".join(o.describe() for o in overflows[:5])
-            return {**report, "status": "refused",
+            return {**report, "status": ConversionStatus.REFUSED,
                     "reason": f"float16 cannot hold {len(overflows)} tensor(s) above 65504: {listed}"}
         problem = _float16_activations(tf, saved_model_dir, samples)
         if problem:
-            return {**report, "status": "refused", "reason": problem}
+            return {**report, "status": ConversionStatus.REFUSED, "reason": problem}
     if options.mode is TfliteMode.INT8:
         problem = _check_representative(signature, samples)
         if problem:
-            return {**report, "status": "refused", "reason": problem}
+            return {**report, "status": ConversionStatus.REFUSED, "reason": problem}
     uncarried = {k: INT8_SIGNATURES_NOTE for k in sorted(signatures) if k not in keys}
     model, refused = _convert_every_signature(tf, saved_model_dir, options, samples, keys)
     report["signatures_left_out"] = uncarried | refused
     if model is not None and SIGNATURE_KEY in signature_keys(model):
         Path(output).write_bytes(model)
         written = [k for k in keys if k in signature_keys(model)]
-        return {**report, "status": "produced", "reason": "", "signatures": written,
+        return {**report, "status": ConversionStatus.PRODUCED, "reason": "", "signatures": written,
                 "other_signatures": {k: signatures[k].to_json() for k in written if k != SIGNATURE_KEY},
                 "signatures_left_out": uncarried | {
                     k: "the TFLite converter did not write it (it keeps one of several signatures that run the same "
@@ -229,16 +231,16 @@ def run_convert(saved_model_dir: str, output: str, options: TfliteOptions,
         message = str(err)
         select, custom = _ops_in(_SELECT_OPS, message), _ops_in(_CUSTOM_OPS, message)
         if custom:
-            return {**report, "status": "refused",
+            return {**report, "status": ConversionStatus.REFUSED,
                     "reason": f"needs custom ops {custom} that neither TFLite builtins nor Flex provide"}
         tensor_list = "tensor list" in message.lower()
         if not select and not (tensor_list and options.allow_flex):
             reason = f"converter failed: {type(err).__name__}: {_tail(message)}"
             if tensor_list:
                 reason += "; " + _fixed_batch_attempt(tf, saved_model_dir, signature)
-            return {**report, "status": "refused", "reason": reason}
+            return {**report, "status": ConversionStatus.REFUSED, "reason": reason}
         if not options.allow_flex:
-            return {**report, "status": "refused", "flex_ops": [f"Flex{op}" for op in select],
+            return {**report, "status": ConversionStatus.REFUSED, "flex_ops": [f"Flex{op}" for op in select],
                     "reason": f"needs Flex (select TF) ops {select}, which the bundled LiteRT (ai_edge_litert) "
                               "cannot run: it has no Flex delegate. Express the layer with TFLite builtin ops; "
                               "set convert.allow_flex = true (--set convert.allow_flex=true) only to see whether "
@@ -246,12 +248,13 @@ def run_convert(saved_model_dir: str, output: str, options: TfliteOptions,
         try:
             model = _build_converter(tf, saved_model_dir, options, samples, flex=True).convert()
         except Exception as flex_err:  # noqa: BLE001 - same converter, Flex allowed
-            return {**report, "status": "refused", "flex_ops": [f"Flex{op}" for op in select],
+            return {**report, "status": ConversionStatus.REFUSED, "flex_ops": [f"Flex{op}" for op in select],
                     "reason": f"converter failed with SELECT_TF_OPS (convert.allow_flex): "
                               f"{_tail(str(flex_err))}" + ("; the recurrent layer's tensor list ops could not be "
                                                            "lowered to builtins" if tensor_list else "")}
     Path(output).write_bytes(model)
-    return {**report, "status": "produced", "reason": "", "flex_ops": list(flex_ops(op_histogram(model)))}
+    return {**report, "status": ConversionStatus.PRODUCED, "reason": "",
+            "flex_ops": list(flex_ops(op_histogram(model)))}
 
 
 def _smoke_inputs(contract, samples: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
@@ -301,10 +304,10 @@ def run_smoke_all(model: str, signature: Signature, representative: str | None, 
     """
     report = run_smoke(model, signature, representative, table_files)
     for name, other in sorted((others or {}).items()):
-        if report["status"] != "produced":
+        if report["status"] != ConversionStatus.PRODUCED:
             break
         own = run_smoke(model, other, None, table_files, signature_key=name)
-        if own["status"] != "produced":
+        if own["status"] != ConversionStatus.PRODUCED:
             report = {**own, "reason": f"signature '{name}': {own['reason']}"}
     return report
 
@@ -316,32 +319,33 @@ def run_smoke(model: str, signature: Signature, representative: str | None,
     `table_files`: asset files lookup tables are initialised from (named in the reason when LiteRT
     fails on an uninitialised `HASHTABLE`).
     """
-    from tfship.tflite.runner import LiteRtRunner
+    from tfship.serving.runtimes.litert import LiteRtModel
 
     histogram = op_histogram(Path(model).read_bytes())
     if "READ_VARIABLE" in histogram and "CALL_ONCE" not in histogram:
-        return {"status": "refused", "reason": (
+        return {"status": ConversionStatus.REFUSED, "reason": (
             "the model reads resource variables that nothing initializes (READ_VARIABLE without a CALL_ONCE "
             "initializer): the converter did not freeze the SavedModel's variables")}
     try:
-        runner = LiteRtRunner(model, signature_key=signature_key)
-        problems = _contract_problems(runner.contract(), signature)
+        litert = LiteRtModel(model)
+        contract = litert.contract(signature_key)
+        problems = _contract_problems(contract, signature)
         if problems:
-            return {"status": "refused", "reason": "contract differs: " + "; ".join(problems)}
-        feed = _smoke_inputs(runner.contract(), _representative(representative))
-        outputs = runner.run(feed)
+            return {"status": ConversionStatus.REFUSED, "reason": "contract differs: " + "; ".join(problems)}
+        feed = _smoke_inputs(contract, _representative(representative))
+        outputs = litert.run(feed, signature_key)
     except (TfshipError, ValueError, RuntimeError) as err:
-        return {"status": "refused", "reason": _litert_reason(err, list(table_files))}
+        return {"status": ConversionStatus.REFUSED, "reason": _litert_reason(err, list(table_files))}
     sized = [len(value) for value in feed.values() if np.ndim(value) > 0]
     batch = sized[0] if sized else None  # None: every input is a scalar, no batch dimension to check
     for name, value in outputs.items():
         declared = signature.outputs[name].shape
         if batch is not None and declared and declared[0] is None and (value.ndim == 0 or value.shape[0] != batch):
-            return {"status": "refused",
+            return {"status": ConversionStatus.REFUSED,
                     "reason": f"output {name!r} has shape {list(value.shape)} for a batch of {batch}"}
         if value.dtype.kind == "f" and not np.all(np.isfinite(value)):
-            return {"status": "refused", "reason": f"output {name!r} is not finite on the sample"}
-    return {"status": "produced", "reason": "", "batch": batch}
+            return {"status": ConversionStatus.REFUSED, "reason": f"output {name!r} is not finite on the sample"}
+    return {"status": ConversionStatus.PRODUCED, "reason": "", "batch": batch}
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -20,12 +20,11 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from bench.memory import TreeSampler, rss_bytes
+from bench.memory import rss_bytes, run_sampled
 from bench.pipeline import report
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,21 +42,11 @@ def _env() -> dict[str, str]:
 
 def measured(cmd: list[str], timeout_s: float) -> dict:
     """Run `cmd`, sampling its process tree's RSS; returns wall seconds, peak RSS bytes, exit code, RESULT."""
-    started = time.perf_counter()
     log = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-pipeline-{os.getpid()}.log"
-    with open(log, "w+b") as sink:
-        process = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=_env())
-        with TreeSampler(process.pid) as sampler:
-            try:
-                code = process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                code = process.wait()
-        sink.seek(0)
-        text = sink.read().decode(errors="replace")
-    result = next((json.loads(line[7:]) for line in text.splitlines() if line.startswith("RESULT ")), None)
-    return {"wall_s": time.perf_counter() - started, "peak_rss": sampler.peak_bytes, "returncode": code,
-            "result": result, "tail": "" if code == 0 else "\n".join(text.splitlines()[-12:])}
+    done = run_sampled(cmd, timeout_s, log, env=_env())
+    result = next((json.loads(line[7:]) for line in done.output.splitlines() if line.startswith("RESULT ")), None)
+    return {"wall_s": done.seconds, "peak_rss": done.peak_rss_bytes, "returncode": done.returncode,
+            "result": result, "tail": "" if done.returncode == 0 else done.tail(12)}
 
 
 def run_size(size_mb: float | str, work: Path, timeout_s: float, skip: dict[str, str],

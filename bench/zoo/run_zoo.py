@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.memory import TreeSampler
+from bench.memory import run_sampled
 from bench.zoo.members import MEMBERS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,19 +45,9 @@ def _env() -> dict[str, str]:
 
 def _measured(command: list[str], timeout_s: float, log: Path) -> dict:
     """Run `command`; wall seconds, peak RSS of its process tree (bytes), exit code, output tail."""
-    started = time.perf_counter()
-    with open(log, "w+b") as sink:
-        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=_env(), cwd=ROOT)
-        with TreeSampler(process.pid, 0.05) as sampler:
-            try:
-                code = process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                code = process.wait()
-        sink.seek(0)
-        text = sink.read().decode(errors="replace")
-    return {"seconds": round(time.perf_counter() - started, 1), "peak_rss_bytes": sampler.peak_bytes,
-            "returncode": code, "tail": "\n".join(text.splitlines()[-15:]), "output": text}
+    done = run_sampled(command, timeout_s, log, env=_env(), cwd=ROOT, interval_s=0.05)
+    return {"seconds": round(done.seconds, 1), "peak_rss_bytes": done.peak_rss_bytes,
+            "returncode": done.returncode, "tail": done.tail(15), "output": done.output}
 
 
 def one_line(text: str, limit: int = REASON_CHARS) -> str:

@@ -14,7 +14,6 @@ UTF-8 bytes, as decoded from TF Serving's `string_val`). A kind with no serving 
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,20 +22,13 @@ from typing import Any
 import numpy as np
 
 from tfship.core.errors import ConfigError
+from tfship.core.statuses import ConversionStatus as ConversionStatus  # re-exported (outcomes imports it here)
 from tfship.tflite.modes import TfliteMode
 
 Runner = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
 # An artifact's mode is one of the TFLite modes (`tflite.modes.TFLITE_MODES`): ONNX and TF.js map onto them.
 FLOAT_MODES = (TfliteMode.FLOAT32.value, TfliteMode.FLOAT16.value)
 QUANTIZED_MODES = (TfliteMode.DYNAMIC_RANGE.value, TfliteMode.INT8.value)
-
-
-class ConversionStatus(enum.StrEnum):
-    """A conversion's outcome (`VariantOutcome.status`; `tflite.convert` and `tfjs.convert` use the same words)."""
-
-    PRODUCED = "produced"
-    REFUSED = "refused"
-    CRASHED = "crashed"
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from tfship.core.contract import Signature
 from tfship.core.errors import DeadlineExceededError, InvalidRequestError, ResourceExhaustedError
 from tfship.serving.dataplane.batch_results import join_parts, settle
 from tfship.serving.dataplane.batching_parameters import BatchingParameters
-from tfship.serving.runtimes.base import Runtime
+from tfship.serving.runtimes.base import Rows, Runtime
 
 __all__ = ["PEAK_WINDOW_S", "Batched", "BatchingParameters"]
 
@@ -139,14 +139,15 @@ class Batched(Runtime):
             ResourceExhaustedError: the queue holds max_enqueued_batches batches already.
             Any error of the wrapped runtime's batch call.
         """
-        future, parts = self.submit(inputs, signature_name)
+        future, parts = self.submit(inputs, signature_name, rows=Rows.of(inputs))
         try:
             return future.result()
         finally:
             self._release(parts)
 
     async def predict_async(self, inputs: Mapping[str, np.ndarray], signature_name: str = "serving_default", *,
-                            deadline: float | None = None, executor: Executor | None = None) -> dict[str, np.ndarray]:
+                            rows: Rows, deadline: float | None = None,
+                            executor: Executor | None = None) -> dict[str, np.ndarray]:
         """`predict()` for the event loop: queue the request and await its slice (no thread waits on it).
 
         `executor` is not used (the batch threads run the model). Cancelling the awaiting task drops the
@@ -156,42 +157,44 @@ class Batched(Runtime):
             DeadlineExceededError: `deadline` (`time.monotonic()` seconds) passed while the request was queued.
             Otherwise as `predict()`.
         """
-        rows = _rows(inputs)
-        if rows is not None and rows > self.params.max_batch_size:  # split: rare, joined through a thread future
-            future, parts = self.submit(inputs, signature_name, deadline)
+        if rows.common is not None and rows.common > self.params.max_batch_size:  # split: rare, via a thread future
+            future, parts = self.submit(inputs, signature_name, deadline, rows=rows)
             try:
                 return await asyncio.wrap_future(future)
             finally:
                 self._release(parts)
         waiter = asyncio.get_running_loop().create_future()
-        self._enqueue(_Task(inputs, rows, self._key(inputs, signature_name, rows), deadline, None, waiter))
+        self._enqueue(_Task(inputs, rows.common, self._key(inputs, signature_name, rows.common), deadline, None,
+                            waiter))
         try:
             return await waiter
         finally:
             self._release(1)
 
     def submit(self, inputs: Mapping[str, np.ndarray], signature_name: str = "serving_default",
-               deadline: float | None = None) -> tuple[Future, int]:
+               deadline: float | None = None, *, rows: Rows) -> tuple[Future, int]:
         """Queue a request; returns its result future and the number of queued parts (for `_release`).
 
         A request above max_batch_size is split into parts (when allowed) whose results are concatenated.
+        `rows`: the request's count (`Rows`); only `rows.common` matters here.
         """
-        rows = _rows(inputs)
+        common = rows.common
         limit = self.params.max_batch_size
-        if rows is None or rows <= limit:
-            return self._enqueue(_Task(inputs, rows, self._key(inputs, signature_name, rows), deadline)), 1
+        if common is None or common <= limit:
+            return self._enqueue(_Task(inputs, common, self._key(inputs, signature_name, common), deadline)), 1
         if not self.params.enable_large_batch_splitting:
-            raise InvalidRequestError(f"batch of {rows} rows exceeds max_batch_size {limit}")
+            raise InvalidRequestError(f"batch of {common} rows exceeds max_batch_size {limit}")
         capacity = self.params.max_enqueued_batches * limit
-        if rows > capacity:  # could never fit, even in an empty queue: the client's error, not a busy server
-            raise InvalidRequestError(f"batch of {rows} rows exceeds the per-request limit of {capacity} rows "
+        if common > capacity:  # could never fit, even in an empty queue: the client's error, not a busy server
+            raise InvalidRequestError(f"batch of {common} rows exceeds the per-request limit of {capacity} rows "
                                       f"(max_enqueued_batches={self.params.max_enqueued_batches} x "
                                       f"max_batch_size={limit}); send smaller requests")
-        parts = [{k: v[i:i + limit] for k, v in inputs.items()} for i in range(0, rows, limit)]
+        parts = [{k: v[i:i + limit] for k, v in inputs.items()} for i in range(0, common, limit)]
         futures: list[Future] = []
         try:
-            for part in parts:
-                futures.append(self._enqueue(_Task(part, _rows(part), self._key(part, signature_name, 1), deadline)))
+            for i, part in enumerate(parts):
+                part_rows = min(limit, common - i * limit)  # every part keeps the common dim 0
+                futures.append(self._enqueue(_Task(part, part_rows, self._key(part, signature_name, 1), deadline)))
         except ResourceExhaustedError:
             self._release(len(futures))  # the parts already queued run, unawaited
             raise
@@ -361,11 +364,6 @@ class Batched(Runtime):
                 array = np.concatenate([array, np.repeat(array[-1:], target - rows, axis=0)])
             merged[key] = array
         return merged, target
-
-
-def _rows(inputs: Mapping[str, np.ndarray]) -> int | None:
-    sizes = {int(v.shape[0]) for v in inputs.values() if np.ndim(v) > 0}
-    return sizes.pop() if len(sizes) == 1 else None
 
 
 def _pad_to_common_shape(parts: list[np.ndarray]) -> list[np.ndarray]:

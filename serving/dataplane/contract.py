@@ -27,6 +27,7 @@ from tfship.core.dtypes import dtype_name
 from tfship.core.echo import echo, echo_list
 from tfship.core.errors import InvalidRequestError
 from tfship.serving.dataplane.memory import estimate_request_bytes
+from tfship.serving.runtimes.base import Rows
 
 
 def describe_array(array: np.ndarray) -> str:
@@ -107,7 +108,7 @@ def batch_size(signature: Signature, inputs: Mapping[str, np.ndarray]) -> int | 
 
 
 class RequestChecks:
-    """`validate_inputs`, `batch_size` and `estimate_request_bytes` of a request, remembered by its layout.
+    """`validate_inputs`, the request's `Rows` and `estimate_request_bytes`, remembered by its layout.
 
     The three depend only on the signature and on each input's alias, dtype and shape, so a layout that
     passed once passes again: the data plane checks each new layout in full and later requests of the same
@@ -117,11 +118,12 @@ class RequestChecks:
 
     def __init__(self, max_entries: int = 1024) -> None:
         self.max_entries = max_entries
-        self._known: dict[tuple, tuple[Signature, int | None, int]] = {}
+        self._known: dict[tuple, tuple[Signature, Rows, int]] = {}
 
     def check(self, signature: Signature, inputs: Mapping[str, np.ndarray],
-              shapes: bool = True) -> tuple[int | None, int]:
-        """(rows, bytes held) of a valid request: `batch_size` and `estimate_request_bytes`.
+              shapes: bool = True) -> tuple[Rows, int]:
+        """(rows, bytes held) of a valid request: its `Rows` (`batch` is `batch_size`, counted here once per
+        request and passed on to the runtime) and `estimate_request_bytes`.
 
         `shapes`: as `validate_inputs` (part of the remembered layout).
 
@@ -133,8 +135,8 @@ class RequestChecks:
         if known is not None and known[0] is signature:
             return known[1], known[2]
         validate_inputs(signature, inputs, shapes)
-        rows = batch_size(signature, inputs)
-        held = estimate_request_bytes(signature, inputs, rows)
+        rows = Rows.of(inputs, batch_size(signature, inputs))
+        held = estimate_request_bytes(signature, inputs, rows.batch)
         if len(self._known) >= self.max_entries:
             self._known.clear()
         self._known[key] = (signature, rows, held)

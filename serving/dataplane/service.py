@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 
 from tfship.core.echo import clip, echo, echo_list
@@ -38,6 +39,7 @@ from tfship.serving.dataplane.types import (
 )
 from tfship.serving.operations.metrics import Metrics
 from tfship.serving.operations.request_log import UNKNOWN_MODEL_LABEL, RequestLog, note_request
+from tfship.serving.runtimes.base import Rows
 
 RELEASE_AFTER_BYTES = 16 << 20  # requests holding this much trigger a malloc_trim once answered
 
@@ -163,14 +165,40 @@ class DataPlane:
         return await self._on_held_version(request.model, "predict",
                                            lambda served: self._predict(request, served.version, served.runtime))
 
-    async def _on_held_version(self, model: ModelRef, api: str, work):
+    async def predict_decoded(self, model: ModelRef,
+                              decode: Callable[[ModelMetadata | None], Awaitable[InferenceRequest | None]],
+                              ) -> InferenceResponse:
+        """TF Serving Predict for a transport that decodes its body against the served signatures (REST's JSON
+        `instances` / `inputs`, the Open Inference Protocol's REST).
+
+        `model`'s version is resolved and held once; `decode(metadata)` (that version's signatures) builds the
+        request, which runs on that same version: a version loaded or retired meanwhile changes nothing for it.
+        When `model` cannot be held, `decode(None)` is awaited first, so a malformed body is answered before
+        the missing model (TF Serving's order), then the lookup's error is raised.
+
+        Raises:
+            As `predict`, and whatever `decode` raises.
+        """
+        async def work(served) -> InferenceResponse:
+            meta = ModelMetadata(model.name, served.version, served.runtime.metadata(), served.runtime.backend)
+            return await self._predict(await decode(meta), served.version, served.runtime)
+
+        return await self._on_held_version(model, "predict", work, on_missing=lambda: decode(None))
+
+    async def _on_held_version(self, model: ModelRef, api: str, work, on_missing=None):
         """Await `work(served)` on a held version of `model` (released after), recording the request's count and
-        latency under `api` with its status (OK, the error's gRPC code, or INTERNAL).
+        latency under `api` with its status (OK, the error's gRPC code, or INTERNAL). When `model` cannot be
+        held, `on_missing()` is awaited before the lookup's error is raised (it may raise its own).
         """
         started = time.perf_counter()
         status, version = "OK", ""
         try:
-            served = self.manager.hold(model)
+            try:
+                served = self.manager.hold(model)
+            except TfshipError:
+                if on_missing is not None:
+                    await on_missing()
+                raise
             try:
                 version = str(served.version)
                 return await work(served)
@@ -194,7 +222,8 @@ class DataPlane:
                                       f"def; available: {sorted(signatures)}")
         # validates (InvalidRequestError); graph backends judge shapes themselves, as in TF Serving
         shapes = request.check_shapes or not runtime.model_judges_shapes
-        rows, held = self._checks.check(signature, request.inputs, shapes)
+        counted, held = self._checks.check(signature, request.inputs, shapes)
+        rows = counted.batch
         if request.output_filter:
             _check_output_filter(signature, request.output_filter)
         if self.request_log.sampling_rate > 0.0:
@@ -211,7 +240,7 @@ class DataPlane:
         if cap and held > cap:
             raise ResourceExhaustedError(f"request needs at least {held} bytes for its inputs and outputs ({rows} "
                                          f"rows), above --max-request-memory-bytes {cap}; send fewer rows")
-        outputs = await self._run(runtime, request, deadline)
+        outputs = await self._run(runtime, request, counted, deadline)
         if held >= RELEASE_AFTER_BYTES:
             self._release_memory()
         if request.output_filter:
@@ -219,7 +248,7 @@ class DataPlane:
         _check_response_size(outputs, self._limits.max_tensor_bytes)
         return InferenceResponse(request.model.name, version, request.signature_name, outputs)
 
-    async def _run(self, runtime, request: InferenceRequest, deadline: float | None) -> dict:
+    async def _run(self, runtime, request: InferenceRequest, rows: Rows, deadline: float | None) -> dict:
         cap = self._limits.max_concurrent_requests
         if cap and self._inflight >= cap:
             raise ResourceExhaustedError(f"{self._inflight} requests in flight; limit is {cap}")
@@ -227,7 +256,7 @@ class DataPlane:
             raise DeadlineExceededError("deadline exceeded before the request reached the model")
         self._inflight += 1
         try:
-            call = runtime.predict_async(request.inputs, request.signature_name, deadline=deadline,
+            call = runtime.predict_async(request.inputs, request.signature_name, rows=rows, deadline=deadline,
                                          executor=self._executor)
             if deadline is None:
                 return await call
@@ -346,7 +375,7 @@ class DataPlane:
         for task, aliases in zip(request.tasks, plans):
             call = InferenceRequest(request.model, {inference.EXAMPLES_INPUT: request.examples}, task.signature_name,
                                     deadline=deadline)
-            outputs = await self._run(runtime, call, deadline)
+            outputs = await self._run(runtime, call, Rows(rows, rows), deadline)
             outputs = {k: outputs[k] for k in aliases}
             if task.method is inference.ExampleMethod.CLASSIFY:
                 results.append(TaskResult(task, inference.classification(outputs, rows)))

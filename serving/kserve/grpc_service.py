@@ -21,7 +21,7 @@ from tfship.core.echo import echo
 from tfship.core.errors import InvalidRequestError
 from tfship.serving.dataplane.offload import OFF_LOOP_BYTES
 from tfship.serving.dataplane.service import DataPlane
-from tfship.serving.dataplane.types import ModelRef
+from tfship.serving.dataplane.types import InferenceRequest, ModelMetadata, ModelRef
 from tfship.serving.grpc_calls import generic_handler, rpc, split_large, time_remaining
 from tfship.serving.kserve.codec import datatype_for, fill_contents, from_contents, from_raw, to_raw
 from tfship.serving.kserve.converters import (
@@ -101,19 +101,27 @@ class InferenceServicer:
         request, wire_bytes = split_large(request)
         params = parameters(request.parameters)
         options = infer_options(params, time_remaining(context))
-        meta = await self._dp.metadata(model_ref(request.model_name, request.model_version))
-        signature = signature_of(meta.signatures, options.signature_name)
         limit = self._dp.limits.max_tensor_bytes
-        if wire_bytes is not None and not request.raw_input_contents:
-            # typed contents: converting them is one long GIL-holding call, so it runs in the helper process
-            decoded = await self._dp.offloader.run_if_large(len(wire_bytes), decode_infer_inputs, wire_bytes, limit)
-        else:  # raw contents are views on the received bytes: nothing to offload
-            decoded = _decode_inputs(request, limit)
-        inputs = check_inputs(signature, decoded)
-        outputs = check_outputs(signature, [o.name for o in request.outputs])
-        explicit = _binary_choices(request)
-        result = await self._dp.predict(predict_request(meta, options, inputs, outputs))
-        tensors = ordered_outputs(result, signature, outputs)
+        checked = {}  # the held version's signature and the outputs asked of it
+
+        async def decode(meta: ModelMetadata | None) -> InferenceRequest | None:
+            if meta is None:  # the lookup's error is the answer
+                return None
+            signature = signature_of(meta.signatures, options.signature_name)
+            if wire_bytes is not None and not request.raw_input_contents:
+                # typed contents: converting them is one long GIL-holding call, so it runs in the helper process
+                decoded = await self._dp.offloader.run_if_large(len(wire_bytes), decode_infer_inputs, wire_bytes,
+                                                                limit)
+            else:  # raw contents are views on the received bytes: nothing to offload
+                decoded = _decode_inputs(request, limit)
+            inputs = check_inputs(signature, decoded)
+            outputs = check_outputs(signature, [o.name for o in request.outputs])
+            checked.update(signature=signature, outputs=outputs, explicit=_binary_choices(request))
+            return predict_request(meta, options, inputs, outputs)
+
+        # one version: decoded against and run on, however long the helper process takes
+        result = await self._dp.predict_decoded(model_ref(request.model_name, request.model_version), decode)
+        tensors, explicit = ordered_outputs(result, checked["signature"], checked["outputs"]), checked["explicit"]
         check_response_size(tensors, limit)
         raw = params.get("binary_data_output")
         if not isinstance(raw, bool):

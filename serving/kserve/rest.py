@@ -32,7 +32,7 @@ from tfship.core.echo import echo, echo_json
 from tfship.core.errors import InvalidRequestError
 from tfship.serving.dataplane import json_numbers
 from tfship.serving.dataplane.service import DataPlane
-from tfship.serving.dataplane.types import ModelRef
+from tfship.serving.dataplane.types import InferenceRequest, ModelMetadata, ModelRef
 from tfship.serving.kserve.codec import datatype_for, from_json, from_raw, to_json, to_raw
 from tfship.serving.kserve.converters import (
     EXTENSIONS,
@@ -230,12 +230,20 @@ def add_v2_routes(app: web.Application, dataplane: DataPlane,
         if request_id is not None and not isinstance(request_id, str):
             raise InvalidRequestError(f"'id' must be a string, got {echo_json(request_id, 100)}")
         options = infer_options(params)
-        meta = await dataplane.metadata(_ref(request))
-        signature = signature_of(meta.signatures, options.signature_name)
-        names, binary_choice = _requested_outputs(body, default_binary)
-        inputs, outputs = check_inputs(signature, decoded), check_outputs(signature, names)
-        result = await dataplane.predict(predict_request(meta, options, inputs, outputs))
-        tensors = ordered_outputs(result, signature, outputs)
+        checked = {}  # the held version's signature and the outputs asked of it
+
+        async def decode(meta: ModelMetadata | None) -> InferenceRequest | None:
+            if meta is None:
+                return None
+            signature = signature_of(meta.signatures, options.signature_name)
+            names, checked["binary"] = _requested_outputs(body, default_binary)
+            inputs, outputs = check_inputs(signature, decoded), check_outputs(signature, names)
+            checked.update(signature=signature, outputs=outputs)
+            return predict_request(meta, options, inputs, outputs)
+
+        result = await dataplane.predict_decoded(_ref(request), decode)  # one version: checked against, run on
+        binary_choice = checked["binary"]
+        tensors = ordered_outputs(result, checked["signature"], checked["outputs"])
         check_response_size(tensors, max_bytes)
         json_bytes = sum(a.nbytes for n, a in tensors if not binary_choice.get(n, default_binary)) * 4  # ~4x as text
         header, blobs = await dataplane.offloader.run_if_large(json_bytes, encode_answer, result.model_name,

@@ -46,6 +46,35 @@ def input_rejected(backend: str, inputs: Mapping[str, np.ndarray], err: Exceptio
 
 
 @dataclass(frozen=True)
+class Rows:
+    """How many rows one request carries, counted once (by the data plane, against the signature) and passed on.
+
+    Attributes:
+        batch: the request's batch size: dim 0 of the inputs whose signature declares a dynamic dim 0; None when
+            no input has a batch dimension. The per-request row limit, the memory estimate and the request log
+            use it.
+        common: dim 0 shared by every non-scalar input; None when they disagree or every input is a scalar. A
+            batching queue merges and splits requests along dim 0 only where this is set (else the request
+            runs alone); the per-row cost estimate divides by it.
+    """
+
+    batch: int | None
+    common: int | None
+
+    @classmethod
+    def of(cls, inputs: Mapping[str, np.ndarray], batch: int | None = None) -> Rows:
+        """Count `inputs`' `common` rows; `batch` is the signature's count when the caller has one (else `common`)."""
+        sizes = {int(np.shape(v)[0]) for v in inputs.values() if np.ndim(v) > 0}
+        common = sizes.pop() if len(sizes) == 1 else None
+        return cls(common if batch is None else batch, common)
+
+    @property
+    def cost(self) -> int:
+        """Rows to divide a call's time by (at least 1)."""
+        return max(self.common or self.batch or 1, 1)
+
+
+@dataclass(frozen=True)
 class RuntimeOptions:
     """Backend knobs.
 
@@ -121,7 +150,8 @@ class Runtime(abc.ABC):
         """
 
     async def predict_async(self, inputs: Mapping[str, np.ndarray], signature_name: str = "serving_default", *,
-                            deadline: float | None = None, executor: Executor | None = None) -> dict[str, np.ndarray]:
+                            rows: Rows, deadline: float | None = None,
+                            executor: Executor | None = None) -> dict[str, np.ndarray]:
         """Run one signature for the event loop; the data plane's only way to call a runtime.
 
         The default runs `predict()` on a thread of `executor`, or on the event loop itself once calls are
@@ -133,15 +163,15 @@ class Runtime(abc.ABC):
         Args:
             inputs: as `predict()`.
             signature_name: as `predict()`.
+            rows: the request's rows, as the data plane counted them (`Rows.of` for a caller without a signature).
             deadline: when the caller stops waiting, `time.monotonic()` seconds; None = no deadline.
             executor: threads for the blocking call; None = the loop's default executor.
         """
-        rows = _rows(inputs)
         estimate = self._seconds_per_row
-        if estimate is not None and estimate * rows < INLINE_CALL_BUDGET_S:
-            return self._timed_predict(inputs, signature_name, rows)
+        if estimate is not None and estimate * rows.cost < INLINE_CALL_BUDGET_S:
+            return self._timed_predict(inputs, signature_name, rows.cost)
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(executor, self._timed_predict, inputs, signature_name, rows)
+        return await loop.run_in_executor(executor, self._timed_predict, inputs, signature_name, rows.cost)
 
     def _timed_predict(self, inputs: Mapping[str, np.ndarray], signature_name: str, rows: int) -> dict:
         """`predict()`, timed: keeps the per-row cost estimate (seconds) up to date."""
@@ -205,11 +235,3 @@ class RuntimeRegistry:
         raise RuntimeLoadError(f"no backend among {self.names()} can serve {version_dir} "
                                "(need saved_model.pb with TensorFlow installed, model.onnx or model.tflite)")
 
-
-def _rows(inputs: Mapping[str, np.ndarray]) -> int:
-    """Rows of a request (dim 0 of its first non-scalar input); 1 when every input is a scalar."""
-    for array in inputs.values():
-        shape = array.shape if isinstance(array, np.ndarray) else np.shape(array)
-        if shape:
-            return max(int(shape[0]), 1)
-    return 1

@@ -23,7 +23,7 @@ from tfship.core.echo import cap_message, clip, echo_json
 from tfship.core.errors import InvalidRequestError, RequestTimeoutError, ResourceExhaustedError, TfshipError
 from tfship.serving.dataplane.offload import Offloader
 from tfship.serving.dataplane.service import DataPlane, RequestGate
-from tfship.serving.dataplane.types import InferenceRequest, ModelRef
+from tfship.serving.dataplane.types import InferenceRequest, ModelMetadata, ModelRef
 from tfship.serving.kserve.rest import add_v2_routes
 from tfship.serving.operations.metrics import CONTENT_TYPE, Metrics
 from tfship.serving.operations.request_log import RequestLog
@@ -218,17 +218,17 @@ def build_app(dataplane: DataPlane, policy: AccessPolicy | None = None, max_byte
     async def predict(request: web.Request) -> web.Response:
         raw = await read_body(request, timeout_s)
         ref = _ref(request)
-        try:
-            meta, missing = await dataplane.metadata(ref), None
-        except TfshipError as err:  # answered after the body's own errors, as before
-            meta, missing = None, err
-        signature_name, output_filter, inputs, rows, batch = await offloader.run_if_large(
-            len(raw), decode_predict, raw, dict(meta.signatures) if meta else None)
-        if missing is not None:
-            raise missing
-        response = await dataplane.predict(InferenceRequest(
-            model=ModelRef(ref.name, version=meta.version), inputs=inputs, signature_name=signature_name,
-            output_filter=output_filter))
+        answer_layout = {}  # how the JSON answer is laid out: row format? and the `instances` count
+
+        async def decode(meta: ModelMetadata | None) -> InferenceRequest | None:
+            signature_name, output_filter, inputs, rows, batch = await offloader.run_if_large(
+                len(raw), decode_predict, raw, dict(meta.signatures) if meta else None)
+            answer_layout.update(rows=rows, batch=batch)
+            return InferenceRequest(model=ref, inputs=inputs, signature_name=signature_name,
+                                    output_filter=output_filter) if meta else None
+
+        response = await dataplane.predict_decoded(ref, decode)  # one version: decoded against, run on
+        rows, batch = answer_layout["rows"], answer_layout["batch"]
         outputs = dict(response.outputs)
         text = await offloader.run_if_large(sum(a.nbytes for a in outputs.values()) * 4,  # JSON: ~4x the bytes
                                             encode_predict, outputs, rows, batch, max_bytes)

@@ -14,7 +14,7 @@ from conftest import MODEL
 from tfship.core.errors import ConfigError, DeadlineExceededError, InvalidRequestError, ResourceExhaustedError
 from tfship.serving.dataplane.batching import PEAK_WINDOW_S, Batched, BatchingParameters
 from tfship.serving.operations.metrics import Metrics
-from tfship.serving.runtimes.base import Runtime
+from tfship.serving.runtimes.base import Rows, Runtime
 from tfship.serving.runtimes.onnx import OnnxRuntime
 
 
@@ -48,6 +48,11 @@ def onnx_runtime(repository):
     runtime.load()
     yield runtime
     runtime.unload()
+
+
+def _async(batched: Batched, inputs: dict[str, np.ndarray], **kwargs):
+    """`batched.predict_async` with the rows counted as the data plane counts them for a request."""
+    return batched.predict_async(inputs, rows=Rows.of(inputs), **kwargs)
 
 
 def _x(rows: int, seed: int) -> dict[str, np.ndarray]:
@@ -146,7 +151,7 @@ def test_full_queue_deadline_and_batch_failure(onnx_runtime):
             blocker = pool.submit(batched.predict, _x(1, 0))
             assert gated.entered.wait(30)
             failing = [pool.submit(batched.predict, bad) for _ in range(2)]
-            expired = pool.submit(asyncio.run, batched.predict_async(_x(1, 1), deadline=time.monotonic() + 0.05))
+            expired = pool.submit(asyncio.run, _async(batched, _x(1, 1), deadline=time.monotonic() + 0.05))
             _wait_queue(metrics, 3)
             with pytest.raises(ResourceExhaustedError, match="batch queue full"):
                 batched.predict(_x(2, 2))
@@ -233,7 +238,7 @@ def test_async_requests_merge_while_peers_are_in_flight(onnx_runtime):
     requests = [_x(1 + i % 2, seed=200 + i) for i in range(16)]
 
     async def burst():
-        return await asyncio.gather(*(batched.predict_async(r) for r in requests))
+        return await asyncio.gather(*(_async(batched, r) for r in requests))
 
     try:
         results = asyncio.run(burst())
@@ -250,10 +255,10 @@ def test_lone_request_after_a_burst_is_not_delayed(onnx_runtime):
     batched = Batched(onnx_runtime, BatchingParameters(batch_timeout_micros=5_000_000, num_batch_threads=1))
 
     async def burst_then_lone() -> float:
-        await asyncio.gather(*(batched.predict_async(_x(1, i)) for i in range(8)))
+        await asyncio.gather(*(_async(batched, _x(1, i)) for i in range(8)))
         await asyncio.sleep(3 * PEAK_WINDOW_S)  # the burst is forgotten
         started = time.monotonic()
-        await batched.predict_async(_x(3, 0))
+        await _async(batched, _x(3, 0))
         return time.monotonic() - started
 
     try:
@@ -267,17 +272,17 @@ def test_cancelled_async_request_is_dropped_from_the_queue(onnx_runtime):
     batched = Batched(gated, BatchingParameters(num_batch_threads=1, batch_timeout_micros=0))
 
     async def scenario():
-        blocker = asyncio.ensure_future(batched.predict_async(_x(1, 0)))
+        blocker = asyncio.ensure_future(_async(batched, _x(1, 0)))
         while not gated.entered.is_set():
             await asyncio.sleep(0.01)
-        queued = asyncio.ensure_future(batched.predict_async(_x(1, 1)))
+        queued = asyncio.ensure_future(_async(batched, _x(1, 1)))
         await asyncio.sleep(0.05)
         queued.cancel()
         gated.gate.set()
         assert (await blocker)["class_id"].shape == (1,)
         with pytest.raises(asyncio.CancelledError):
             await queued
-        return (await batched.predict_async(_x(2, 2)))["class_id"].shape
+        return (await _async(batched, _x(2, 2)))["class_id"].shape
 
     try:
         assert asyncio.run(scenario()) == (2,)  # still serving, nothing stuck

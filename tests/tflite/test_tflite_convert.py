@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from ai_edge_litert.interpreter import Interpreter
 
+from tfship.serving.runtimes.litert import LiteRtModel
 from tfship.tflite.convert import convert_tflite
 from tfship.tflite.inspect import describe_tflite
 from tfship.tflite.modes import TfliteMode, TfliteOptions
-from tfship.tflite.runner import LiteRtRunner
 
 BATCH_SIZES = (1, 3, 16)
 OUTPUTS = ("class_id", "logits", "probabilities")
@@ -28,7 +28,7 @@ def _produced(result):
 @pytest.mark.parametrize("key", ["float32", "float16", "dynamic_range", "int8", "int8_io"])
 def test_variant_keeps_names_dtypes_and_dynamic_batch(digits_variant, key):
     result = _produced(digits_variant(key))
-    contract = LiteRtRunner(result.path).contract()
+    contract = LiteRtModel(result.path).contract()
     assert contract.input_names == ("image",)
     assert contract.output_names == OUTPUTS
     assert contract.inputs[0].shape_signature == (-1, 8, 8, 1)
@@ -43,7 +43,7 @@ def test_variant_keeps_names_dtypes_and_dynamic_batch(digits_variant, key):
 @pytest.mark.parametrize(("key", "rtol", "atol"), [("float32", 1e-5, 1e-5), ("float16", 1e-2, 1e-2)])
 def test_float_variants_match_savedmodel_at_every_batch(digits_variant, digits_saved_model, digits_data,
                                                         reference, key, rtol, atol):
-    runner = LiteRtRunner(_produced(digits_variant(key)).path)
+    runner = LiteRtModel(_produced(digits_variant(key)).path)
     for batch in BATCH_SIZES:
         images = digits_data["test_x"][:batch]
         want, got = reference(digits_saved_model, {"image": images}), runner.run({"image": images})
@@ -57,7 +57,7 @@ def test_float_variants_match_savedmodel_at_every_batch(digits_variant, digits_s
 
 @pytest.mark.parametrize("key", ["dynamic_range", "int8", "int8_io"])
 def test_quantized_variants_agree_on_top1(digits_variant, digits_saved_model, digits_data, reference, key):
-    runner = LiteRtRunner(_produced(digits_variant(key)).path)
+    runner = LiteRtModel(_produced(digits_variant(key)).path)
     for batch in BATCH_SIZES:
         got = runner.run({"image": digits_data["test_x"][:batch]})
         assert got["logits"].shape == got["probabilities"].shape == (batch, 10)
@@ -74,7 +74,7 @@ def test_quantized_variants_agree_on_top1(digits_variant, digits_saved_model, di
 def test_int8_outputs_are_dequantized_with_their_own_scale(digits_variant, digits_data):
     path = _produced(digits_variant("int8_io")).path
     images = digits_data["test_x"][:5]
-    runner = LiteRtRunner(path)
+    runner = LiteRtModel(path)
     specs = {t.name: t for t in runner.contract().outputs}
     image_spec = runner.contract().inputs[0]
     assert image_spec.quantized and specs["logits"].quantized and specs["probabilities"].quantized
@@ -116,7 +116,7 @@ def test_multi_io_outputs_matched_by_name(tmp_path, multi_io_saved_model, refere
     rng = np.random.default_rng(1)
     result = _produced(convert_tflite(multi_io_saved_model, tmp_path / "multi.tflite",
                                       TfliteOptions(TfliteMode.FLOAT32), None, 240.0))
-    runner = LiteRtRunner(result.path)
+    runner = LiteRtModel(result.path)
     assert runner.contract().input_names == ("narrow", "wide")
     assert runner.contract().output_names == ("alpha", "middle", "zeta")
     for batch in BATCH_SIZES:
@@ -134,4 +134,4 @@ def test_multi_io_outputs_matched_by_name(tmp_path, multi_io_saved_model, refere
     done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.count('"status": "produced"') == 2, done.stdout[-2000:]
-    assert LiteRtRunner(result.path).contract() == runner.contract()
+    assert LiteRtModel(result.path).contract() == runner.contract()

@@ -1,4 +1,4 @@
-"""TfliteOptions validation, and LiteRtRunner's request checks, thread safety and TF-free import."""
+"""TfliteOptions validation, and LiteRtModel's request checks, thread safety and TF-free import."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from tfship.core.errors import ContractError, ConversionError, InvalidRequestError
+from tfship.serving.runtimes.litert import LiteRtModel
 from tfship.tflite.modes import TfliteMode, TfliteOptions
-from tfship.tflite.runner import LiteRtRunner
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,10 +48,10 @@ def test_options_round_trip_and_enum():
 
 
 @pytest.fixture(scope="module")
-def float_runner(digits_variant) -> LiteRtRunner:
+def float_runner(digits_variant) -> LiteRtModel:
     result = digits_variant("float32")
     assert result.status == "produced", result.reason
-    return LiteRtRunner(result.path, num_threads=1)
+    return LiteRtModel(result.path, num_threads=1)
 
 
 def test_runner_refuses_bad_requests(float_runner):
@@ -88,17 +88,17 @@ def test_runner_shared_by_threads_gives_sequential_results(float_runner, digits_
 
 def test_runner_errors_for_missing_file_and_signature(tmp_path, digits_variant):
     with pytest.raises(ConversionError, match="does not exist"):
-        LiteRtRunner(tmp_path / "none.tflite")
+        LiteRtModel(tmp_path / "none.tflite")
     with pytest.raises(ContractError, match="no signature 'predict'"):
-        LiteRtRunner(digits_variant("float32").path, signature_key="predict")
+        LiteRtModel(digits_variant("float32").path).contract("predict")
     garbage = tmp_path / "garbage.tflite"
     garbage.write_bytes(b"not a flatbuffer at all")
     with pytest.raises(ConversionError, match="cannot load"):
-        LiteRtRunner(garbage)
+        LiteRtModel(garbage)
 
 
 def test_runner_and_inspect_import_without_tensorflow():
-    code = ("import sys; import tflite.runner, tflite.inspect; "
+    code = ("import sys; import tfship.serving.runtimes.litert, tfship.tflite.inspect; "
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras')); "
             "assert not bad, bad")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True,

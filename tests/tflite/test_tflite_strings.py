@@ -14,11 +14,11 @@ import pytest
 from tests.tflite.conftest import CONVERT_TIMEOUT_S
 from tfship.core.errors import InvalidRequestError
 from tfship.pipeline.conversion.artifacts import saved_model_runner
+from tfship.serving.runtimes.litert import LiteRtModel
 from tfship.signatures.export import export_saved_model
 from tfship.signatures.keras_export import build_keras_module, contract_from_keras
 from tfship.tflite.convert import convert_tflite
 from tfship.tflite.modes import TfliteMode, TfliteOptions
-from tfship.tflite.runner import LiteRtRunner
 
 CITIES = ["paris", "rome", "oslo", "lima", "são paulo"]
 TEXT = np.array([["paris"], ["rome"], ["nowhere"], ["são paulo"], ["oslo"]])
@@ -52,10 +52,10 @@ def test_string_input_runs_in_litert_as_str_bytes_or_objects(city_tflite):
     saved_model, tflite = city_tflite
     expected = saved_model_runner(saved_model)({"city": TEXT})["scores"]
     for rows in (1, 7, 2):  # a fresh interpreter's first call at batch 1 failed in LiteRT before priming
-        got = LiteRtRunner(tflite).run({"city": np.resize(TEXT, (rows, 1))})["scores"]
+        got = LiteRtModel(tflite).run({"city": np.resize(TEXT, (rows, 1))})["scores"]
         np.testing.assert_allclose(got, saved_model_runner(saved_model)({"city": np.resize(TEXT, (rows, 1))})["scores"],
                                    rtol=1e-5, atol=1e-6)
-    runner = LiteRtRunner(tflite)
+    runner = LiteRtModel(tflite)
     encoded = np.char.encode(TEXT, "utf-8")
     for text in (TEXT, encoded, encoded.astype(object), TEXT.astype(object)):
         got = runner.run({"city": text})["scores"]
@@ -72,7 +72,7 @@ def test_two_string_inputs_match_the_saved_model(tmp_path):
     result = convert_tflite(folder, tmp_path / "model.tflite", TfliteOptions(TfliteMode.FLOAT32), feed,
                             CONVERT_TIMEOUT_S)
     assert result.status == "produced", result.reason
-    got = LiteRtRunner(result.path).run({k: np.char.encode(v, "utf-8") for k, v in feed.items()})["scores"]
+    got = LiteRtModel(result.path).run({k: np.char.encode(v, "utf-8") for k, v in feed.items()})["scores"]
     np.testing.assert_allclose(got, saved_model_runner(folder)(feed)["scores"], rtol=1e-5, atol=1e-6)
 
 

@@ -37,8 +37,12 @@ pipeline: setup
 	$(TFSHIP) run --config $(CONFIG) --repository $(REPOSITORY)
 
 # The container tests (marker `docker`) build images and need a Docker engine: `make docker-test`.
+# The suite runs on TEST_WORKERS pytest-xdist worker processes (default 2; each test file stays whole on one
+# worker, --dist loadfile, so its module fixtures are built once); TEST_WORKERS=0 runs it in this process.
+TEST_WORKERS ?= 2
+XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 test: setup
-	$(PY) -m pytest -q -m "not docker and not heavy" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not docker and not heavy" $(XDIST) $(PYTEST_ARGS)
 
 # The heavy tests (marker `heavy`): training across two hosts in network namespaces (tests/pipeline/
 # test_train_hosts.py: kill, link cut, SIGTERM, resume, mismatched workers), minutes each; not in make test.

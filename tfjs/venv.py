@@ -21,6 +21,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
+from tfship.core.build_lock import building
 from tfship.core.errors import ConversionError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,7 +45,7 @@ def _run(command: list[str], what: str, cwd: Path | None = None) -> str:
     return done.stdout
 
 
-def ensure_tfjs_venv() -> Path:
+def _ensure_tfjs_venv() -> Path:
     """`.venv-tfjs/bin/python`, creating or updating the venv when its stamp is stale.
 
     Raises:
@@ -91,7 +92,7 @@ def node_executable() -> str:
     return node
 
 
-def ensure_node_modules() -> Path:
+def _ensure_node_modules() -> Path:
     """`tfjs/node/node_modules`, installed with `npm ci` from the project's package-lock.json when stale.
 
     The packages are pure JavaScript (@tensorflow/tfjs-core, tfjs-converter, tfjs-backend-cpu 4.22.0);
@@ -112,6 +113,26 @@ def ensure_node_modules() -> Path:
     _run([npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund"], "npm ci (tfjs/node)", cwd=NODE_DIR)
     stamp.write_text(digest)
     return modules
+
+
+def ensure_tfjs_venv() -> Path:
+    """`.venv-tfjs/bin/python`, built or updated when stale by one process at a time (`core.build_lock`).
+
+    Raises:
+        ConversionError: the venv cannot be created or a pinned package cannot be installed.
+    """
+    with building(VENV):
+        return _ensure_tfjs_venv()
+
+
+def ensure_node_modules() -> Path:
+    """`tfjs/node/node_modules`, installed when stale by one process at a time (`core.build_lock`).
+
+    Raises:
+        ConversionError: node or npm missing, or `npm ci` failed.
+    """
+    with building(NODE_DIR / "node_modules"):
+        return _ensure_node_modules()
 
 
 if __name__ == "__main__":

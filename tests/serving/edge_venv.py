@@ -15,6 +15,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+if __package__ in (None, ""):  # run as a script (the prebuild): the repository root holds `tfship`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tfship.core.build_lock import building
+
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv-edge"
 # The README's TF-free install (run from the repository root).
@@ -40,6 +44,17 @@ def _source_files() -> list[Path]:
 
 
 def ensure_edge_venv(python: str = "python3.11") -> Path:
+    """Path of `.venv-edge/bin/python`, built by one process at a time (`core.build_lock`: two test workers).
+
+    Raises:
+        RuntimeError: TensorFlow ended up in the venv (the base install must not pull it in).
+        subprocess.CalledProcessError: pip failed (its output is on stderr).
+    """
+    with building(VENV):
+        return _ensure_edge_venv(python)
+
+
+def _ensure_edge_venv(python: str) -> Path:
     """Path of `.venv-edge/bin/python`: dependencies installed once, tfship reinstalled when its sources change.
 
     Raises:

@@ -12,7 +12,9 @@ serving or the audit although the serving signatures never need them:
   the XLA JIT (TensorFlow Serving's default build) cannot run such a function, and tf2onnx does not inline
   it (`No Op registered for StatefulPartitionedCall`). The mark is removed from the function and from the
   ops that call it: every op in it has an ordinary CPU kernel (grouped convolutions included), so it runs
-  as a plain function with the same numbers.
+  as a plain function with the same numbers. Such a function also carries `_noinline=true` (TensorFlow keeps
+  an XLA cluster a call of its own), which the TFLite converter cannot lower (`StatefulPartitionedCallOp`
+  left in the final IR); that attribute is removed from the unmarked functions too, so converters inline them.
 
 Only protos are read and written (no TensorFlow import).
 """
@@ -26,6 +28,7 @@ from tfship.core import protocol
 from tfship.signatures.reachable import reachable_functions
 
 MUST_COMPILE = "_XlaMustCompile"
+NO_INLINE = "_noinline"
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,9 @@ def _clean_meta_graph(meta_graph) -> LibraryCleanup:
             if must_compile(function.attr):
                 where.setdefault(function.signature.name, "")
             del function.attr[MUST_COMPILE]
+    for function in library.function:
+        if function.signature.name in where and NO_INLINE in function.attr:
+            del function.attr[NO_INLINE]
     return LibraryCleanup(removed, {name: where[name] for name in sorted(where)})
 
 

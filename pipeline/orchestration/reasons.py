@@ -28,21 +28,29 @@ _TRACEBACK = re.compile(r"^\s*(Traceback \(most recent call last\)|File \".*\", 
 _CONVERTER_ERROR = re.compile(r"error:\s*(.+?)(?=\s*(?:<unknown>|loc\(|\S+:\d+:\d+:\s*(?:error|note)|$))")
 _NOT_SUPPORTED = re.compile(r"'(tf\.\w+)' op is neither a custom op nor a flex op")
 _NODE = re.compile(r'"([\w.-]+(?:/[\w.-]+)+)(?:@[^"]*)?"')  # a graph node path inside a converter's loc(...)
-_NOISE_START = re.compile(r"\s*(?:<unknown>|loc\(|error:|File \"|Traceback \(|\.\.\.|\n)")
+_NOISE_START = re.compile(r"\s*(?:<unknown>|loc\(|error:|File \"|Traceback \(|\.\.\.|\n|;\s*output tail:)")
+# A child's output tail is one whitespace-collapsed line (core.processes): its exceptions are found inline.
+_INLINE_EXCEPTION = re.compile(r"(?:^|\s)(?:\w+\.)*([A-Z]\w*(?:Error|Exception))\s*:\s+(.+?)"
+                               r"(?=\s+File \"|\s+Traceback \(|\s+During handling|\s+The above exception|$)")
+_NESTED_CALLS = re.compile(r"\b(?:StatefulPartitionedCall/|PartitionedCall/)+")  # graph node paths' call prefixes
 
 
 def _clean(text: str) -> str:
-    text = _TEMPORARY.sub(lambda m: m.group(1) + (m.group(2) or ""), text)
+    text = _NESTED_CALLS.sub("", _TEMPORARY.sub(lambda m: m.group(1) + (m.group(2) or ""), text))
     return _LONG_PATH.sub(lambda m: m.group(1), text)
 
 
 def _exception_line(lines: list[str]) -> str | None:
-    """The last `SomeError: message` line of a traceback (the cause), or None."""
+    """The last `SomeError: message` line of a traceback (the cause), or None; in a one-line output tail
+    (a child's, whitespace collapsed), the last `SomeError: message` before the next `File "..."` frame.
+    """
     for line in reversed(lines):
         match = _EXCEPTION.match(line)
         if match and not _TRACEBACK.match(line):
             return f"{match.group(1)}: {match.group(2).strip()}"
-    return None
+    tail = lines[-1].split("output tail:", 1)[1] if lines and "output tail:" in lines[-1] else ""
+    found = list(_INLINE_EXCEPTION.finditer(tail))
+    return f"{found[-1].group(1)}: {found[-1].group(2).strip()}" if found else None
 
 
 def _converter_cause(text: str) -> str | None:
@@ -70,7 +78,7 @@ def first_line(reason: str, limit: int = FIRST_LINE_LIMIT) -> str:
         return ""
     text = _clean(_REPRODUCE.sub("", reason))
     lines = [line for line in text.splitlines() if line.strip()]
-    cause = _exception_line(lines) if len(lines) > 1 else None
+    cause = _exception_line(lines) if len(lines) > 1 or "output tail:" in text else None
     converter = _converter_cause(text)
     if converter:
         cause = converter

@@ -42,6 +42,28 @@ def test_first_line_names_the_op_and_the_layer_of_a_converter_failure():
     assert "called from" not in line
 
 
+# A child's output tail as core.processes gives it: whitespace collapsed into one line.
+CHILD_TAIL = ("onnx: tf2onnx exited with status 1; output tail: raph raise exceptions[0] File \"/v/tf2onnx/tfonnx.py\", "
+              "line 292, in tensorflow_onnx_mapping func(g, node) File \"/v/tf2onnx/utils.py\", line 306, in make_sure "
+              "raise ValueError(\"make_sure failure: \" + error_msg % args) ValueError: make_sure failure: Could not "
+              "determine table shared name for node StatefulPartitionedCall/StatefulPartitionedCall/functional_1/"
+              "text_vectorization_1/hash_table_Lookup/LookupTableFindV2; reproduce: /v/bin/python -m tf2onnx_lean")
+KILLED_TAIL = ("tfjs: tensorflowjs_converter died with SIGKILL (signal 9); output tail: Traceback (most recent call "
+               "last): File \"/v/converter.py\", line 9, in main convert() MemoryError: cannot allocate 4.1 GiB for "
+               "the weights File \"/v/atexit.py\", line 1, in flush")
+
+
+@pytest.mark.parametrize("reason, cause, prefix", [
+    (CHILD_TAIL, "ValueError: make_sure failure: Could not determine table shared name for node functional_1/"
+                 "text_vectorization_1/hash_table_Lookup/LookupTableFindV2", "onnx: tf2onnx exited with status 1"),
+    (KILLED_TAIL, "MemoryError: cannot allocate 4.1 GiB for the weights", "tfjs: tensorflowjs_converter died with"),
+])
+def test_first_line_finds_the_exception_inside_a_child_s_one_line_output_tail(reason, cause, prefix):
+    line = first_line(reason)
+    assert line.startswith(prefix) and line.endswith(cause), line
+    assert "File \"" not in line and "output tail" not in line and "reproduce" not in line
+
+
 def test_first_line_keeps_a_short_reason_and_bounds_a_long_one():
     flex = "refused: needs Flex (select TF) ops ['Erf'], which the bundled LiteRT (ai_edge_litert) cannot run"
     assert first_line(flex) == flex

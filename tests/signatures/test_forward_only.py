@@ -31,7 +31,9 @@ def _library(folder) -> dict:
 
 
 def _marked(folder) -> list[str]:
-    return [name for name, f in _library(folder).items() if MUST_COMPILE in f.attr and f.attr[MUST_COMPILE].b]
+    """Functions of `folder`'s SavedModel marked must-compile, or kept a call of their own (`_noinline`)."""
+    return [name for name, f in _library(folder).items()
+            if (MUST_COMPILE in f.attr and f.attr[MUST_COMPILE].b) or ("_noinline" in f.attr and f.attr["_noinline"].b)]
 
 
 def _reexport(source, folder):
@@ -166,3 +168,24 @@ def test_a_grouped_conv_keras_export_converts_to_onnx_once_re_exported(tmp_path)
     convert_to_onnx(tmp_path / "out", tmp_path / "out" / "model.onnx", contract, 17, {"image": IMAGES}, 300)
     runner = open_runner(Artifact("onnx", "onnx", "float32", tmp_path / "out" / "model.onnx"))
     np.testing.assert_allclose(runner({"image": IMAGES})["output_0"], model.predict(IMAGES, verbose=0), atol=1e-5)
+
+
+@pytest.mark.parametrize("build, feed", [
+    (_jit_layer, FEATURES),
+    (_grouped_conv, IMAGES),
+], ids=["jit_compiled_layer", "grouped_conv"])
+def test_a_must_compile_function_converts_to_tflite_once_unmarked(tmp_path, build, feed):
+    """The TFLite converter cannot lower a `_noinline` call (`StatefulPartitionedCallOp` left in the final IR;
+    ConvNeXt's grouped convolutions): the re-exported SavedModel converts and LiteRT answers as Keras does."""
+    from tfship.serving.runtimes.litert import LiteRtModel
+    from tfship.tflite.convert import convert_tflite
+    from tfship.tflite.modes import TfliteMode, TfliteOptions
+
+    model = build()
+    model.export(str(tmp_path / "source"), verbose=False)
+    _reexport(tmp_path / "source", tmp_path / "out")
+    result = convert_tflite(tmp_path / "out", tmp_path / "model.tflite", TfliteOptions(TfliteMode.FLOAT32), None, 300)
+    assert result.status == "produced", result.reason
+    (name,) = read_signatures(tmp_path / "out")["serving_default"].input_names()
+    np.testing.assert_allclose(LiteRtModel(result.path).run({name: feed})["output_0"], model.predict(feed, verbose=0),
+                               atol=1e-5)

@@ -27,6 +27,7 @@ _EXCEPTION = re.compile(r"^\s*(?:[\w.]+\.)?([A-Z]\w*(?:Error|Exception|Exit))\s*
 _TRACEBACK = re.compile(r"^\s*(Traceback \(most recent call last\)|File \".*\", line \d+|\^+|~+|During handling)")
 _CONVERTER_ERROR = re.compile(r"error:\s*(.+?)(?=\s*(?:<unknown>|loc\(|\S+:\d+:\d+:\s*(?:error|note)|$))")
 _NOT_SUPPORTED = re.compile(r"'(tf\.\w+)' op is neither a custom op nor a flex op")
+_RECURRENT = re.compile(r"recurrent layer\(s\) (\[[^\]]*\]) have a dynamic time dimension")
 _NODE = re.compile(r'"([\w.-]+(?:/[\w.-]+)+)(?:@[^"]*)?"')  # a graph node path inside a converter's loc(...)
 _NOISE_START = re.compile(r"\s*(?:<unknown>|loc\(|error:|File \"|Traceback \(|\.\.\.|\n|;\s*output tail:)")
 # A child's output tail is one whitespace-collapsed line (core.processes): its exceptions are found inline.
@@ -55,6 +56,11 @@ def _exception_line(lines: list[str]) -> str | None:
 
 def _converter_cause(text: str) -> str | None:
     """The TFLite/MLIR converter's own cause: ops it cannot express, the node, its first `error:`."""
+    if "Lowering tensor list ops is failed" in text:
+        layers = _RECURRENT.search(text)
+        who = f"recurrent layer(s) {layers.group(1)}" if layers else "a loop (recurrent layer or tf.while_loop)"
+        return (f"{who} over a variable-length axis: its TensorList ops are no TFLite builtin and the bundled "
+                "LiteRT runs no Flex ops; fix that axis's length to unroll it")
     unsupported = list(dict.fromkeys(_NOT_SUPPORTED.findall(text)))
     node = _NODE.search(text)
     where = f" at node '{node.group(1)}'" if node else ""

@@ -53,6 +53,20 @@ KILLED_TAIL = ("tfjs: tensorflowjs_converter died with SIGKILL (signal 9); outpu
                "the weights File \"/v/atexit.py\", line 1, in flush")
 
 
+GRU_REFUSAL = ("refused: recipe 'default' (dynamic batch): converter failed: ConverterError: ... called from "
+               "<unknown>:0: error: Lowering tensor list ops is failed. Please consider using Select TF ops and "
+               "disabling `_experimental_lower_tensor_list_ops` flag; recipe 'unrolled' not available: no unrolled "
+               "copy: ValueError: recurrent layer(s) ['gru'] have a dynamic time dimension; unrolling needs fixed steps")
+
+
+def test_first_line_of_a_tensor_list_refusal_names_the_recurrent_layer_and_the_fix():
+    line = first_line(GRU_REFUSAL)
+    assert "recurrent layer(s) ['gru'] over a variable-length axis" in line and "fix that axis's length" in line
+    assert len(line) <= FIRST_LINE_LIMIT and not line.endswith("…"), line
+    loop = first_line(GRU_REFUSAL.split("; recipe 'unrolled'")[0])  # a tf.while_loop: no layer named
+    assert "a loop (recurrent layer or tf.while_loop) over a variable-length axis" in loop, loop
+
+
 @pytest.mark.parametrize("reason, cause, prefix", [
     (CHILD_TAIL, "ValueError: make_sure failure: Could not determine table shared name for node functional_1/"
                  "text_vectorization_1/hash_table_Lookup/LookupTableFindV2", "onnx: tf2onnx exited with status 1"),

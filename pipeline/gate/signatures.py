@@ -9,9 +9,9 @@ artifact does not carry is named with the reason (`signature_carriage`). The par
 every other signature a converted artifact carries against the SavedModel's same signature, on the same
 held-out inputs (by name), at every configured batch size, with the artifact's mode's tolerance plus
 `validate.noise_multiplier` times the SavedModel's own noise on that signature (its answers between the
-configured batch sizes and across a repeated call, `validate.reference_noise`), exactly as `serving_default`
-is judged: a difference the SavedModel shows against itself never fails a signature either. A signature that
-misses in a file of its own (ONNX) is set aside (`SET_ASIDE`, so it is neither served nor published) and the rest
+configured batch sizes and across a repeated call, `pipeline.gate.validate.reference_noise`), exactly as
+`serving_default` is judged: a difference the SavedModel shows against itself never fails a signature either. A
+signature that misses in a file of its own (ONNX) is set aside (`SET_ASIDE`, so it is neither served nor published) and the rest
 of the artifact stays; one that misses inside a shared file (TFLite) leaves that artifact out.
 """
 
@@ -131,7 +131,8 @@ class OtherSignatures:
     """The other signatures' verdicts and the SavedModel's own noise on each.
 
     verdicts: {artifact: {signature: {checked, passed, reason, max_abs_error}}}; noise: {signature: {float
-    output: `ReferenceNoise`}} (the SavedModel on that signature against itself, as `validate.reference_noise`).
+    output: `ReferenceNoise`}} (the SavedModel on that signature against itself, as
+    `pipeline.gate.validate.reference_noise`).
     """
 
     verdicts: dict[str, dict[str, dict[str, Any]]]
@@ -156,7 +157,7 @@ def recorded_noise(parity_json: Path, signature_name: str) -> dict[str, float]:
 def _reference_answers(reference: Artifact, name: str, feed: dict[str, np.ndarray], settings: ValidateSection
                        ) -> tuple[dict[str, np.ndarray], dict[str, ReferenceNoise]]:
     """The SavedModel's answers on signature `name` at the largest batch size, and its own noise there: between
-    the configured batch sizes and across a repeated call (`validate.reference_noise`).
+    the configured batch sizes and across a repeated call (`pipeline.gate.validate.reference_noise`).
     """
     runner = runner_for(reference, name)
     try:

@@ -23,6 +23,7 @@ from tfship.serving.dataplane.offload import OFF_LOOP_BYTES
 from tfship.serving.dataplane.tensors import from_tensor_proto, to_tensor_proto
 from tfship.serving.launcher import ServerProcess
 from tfship.serving.operations.metrics import LATENCY_BUCKETS_S, RequestStats
+from tfship.serving.runtimes.base import Rows
 
 PREDICT = "/tensorflow.serving.PredictionService/Predict"
 
@@ -40,8 +41,8 @@ def test_remembered_layouts_give_the_full_checks_answers():
     checks, signature = RequestChecks(), _signature()
     for rows in (1, 3, 1, 3, 7):
         inputs = _inputs(rows)
-        expected = (batch_size(signature, inputs), estimate_request_bytes(signature, inputs, rows))
-        assert checks.check(signature, inputs) == expected == (rows, rows * (16 + 8 + 8))
+        expected = (Rows(batch_size(signature, inputs), rows), estimate_request_bytes(signature, inputs, rows))
+        assert checks.check(signature, inputs) == expected == (Rows(rows, rows), rows * (16 + 8 + 8))
 
 
 @pytest.mark.parametrize("bad", [
@@ -63,7 +64,7 @@ def test_a_bad_layout_is_refused_every_time_with_the_full_message(bad):
 def test_a_layout_valid_for_one_signature_is_checked_again_for_another():
     checks = RequestChecks()
     narrow, wide = _signature(4), _signature(5)
-    assert checks.check(narrow, _inputs(2, 4)) == (2, 64)
+    assert checks.check(narrow, _inputs(2, 4)) == (Rows(2, 2), 64)
     with pytest.raises(InvalidRequestError, match="dimension 1 must be 5"):
         checks.check(wide, _inputs(2, 4))
 
@@ -72,8 +73,8 @@ def test_a_layout_valid_for_one_signature_is_checked_again_for_another():
 def test_tensorflow_only_output_dtypes_are_estimated_and_client_errors_stay_client_errors(dtype, item):
     """An output dtype numpy cannot name (a SavedModel may declare one) is counted, never an INTERNAL TypeError."""
     signature = Signature("serving_default", {"x": TensorSpec("float32", (None, 2))}, {"y": TensorSpec(dtype, (None, 3))})
-    assert RequestChecks().check(signature, {"x": np.zeros((4, 2), np.float32)}) == (4, 4 * 8 + 4 * 3 * item)
-    assert RequestChecks().check(signature, {"x": np.zeros((0, 2), np.float32)})[0] == 0  # refused later: 0 rows
+    assert RequestChecks().check(signature, {"x": np.zeros((4, 2), np.float32)}) == (Rows(4, 4), 4 * 8 + 4 * 3 * item)
+    assert RequestChecks().check(signature, {"x": np.zeros((0, 2), np.float32)})[0].batch == 0  # refused later: 0 rows
     with pytest.raises(InvalidRequestError):
         RequestChecks().check(signature, {"x": np.zeros((1, 2), np.float64)})
 

@@ -11,8 +11,8 @@ held-out inputs (by name), at every configured batch size, with the artifact's m
 `validate.noise_multiplier` times the SavedModel's own noise on that signature (its answers between the
 configured batch sizes and across a repeated call, `pipeline.gate.validate.reference_noise`), exactly as
 `serving_default` is judged: a difference the SavedModel shows against itself never fails a signature either. A
-signature that misses in a file of its own (ONNX) is set aside (`SET_ASIDE`, so it is neither served nor published) and the rest
-of the artifact stays; one that misses inside a shared file (TFLite) leaves that artifact out.
+signature that misses in a file of its own (ONNX) is set aside (`SET_ASIDE`, so it is neither served nor
+published) and the rest of the artifact stays; one that misses inside a shared file (TFLite) leaves that artifact out.
 """
 
 from __future__ import annotations

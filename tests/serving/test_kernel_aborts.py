@@ -1,0 +1,80 @@
+"""A malformed request never takes the SavedModel backend down (serving.runtimes.tf_env).
+
+The SavedModel backend lets the model judge a request's shape, as TF Serving does. TensorFlow's oneDNN kernels
+(on by default on x86) abort the process on some shapes their standard kernels refuse: a rank-2 tensor into a
+Conv2D ended the server with `Check failed: ... MklDnnConvUtil`. Each model here is a real SavedModel whose op
+is such a kernel (a convolution, a max pool); each malformed request must come back INVALID_ARGUMENT / 400
+naming the op's complaint, and the server must answer the next good request.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+
+from tfship.serving.launcher import ServerProcess
+from tfship.serving.tfs.client import PredictClient, RemoteError
+
+MODELS = ("conv", "pool")
+GOOD = np.zeros((1, 8, 8, 1), np.float32)
+MALFORMED = (np.zeros((1, 2), np.float32), np.zeros((2,), np.float32), np.zeros((1, 8, 8, 1, 1), np.float32))
+
+
+def _save(folder: Path, op: str) -> None:
+    import tensorflow as tf
+
+    class Model(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.kernel = tf.Variable(tf.random.stateless_normal((3, 3, 1, 4), seed=(1, 2)))
+
+        @tf.function(input_signature=[tf.TensorSpec((None, 8, 8, 1), tf.float32, name="image")])
+        def serve(self, image):
+            if op == "conv":
+                return {"features": tf.nn.relu(tf.nn.conv2d(image, self.kernel, 1, "SAME"))}
+            return {"features": tf.nn.max_pool2d(image, 2, 2, "VALID")}
+
+    model = Model()
+    tf.saved_model.save(model, str(folder), signatures={"serving_default": model.serve})
+
+
+@pytest.fixture(scope="module")
+def kernel_server(tmp_path_factory):
+    repository = tmp_path_factory.mktemp("kernels")
+    for name in MODELS:
+        _save(repository / name / "1", name)
+    config = repository / "models.config"
+    config.write_text("model_config_list {\n" + "".join(
+        f'  config {{ name: "{name}" base_path: "{repository / name}" model_platform: "tensorflow" }}\n'
+        for name in MODELS) + "}\n")
+    with ServerProcess(repository, MODELS[0], backend="saved_model",
+                       extra_args=("--model-config-file", str(config))) as server:
+        yield server
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_malformed_shapes_are_refused_over_grpc_and_the_server_goes_on(kernel_server, model):
+    with PredictClient(kernel_server.grpc_target, timeout_s=60) as client:
+        for bad in MALFORMED:
+            with pytest.raises(RemoteError) as refused:
+                client.predict(model, {"image": bad})
+            assert refused.value.grpc_code == "INVALID_ARGUMENT", refused.value
+            assert len(str(refused.value)) < 2100
+            assert client.predict(model, {"image": GOOD})["features"].shape[0] == 1
+    assert kernel_server.process.poll() is None
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_malformed_shapes_are_refused_over_rest_and_the_server_goes_on(kernel_server, model):
+    url = f"{kernel_server.rest_url}/v1/models/{model}:predict"
+    for bad in MALFORMED:
+        answer = requests.post(url, data=json.dumps({"inputs": {"image": bad.tolist()}}), timeout=60)
+        assert answer.status_code == 400, answer.text
+        assert "image" in answer.json()["error"]
+        good = requests.post(url, data=json.dumps({"instances": GOOD.tolist()}), timeout=60)
+        assert good.status_code == 200, good.text
+    assert kernel_server.process.poll() is None

@@ -108,7 +108,8 @@ class AccessPolicy:
             UnauthenticatedError: a token is required and none (or an unknown one) was sent.
             PermissionDeniedError: an admin call while admin calls are off, or with a non-admin token.
         """
-        token = authorization[len(BEARER):] if authorization.startswith(BEARER) else None
+        scheme, _, credentials = authorization.strip().partition(" ")
+        token = credentials.strip() if scheme.lower() == BEARER.strip().lower() else None  # RFC 7235: any case
         if admin and not self.admin_enabled:
             raise PermissionDeniedError("admin calls (HandleReloadConfigRequest) are off on this server; start it "
                                         "with --admin-token-file/--admin-token-env (or --enable-admin-api when "

@@ -34,7 +34,7 @@ from tfship.serving.tfs.cors import cors_middleware
 log = logging.getLogger(__name__)
 _MAX_BYTES = web.AppKey("max_bytes", int)
 PROMETHEUS_PATH = "/monitoring/prometheus/metrics"  # TF Serving's path (--monitoring_config_file)
-_SPEC = r"{name:[^/:]+}{sel:(/versions/\d+|/labels/[^/:]+)?}"
+_SPEC = r"{name:[^/:]+}{sel:(/versions/[0-9]+|/labels/[^/:]+)?}"  # ASCII digits only (not \d: "１")
 
 
 def _ref(request: web.Request) -> ModelRef:
@@ -64,6 +64,11 @@ def _error_middleware(policy: AccessPolicy, gate: RequestGate | None = None,
         except TfshipError as err:
             response = web.json_response({"error": cap_message(str(err))}, status=err.http_status)
             response[_GRPC_CODE] = err.grpc_code
+        except ConnectionError as err:  # the client reset or closed the connection mid-body: not our incident
+            log.info("REST client closed the connection during %s %s: %s", request.method, request.path,
+                     type(err).__name__)
+            response = web.json_response({"error": "the client closed the connection"}, status=400)
+            response[_GRPC_CODE] = "CANCELLED"
         except Exception:
             incident = uuid.uuid4().hex[:12]
             log.exception("unexpected REST error (incident %s)", incident)

@@ -351,6 +351,22 @@ def load_config(path: Path | str | None = None, overrides: dict[str, Any] | None
         raise ConfigError(f"{source}: {problems}") from err
 
 
+def with_overrides(config: PipelineConfig, overrides: dict[str, Any], source: str) -> PipelineConfig:
+    """`config` with dotted-key `overrides` applied (`--set` on a run's stored config), validated again.
+
+    Raises:
+        ConfigError: an unknown key or invalid value, naming `source` (the stored config's file), key and value.
+    """
+    tree = config.model_dump(mode="json", by_alias=True)
+    for dotted, value in overrides.items():
+        _set_dotted(tree, dotted, value)
+    try:
+        return PipelineConfig.model_validate(tree)
+    except ValidationError as err:
+        problems = "; ".join(f"{_origin(item, overrides)}{_describe(item)}" for item in err.errors())
+        raise ConfigError(f"{source}: {problems}") from err
+
+
 def _origin(error: dict[str, Any], overrides: dict[str, Any]) -> str:
     """'--set KEY=VALUE: ' when the failing key came from a CLI override, else ''."""
     key = ".".join(str(part) for part in error["loc"])

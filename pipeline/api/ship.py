@@ -94,6 +94,13 @@ def model_name_from(model: str) -> str:
         raw = resolved.parent.name if resolved.name.isdigit() else resolved.name
     else:
         raw = path.stem
+    return repository_name(raw)
+
+
+def repository_name(raw: str) -> str:
+    """`raw` (a Keras model's `name`, a file stem) reduced to `[A-Za-z0-9_.-]`, at most 64 characters, kept
+    whole otherwise (`mobilenetv2_0.35_96` stays itself: a dot is no file suffix here); "model" when empty.
+    """
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", raw).lstrip("_.-")[:64]
     return name or "model"
 
@@ -190,7 +197,8 @@ def ship(model: Any = None, data: Any = None, *, repository: Path | str | None =
         spec = _model_spec(model, resolved.run.runs_dir)
         if model_name is None and config is None and "run.model_name" not in extra:
             name = getattr(model, "name", None) if not isinstance(model, (str, Path)) else None
-            resolved = configure(config, extra | {"run.model_name": model_name_from(name or spec)}, **settings)
+            chosen = repository_name(name) if name else model_name_from(spec)
+            resolved = configure(config, extra | {"run.model_name": chosen}, **settings)
         request = ExportOnlyRequest(spec, _data_path(data, resolved.run.runs_dir), tuple(tags),
                                     tuple(custom_objects))
     return ship_configured(resolved, request, resume, on_stage=on_stage)

@@ -32,6 +32,13 @@ def add_run_folder_argument(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace):
     """The validated config from `--config`, `--set` and the shortcut flags (raises ConfigError)."""
+    return configure(args.config, overrides_from_args(args))
+
+
+def overrides_from_args(args: argparse.Namespace) -> dict:
+    """{dotted key: value} that `--set` and the shortcut flags (`--epochs`, `--repository`, `--runs-dir`,
+    `--model-name`) ask for (raises ConfigError on a malformed `--set`).
+    """
     overrides = dict(parse_override(text) for text in args.overrides)
     if args.epochs is not None:
         overrides["train.epochs"] = args.epochs
@@ -43,4 +50,4 @@ def config_from_args(args: argparse.Namespace):
         overrides["run.model_name"] = args.model_name
     elif getattr(args, "model", None) and args.config is None and "run.model_name" not in overrides:
         overrides["run.model_name"] = model_name_from(args.model)  # never publish a user's model as "digits"
-    return configure(args.config, overrides)
+    return overrides

@@ -15,7 +15,8 @@ from tfship.core.errors import ConfigError
 from tfship.pipeline.api.inspection import inspect
 from tfship.pipeline.api.ship import ship_configured
 from tfship.pipeline.api.stages import run_stage
-from tfship.pipeline.cli.arguments import config_from_args
+from tfship.pipeline.cli.arguments import config_from_args, overrides_from_args
+from tfship.pipeline.config import with_overrides
 from tfship.pipeline.export_only.user_model import ExportOnlyRequest
 from tfship.pipeline.orchestration.outcomes import RunStatus
 from tfship.pipeline.orchestration.report import summary_tables
@@ -70,6 +71,13 @@ def _pipeline_command(args: argparse.Namespace, config, started: float) -> int:
         if not tags:
             raise ConfigError(f"tfship run: --tags {args.tags!r} names no tag; e.g. --tags serve")
         request = ExportOnlyRequest(args.model, args.data, tags, tuple(args.custom_objects))
+    ignored = [f"--set {text}" for text in args.overrides] + [
+        flag for flag, value in (("--config", args.config), ("--epochs", args.epochs)) if value is not None]
+    if getattr(args, "resume", None) and ignored:
+        console.print(f"[yellow]tfship run --resume: {', '.join(ignored)} ignored: a resumed run keeps the "
+                      "config it started with (config.json); to change a setting of one stage, run that stage "
+                      "alone, e.g. tfship validate --run <run> --set validate.float16_tolerance=0.05[/yellow]",
+                      soft_wrap=True)
     with _progress() as progress:
         result = ship_configured(config, request, getattr(args, "resume", None), progress, _print_stage)
     stages, artifacts = summary_tables(result.summary, list(result.stages))
@@ -105,6 +113,20 @@ def _run_folder(args: argparse.Namespace, config) -> RunFolder:
     return RunFolder(args.run.resolve()) if args.run else latest_run(config.run.runs_dir)
 
 
+def stage_config(args: argparse.Namespace, config, run: RunFolder):
+    """The config a stage run alone in `run` uses: the run's own (`config.json`: its model name, repository
+    and settings, so a bring-your-own run never publishes as `digits`) with this command line's `--set` and
+    shortcut flags on top; `config` (the command line's) when `--config` is given or the run stored none.
+
+    Raises:
+        ConfigError: the stored config with the flags is invalid (naming the file, key and value).
+    """
+    stored = run.root / "config.json"
+    if args.config is not None or not stored.is_file():
+        return config
+    return with_overrides(stored_config(run), overrides_from_args(args), str(stored))
+
+
 def _stage_command(args: argparse.Namespace, name: str) -> int:
     """Run one stage of the chain alone through the API (`pipeline.api.stages.run_stage`) and print its result."""
     config = config_from_args(args)
@@ -117,7 +139,8 @@ def _stage_command(args: argparse.Namespace, name: str) -> int:
             result = run_stage(config, "train", run, progress, resume_training=run is not None)
         _print_json_table(name, result.run, result.fields)
         return 0
-    result = run_stage(config, name, _run_folder(args, config))
+    run = _run_folder(args, config)
+    result = run_stage(stage_config(args, config, run), name, run)
     if name == "validate":
         console.print(summary_tables({"parity": result.fields}, [])[1])
         console.print(f"run folder: {result.run} (full figures in parity.json)", soft_wrap=True)

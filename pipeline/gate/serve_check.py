@@ -29,6 +29,11 @@ from tfship.core.errors import StageError
 from tfship.pipeline.conversion.artifacts import SAVED_MODEL
 from tfship.pipeline.gate.compare import Tolerance, compare_outputs, failures
 
+# Seconds one serve-check call may take. The check judges answers, not speed: a large model's first call on a
+# busy machine (graph optimisation, a 224x224 batch of 64 through ConvNeXt under load) went past the client's
+# 30 s default and failed a whole run with DEADLINE_EXCEEDED. Latency is `make bench-serve`'s business.
+CALL_DEADLINE_S = 600.0
+
 
 @dataclass(frozen=True)
 class SignatureProbe:
@@ -133,7 +138,7 @@ def _check_one(repository: Path, model_name: str, version: int, target: ServeTar
     signatures: dict[str, dict[str, Any]] = {}
     try:
         with ServerProcess(repository, model_name, backend=target.backend, extra_args=target.serve_flags) as server:
-            with PredictClient(server.grpc_target) as client:
+            with PredictClient(server.grpc_target, timeout_s=CALL_DEADLINE_S) as client:
                 for batch_size in batch_sizes:
                     batch = {k: v[offset:offset + batch_size] for k, v in inputs.items()}
                     offset += batch_size

@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 
@@ -117,12 +116,10 @@ def add_query_arguments(parser: argparse.ArgumentParser) -> None:
 def run_serve(args: argparse.Namespace) -> int:
     """Run the server until SIGTERM; returns the exit code. Raises `TfshipError` on bad settings."""
     from tfship.serving.operations import logs
-    from tfship.serving.runtimes.tf_env import apply_tensorflow_env_defaults
     from tfship.serving.server import serve_process
 
     settings = settings_from_args(args)
     logs.configure(settings.json_logs)
-    apply_tensorflow_env_defaults(logging.getLogger("tfship.serving"))
     log_tf_serving_notes(settings.tf_serving_notes)
     if settings.num_processes > 1:
         from tfship.serving.workers import run_workers

@@ -1,4 +1,4 @@
-"""Suite-wide: TensorFlow's kernels as the server runs them, and the files holding slow tests run first.
+"""Suite-wide order: the files holding slow tests (marker `slow`) run first.
 
 `make test` spreads whole files over pytest-xdist workers (`--dist loadfile`) in collection order. With the
 slow files first, the minutes-long ones start at once and the short files fill the end, so the workers finish
@@ -7,13 +7,6 @@ stable, so every worker collects the same order (xdist requires it).
 """
 
 from __future__ import annotations
-
-import os
-
-# The model server runs TensorFlow without oneDNN (serving.runtimes.tf_env); tests that compare its answers
-# bit for bit with a SavedModel called in the test process need the same kernels here. Set before any test
-# module imports TensorFlow (this file is imported first, by every xdist worker); the children inherit it.
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 
 def _file(item) -> str:

@@ -29,6 +29,14 @@ from tfship.core.errors import InvalidRequestError
 from tfship.serving.dataplane.memory import estimate_request_bytes
 from tfship.serving.runtimes.base import Rows
 
+# Declared ranks from which a wrong rank is refused even where the model judges shapes (the SavedModel
+# backend). TensorFlow's oneDNN kernels (on by default on x86) abort the whole process on a wrong-rank input to a
+# convolution or a pooling op (rank 4/5: `Check failed ... MklDnnConvUtil` for a rank-2 tensor into a Conv2D)
+# instead of refusing it. Turning oneDNN off is no way out: without it, TensorFlow cannot run the fused grouped
+# convolutions of a ConvNeXt ("Fused conv implementation does not support grouped convolutions"). Ranks below
+# keep TF Serving's leniency (a `[3]` tensor into half_plus_two's `[-1, 1]` input is answered).
+KERNEL_RANK = 3
+
 
 def describe_array(array: np.ndarray) -> str:
     """Human form of a received array, e.g. `float64[2,8,8]`."""
@@ -65,12 +73,14 @@ def validate_inputs(signature: Signature, inputs: Mapping[str, np.ndarray], shap
             raise InvalidRequestError(
                 f"input {echo(key)} of signature {signature.name!r}: expected dtype {spec.dtype} "
                 f"({spec.describe()}), received {received}")
-        if spec.shape is None or not shapes:
+        if spec.shape is None or (not shapes and len(spec.shape) < KERNEL_RANK):
             continue
         if array.ndim != len(spec.shape):
             raise InvalidRequestError(
                 f"input {echo(key)} of signature {signature.name!r}: expected rank {len(spec.shape)} "
                 f"({spec.describe()}), received rank {array.ndim} ({received})")
+        if not shapes:
+            continue
         for axis, (want, got) in enumerate(zip(spec.shape, array.shape)):
             if want is not None and want != got:
                 raise InvalidRequestError(

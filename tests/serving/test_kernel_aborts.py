@@ -1,10 +1,11 @@
-"""A malformed request never takes the SavedModel backend down (serving.runtimes.tf_env).
+"""A malformed request never takes the SavedModel backend down (serving.dataplane.contract.KERNEL_RANK).
 
 The SavedModel backend lets the model judge a request's shape, as TF Serving does. TensorFlow's oneDNN kernels
-(on by default on x86) abort the process on some shapes their standard kernels refuse: a rank-2 tensor into a
-Conv2D ended the server with `Check failed: ... MklDnnConvUtil`. Each model here is a real SavedModel whose op
-is such a kernel (a convolution, a max pool); each malformed request must come back INVALID_ARGUMENT / 400
-naming the op's complaint, and the server must answer the next good request.
+(on by default on x86) abort the process on a wrong rank: a rank-2 tensor into a Conv2D ended the server with
+`Check failed: ... MklDnnConvUtil`. Each model here is a real SavedModel whose op is such a kernel (a
+convolution, a max pool, a grouped convolution with a bias, which TensorFlow fuses and can run only with
+oneDNN); each malformed request must come back INVALID_ARGUMENT / 400 naming the input, and the server must
+answer the next good request.
 """
 
 from __future__ import annotations
@@ -19,24 +20,31 @@ import requests
 from tfship.serving.launcher import ServerProcess
 from tfship.serving.tfs.client import PredictClient, RemoteError
 
-MODELS = ("conv", "pool")
-GOOD = np.zeros((1, 8, 8, 1), np.float32)
+MODELS = {"conv": 1, "pool": 1, "grouped": 4}  # name: input channels
 MALFORMED = (np.zeros((1, 2), np.float32), np.zeros((2,), np.float32), np.zeros((1, 8, 8, 1, 1), np.float32))
+
+
+def _good(model: str) -> np.ndarray:
+    return np.random.default_rng(0).random((1, 8, 8, MODELS[model]), dtype=np.float32)
 
 
 def _save(folder: Path, op: str) -> None:
     import tensorflow as tf
 
+    channels = MODELS[op]
+
     class Model(tf.Module):
         def __init__(self):
             super().__init__()
             self.kernel = tf.Variable(tf.random.stateless_normal((3, 3, 1, 4), seed=(1, 2)))
+            self.bias = tf.Variable(tf.ones((4,)))
 
-        @tf.function(input_signature=[tf.TensorSpec((None, 8, 8, 1), tf.float32, name="image")])
+        @tf.function(input_signature=[tf.TensorSpec((None, 8, 8, channels), tf.float32, name="image")])
         def serve(self, image):
-            if op == "conv":
-                return {"features": tf.nn.relu(tf.nn.conv2d(image, self.kernel, 1, "SAME"))}
-            return {"features": tf.nn.max_pool2d(image, 2, 2, "VALID")}
+            if op == "pool":
+                return {"features": tf.nn.max_pool2d(image, 2, 2, "VALID")}
+            # conv: 1 channel in; grouped: 4 channels in, a depth-1 filter, so 4 groups (ConvNeXt's depthwise)
+            return {"features": tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(image, self.kernel, 1, "SAME"), self.bias))}
 
     model = Model()
     tf.saved_model.save(model, str(folder), signatures={"serving_default": model.serve})
@@ -51,7 +59,7 @@ def kernel_server(tmp_path_factory):
     config.write_text("model_config_list {\n" + "".join(
         f'  config {{ name: "{name}" base_path: "{repository / name}" model_platform: "tensorflow" }}\n'
         for name in MODELS) + "}\n")
-    with ServerProcess(repository, MODELS[0], backend="saved_model",
+    with ServerProcess(repository, next(iter(MODELS)), backend="saved_model",
                        extra_args=("--model-config-file", str(config))) as server:
         yield server
 
@@ -64,7 +72,7 @@ def test_malformed_shapes_are_refused_over_grpc_and_the_server_goes_on(kernel_se
                 client.predict(model, {"image": bad})
             assert refused.value.grpc_code == "INVALID_ARGUMENT", refused.value
             assert len(str(refused.value)) < 2100
-            assert client.predict(model, {"image": GOOD})["features"].shape[0] == 1
+            assert client.predict(model, {"image": _good(model)})["features"].shape[0] == 1
     assert kernel_server.process.poll() is None
 
 
@@ -75,6 +83,6 @@ def test_malformed_shapes_are_refused_over_rest_and_the_server_goes_on(kernel_se
         answer = requests.post(url, data=json.dumps({"inputs": {"image": bad.tolist()}}), timeout=60)
         assert answer.status_code == 400, answer.text
         assert "image" in answer.json()["error"]
-        good = requests.post(url, data=json.dumps({"instances": GOOD.tolist()}), timeout=60)
+        good = requests.post(url, data=json.dumps({"instances": _good(model).tolist()}), timeout=60)
         assert good.status_code == 200, good.text
     assert kernel_server.process.poll() is None

@@ -57,7 +57,8 @@ def test_predict_row_and_columnar_formats(server, repository, images):
 @pytest.mark.parametrize(("path", "body", "code", "fragment"), [
     ("/v1/models/nope:predict", {"instances": [[0]]}, 404, "nope"),
     (f"/v1/models/{MODEL}/versions/9:predict", {"instances": [[0]]}, 404, "9"),
-    (f"/v1/models/{MODEL}:predict", {"instances": [[[0.0]]]}, 400, "TensorFlow rejected the value of input(s)"),
+    (f"/v1/models/{MODEL}:predict", {"instances": [[[[0.0]]]]}, 400, "TensorFlow rejected the value of input(s)"),
+    (f"/v1/models/{MODEL}:predict", {"instances": [[[0.0]]]}, 400, "expected rank 4"),  # contract.KERNEL_RANK
     (f"/v1/models/{MODEL}:predict", {"instances": [], "inputs": []}, 400, "only one of 'inputs' or 'instances'"),
     (f"/v1/models/{MODEL}:predict", b"{not json", 400, "JSON Parse error"),
     (f"/v1/models/{MODEL}:predict", {"signature_name": "nope", "instances": [[0]]}, 400, "nope"),

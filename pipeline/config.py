@@ -342,13 +342,7 @@ def load_config(path: Path | str | None = None, overrides: dict[str, Any] | None
         raise ConfigError(f"{source}: cannot read the config file ({type(err).__name__}: {err})") from err
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{source}: not valid TOML: {err}") from err
-    for dotted, value in (overrides or {}).items():
-        _set_dotted(tree, dotted, value)
-    try:
-        return PipelineConfig.model_validate(tree)
-    except ValidationError as err:
-        problems = "; ".join(f"{_origin(item, overrides or {})}{_describe(item)}" for item in err.errors())
-        raise ConfigError(f"{source}: {problems}") from err
+    return _overridden(tree, overrides or {}, str(source))
 
 
 def with_overrides(config: PipelineConfig, overrides: dict[str, Any], source: str) -> PipelineConfig:
@@ -357,7 +351,11 @@ def with_overrides(config: PipelineConfig, overrides: dict[str, Any], source: st
     Raises:
         ConfigError: an unknown key or invalid value, naming `source` (the stored config's file), key and value.
     """
-    tree = config.model_dump(mode="json", by_alias=True)
+    return _overridden(config.model_dump(mode="json", by_alias=True), overrides, source)
+
+
+def _overridden(tree: dict[str, Any], overrides: dict[str, Any], source: str) -> PipelineConfig:
+    """`tree` (a config's sections) with dotted-key `overrides` set, validated; ConfigError names `source`."""
     for dotted, value in overrides.items():
         _set_dotted(tree, dotted, value)
     try:

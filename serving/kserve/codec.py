@@ -60,7 +60,7 @@ def numpy_dtype(datatype: str, name: str) -> np.dtype:
     """Numpy dtype for input `name`'s `datatype`; `InvalidRequestError` naming the supported ones otherwise."""
     found = DATATYPES.get(datatype)
     if found is None:
-        raise InvalidRequestError(f"input {echo(name)}: datatype {echo(datatype)!r} is not supported; supported: "
+        raise InvalidRequestError(f"input {echo(name)}: datatype {echo(datatype)} is not supported; supported: "
                                   f"{', '.join(DATATYPES)}")
     return found
 

@@ -51,7 +51,8 @@ def release_freed_memory() -> None:
 _TF_ONLY_ITEM_BYTES = {"bfloat16": 2, "qint16": 2, "quint16": 2, "qint32": 4}
 
 
-def _item_bytes(dtype: str) -> int:
+def item_bytes(dtype: str) -> int:
+    """Bytes one element of contract dtype `dtype` is counted as (strings: `STRING_ITEM_BYTES`)."""
     if dtype == "string":
         return STRING_ITEM_BYTES
     try:
@@ -73,5 +74,5 @@ def estimate_request_bytes(signature: Signature, inputs: Mapping[str, np.ndarray
         if spec.shape is None:
             continue
         dims = [(rows or 1) if i == 0 and d is None else (d or 1) for i, d in enumerate(spec.shape)]
-        total += math.prod(dims) * _item_bytes(spec.dtype)
+        total += math.prod(dims) * item_bytes(spec.dtype)
     return total

@@ -22,6 +22,7 @@ from tfship.core.errors import (
     UnimplementedError,
 )
 from tfship.serving.dataplane import inference
+from tfship.serving.dataplane.admission import memory_over_limit, rows_over_limit
 from tfship.serving.dataplane.contract import RequestChecks
 from tfship.serving.dataplane.inference import ExamplesRequest, ExamplesResponse, TaskResult
 from tfship.serving.dataplane.manager import ModelManager
@@ -232,14 +233,13 @@ class DataPlane:
             raise InvalidRequestError("batch of 0 rows: send at least one row")
         limit = self._limits.max_batch_per_request
         if limit and rows is not None and rows > limit:
-            raise InvalidRequestError(f"batch of {rows} rows exceeds the per-request limit of {limit}")
+            raise rows_over_limit(rows, limit)
         deadline = request.deadline
         if deadline is None and self._limits.default_deadline_s:
             deadline = time.monotonic() + self._limits.default_deadline_s
         cap = self._limits.max_request_memory_bytes
         if cap and held > cap:
-            raise ResourceExhaustedError(f"request needs at least {held} bytes for its inputs and outputs ({rows} "
-                                         f"rows), above --max-request-memory-bytes {cap}; send fewer rows")
+            raise memory_over_limit(held, rows, cap)
         outputs = await self._run(runtime, request, counted, deadline)
         if held >= RELEASE_AFTER_BYTES:
             self._release_memory()

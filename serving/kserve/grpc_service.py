@@ -19,6 +19,7 @@ import grpc
 from tfship.core import kserve_protocol as kp
 from tfship.core.echo import echo
 from tfship.core.errors import InvalidRequestError
+from tfship.serving.dataplane.admission import check_declared
 from tfship.serving.dataplane.offload import OFF_LOOP_BYTES
 from tfship.serving.dataplane.service import DataPlane
 from tfship.serving.dataplane.types import InferenceRequest, ModelMetadata, ModelRef
@@ -109,7 +110,10 @@ class InferenceServicer:
                 return None
             signature = signature_of(meta.signatures, options.signature_name)
             if wire_bytes is not None and not request.raw_input_contents:
-                # typed contents: converting them is one long GIL-holding call, so it runs in the helper process
+                # typed contents: converting them is one long GIL-holding call, so it runs in the helper process,
+                # once the declared shapes are within the limits (serving.dataplane.admission)
+                check_declared(signature, {t.name: list(t.shape) for t in request.inputs},
+                               self._dp.limits.max_batch_per_request, self._dp.limits.max_request_memory_bytes)
                 decoded = await self._dp.offloader.run_if_large(len(wire_bytes), decode_infer_inputs, wire_bytes,
                                                                 limit)
             else:  # raw contents are views on the received bytes: nothing to offload

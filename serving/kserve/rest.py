@@ -28,9 +28,11 @@ import numpy as np
 from aiohttp import web
 from aiohttp.web_response import ContentCoding
 
+from tfship.core.contract import DEFAULT_SIGNATURE
 from tfship.core.echo import echo, echo_json
 from tfship.core.errors import InvalidRequestError
 from tfship.serving.dataplane import json_numbers
+from tfship.serving.dataplane.admission import check_declared
 from tfship.serving.dataplane.service import DataPlane
 from tfship.serving.dataplane.types import InferenceRequest, ModelMetadata, ModelRef
 from tfship.serving.kserve.codec import datatype_for, from_json, from_raw, to_json, to_raw
@@ -119,15 +121,30 @@ def _decode_inputs(items: list, binary: bytes, max_bytes: int) -> list:
     return decoded
 
 
-def decode_body(header: str | None, body: bytes, max_bytes: int) -> tuple[dict, list]:
+def decode_body(header: str | None, body: bytes, max_bytes: int, signatures: dict | None = None,
+                max_rows: int = 0, memory_cap: int = 0) -> tuple[dict, list]:
     """Parse a V2 REST body and decode its inputs: (the body without its inputs, [(name, datatype, array)]).
 
     Runs in the data plane's helper process for large bodies (`serving.dataplane.offload`): JSON parsing and list
     conversion hold the GIL for their whole run, so a thread would stall the event loop all the same.
+    With the served `signatures`, the inputs' declared shapes are judged against --max-batch-per-request
+    (`max_rows`) and --max-request-memory-bytes (`memory_cap`) before any value is converted
+    (`serving.dataplane.admission.check_declared`, on the signature `parameters.signature_name` names).
+
+    Raises:
+        InvalidRequestError: malformed JSON or inputs, or a declared batch above `max_rows`.
+        ResourceExhaustedError: declared tensors above `memory_cap`, or a tensor above `max_bytes`.
     """
     parsed, binary = _split_body(header, body)
-    decoded = _decode_inputs(_list(parsed.pop("inputs", None), "'inputs'"), binary, max_bytes)
-    return parsed, decoded
+    items = _list(parsed.pop("inputs", None), "'inputs'")
+    if signatures:
+        params = parsed.get("parameters")
+        name = params.get("signature_name", DEFAULT_SIGNATURE) if isinstance(params, dict) else DEFAULT_SIGNATURE
+        shapes = {item["name"]: item["shape"] for item in items if isinstance(item, dict)
+                  and isinstance(item.get("name"), str) and isinstance(item.get("shape"), list)
+                  and all(type(d) is int for d in item["shape"])}
+        check_declared(signatures.get(name) if isinstance(name, str) else None, shapes, max_rows, memory_cap)
+    return parsed, _decode_inputs(items, binary, max_bytes)
 
 
 def _requested_outputs(body: dict, default_binary: bool) -> tuple[list[str], dict[str, bool]]:
@@ -220,29 +237,35 @@ def add_v2_routes(app: web.Application, dataplane: DataPlane,
 
     async def infer(request: web.Request) -> web.Response:
         raw_body = await read(request)
-        body, decoded = await dataplane.offloader.run_if_large(len(raw_body), decode_body,
-                                                               request.headers.get(HEADER_LENGTH), raw_body, max_bytes)
-        params = _object(body.get("parameters", {}), "'parameters'")
-        default_binary = params.get("binary_data_output", False)
-        if not isinstance(default_binary, bool):
-            raise InvalidRequestError("parameter 'binary_data_output' must be true or false")
-        request_id = body.get("id")
-        if request_id is not None and not isinstance(request_id, str):
-            raise InvalidRequestError(f"'id' must be a string, got {echo_json(request_id, 100)}")
-        options = infer_options(params)
-        checked = {}  # the held version's signature and the outputs asked of it
+        header = request.headers.get(HEADER_LENGTH)
+        limits = dataplane.limits
+        checked = {}  # the body's answer options, the held version's signature and the outputs asked of it
 
         async def decode(meta: ModelMetadata | None) -> InferenceRequest | None:
+            # parsed (and judged on its declared shapes) against the held version; a malformed body is answered
+            # before a missing model, as before
+            body, decoded = await dataplane.offloader.run_if_large(
+                len(raw_body), decode_body, header, raw_body, max_bytes, dict(meta.signatures) if meta else None,
+                limits.max_batch_per_request, limits.max_request_memory_bytes)
+            params = _object(body.get("parameters", {}), "'parameters'")
+            default_binary = params.get("binary_data_output", False)
+            if not isinstance(default_binary, bool):
+                raise InvalidRequestError("parameter 'binary_data_output' must be true or false")
+            request_id = body.get("id")
+            if request_id is not None and not isinstance(request_id, str):
+                raise InvalidRequestError(f"'id' must be a string, got {echo_json(request_id, 100)}")
+            options = infer_options(params)
             if meta is None:
                 return None
             signature = signature_of(meta.signatures, options.signature_name)
-            names, checked["binary"] = _requested_outputs(body, default_binary)
+            names, binary = _requested_outputs(body, default_binary)
             inputs, outputs = check_inputs(signature, decoded), check_outputs(signature, names)
-            checked.update(signature=signature, outputs=outputs)
+            checked.update(signature=signature, outputs=outputs, binary=binary, default_binary=default_binary,
+                           request_id=request_id)
             return predict_request(meta, options, inputs, outputs)
 
         result = await dataplane.predict_decoded(_ref(request), decode)  # one version: checked against, run on
-        binary_choice = checked["binary"]
+        binary_choice, default_binary, request_id = checked["binary"], checked["default_binary"], checked["request_id"]
         tensors = ordered_outputs(result, checked["signature"], checked["outputs"])
         check_response_size(tensors, max_bytes)
         json_bytes = sum(a.nbytes for n, a in tensors if not binary_choice.get(n, default_binary)) * 4  # ~4x as text

@@ -14,6 +14,7 @@ import time
 import numpy as np
 
 from tfship.core import protocol
+from tfship.core.contract import DEFAULT_SIGNATURE
 from tfship.core.echo import echo_list
 from tfship.core.errors import InvalidRequestError
 from tfship.core.saved_model import to_signature_def
@@ -58,7 +59,7 @@ def predict_request(proto, time_remaining: float | None = None,
     return InferenceRequest(
         model=model,
         inputs=inputs,
-        signature_name=spec.signature_name or "serving_default",
+        signature_name=spec.signature_name or DEFAULT_SIGNATURE,
         output_filter=tuple(proto.output_filter),
         deadline=deadline,
     )

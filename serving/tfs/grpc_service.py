@@ -17,11 +17,14 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from tfship.core import protocol
+from tfship.core.contract import DEFAULT_SIGNATURE
 from tfship.core.echo import echo
 from tfship.core.errors import ResourceExhaustedError, TfshipError
+from tfship.serving.dataplane.admission import check_declared
 from tfship.serving.dataplane.model_config import from_proto
 from tfship.serving.dataplane.offload import OFF_LOOP_BYTES
 from tfship.serving.dataplane.service import DataPlane
+from tfship.serving.dataplane.types import InferenceRequest, ModelMetadata
 from tfship.serving.grpc_calls import generic_handler, rpc, split_large, time_remaining
 from tfship.serving.operations.security import AccessPolicy
 from tfship.serving.tfs import converters, examples
@@ -46,12 +49,10 @@ class PredictionServicer:
         limit = self._dp.limits.max_tensor_bytes
         request, wire_bytes = split_large(request)
         if wire_bytes is not None and any(not t.tensor_content for t in request.inputs.values()):
-            # typed *_val fields: decoding is one long GIL-holding call, so it runs in the helper process
-            inference = await self._dp.offloader.run_if_large(len(wire_bytes), decode_predict, wire_bytes,
-                                                              time_remaining(context), limit)
+            response = await self._dp.predict_decoded(converters.model_ref(request.model_spec),
+                                                      self._large_decoder(request, wire_bytes, context))
         else:  # small, or tensor_content (a view on the received bytes): nothing to offload
-            inference = converters.predict_request(request, time_remaining(context), limit)
-        response = await self._dp.predict(inference)
+            response = await self._dp.predict(converters.predict_request(request, time_remaining(context), limit))
         if sum(a.nbytes for a in response.outputs.values()) > OFF_LOOP_BYTES:
             proto = await asyncio.to_thread(converters.predict_response, response, self._tensor_content)
         else:
@@ -61,6 +62,25 @@ class PredictionServicer:
             raise ResourceExhaustedError(f"response of {size} bytes exceeds --max-message-bytes {limit} bytes; ask "
                                          "for fewer rows or fewer outputs (output_filter)")
         return proto
+
+    def _large_decoder(self, request, wire_bytes: bytes, context):
+        """`predict_decoded`'s decoder of a large request with typed `*_val` fields: judged on its declared shapes
+        against the held version's signature first (`serving.dataplane.admission`: a batch or size above the limits
+        is refused before anything is copied), then decoded in the helper process (one long GIL-holding call).
+        """
+        limits, remaining = self._dp.limits, time_remaining(context)
+        signature_name = request.model_spec.signature_name or DEFAULT_SIGNATURE
+        shapes = {name: [d.size for d in t.tensor_shape.dim] for name, t in request.inputs.items()}
+
+        async def decode(meta: ModelMetadata | None) -> InferenceRequest | None:
+            if meta is None:  # the lookup's error is the answer
+                return None
+            check_declared(meta.signatures.get(signature_name), shapes, limits.max_batch_per_request,
+                           limits.max_request_memory_bytes)
+            return await self._dp.offloader.run_if_large(len(wire_bytes), decode_predict, wire_bytes, remaining,
+                                                         limits.max_tensor_bytes)
+
+        return decode
 
     @rpc
     async def GetModelMetadata(self, request, context):

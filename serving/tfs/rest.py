@@ -21,6 +21,7 @@ from google.protobuf import json_format
 from tfship.core import protocol
 from tfship.core.echo import cap_message, clip, echo_json
 from tfship.core.errors import InvalidRequestError, RequestTimeoutError, ResourceExhaustedError, TfshipError
+from tfship.serving.dataplane.admission import batched_inputs, rows_over_limit
 from tfship.serving.dataplane.offload import Offloader
 from tfship.serving.dataplane.service import DataPlane, RequestGate
 from tfship.serving.dataplane.types import InferenceRequest, ModelMetadata, ModelRef
@@ -175,12 +176,16 @@ def _proto_json(message) -> dict:
                                      preserving_proto_field_name=True)
 
 
-def decode_predict(raw: bytes, signatures: dict | None):
+def decode_predict(raw: bytes, signatures: dict | None, max_rows: int = 0):
     """A `:predict` body -> (signature name, output_filter, inputs, row format?, batch); inputs are None when
     `signatures` is None (the model was not found). Runs inline or in the helper process (`serving.dataplane.offload`).
 
+    `max_rows`: --max-batch-per-request (0 = unlimited), judged on the parsed lists' lengths before their values
+    are converted (`serving.dataplane.admission`).
+
     Raises:
-        InvalidRequestError: bad JSON, bad fields, an unknown signature or inputs that do not convert.
+        InvalidRequestError: bad JSON, bad fields, an unknown signature, a batch above `max_rows` or inputs that
+            do not convert.
     """
     body = rest_json.parse_body(raw)
     signature_name = rest_json.signature_name(body)
@@ -190,8 +195,28 @@ def decode_predict(raw: bytes, signatures: dict | None):
     if signature_name not in signatures:
         raise InvalidRequestError(f'Serving signature name: "{clip(signature_name)}" not found in signature def; '
                                   f"available: {sorted(signatures)}")
+    rows = _listed_rows(body, signatures[signature_name])
+    if max_rows and rows is not None and rows > max_rows:
+        raise rows_over_limit(rows, max_rows)
     inputs, rows = rest_json.request_inputs(body, signatures[signature_name])
     return signature_name, output_filter, inputs, rows, len(body["instances"]) if rows else None
+
+
+def _listed_rows(body: dict, signature) -> int | None:
+    """The batch a parsed `:predict` body declares, from list lengths alone (None when it declares none): the
+    `instances` count, or the length of the first batched input's list in `inputs` (a bare list when the
+    signature's only input is batched). Malformed bodies give None here and their error later.
+    """
+    batched = batched_inputs(signature)
+    if not batched:
+        return None
+    listed = body.get("instances", body.get("inputs"))
+    if "instances" not in body:
+        if isinstance(listed, dict):
+            listed = next((listed[name] for name in batched if name in listed), None)
+        elif len(signature.inputs) != 1:
+            return None
+    return len(listed) if isinstance(listed, list) else None
 
 
 def build_app(dataplane: DataPlane, policy: AccessPolicy | None = None, max_bytes: int = 64 << 20,
@@ -227,7 +252,8 @@ def build_app(dataplane: DataPlane, policy: AccessPolicy | None = None, max_byte
 
         async def decode(meta: ModelMetadata | None) -> InferenceRequest | None:
             signature_name, output_filter, inputs, rows, batch = await offloader.run_if_large(
-                len(raw), decode_predict, raw, dict(meta.signatures) if meta else None)
+                len(raw), decode_predict, raw, dict(meta.signatures) if meta else None,
+                dataplane.limits.max_batch_per_request)
             answer_layout.update(rows=rows, batch=batch)
             return InferenceRequest(model=ref, inputs=inputs, signature_name=signature_name,
                                     output_filter=output_filter) if meta else None

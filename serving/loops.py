@@ -14,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
+
+LAG_INTERVAL_S = 0.5  # how often `watch_lag` measures its loop
 
 
 class TransportLoop:
@@ -68,3 +70,15 @@ class LoopBridge:
             return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(value(*args, **kwargs), loop))
 
         return on_owner_loop
+
+
+async def watch_lag(observe: Callable[[float], None], interval_s: float = LAG_INTERVAL_S) -> None:
+    """Until cancelled, sleep `interval_s` seconds on the running loop and `observe(seconds late)`: how long the
+    loop took past the timer to run this coroutine again (0 on an idle loop; seconds on a starved one). The
+    server feeds `tfship_event_loop_lag_seconds{loop=...}` with it, one watcher per transport loop.
+    """
+    loop = asyncio.get_running_loop()
+    while True:
+        due = loop.time() + interval_s
+        await asyncio.sleep(interval_s)
+        observe(max(loop.time() - due, 0.0))

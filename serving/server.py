@@ -32,7 +32,7 @@ from tfship.serving.dataplane.model_config import (
 from tfship.serving.dataplane.service import DataPlane
 from tfship.serving.dataplane.types import ServerLimits
 from tfship.serving.kserve.grpc_service import add_inference_service
-from tfship.serving.loops import LoopBridge, TransportLoop
+from tfship.serving.loops import LoopBridge, TransportLoop, watch_lag
 from tfship.serving.operations.metrics import Metrics
 from tfship.serving.operations.request_log import RequestLog
 from tfship.serving.operations.security import (
@@ -231,11 +231,16 @@ async def run_server(settings: ServerSettings) -> int:
     config_poll = (asyncio.create_task(poll_model_config_file(settings, manager))
                    if settings.model_config_file and settings.model_config_file_poll_wait_seconds > 0 else None)
     secrets_poll = asyncio.create_task(secrets.watch_forever()) if secrets.watching else None
+    grpc_lag = asyncio.create_task(watch_lag(metrics.loop_lag.labels("grpc").observe))
+    rest_lag = (asyncio.run_coroutine_threadsafe(watch_lag(metrics.loop_lag.labels("rest").observe), rest_loop.loop)
+                if rest_loop else None)
     await stop.wait()
 
+    if rest_lag:
+        rest_lag.cancel()
     closers = ([lambda: rest_loop.run(rest[0].cleanup())] if rest else []) + (
         [metrics_site[0].cleanup] if metrics_site else [])
-    polls = [t for t in (poll, config_poll, secrets_poll) if t]
+    polls = [t for t in (poll, config_poll, secrets_poll, grpc_lag) if t]
     # the whole shutdown fits in --grace-period-s: the drain, then unloading in what is kept for it
     end = loop.time() + settings.grace_period_s
     unload_s = min(UNLOAD_TIMEOUT_S, settings.grace_period_s / 4)

@@ -1,6 +1,6 @@
 """Attacks of the hostile-load round: one protocol starving another, client values echoed back unbounded,
 REST bodies the server cannot represent, secrets that must rotate, SIGTERM mid-body, memory kept after
-large requests. One `Row` each for `make reliability` (bench/reliability/run.py)."""
+large requests, large bodies beside medium ones, memory after refused large gRPC requests. One `Row` each for `make reliability` (bench/reliability/run.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import socket
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -16,7 +17,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 
-from bench.reliability.common import MODEL, Row, images, rss_mb
+from bench.reliability.common import MODEL, Row, descendants, images, rss_mb
 from bench.serve import mixed_load as mixed
 from tfship.core import kserve_protocol as kp
 from tfship.core import protocol
@@ -215,4 +216,127 @@ def memory_after_large_bodies(source: Path, rounds: int) -> Row:
         settled = rss_mb(server.process.pid)
         row.check(settled - before < 150, f"RSS stayed {settled - before:.0f} MiB above ({before:.0f} -> {settled:.0f})")
     row.notes = f"RSS {before:.0f} -> {after:.0f} -> {settled:.0f} MiB (before, after {rounds * 4} bodies, 2 s later)"
+    return row
+
+
+def _tree_rss_mb(pid: int) -> float:
+    """RSS of the server and its helper processes together, MiB."""
+    return rss_mb(pid) + sum(rss_mb(child) for child in descendants(pid))
+
+
+def _typed_predict(rows: int) -> bytes:
+    """A serialized digits Predict of `rows` rows in typed `float_val` (the kind decoded off the event loop)."""
+    shape = protocol.TensorProto(dtype=protocol.DATA_TYPE.values_by_name["DT_FLOAT"].number)
+    for size in (rows, 8, 8, 1):
+        shape.tensor_shape.dim.add().size = size
+    values = np.full(rows * 64, 0.5, np.float32).tobytes()
+    length, varint = len(values), bytearray()
+    while True:  # float_val (field 5), packed: tag, varint length, the raw floats
+        varint.append((length & 0x7F) | (0x80 if length > 0x7F else 0))
+        length >>= 7
+        if not length:
+            break
+    tensor = protocol.TensorProto.FromString(shape.SerializeToString() + b"\x2a" + bytes(varint) + values)
+    request = protocol.PredictRequest()
+    request.model_spec.name = MODEL
+    request.inputs["image"].CopyFrom(tensor)
+    return request.SerializeToString()
+
+
+def memory_after_refused_grpc(source: Path, threads: int = 4, calls: int = 3) -> Row:
+    """Concurrent 64 MB gRPC Predicts refused for their batch: refused before decoding, and their memory handed
+    back at once (they used to hold 3 GB at the peak and 1.7 GB after, until the garbage collector ran)."""
+    row = Row("memory_after_refused_grpc", f"RSS around {threads}x{calls} concurrent 64 MB gRPC Predicts above the "
+                                           "row limit")
+    data = _typed_predict(250_000)  # 64 MB of float_val
+    with ServerProcess(source, MODEL, backend="tflite") as server:
+        pid = server.process.pid
+        before, peak, done = _tree_rss_mb(pid), [0.0], threading.Event()
+
+        def watch() -> None:
+            while not done.is_set():
+                peak[0] = max(peak[0], _tree_rss_mb(pid))
+                time.sleep(0.05)
+
+        options = [("grpc.max_send_message_length", 128 << 20), ("grpc.max_receive_message_length", 128 << 20)]
+        with grpc.insecure_channel(server.grpc_target, options=options) as channel:
+            call = channel.unary_unary(protocol.method_path(protocol.PREDICTION_SERVICE, "Predict"))
+            watcher = threading.Thread(target=watch, daemon=True)
+            watcher.start()
+
+            def client(_) -> list[tuple[str, str]]:
+                answers = []
+                for _ in range(calls):
+                    try:
+                        call(data, timeout=120)
+                        answers.append(("OK", ""))
+                    except grpc.RpcError as err:
+                        answers.append((err.code().name, err.details() or ""))
+                return answers
+
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(threads) as pool:
+                answers = [a for batch in pool.map(client, range(threads)) for a in batch]
+            done.set()
+            watcher.join()
+        after = _tree_rss_mb(pid)
+        time.sleep(2)
+        settled = _tree_rss_mb(pid)
+    for code, details in answers:
+        row.check(code == "INVALID_ARGUMENT" and details.startswith("batch of 250000 rows exceeds"),
+                  f"{code}: {details[:120]}")
+    row.check(settled - before < 150, f"RSS stayed {settled - before:.0f} MiB above ({before:.0f} -> {settled:.0f})")
+    row.notes = (f"server + helpers RSS {before:.0f} MiB before, peak {peak[0]:.0f}, {after:.0f} after, {settled:.0f}"
+                 f" 2 s later; {len(answers)} answers")
+    return row
+
+
+def large_beside_medium(source: Path, rounds: int = 5, attackers: int = 3) -> Row:
+    """A client's 1.5 MB REST bodies while `attackers` clients loop 60 MB bodies: the medium body keeps its
+    latency (one decoding helper once made it wait 16-30 s; the large bodies now have their own lane)."""
+    row = Row("large_beside_medium", f"1.5 MB REST bodies beside {attackers} clients looping 60 MB bodies")
+    rows = np.random.default_rng(0).random((1000, 8, 8, 1), dtype=np.float32).round(6).tolist()
+    medium = json.dumps({"instances": rows}).encode()
+    medium = medium + b" " * max(0, 1_500_000 - len(medium))
+    refused = json.dumps({"instances": [[[[0.5]] * 8] * 8] * 128_000}).encode()  # 60 MB, above the row limit
+    valid = json.dumps({"instances": rows}).encode()
+    valid = valid + b" " * (60_000_000 - len(valid))  # 60 MB that decodes and runs
+    with ServerProcess(source, MODEL, backend="tflite") as server, grpc.insecure_channel(server.grpc_target) as chan:
+        url = f"{server.rest_url}/v1/models/{MODEL}:predict"
+        predict_path = protocol.method_path(protocol.PREDICTION_SERVICE, "Predict")
+
+        def one_of_each() -> tuple[float, float]:
+            """(seconds for a 1.5 MB REST body, seconds for a 1-row gRPC Predict)."""
+            started = time.monotonic()
+            row.check(_post(url, medium)[0] == 200, "medium body refused")
+            between = time.monotonic()
+            row.check(_grpc_code(chan, predict_path, _predict())[0] == "OK", "1-row gRPC Predict failed")
+            return between - started, time.monotonic() - between
+
+        one_of_each()  # the helpers start
+        alone = [one_of_each() for _ in range(rounds)]
+        stop, attack_codes = threading.Event(), []
+
+        def attacker(index: int) -> None:
+            while not stop.is_set():
+                attack_codes.append(_post(url, valid if index == 0 else refused)[0])
+
+        threads = [threading.Thread(target=attacker, args=(i,), daemon=True) for i in range(attackers)]
+        for thread in threads:
+            thread.start()
+        time.sleep(3)  # the large lane is busy
+        mixed = [one_of_each() for _ in range(rounds)]
+        stop.set()
+        for thread in threads:
+            thread.join(120)
+    notes = []
+    for index, what in enumerate(("1.5 MB REST body", "1-row gRPC Predict")):
+        worst, typical = max(m[index] for m in mixed), sorted(a[index] for a in alone)[len(alone) // 2]
+        row.check(worst <= max(1.0, 5 * typical), f"a {what} took {worst:.2f} s beside the large ones "
+                                                  f"({typical:.2f} s alone)")
+        notes.append(f"{what} {typical * 1000:.0f} ms alone (median), worst {worst * 1000:.0f} ms beside")
+    row.check(set(attack_codes) <= {200, 400} and bool(attack_codes), f"large bodies answered {set(attack_codes)}")
+    row.notes = (f"{'; '.join(notes)} {attackers} clients looping 60 MB bodies ({len(attack_codes)} answered: "
+                 f"{ {c: attack_codes.count(c) for c in sorted(set(attack_codes))} })")
     return row

@@ -5,7 +5,8 @@ under load; kill -9 of the publisher, of a `--num-processes` server, of a parent
 and a TFLite converter, and of a whole `tfship run`; probes on every port under TLS/mTLS/tokens; metrics
 cardinality; memory per request; a second server on a taken gRPC port; the hostile-load round
 (`hostile_attacks`: mixed-protocol load, huge echoed names, unrepresentable REST bodies, secret rotation, SIGTERM
-mid-body, memory after large bodies). Loopback only; bounded by
+mid-body, memory after large bodies and after refused 64 MB gRPC requests, 60 MB bodies beside 1.5 MB ones).
+Loopback only; bounded by
 `--budget-s` (default 900 s): rows that no longer fit are reported `skipped`, never silently dropped.
 Exit status 1 when any row failed. `--quick` shortens every row (about 3 minutes).
 """
@@ -53,6 +54,8 @@ def _plan(quick: bool, work: Path, source: Path) -> list[tuple[str, float, objec
         ("secret_rotation", n(40, 30), lambda: hostile_attacks.secret_rotation(source, work, n(3, 2))),
         ("sigterm_mid_body", n(60, 30), lambda: hostile_attacks.sigterm_mid_body(source, n(3, 1))),
         ("memory_after_large_bodies", 40, lambda: hostile_attacks.memory_after_large_bodies(source, n(3, 2))),
+        ("memory_after_refused_grpc", 60, lambda: hostile_attacks.memory_after_refused_grpc(source)),
+        ("large_beside_medium", n(90, 60), lambda: hostile_attacks.large_beside_medium(source, n(5, 3))),
         ("kill9_publisher", n(20, 10), lambda: process_attacks.kill_publisher(source, work, n(30, 10))),
         ("kill9_server", n(90, 30), lambda: process_attacks.kill_server(source, n(8, 3))),
         ("kill9_stage_children", n(80, 30), lambda: process_attacks.kill_serve_check_parent(source, work, n(4, 2))),
@@ -61,15 +64,26 @@ def _plan(quick: bool, work: Path, source: Path) -> list[tuple[str, float, objec
     ]
 
 
-def run(out: Path, budget_s: float, quick: bool, seed: int) -> list[Row]:
-    """Run every row that fits in `budget_s`; write `reliability-latest.{json,md}` into `out`."""
+def run(out: Path, budget_s: float, quick: bool, seed: int, only: tuple[str, ...] = ()) -> list[Row]:
+    """Run every row (or those named in `only`) that fits in `budget_s`; write `reliability-latest.{json,md}`
+    into `out`.
+
+    Raises:
+        ValueError: `only` names a row that does not exist.
+    """
     random.seed(seed)
     started = time.monotonic()
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="tfship-reliability-") as tmp:
         work = Path(tmp)
         source = build_repository(work)
-        for name, needs_s, thunk in _plan(quick, work, source):
+        plan = _plan(quick, work, source)
+        unknown = sorted(set(only) - {name for name, _, _ in plan})
+        if unknown:
+            raise ValueError(f"--only: no row named {unknown}; rows: {[name for name, _, _ in plan]}")
+        for name, needs_s, thunk in plan:
+            if only and name not in only:
+                continue
             left = budget_s - (time.monotonic() - started)
             if left < needs_s:
                 rows.append(Row(name, "skipped: did not fit in the time budget", notes=f"{left:.0f}s left"))
@@ -117,8 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=900.0, help="wall-clock bound for all rows (seconds)")
     parser.add_argument("--quick", action="store_true", help="fewer tries per row (about 3 minutes)")
     parser.add_argument("--seed", type=int, default=0, help="random kill moments and names")
+    parser.add_argument("--only", default="", help="comma-separated row names to run (default: every row)")
     args = parser.parse_args(argv)
-    rows = run(args.out, args.budget_s, args.quick, args.seed)
+    rows = run(args.out, args.budget_s, args.quick, args.seed, tuple(n for n in args.only.split(",") if n))
     return 1 if any(r.failed or not r.tried for r in rows) else 0
 
 

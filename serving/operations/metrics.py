@@ -82,7 +82,9 @@ class RequestStats:
 
 
 class Metrics:
-    """Request counts, latency (seconds), batch sizes (rows), queue depth and load events."""
+    """Request counts, latency (seconds), batch sizes (rows), queue depth, event-loop lag (seconds) and load
+    events.
+    """
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -94,6 +96,11 @@ class Metrics:
         self.queue_depth = Gauge("tfship_batch_queue_depth", "Requests waiting in batch queues.",
                                  ["model"], registry=self.registry)
         self.inflight = Gauge("tfship_inflight_requests", "Predict requests being served.", registry=self.registry)
+        self.loop_lag = Histogram("tfship_event_loop_lag_seconds",
+                                  "How late each transport's event loop runs a timer, in seconds (`loop`: grpc, "
+                                  "which also runs the data plane, or rest); a loop starved by load shows here.",
+                                  ["loop"], registry=self.registry,
+                                  buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0))
         self.load_events = Counter("tfship_model_load_events", "Version load/unload events by outcome.",
                                    ["model", "event"], registry=self.registry)
 

@@ -58,3 +58,24 @@ def test_a_client_reset_mid_body_is_no_incident_and_serving_goes_on(server):
     time.sleep(1.0)
     assert requests.get(f"{server.rest_url}/v1/models/{MODEL}", timeout=30).status_code == 200
     assert "unexpected REST error" not in server.stderr_tail(400)
+
+
+@pytest.mark.parametrize("raw,error", [
+    (b"GET /v1/models/" + b"A" * 20_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", "LineTooLong"),
+    (b"POST /v1/models/m:predict HTTP/1.1\r\nHost: x\r\nContent-Type: \x00\x01\r\n\r\n", "BadHttpMessage"),
+    (b"POST /v1/models/m:predict HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999999\r\n\r\n",
+     "BadHttpMessage"),
+])
+def test_a_request_aiohttp_cannot_parse_is_one_bounded_warning(server, raw, error):
+    """aiohttp answers 400 and used to log ERROR with a traceback quoting the bad bytes."""
+    host, port = server.rest_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(raw)
+        answer = sock.recv(4096)
+    assert answer.split(b" ")[1] == b"400", answer[:200]
+    time.sleep(0.5)
+    lines = [line for line in server.stderr_tail(400).splitlines() if "aiohttp.server" in line]
+    assert lines and f"answered HTTP 400: {error}" in lines[-1] and " WARNING " in lines[-1], lines[-3:]
+    assert all(len(line) < 600 for line in lines)
+    assert "Traceback" not in server.stderr_tail(400)
+    assert requests.get(f"{server.rest_url}/v1/models/{MODEL}", timeout=30).status_code == 200

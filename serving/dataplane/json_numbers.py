@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 
 import numpy as np
+
+from tfship.core.echo import clip
 
 
 class OutOfRangeNumber(float):
@@ -32,6 +35,25 @@ def parse_float(text: str) -> float:
     """`json.loads`'s `parse_float`: the literal's float, or an `OutOfRangeNumber` when it overflows float64."""
     value = float(text)
     return OutOfRangeNumber(text) if math.isinf(value) else value
+
+
+def parse_error_reason(error: Exception) -> str:
+    """A client's words for why its JSON body did not parse (both REST APIs), naming no Python internals.
+
+    `error`: what `loads` raised (UnicodeDecodeError, json.JSONDecodeError, RecursionError, ValueError).
+    """
+    if isinstance(error, UnicodeDecodeError):
+        return f"body is not UTF-8 at offset: {error.start}"
+    if isinstance(error, json.JSONDecodeError):
+        return f"{error.msg} at offset: {error.pos}"
+    if isinstance(error, RecursionError):
+        return "the document is nested too deeply"
+    if "digits" in str(error):  # Python's int-string limit (CVE-2020-10735), worded for the client
+        return f"an integer literal has more than {sys.get_int_max_str_digits()} digits"
+    return clip(str(error))
+
+
+PARSE_ERRORS = (ValueError, RecursionError)  # what `loads` raises for a body that is not JSON it can hold
 
 
 def loads(raw: bytes | str):

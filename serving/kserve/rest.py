@@ -85,8 +85,9 @@ def _split_body(header: str | None, body: bytes) -> tuple[dict, bytes]:
         length = int(header)
     try:
         parsed = json_numbers.loads(body[:length])  # literals beyond float64 marked (refused for float inputs)
-    except (ValueError, RecursionError) as err:
-        raise InvalidRequestError(f"inference request JSON does not parse: {str(err)[:200]}") from err
+    except json_numbers.PARSE_ERRORS as err:
+        raise InvalidRequestError(f"inference request JSON does not parse: {json_numbers.parse_error_reason(err)}"
+                                  ) from None
     return _object(parsed, "the inference request"), body[length:]
 
 

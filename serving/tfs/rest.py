@@ -122,9 +122,11 @@ async def read_body(request: web.Request, timeout_s: float) -> bytes:
     except (http_exceptions.BadHttpMessage, web_protocol.RequestPayloadError) as err:
         if isinstance(err, http_exceptions.DecompressSizeError):
             raise
-        encoding = request.headers.get("Content-Encoding", "identity")
-        raise InvalidRequestError(f"request body cannot be read (Content-Encoding: {encoding}): "
-                                  f"{getattr(err, 'message', None) or err}") from None
+        encoding = clip(request.headers.get("Content-Encoding", "identity"), 40)
+        reason = " ".join(str(getattr(err, "message", None) or err).split())  # aiohttp's words, on one line,
+        reason = reason.removeprefix(f"{getattr(err, 'code', 400)}, message: ")  # less its exception's repr
+        raise InvalidRequestError(f"request body cannot be read as its Content-Encoding ({encoding}) and framing "
+                                  f"say: {clip(reason)}") from None
 
 
 def _http_error(request: web.Request, err: web.HTTPException) -> web.Response:

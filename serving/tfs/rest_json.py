@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from collections.abc import Mapping
 
 import numpy as np
@@ -92,14 +91,8 @@ def parse_body(raw: bytes) -> dict:
         raise InvalidRequestError("JSON Parse error: The document is empty")
     try:
         body = _loads(raw)
-    except UnicodeDecodeError as err:
-        raise InvalidRequestError(f"JSON Parse error: body is not UTF-8 at offset: {err.start}") from err
-    except json.JSONDecodeError as err:
-        raise InvalidRequestError(f"JSON Parse error: {err.msg} at offset: {err.pos}") from err
-    except RecursionError as err:
-        raise InvalidRequestError("JSON Parse error: the document is nested too deeply") from err
-    except ValueError as err:  # e.g. an integer literal past Python's int-string digit limit (4,300 digits)
-        raise InvalidRequestError(f"JSON Parse error: {err}") from err
+    except json_numbers.PARSE_ERRORS as err:
+        raise InvalidRequestError(f"JSON Parse error: {json_numbers.parse_error_reason(err)}") from None
     if not isinstance(body, dict):
         raise InvalidRequestError(f"JSON Value: {debug_string(body)} Is not object")
     return body

@@ -79,3 +79,27 @@ def test_a_request_aiohttp_cannot_parse_is_one_bounded_warning(server, raw, erro
     assert all(len(line) < 600 for line in lines)
     assert "Traceback" not in server.stderr_tail(400)
     assert requests.get(f"{server.rest_url}/v1/models/{MODEL}", timeout=30).status_code == 200
+
+
+PYTHON_WORDS = ("sys.set_int_max_str_digits", "recursion", "unicode string", "400, message", "\n")
+
+
+@pytest.mark.parametrize("path,body,headers,expected", [
+    (f"/v1/models/{MODEL}:predict", b'{"instances": [' + b"7" * 5000 + b"]}", {},
+     "JSON Parse error: an integer literal has more than 4300 digits"),
+    (f"/v2/models/{MODEL}/infer", b'{"inputs": [{"data": ' + b"7" * 5000 + b"}]}", {},
+     "inference request JSON does not parse: an integer literal has more than 4300 digits"),
+    (f"/v2/models/{MODEL}/infer", b'{"inputs": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", {},
+     "inference request JSON does not parse: the document is nested too deeply"),
+    (f"/v1/models/{MODEL}:predict", b"not gzip at all", {"Content-Encoding": "gzip"},
+     "request body cannot be read as its Content-Encoding (gzip) and framing say: Can not decode content-encoding:"
+     " gzip"),
+])
+def test_parse_errors_are_worded_for_the_client(server, path, body, headers, expected):
+    """No Python internals in a 400: the digit limit's advice to call a Python function, recursion, aiohttp's
+    exception repr."""
+    answer = requests.post(server.rest_url + path, data=body, headers={"Content-Type": "application/json",
+                                                                        **headers}, timeout=60)
+    message = answer.json()["error"]
+    assert (answer.status_code, message) == (400, expected)
+    assert not any(word in message for word in PYTHON_WORDS)

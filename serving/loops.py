@@ -7,6 +7,9 @@ the GIL in turns (CPython hands it over every `sys.getswitchinterval()`, 5 ms), 
 keeps about half of the server instead of what the busier loop leaves. HTTP parsing, JSON decoding and
 encoding run on the REST thread; a `LoopBridge` hands each data plane coroutine (metadata, predict, ...) to
 the main loop and awaits its answer, so the data plane, its batching queues and the manager keep one loop.
+Coroutine functions passed across the bridge (`predict_decoded`'s `decode`) run back on the REST loop: a
+REST body's parsing once took main-loop turns (0.96 of the main thread's CPU seconds per 3 s window under REST
+load alone, 0.76 after).
 """
 
 from __future__ import annotations
@@ -67,9 +70,23 @@ class LoopBridge:
         loop = self._loop
 
         async def on_owner_loop(*args, **kwargs):
+            home = asyncio.get_running_loop()
+            args = [_run_on(home, a) if inspect.iscoroutinefunction(a) else a for a in args]
+            kwargs = {k: _run_on(home, a) if inspect.iscoroutinefunction(a) else a for k, a in kwargs.items()}
             return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(value(*args, **kwargs), loop))
 
         return on_owner_loop
+
+
+def _run_on(home: asyncio.AbstractEventLoop, callback):
+    """`callback` (a coroutine function handed across a `LoopBridge`) run back on `home`, the loop it came from:
+    a REST handler's `decode` (JSON parsing, list conversion) stays on the REST thread instead of taking the
+    main loop's turns from gRPC.
+    """
+    async def at_home(*args, **kwargs):
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(callback(*args, **kwargs), home))
+
+    return at_home
 
 
 async def watch_lag(observe: Callable[[float], None], interval_s: float = LAG_INTERVAL_S) -> None:

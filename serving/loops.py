@@ -6,10 +6,11 @@ its own asyncio loop); gRPC, the data plane and the model manager stay on the ma
 the GIL in turns (CPython hands it over every `sys.getswitchinterval()`, 5 ms), so under a mix each side
 keeps about half of the server instead of what the busier loop leaves. HTTP parsing, JSON decoding and
 encoding run on the REST thread; a `LoopBridge` hands each data plane coroutine (metadata, predict, ...) to
-the main loop and awaits its answer, so the data plane, its batching queues and the manager keep one loop.
-Coroutine functions passed across the bridge (`predict_decoded`'s `decode`) run back on the REST loop: a
-REST body's parsing once took main-loop turns (0.96 of the main thread's CPU seconds per 3 s window under REST
-load alone, 0.76 after).
+the main loop and awaits its answer, so the manager's loading and unloading keep one loop. The per-request
+coroutines the target lists in `ANY_LOOP` (the data plane's predicts) run on the caller's own loop instead: a
+REST request is then served on the REST thread from its first byte to its last, and the main thread is left to
+gRPC. (Bridged, a REST request's data-plane work took main-loop turns, and gRPC kept 0.26-0.38 of its solo
+rate beside REST load.) Coroutine functions passed across the bridge run back on the caller's loop.
 """
 
 from __future__ import annotations
@@ -65,8 +66,8 @@ class LoopBridge:
 
     def __getattr__(self, name: str):
         value = getattr(self._target, name)
-        if not inspect.iscoroutinefunction(value):
-            return value
+        if not inspect.iscoroutinefunction(value) or name in getattr(self._target, "ANY_LOOP", ()):
+            return value  # a plain attribute, or a coroutine its owner lets every loop run
         loop = self._loop
 
         async def on_owner_loop(*args, **kwargs):

@@ -18,6 +18,7 @@ import asyncio
 import gc
 import logging
 import os
+import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -88,6 +89,10 @@ class ModelManager:
         self._models: dict[str, _Model] = {}
         self._lock = asyncio.Lock()
         self._metrics = metrics
+        # Requests hold and release versions from every transport's loop (serving.loops); holds, releases and
+        # the start of an unload are decided under this lock, and `idle` events are set on the manager's loop.
+        self._holds = threading.Lock()
+        self._home: asyncio.AbstractEventLoop | None = None
 
     def _event(self, name: str, event: str) -> None:
         if self._metrics is not None:
@@ -100,6 +105,7 @@ class ModelManager:
         Raises:
             ConfigError: `check_config` refused `configs`; nothing changed (the old config keeps serving).
         """
+        self._home = asyncio.get_running_loop()  # the loop that loads, unloads and waits on `idle`
         configs = await self._localize(configs)  # bucket versions fetched and verified into the local cache
         check_config(configs)
         async with self._lock:
@@ -210,7 +216,8 @@ class ModelManager:
     async def _unload(self, served: ServedVersion, name: str) -> None:
         if served.state is not VersionState.AVAILABLE:
             return
-        served.state = VersionState.UNLOADING
+        with self._holds:  # from here no request can hold it; those holding it are waited for
+            served.state = VersionState.UNLOADING
         await served.idle.wait()
         runtime, served.runtime = served.runtime, None
         await asyncio.get_running_loop().run_in_executor(self._executor, _unload_and_release, runtime)
@@ -239,7 +246,8 @@ class ModelManager:
             UnavailableError: the model is known but no version is AVAILABLE yet.
         """
         model = self._model(ref.name)
-        available = {v: s for v, s in model.versions.items() if s.state is VersionState.AVAILABLE}
+        # list(): one C call, so a version added on another thread meanwhile cannot break the iteration
+        available = {v: s for v, s in list(model.versions.items()) if s.state is VersionState.AVAILABLE}
         if ref.label is not None:
             if ref.label not in model.config.labels:
                 raise _unknown_label(ref, model.config.labels)
@@ -255,19 +263,38 @@ class ModelManager:
 
     def hold(self, ref: ModelRef) -> ServedVersion:
         """Resolve `ref` (raises as `resolve()`) and hold that version for one request: it is not unloaded
-        until `release()` is called with it. Synchronous: no coroutine per request.
+        until `release()` is called with it. Synchronous: no coroutine per request. Callable from any thread.
         """
-        served = self.resolve(ref)
-        served.inflight += 1
-        served.idle.clear()
+        with self._holds:  # resolved and held at once: an unload starting meanwhile waits for this hold
+            served = self.resolve(ref)
+            served.inflight += 1
+            served.idle.clear()
         return served
 
-    @staticmethod
-    def release(served: ServedVersion) -> None:
-        """End one request's hold taken by `hold()`; the version may be unloaded once none is left."""
-        served.inflight -= 1
-        if served.inflight == 0:
+    def release(self, served: ServedVersion) -> None:
+        """End one request's hold taken by `hold()`; the version may be unloaded once none is left. Callable
+        from any thread: `idle` is set on the manager's loop, once no hold is left there.
+        """
+        with self._holds:
+            served.inflight -= 1
+            unheld = served.inflight == 0
+        if not unheld:
+            return
+        home = self._home
+        try:
+            on_home = home is None or asyncio.get_running_loop() is home
+        except RuntimeError:  # no loop in this thread
+            on_home = False
+        if on_home:
             served.idle.set()
+        else:
+            home.call_soon_threadsafe(self._set_idle_if_unheld, served)
+
+    def _set_idle_if_unheld(self, served: ServedVersion) -> None:
+        """On the manager's loop: `idle` for a version released elsewhere, unless it was held again since."""
+        with self._holds:
+            if served.inflight == 0:
+                served.idle.set()
 
     def statuses(self, ref: ModelRef) -> list[VersionStatus]:
         """GetModelStatus entries for the model (or its one version/label), ascending by version."""

@@ -121,7 +121,14 @@ class DataPlane:
         metrics: Prometheus metrics to update.
         request_log: per-request structured lines (`serving.operations.request_log`); default off. Transports open and
             write the records; the data plane notes the version, signature and batch rows it resolved.
+
+    The methods in `ANY_LOOP` may run on any transport's event loop at once (each transport serves its requests
+    on its own thread, `serving.loops`): versions are held and released under the manager's lock, the in-flight
+    count under its own, batching queues and metrics are thread-safe. Everything else runs on the loop that owns
+    the manager.
     """
+
+    ANY_LOOP = frozenset({"predict", "predict_decoded", "infer_examples"})
 
     def __init__(self, manager: ModelManager, executor: Executor, limits: ServerLimits, metrics: Metrics,
                  request_log: RequestLog | None = None) -> None:
@@ -130,6 +137,7 @@ class DataPlane:
         self._limits = limits
         self._metrics = metrics
         self._inflight = 0
+        self._inflight_lock = threading.Lock()
         metrics.inflight.set_function(lambda: self._inflight)  # read at scrape time, not per request
         self._checks = RequestChecks()  # validation, rows and memory estimate by request layout
         self._releasing = False
@@ -250,11 +258,12 @@ class DataPlane:
 
     async def _run(self, runtime, request: InferenceRequest, rows: Rows, deadline: float | None) -> dict:
         cap = self._limits.max_concurrent_requests
-        if cap and self._inflight >= cap:
-            raise ResourceExhaustedError(f"{self._inflight} requests in flight; limit is {cap}")
         if deadline is not None and time.monotonic() >= deadline:
             raise DeadlineExceededError("deadline exceeded before the request reached the model")
-        self._inflight += 1
+        with self._inflight_lock:  # requests arrive on every transport's loop (serving.loops)
+            if cap and self._inflight >= cap:
+                raise ResourceExhaustedError(f"{self._inflight} requests in flight; limit is {cap}")
+            self._inflight += 1
         try:
             call = runtime.predict_async(request.inputs, request.signature_name, rows=rows, deadline=deadline,
                                          executor=self._executor)
@@ -266,7 +275,8 @@ class DataPlane:
             except TimeoutError:
                 raise DeadlineExceededError("deadline exceeded while the model was running") from None
         finally:
-            self._inflight -= 1
+            with self._inflight_lock:
+                self._inflight -= 1
 
     def release_after(self, size: int) -> None:
         """A transport finished a request whose body was `size` bytes: return freed heap pages to the OS when it

@@ -125,8 +125,8 @@ async def read_body(request: web.Request, timeout_s: float) -> bytes:
         encoding = clip(request.headers.get("Content-Encoding", "identity"), 40)
         reason = " ".join(str(getattr(err, "message", None) or err).split())  # aiohttp's words, on one line,
         reason = reason.removeprefix(f"{getattr(err, 'code', 400)}, message: ")  # less its exception's repr
-        raise InvalidRequestError(f"request body cannot be read as its Content-Encoding ({encoding}) and framing "
-                                  f"say: {clip(reason)}") from None
+        raise InvalidRequestError(f"request body cannot be read (Content-Encoding: {encoding}): {clip(reason)}"
+                                  ) from None
 
 
 def _http_error(request: web.Request, err: web.HTTPException) -> web.Response:

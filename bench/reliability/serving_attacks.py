@@ -18,6 +18,7 @@ from pathlib import Path
 
 import grpc
 import numpy as np
+import requests
 
 from bench.reliability.common import MODEL, Row, copy_version, images, rss_mb, wait_admitted
 from tfship.core import protocol
@@ -43,8 +44,9 @@ def _expected_logits(source: Path, versions: int) -> dict[int, np.ndarray]:
 
 
 def hot_swap_under_load(source: Path, work: Path, seconds: float) -> Row:
-    """8 clients Predict without pause while new versions (valid, and corrupt) are published every 0.7 s.
-    Every answer must be OK and equal one complete version's output; corrupt versions are never served."""
+    """8 gRPC and 4 REST clients Predict without pause while new versions (valid, and corrupt) are published
+    every 0.7 s. Every answer must be OK and equal one complete version's output; corrupt versions are never
+    served. (REST requests hold versions from the REST thread, gRPC ones from the main loop.)"""
     row = Row("hot_swap_load", "Predict load during hot swaps with corrupt versions appearing")
     expected = _expected_logits(source, 3)
     repo = work / "hotswap"
@@ -54,7 +56,22 @@ def hot_swap_under_load(source: Path, work: Path, seconds: float) -> Row:
     stop = threading.Event()
     lock = threading.Lock()
     with ServerProcess(repo, MODEL, backend="onnx",
-                       extra_args=("--rest-port", "-1", "--file-system-poll-wait-seconds", "0.2")) as server:
+                       extra_args=("--file-system-poll-wait-seconds", "0.2")) as server:
+
+        def rest_loop(seed: int) -> None:
+            body = json.dumps({"instances": images(4)["image"].tolist()}).encode()
+            url = f"{server.rest_url}/v1/models/{MODEL}:predict"
+            with requests.Session() as session:
+                while not stop.is_set():
+                    answer = session.post(url, data=body, timeout=30)
+                    if answer.status_code == 200:
+                        logits = np.array(answer.json()["predictions"], np.float32)
+                        ok = any(np.allclose(logits, e, atol=1e-5) for e in expected.values())
+                        why = "a REST answer equal to no complete version"
+                    else:
+                        ok, why = False, f"REST predict failed: {answer.status_code} {answer.text[:200]}"
+                    with lock:
+                        row.check(ok, why)
 
         def client_loop(seed: int) -> None:
             with PredictClient(server.grpc_target, timeout_s=30) as client:
@@ -68,7 +85,8 @@ def hot_swap_under_load(source: Path, work: Path, seconds: float) -> Row:
                     with lock:
                         row.check(ok, why)
 
-        threads = [threading.Thread(target=client_loop, args=(i,)) for i in range(8)]
+        threads = ([threading.Thread(target=client_loop, args=(i,)) for i in range(8)]
+                   + [threading.Thread(target=rest_loop, args=(i,)) for i in range(4)])
         for thread in threads:
             thread.start()
         version, deadline = 1, time.monotonic() + seconds
@@ -79,7 +97,8 @@ def hot_swap_under_load(source: Path, work: Path, seconds: float) -> Row:
         stop.set()
         for thread in threads:
             thread.join()
-    row.notes = f"{version - 1} versions published, every third corrupt; 8 clients, batch 4, onnx backend"
+    row.notes = (f"{version - 1} versions published, every third corrupt; 8 gRPC + 4 REST clients, batch 4, onnx "
+                 "backend")
     return row
 
 

@@ -54,3 +54,26 @@ def test_errors_cross_the_bridge_unchanged():
             asyncio.run(LoopBridge(Owner(), loop.loop).fail())
     finally:
         loop.stop()
+
+
+class AnyLoopOwner(Owner):
+    """A target that lets every loop run `predict_decoded` (as `DataPlane.ANY_LOOP` does)."""
+
+    ANY_LOOP = frozenset({"predict_decoded"})
+
+
+def test_a_coroutine_the_owner_lists_in_any_loop_runs_on_the_callers_loop():
+    owner, loop = AnyLoopOwner(), TransportLoop("owner-loop")
+    try:
+        async def caller():
+            async def decode(meta):
+                owner.threads["decode"] = threading.current_thread().name
+                return len(meta)
+
+            return await LoopBridge(owner, loop.loop).predict_decoded(decode)
+
+        assert asyncio.run(caller()) == 8
+    finally:
+        loop.stop()
+    here = threading.current_thread().name
+    assert owner.threads == {"work": here, "decode": here}

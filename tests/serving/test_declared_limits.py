@@ -102,18 +102,24 @@ def _grpc(method: str, request, response_cls):
                                            response_deserializer=response_cls.FromString)
                 try:
                     await call(request, timeout=60)
-                    return "OK", "", _large_requests_alive()
+                    return "OK", "", await _large_requests_alive()
                 except grpc.aio.AioRpcError as err:
-                    return err.code().name, err.details(), _large_requests_alive()
+                    return err.code().name, err.details(), await _large_requests_alive()
         finally:
             await server.stop(None)
 
     return ask
 
 
-def _large_requests_alive() -> int:
-    """`LargeRequest`s still alive while the server runs (held by a reference cycle when `gc` is off)."""
-    return sum(type(o) is LargeRequest for o in gc.get_objects())
+async def _large_requests_alive(settle_s: float = 2.0) -> int:
+    """`LargeRequest`s still alive while the server runs (held by a reference cycle when `gc` is off), once the
+    server's handler has unwound: the client may read the status before it has, so this waits up to `settle_s`.
+    """
+    deadline = asyncio.get_running_loop().time() + settle_s
+    while (alive := sum(type(o) is LargeRequest for o in gc.get_objects())) and \
+            asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.05)
+    return alive
 
 
 PREDICT = protocol.method_path(protocol.PREDICTION_SERVICE, "Predict")
@@ -210,3 +216,48 @@ def test_declared_memory_counts_inputs_and_outputs_for_the_declared_rows():
     check_declared(_signature((None, 4)), {"x": [1000, 4]}, 0, 32_000)  # 16,000 in + 16,000 out
     with pytest.raises(ResourceExhaustedError, match="needs at least 32000 bytes"):
         check_declared(_signature((None, 4)), {"x": [1000, 4]}, 0, 31_999)
+
+
+def _broadcast_predict(shapes: dict[str, list[int]]) -> protocol.PredictRequest:
+    """A small Predict whose inputs hold one `float_val` each, which TF Serving fills into the whole shape."""
+    request = protocol.PredictRequest()
+    request.model_spec.name = "echo"
+    for name, shape in shapes.items():
+        tensor = request.inputs[name]
+        tensor.dtype = protocol.DATA_TYPE.values_by_name["DT_FLOAT"].number
+        for size in shape:
+            tensor.tensor_shape.dim.add().size = size
+        tensor.float_val.append(0.5)
+    return request
+
+
+def test_a_small_predict_is_judged_on_its_declared_rows_before_its_values_are_filled(tmp_path):
+    """Issue 21: a 49-byte Predict declaring 262,143 rows was filled to 64 MiB on the main loop, then refused."""
+    request = _broadcast_predict({"x": [LARGE_ROWS, 4]})
+    request.inputs["x"].float_val.append(0.5)  # two values: would not decode (neither one nor all)
+    assert request.ByteSize() < OFF_LOOP_BYTES
+    limits = ServerLimits(max_batch_per_request=MAX_ROWS)
+    (code, details, _), _ = asyncio.run(_with_dataplane(tmp_path, limits, _grpc(PREDICT, request,
+                                                                               protocol.PredictResponse)))
+    assert (code, details) == ("INVALID_ARGUMENT", ROWS_MESSAGE)
+
+
+def test_all_inputs_declared_are_bounded_together_before_any_is_filled(tmp_path):
+    """Issue 21: 20 unexpected inputs of one `float_val` each, declaring 64 MiB apiece, made a 559-byte request
+    allocate 1.3 GB before their names were refused."""
+    each = MEMORY_CAP // 4 // 4  # float32 values, a quarter of the cap per input
+    request = _broadcast_predict({"x": [1, 4], **{f"extra{i}": [each] for i in range(8)}})
+    limits = ServerLimits(max_request_memory_bytes=MEMORY_CAP)
+    (code, details, _), _ = asyncio.run(_with_dataplane(tmp_path, limits, _grpc(PREDICT, request,
+                                                                               protocol.PredictResponse)))
+    assert code == "RESOURCE_EXHAUSTED", details
+    assert details == (f"the request's 9 input(s) declare {16 + 8 * each * 4} bytes in all (their tensor_shape), "
+                       f"above --max-request-memory-bytes {MEMORY_CAP}; send fewer rows or fewer inputs")
+
+
+def test_a_small_predict_within_the_limits_is_answered_alike(tmp_path):
+    request = _broadcast_predict({"x": [3, 4]})  # one value filled into [3, 4], as TF Serving does
+    limits = ServerLimits(max_batch_per_request=MAX_ROWS, max_request_memory_bytes=MEMORY_CAP)
+    (code, details, _), handed = asyncio.run(_with_dataplane(tmp_path, limits, _grpc(PREDICT, request,
+                                                                                   protocol.PredictResponse)))
+    assert (code, details, handed) == ("OK", "", [])

@@ -29,7 +29,7 @@ from aiohttp import web
 from aiohttp.web_response import ContentCoding
 
 from tfship.core.contract import DEFAULT_SIGNATURE
-from tfship.core.echo import echo, echo_json
+from tfship.core.echo import echo, echo_json, json_kind
 from tfship.core.errors import InvalidRequestError
 from tfship.serving.dataplane import json_numbers
 from tfship.serving.dataplane.admission import check_declared
@@ -63,13 +63,13 @@ def _ref(request: web.Request) -> ModelRef:
 
 def _object(value, what: str) -> dict:
     if not isinstance(value, dict):
-        raise InvalidRequestError(f"{what} must be a JSON object, got {type(value).__name__}")
+        raise InvalidRequestError(f"{what} must be a JSON object, got {json_kind(value)}")
     return value
 
 
 def _list(value, what: str) -> list:
     if not isinstance(value, list):
-        raise InvalidRequestError(f"{what} must be a JSON array, got {type(value).__name__}")
+        raise InvalidRequestError(f"{what} must be a JSON array, got {json_kind(value)}")
     return value
 
 

@@ -297,12 +297,14 @@ HTTP_ERRORS = [
     ("digits", {"inputs": [_image_input(data=[0.5] * 63)]}, None, 400,
      r"^input 'image': shape \[1, 8, 8, 1\] needs 64 values, got 63 in 'data'$"),
     ("digits", {"inputs": [_image_input(data=[0.5] * 63 + ["x"])]}, None, 400,
-     r"^input 'image': FP32 value at index 63 must be a number, got \"x\" \(str\)$"),
+     r"^input 'image': FP32 value at index 63 must be a number, got \"x\" \(string\)$"),
     ("digits", {"inputs": [_image_input(shape=[1, 64], data=[0.5] * 64)]}, None, 400,
      r"input 'image'.*expected rank 4"),
     ("digits", {"inputs": [{"name": "image", "shape": [1, 8, 8, 1], "datatype": "FP32"}]}, None, 400,
      r"^input 'image' needs 'data' or parameters.binary_data_size$"),
-    ("digits", {"inputs": "image"}, None, 400, r"^'inputs' must be a JSON array, got str$"),
+    ("digits", {"inputs": "image"}, None, 400, r"^'inputs' must be a JSON array, got string$"),
+    ("digits", {}, None, 400, r"^'inputs' must be a JSON array, got null$"),  # not Python's NoneType
+    ("digits", {"inputs": [None]}, None, 400, r"^inputs\[0\] must be a JSON object, got null$"),
     ("digits", {"inputs": [_image_input()], "outputs": [{"name": "scores"}]}, None, 400,
      r"^requested output 'scores' is not an output of signature 'serving_default'"),
     ("digits", json.dumps({"inputs": [_image_input(data=None, parameters={"binary_data_size": 256})]}).encode()

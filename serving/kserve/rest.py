@@ -109,7 +109,7 @@ def _decode_inputs(items: list, binary: bytes, max_bytes: int) -> list:
             decoded.append((name, datatype, from_json(name, datatype, shape, item["data"], max_bytes)))
             continue
         if type(size) is not int or size < 0 or offset + size > len(binary):
-            raise InvalidRequestError(f"input {echo(name)}: binary_data_size {size!r} does not fit the "
+            raise InvalidRequestError(f"input {echo(name)}: binary_data_size {echo_json(size, 40)} does not fit the "
                                       f"{len(binary) - offset} bytes of binary data left")
         if "data" in item:  # which one holds the values? (the binary part used to win silently)
             raise InvalidRequestError(f"input {echo(name)} has both 'data' and parameters.binary_data_size; send "

@@ -309,6 +309,11 @@ HTTP_ERRORS = [
      r"^requested output 'scores' is not an output of signature 'serving_default'"),
     ("digits", json.dumps({"inputs": [_image_input(data=None, parameters={"binary_data_size": 256})]}).encode()
      + b"\0" * 100, "binary", 400, r"^input 'image': binary_data_size 256 does not fit the 100 bytes of binary"),
+    # shown as JSON writes it, cut short: not Python's repr ('abc', True), nor a 10,000-item list up to the 2 KiB cap
+    ("digits", json.dumps({"inputs": [_image_input(data=None, parameters={"binary_data_size": "abc"})]}).encode()
+     + b"\0" * 256, "binary", 400, r'^input \'image\': binary_data_size "abc" does not fit the 256 bytes of binary'),
+    ("digits", json.dumps({"inputs": [_image_input(data=None, parameters={"binary_data_size": [1] * 10000})]}).encode()
+     + b"\0" * 256, "binary", 400, r"^input 'image': binary_data_size \[1,1,1,.{0,40} does not fit the 256 bytes"),
     ("digits", json.dumps({"inputs": [_image_input()]}).encode() + b"\0" * 8, "binary", 400,
      r"^8 bytes of binary data follow the inputs' binary_data_size"),
 ]

@@ -49,13 +49,18 @@ class RecordingOffloader(Offloader):
     def __init__(self) -> None:
         super().__init__()
         self.functions: list[str] = []
+        self.offloaded: list[str] = []  # those given a size above OFF_LOOP_BYTES: run in a helper process
 
     async def run_if_large(self, size: int, function, *args):
         self.functions.append(function.__name__)
+        if size > OFF_LOOP_BYTES:
+            self.offloaded.append(function.__name__)
         return await super().run_if_large(size, function, *args)
 
 
-async def _with_dataplane(root: Path, limits: ServerLimits, ask):
+async def _with_dataplane(root: Path, limits: ServerLimits, ask, offloaded: bool = False):
+    """(what `ask(dataplane)` returns, the functions handed to the offloader, or with `offloaded` those it ran
+    in a helper process)."""
     register()
     folder = root / "echo" / "1"
     folder.mkdir(parents=True)
@@ -66,7 +71,7 @@ async def _with_dataplane(root: Path, limits: ServerLimits, ask):
         dataplane = DataPlane(manager, pool, limits, Metrics())
         dataplane.offloader = offloader = RecordingOffloader()
         try:
-            return await ask(dataplane), offloader.functions
+            return await ask(dataplane), offloader.offloaded if offloaded else offloader.functions
         finally:
             offloader.close()
             await manager.unload_all()
@@ -261,3 +266,46 @@ def test_a_small_predict_within_the_limits_is_answered_alike(tmp_path):
     (code, details, _), handed = asyncio.run(_with_dataplane(tmp_path, limits, _grpc(PREDICT, request,
                                                                                    protocol.PredictResponse)))
     assert (code, details, handed) == ("OK", "", [])
+
+
+def test_open_inference_grpc_raw_bytes_are_split_in_the_helper(tmp_path):
+    """Issue 21: 8 million empty BYTES elements in a 32 MB ModelInfer were split in a Python loop on the gRPC
+    loop (a 1-row Predict beside it waited 4.9 s), then refused for their datatype."""
+    elements = OFF_LOOP_BYTES // 4 + 1
+    request = kp.ModelInferRequest(model_name="echo")
+    request.inputs.add(name="x", datatype="BYTES", shape=[elements, 1])
+    request.raw_input_contents.append(b"\0\0\0\0" * elements)
+    limits = ServerLimits(max_batch_per_request=elements)
+    (code, details, _), offloaded = asyncio.run(_with_dataplane(
+        tmp_path, limits, _grpc(INFER, request, kp.ModelInferResponse), offloaded=True))
+    assert code == "INVALID_ARGUMENT" and "datatype BYTES" in details, details
+    assert offloaded == ["decode_infer_inputs"]
+
+
+def _binary_infer(rows: int) -> tuple[bytes, dict]:
+    values = np.full((rows, 4), 0.5, np.float32).tobytes()
+    header = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [rows, 4],
+                                     "parameters": {"binary_data_size": len(values)}}],
+                         "outputs": [{"name": "x", "parameters": {"binary_data": True}}]}).encode()
+    return header + values, {"Inference-Header-Content-Length": str(len(header)),
+                             "Content-Type": "application/octet-stream"}
+
+
+def test_open_inference_rest_binary_numbers_are_not_shipped_to_a_helper(tmp_path):
+    """Issue 21: a large body of a small JSON header and binary numbers went to the helpers' large lane by its total
+    size, where another client's 60 MB JSON bodies had it refused RESOURCE_EXHAUSTED; its values are views."""
+    body, headers = _binary_infer(LARGE_ROWS)
+
+    async def ask(dataplane: DataPlane):
+        async with TestClient(TestServer(build_app(dataplane), host="127.0.0.1")) as http:
+            response = await http.post("/v2/models/echo/infer", data=body, headers=headers)
+            answer = await response.read()
+            length = int(response.headers["Inference-Header-Content-Length"])
+            return response.status, json.loads(answer[:length]), answer[length:]
+
+    limits = ServerLimits(max_batch_per_request=LARGE_ROWS)
+    (status, header, values), offloaded = asyncio.run(_with_dataplane(tmp_path, limits, ask, offloaded=True))
+    assert status == 200, header
+    assert header["outputs"][0]["shape"] == [LARGE_ROWS, 4]
+    assert np.array_equal(np.frombuffer(values, np.float32), np.full(LARGE_ROWS * 4, 0.5, np.float32))
+    assert offloaded == []

@@ -91,3 +91,18 @@ def echo_json(value, limit: int = ECHO_CHARS) -> str:
 
     walk(value)
     return "".join(parts)
+
+
+def json_kind(value) -> str:
+    """The JSON type of a parsed client value, as a message names it to the client (`null`, `boolean`, `number`,
+    `string`, `array`, `object`), never Python's (`NoneType`, `dict`).
+    """
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"

@@ -24,7 +24,7 @@ import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
-from tfship.core.errors import ResourceExhaustedError
+from tfship.core.errors import ResourceExhaustedError, UnavailableError
 from tfship.core.processes import set_parent_death_signal
 from tfship.serving.dataplane.memory import release_freed_memory
 
@@ -43,6 +43,11 @@ def _start_helper() -> None:
         os.nice(HELPER_NICENESS)
     except OSError:
         pass
+
+
+def _new_pool() -> ProcessPoolExecutor:
+    """One lane's executor: a single `spawn`ed helper process, started on first use."""
+    return ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_start_helper)
 
 
 def _run_and_trim(function, args: tuple):
@@ -70,21 +75,33 @@ class _Lane:
                 raise ResourceExhaustedError(
                     f"{self.held} bytes of requests are already waiting to be decoded in the {self.name} lane "
                     f"(at most {LANE_QUEUE_BYTES}); this request of {size} bytes is refused, retry later")
-            if self._pool is None:
-                self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                                                 initializer=_start_helper)
-            pool = self._pool
+            pool = self._pool = self._pool or _new_pool()
             self.held += size
         try:
-            return await asyncio.get_running_loop().run_in_executor(pool, _run_and_trim, function, args)
-        except BrokenProcessPool:  # the helper died (e.g. killed for memory): start a new one next time
+            loop = asyncio.get_running_loop()
+            try:
+                future = loop.run_in_executor(pool, _run_and_trim, function, args)
+            except BrokenProcessPool:  # the helper died while idle (killed for memory, kill -9): a fresh one
+                pool = self._replace(pool)
+                future = loop.run_in_executor(pool, _run_and_trim, function, args)
+            return await future
+        except BrokenProcessPool:  # the helper died decoding this payload: the next payload starts a new one
             with self._lock:
                 if self._pool is pool:
                     self._pool = None
-            raise
+            raise UnavailableError(f"the {self.name} lane's decoding process stopped while decoding this request "
+                                   f"of {size} bytes; retry") from None
         finally:
             with self._lock:
                 self.held -= size
+
+    def _replace(self, broken: ProcessPoolExecutor) -> ProcessPoolExecutor:
+        """A new pool in place of `broken`, found dead at submit (or the one another caller put there first)."""
+        with self._lock:
+            if self._pool is broken or self._pool is None:
+                broken.shutdown(wait=False, cancel_futures=True)
+                self._pool = _new_pool()
+            return self._pool
 
     def close(self) -> None:
         with self._lock:
@@ -106,7 +123,8 @@ class Offloader:
 
         Raises:
             ResourceExhaustedError: the lane already holds `LANE_QUEUE_BYTES` with this payload (names both).
-            BrokenProcessPool: the helper died meanwhile (the next payload starts a new one).
+            UnavailableError: the helper died while decoding this payload (UNAVAILABLE / 503; the next payload
+                starts a new helper, as does a payload that finds its lane's helper dead while idle).
         """
         if size <= OFF_LOOP_BYTES:
             return function(*args)

@@ -97,6 +97,26 @@ def fill_tensor_proto(proto, array: np.ndarray) -> None:
         proto.tensor_content = array.tobytes()  # C order, little-endian (native on every supported host)
 
 
+def declared_bytes(proto, name: str = "tensor", max_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -> int:
+    """Bytes `from_tensor_proto` allocates for a `tensorflow.TensorProto`, from its declared dtype and
+    `tensor_shape` alone, checked as `from_tensor_proto` checks them before reading any value. One value, or
+    none, fills the whole shape, so a few wire bytes can declare `max_bytes`.
+
+    Raises:
+        InvalidRequestError: unsupported dtype, unknown rank, a negative or absurd dim (names `name`).
+        ResourceExhaustedError: the decoded array would exceed `max_bytes`.
+    """
+    dtype, _little, _dt_name = _from_enum(proto.dtype)
+    if proto.tensor_shape.unknown_rank:
+        raise InvalidRequestError(f"input {echo(name)}: tensor_shape has unknown rank; send a concrete shape")
+    shape = [d.size for d in proto.tensor_shape.dim]
+    count = math.prod(shape)
+    if count * dtype.itemsize > max_bytes or (shape and (min(shape) < 0 or max(shape) > MAX_DIM
+                                                         or len(shape) > MAX_RANK)):
+        check_shape(name, shape, dtype.itemsize, max_bytes, "tensor_shape", dtype_name(dtype))
+    return count * dtype.itemsize
+
+
 def from_tensor_proto(proto, name: str = "tensor", max_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -> np.ndarray:
     """Decode a `tensorflow.TensorProto` into a numpy array.
 
@@ -108,14 +128,10 @@ def from_tensor_proto(proto, name: str = "tensor", max_bytes: int = DEFAULT_MAX_
             with the shape (the message names `name`).
         ResourceExhaustedError: the decoded array would exceed `max_bytes`.
     """
+    declared_bytes(proto, name, max_bytes)
     dtype, little, dt_name = _from_enum(proto.dtype)
-    if proto.tensor_shape.unknown_rank:
-        raise InvalidRequestError(f"input {echo(name)}: tensor_shape has unknown rank; send a concrete shape")
     shape = tuple([d.size for d in proto.tensor_shape.dim])
     count = math.prod(shape)
-    if count * dtype.itemsize > max_bytes or (shape and (min(shape) < 0 or max(shape) > MAX_DIM
-                                                         or len(shape) > MAX_RANK)):
-        check_shape(name, shape, dtype.itemsize, max_bytes, "tensor_shape", dtype_name(dtype))
     if not count and math.prod(d for d in shape if d) * dtype.itemsize >= _INT64_LIMIT:
         raise InvalidRequestError(f"input {echo(name)}: tensor_shape {list(shape)}: the product of its dims "
                                   "overflows int64")

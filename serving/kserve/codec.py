@@ -17,7 +17,7 @@ import struct
 import numpy as np
 
 from tfship.core.dtypes import dtype_name
-from tfship.core.echo import echo
+from tfship.core.echo import echo, echo_json, json_kind
 from tfship.core.errors import InvalidRequestError, UnimplementedError
 from tfship.serving.dataplane.json_numbers import OutOfRangeNumber, first_out_of_range
 from tfship.serving.dataplane.tensors import check_shape
@@ -254,7 +254,7 @@ def from_json(name: str, datatype: str, shape, data, max_bytes: int) -> np.ndarr
 
 def _flatten(name: str, data) -> list:
     if not isinstance(data, list):
-        raise InvalidRequestError(f"input {echo(name)}: 'data' must be a JSON array, got {type(data).__name__}")
+        raise InvalidRequestError(f"input {echo(name)}: 'data' must be a JSON array, got {json_kind(data)}")
     if not any(isinstance(v, list) for v in data):
         return data
     flat: list = []
@@ -291,9 +291,9 @@ def _check_nesting(name: str, data: list, shape: list[int]) -> None:
 def _expect(name: str, datatype: str, flat: list, ok, wanted: str) -> None:
     for index, value in enumerate(flat):
         if not ok(value):
-            shown = repr(value) if not isinstance(value, str) else f'"{value[:40]}"'
+            shown = echo_json(value, 40)  # as JSON writes it (true, null), not Python's repr
             raise InvalidRequestError(f"input {echo(name)}: {datatype} value at index {index} must be {wanted}, got "
-                                      f"{shown} ({type(value).__name__})")
+                                      f"{shown} ({json_kind(value)})")
 
 
 def to_json(name: str, array: np.ndarray) -> list:

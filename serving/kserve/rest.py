@@ -29,7 +29,7 @@ from aiohttp import web
 from aiohttp.web_response import ContentCoding
 
 from tfship.core.contract import DEFAULT_SIGNATURE
-from tfship.core.echo import echo, echo_json
+from tfship.core.echo import echo, echo_json, json_kind
 from tfship.core.errors import InvalidRequestError
 from tfship.serving.dataplane import json_numbers
 from tfship.serving.dataplane.admission import check_declared
@@ -63,13 +63,13 @@ def _ref(request: web.Request) -> ModelRef:
 
 def _object(value, what: str) -> dict:
     if not isinstance(value, dict):
-        raise InvalidRequestError(f"{what} must be a JSON object, got {type(value).__name__}")
+        raise InvalidRequestError(f"{what} must be a JSON object, got {json_kind(value)}")
     return value
 
 
 def _list(value, what: str) -> list:
     if not isinstance(value, list):
-        raise InvalidRequestError(f"{what} must be a JSON array, got {type(value).__name__}")
+        raise InvalidRequestError(f"{what} must be a JSON array, got {json_kind(value)}")
     return value
 
 
@@ -109,7 +109,7 @@ def _decode_inputs(items: list, binary: bytes, max_bytes: int) -> list:
             decoded.append((name, datatype, from_json(name, datatype, shape, item["data"], max_bytes)))
             continue
         if type(size) is not int or size < 0 or offset + size > len(binary):
-            raise InvalidRequestError(f"input {echo(name)}: binary_data_size {size!r} does not fit the "
+            raise InvalidRequestError(f"input {echo(name)}: binary_data_size {echo_json(size, 40)} does not fit the "
                                       f"{len(binary) - offset} bytes of binary data left")
         if "data" in item:  # which one holds the values? (the binary part used to win silently)
             raise InvalidRequestError(f"input {echo(name)} has both 'data' and parameters.binary_data_size; send "
@@ -120,6 +120,19 @@ def _decode_inputs(items: list, binary: bytes, max_bytes: int) -> list:
         raise InvalidRequestError(f"{len(binary) - offset} bytes of binary data follow the inputs' "
                                   "binary_data_size; check Inference-Header-Content-Length")
     return decoded
+
+
+def slow_bytes_of(header: str | None, body: bytes) -> int:
+    """How many bytes of a V2 REST `body` cost per-value Python work to decode, for the offloader to judge: the
+    JSON header (Inference-Header-Content-Length, when it is a valid length) when the binary part after it holds
+    numbers only (taken as views), else the whole body (binary BYTES are split in a Python loop; a header with a
+    JSON escape might spell BYTES). A 12 MB body of a 150-byte header and binary numbers went to the helpers'
+    large lane by its total size, where another client's 60 MB JSON bodies had it refused RESOURCE_EXHAUSTED.
+    """
+    if header is None or not header.isascii() or not header.isdigit() or int(header) > len(body):
+        return len(body)
+    json_part = body[:int(header)]
+    return len(body) if b"BYTES" in json_part or b"\\" in json_part else len(json_part)
 
 
 def decode_body(header: str | None, body: bytes, max_bytes: int, signatures: dict | None = None,
@@ -246,8 +259,8 @@ def add_v2_routes(app: web.Application, dataplane: DataPlane,
             # parsed (and judged on its declared shapes) against the held version; a malformed body is answered
             # before a missing model, as before
             body, decoded = await dataplane.offloader.run_if_large(
-                len(raw_body), decode_body, header, raw_body, max_bytes, dict(meta.signatures) if meta else None,
-                limits.max_batch_per_request, limits.max_request_memory_bytes)
+                slow_bytes_of(header, raw_body), decode_body, header, raw_body, max_bytes,
+                dict(meta.signatures) if meta else None, limits.max_batch_per_request, limits.max_request_memory_bytes)
             params = _object(body.get("parameters", {}), "'parameters'")
             default_binary = params.get("binary_data_output", False)
             if not isinstance(default_binary, bool):

@@ -16,11 +16,12 @@ import numpy as np
 from tfship.core import protocol
 from tfship.core.contract import DEFAULT_SIGNATURE
 from tfship.core.echo import echo_list
-from tfship.core.errors import InvalidRequestError
+from tfship.core.errors import InvalidRequestError, ResourceExhaustedError
 from tfship.core.saved_model import to_signature_def
 from tfship.serving.dataplane.tensors import (
     DEFAULT_MAX_TENSOR_BYTES,
     data_type,
+    declared_bytes,
     fill_tensor_proto,
     from_tensor_proto,
 )
@@ -47,11 +48,19 @@ def model_ref(spec) -> ModelRef:
 
 
 def predict_request(proto, time_remaining: float | None = None,
-                    max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -> InferenceRequest:
+                    max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES, max_total_bytes: int = 0) -> InferenceRequest:
     """`PredictRequest` -> `InferenceRequest`; `time_remaining` (seconds) becomes a monotonic deadline.
 
-    Each input decodes to at most `max_tensor_bytes` (see `serving.dataplane.tensors.from_tensor_proto`).
+    Each input decodes to at most `max_tensor_bytes` (see `serving.dataplane.tensors.from_tensor_proto`), and all
+    of them together, as their `tensor_shape`s declare, to at most `max_total_bytes` (--max-request-memory-bytes;
+    0 = unlimited), judged before any is decoded: one value fills a whole shape, so 20 inputs of one `float_val`
+    each, in a 559-byte request, used to allocate 1.3 GB before the unexpected names were refused.
+
+    Raises:
+        InvalidRequestError: an input that does not decode (`from_tensor_proto`).
+        ResourceExhaustedError: an input above `max_tensor_bytes`, or all of them above `max_total_bytes`.
     """
+    check_declared_total(proto, declared_input_bytes(proto, max_tensor_bytes), max_total_bytes)
     spec = proto.model_spec
     model = model_ref(spec)
     inputs = {key: from_tensor_proto(tensor, key, max_tensor_bytes) for key, tensor in proto.inputs.items()}
@@ -63,6 +72,31 @@ def predict_request(proto, time_remaining: float | None = None,
         output_filter=tuple(proto.output_filter),
         deadline=deadline,
     )
+
+
+def declared_input_bytes(proto, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -> int:
+    """What a `PredictRequest`'s inputs fill, in bytes, from their declared dtypes and shapes alone (each judged
+    as `from_tensor_proto` judges it before reading any value).
+
+    Raises:
+        InvalidRequestError: an unsupported dtype or a bad shape.  ResourceExhaustedError: an input above
+            `max_tensor_bytes`.
+    """
+    return sum(declared_bytes(tensor, name, max_tensor_bytes) for name, tensor in proto.inputs.items())
+
+
+def check_declared_total(proto, declared: int, max_total_bytes: int) -> None:
+    """Refuse a `PredictRequest` whose inputs declare `declared` bytes in all (`declared_input_bytes`), above
+    `max_total_bytes` (--max-request-memory-bytes; 0 = unlimited), before any is filled: inputs the signature
+    does not have count too (`admission.check_declared` judges the signature's own, with its outputs).
+
+    Raises:
+        ResourceExhaustedError: naming the inputs' count, their bytes and the flag.
+    """
+    if max_total_bytes and declared > max_total_bytes:
+        raise ResourceExhaustedError(f"the request's {len(proto.inputs)} input(s) declare {declared} bytes in all "
+                                     f"(their tensor_shape), above --max-request-memory-bytes {max_total_bytes}; "
+                                     "send fewer rows or fewer inputs")
 
 
 # numpy dtype -> (TensorProto typed field, view giving the values that field holds), as TensorFlow's

@@ -32,9 +32,10 @@ from tfship.serving.tfs import converters, examples
 log = logging.getLogger(__name__)
 
 
-def decode_predict(data: bytes, time_remaining: float | None, max_tensor_bytes: int):
+def decode_predict(data: bytes, time_remaining: float | None, max_tensor_bytes: int, max_total_bytes: int = 0):
     """Serialized `PredictRequest` -> `InferenceRequest` (in the helper process, `serving.dataplane.offload`)."""
-    return converters.predict_request(protocol.PredictRequest.FromString(data), time_remaining, max_tensor_bytes)
+    return converters.predict_request(protocol.PredictRequest.FromString(data), time_remaining, max_tensor_bytes,
+                                      max_total_bytes)
 
 
 class PredictionServicer:
@@ -48,11 +49,8 @@ class PredictionServicer:
     async def Predict(self, request, context):
         limit = self._dp.limits.max_tensor_bytes
         request, wire_bytes = split_large(request)
-        if wire_bytes is not None and any(not t.tensor_content for t in request.inputs.values()):
-            response = await self._dp.predict_decoded(converters.model_ref(request.model_spec),
-                                                      self._large_decoder(request, wire_bytes, context))
-        else:  # small, or tensor_content (a view on the received bytes): nothing to offload
-            response = await self._dp.predict(converters.predict_request(request, time_remaining(context), limit))
+        response = await self._dp.predict_decoded(converters.model_ref(request.model_spec),
+                                                  self._decoder(request, wire_bytes, context))
         if sum(a.nbytes for a in response.outputs.values()) > OFF_LOOP_BYTES:
             proto = await asyncio.to_thread(converters.predict_response, response, self._tensor_content)
         else:
@@ -63,22 +61,32 @@ class PredictionServicer:
                                          "for fewer rows or fewer outputs (output_filter)")
         return proto
 
-    def _large_decoder(self, request, wire_bytes: bytes, context):
-        """`predict_decoded`'s decoder of a large request with typed `*_val` fields: judged on its declared shapes
-        against the held version's signature first (`serving.dataplane.admission`: a batch or size above the limits
-        is refused before anything is copied), then decoded in the helper process (one long GIL-holding call).
+    def _decoder(self, request, wire_bytes: bytes | None, context):
+        """`predict_decoded`'s decoder of a Predict: judged on its declared shapes against the held version's
+        signature first (`serving.dataplane.admission`: a batch or size above the limits is refused before anything
+        is copied or filled: one `float_val` fills a whole declared shape), then decoded inline, or, when large
+        (`wire_bytes`) with typed `*_val` fields, in the helper process (one long GIL-holding call).
+        `tensor_content` needs no offloading: it is a view on the received bytes.
         """
         limits, remaining = self._dp.limits, time_remaining(context)
         signature_name = request.model_spec.signature_name or DEFAULT_SIGNATURE
-        shapes = {name: [d.size for d in t.tensor_shape.dim] for name, t in request.inputs.items()}
+        offload = wire_bytes is not None and any(not t.tensor_content for t in request.inputs.values())
 
         async def decode(meta: ModelMetadata | None) -> InferenceRequest | None:
-            if meta is None:  # the lookup's error is the answer
+            if meta is None and offload:  # the lookup's error is the answer
                 return None
-            check_declared(meta.signatures.get(signature_name), shapes, limits.max_batch_per_request,
-                           limits.max_request_memory_bytes)
-            return await self._dp.offloader.run_if_large(len(wire_bytes), decode_predict, wire_bytes, remaining,
-                                                         limits.max_tensor_bytes)
+            declared = converters.declared_input_bytes(request, limits.max_tensor_bytes)  # each input's own bounds
+            if meta is not None:
+                shapes = {name: [d.size for d in t.tensor_shape.dim] for name, t in request.inputs.items()}
+                check_declared(meta.signatures.get(signature_name), shapes, limits.max_batch_per_request,
+                               limits.max_request_memory_bytes)
+            converters.check_declared_total(request, declared, limits.max_request_memory_bytes)  # unknown ones too
+            if offload:
+                return await self._dp.offloader.run_if_large(len(wire_bytes), decode_predict, wire_bytes, remaining,
+                                                             limits.max_tensor_bytes, limits.max_request_memory_bytes)
+            decoded = converters.predict_request(request, remaining, limits.max_tensor_bytes,
+                                                 limits.max_request_memory_bytes)
+            return decoded if meta is not None else None
 
         return decode
 

@@ -49,13 +49,18 @@ class RecordingOffloader(Offloader):
     def __init__(self) -> None:
         super().__init__()
         self.functions: list[str] = []
+        self.offloaded: list[str] = []  # those given a size above OFF_LOOP_BYTES: run in a helper process
 
     async def run_if_large(self, size: int, function, *args):
         self.functions.append(function.__name__)
+        if size > OFF_LOOP_BYTES:
+            self.offloaded.append(function.__name__)
         return await super().run_if_large(size, function, *args)
 
 
-async def _with_dataplane(root: Path, limits: ServerLimits, ask):
+async def _with_dataplane(root: Path, limits: ServerLimits, ask, offloaded: bool = False):
+    """(what `ask(dataplane)` returns, the functions handed to the offloader, or with `offloaded` those it ran
+    in a helper process)."""
     register()
     folder = root / "echo" / "1"
     folder.mkdir(parents=True)
@@ -66,7 +71,7 @@ async def _with_dataplane(root: Path, limits: ServerLimits, ask):
         dataplane = DataPlane(manager, pool, limits, Metrics())
         dataplane.offloader = offloader = RecordingOffloader()
         try:
-            return await ask(dataplane), offloader.functions
+            return await ask(dataplane), offloader.offloaded if offloaded else offloader.functions
         finally:
             offloader.close()
             await manager.unload_all()
@@ -102,18 +107,24 @@ def _grpc(method: str, request, response_cls):
                                            response_deserializer=response_cls.FromString)
                 try:
                     await call(request, timeout=60)
-                    return "OK", "", _large_requests_alive()
+                    return "OK", "", await _large_requests_alive()
                 except grpc.aio.AioRpcError as err:
-                    return err.code().name, err.details(), _large_requests_alive()
+                    return err.code().name, err.details(), await _large_requests_alive()
         finally:
             await server.stop(None)
 
     return ask
 
 
-def _large_requests_alive() -> int:
-    """`LargeRequest`s still alive while the server runs (held by a reference cycle when `gc` is off)."""
-    return sum(type(o) is LargeRequest for o in gc.get_objects())
+async def _large_requests_alive(settle_s: float = 2.0) -> int:
+    """`LargeRequest`s still alive while the server runs (held by a reference cycle when `gc` is off), once the
+    server's handler has unwound: the client may read the status before it has, so this waits up to `settle_s`.
+    """
+    deadline = asyncio.get_running_loop().time() + settle_s
+    while (alive := sum(type(o) is LargeRequest for o in gc.get_objects())) and \
+            asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.05)
+    return alive
 
 
 PREDICT = protocol.method_path(protocol.PREDICTION_SERVICE, "Predict")
@@ -210,3 +221,91 @@ def test_declared_memory_counts_inputs_and_outputs_for_the_declared_rows():
     check_declared(_signature((None, 4)), {"x": [1000, 4]}, 0, 32_000)  # 16,000 in + 16,000 out
     with pytest.raises(ResourceExhaustedError, match="needs at least 32000 bytes"):
         check_declared(_signature((None, 4)), {"x": [1000, 4]}, 0, 31_999)
+
+
+def _broadcast_predict(shapes: dict[str, list[int]]) -> protocol.PredictRequest:
+    """A small Predict whose inputs hold one `float_val` each, which TF Serving fills into the whole shape."""
+    request = protocol.PredictRequest()
+    request.model_spec.name = "echo"
+    for name, shape in shapes.items():
+        tensor = request.inputs[name]
+        tensor.dtype = protocol.DATA_TYPE.values_by_name["DT_FLOAT"].number
+        for size in shape:
+            tensor.tensor_shape.dim.add().size = size
+        tensor.float_val.append(0.5)
+    return request
+
+
+def test_a_small_predict_is_judged_on_its_declared_rows_before_its_values_are_filled(tmp_path):
+    """Issue 21: a 49-byte Predict declaring 262,143 rows was filled to 64 MiB on the main loop, then refused."""
+    request = _broadcast_predict({"x": [LARGE_ROWS, 4]})
+    request.inputs["x"].float_val.append(0.5)  # two values: would not decode (neither one nor all)
+    assert request.ByteSize() < OFF_LOOP_BYTES
+    limits = ServerLimits(max_batch_per_request=MAX_ROWS)
+    (code, details, _), _ = asyncio.run(_with_dataplane(tmp_path, limits, _grpc(PREDICT, request,
+                                                                               protocol.PredictResponse)))
+    assert (code, details) == ("INVALID_ARGUMENT", ROWS_MESSAGE)
+
+
+def test_all_inputs_declared_are_bounded_together_before_any_is_filled(tmp_path):
+    """Issue 21: 20 unexpected inputs of one `float_val` each, declaring 64 MiB apiece, made a 559-byte request
+    allocate 1.3 GB before their names were refused."""
+    each = MEMORY_CAP // 4 // 4  # float32 values, a quarter of the cap per input
+    request = _broadcast_predict({"x": [1, 4], **{f"extra{i}": [each] for i in range(8)}})
+    limits = ServerLimits(max_request_memory_bytes=MEMORY_CAP)
+    (code, details, _), _ = asyncio.run(_with_dataplane(tmp_path, limits, _grpc(PREDICT, request,
+                                                                               protocol.PredictResponse)))
+    assert code == "RESOURCE_EXHAUSTED", details
+    assert details == (f"the request's 9 input(s) declare {16 + 8 * each * 4} bytes in all (their tensor_shape), "
+                       f"above --max-request-memory-bytes {MEMORY_CAP}; send fewer rows or fewer inputs")
+
+
+def test_a_small_predict_within_the_limits_is_answered_alike(tmp_path):
+    request = _broadcast_predict({"x": [3, 4]})  # one value filled into [3, 4], as TF Serving does
+    limits = ServerLimits(max_batch_per_request=MAX_ROWS, max_request_memory_bytes=MEMORY_CAP)
+    (code, details, _), handed = asyncio.run(_with_dataplane(tmp_path, limits, _grpc(PREDICT, request,
+                                                                                   protocol.PredictResponse)))
+    assert (code, details, handed) == ("OK", "", [])
+
+
+def test_open_inference_grpc_raw_bytes_are_split_in_the_helper(tmp_path):
+    """Issue 21: 8 million empty BYTES elements in a 32 MB ModelInfer were split in a Python loop on the gRPC
+    loop (a 1-row Predict beside it waited 4.9 s), then refused for their datatype."""
+    elements = OFF_LOOP_BYTES // 4 + 1
+    request = kp.ModelInferRequest(model_name="echo")
+    request.inputs.add(name="x", datatype="BYTES", shape=[elements, 1])
+    request.raw_input_contents.append(b"\0\0\0\0" * elements)
+    limits = ServerLimits(max_batch_per_request=elements)
+    (code, details, _), offloaded = asyncio.run(_with_dataplane(
+        tmp_path, limits, _grpc(INFER, request, kp.ModelInferResponse), offloaded=True))
+    assert code == "INVALID_ARGUMENT" and "datatype BYTES" in details, details
+    assert offloaded == ["decode_infer_inputs"]
+
+
+def _binary_infer(rows: int) -> tuple[bytes, dict]:
+    values = np.full((rows, 4), 0.5, np.float32).tobytes()
+    header = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [rows, 4],
+                                     "parameters": {"binary_data_size": len(values)}}],
+                         "outputs": [{"name": "x", "parameters": {"binary_data": True}}]}).encode()
+    return header + values, {"Inference-Header-Content-Length": str(len(header)),
+                             "Content-Type": "application/octet-stream"}
+
+
+def test_open_inference_rest_binary_numbers_are_not_shipped_to_a_helper(tmp_path):
+    """Issue 21: a large body of a small JSON header and binary numbers went to the helpers' large lane by its total
+    size, where another client's 60 MB JSON bodies had it refused RESOURCE_EXHAUSTED; its values are views."""
+    body, headers = _binary_infer(LARGE_ROWS)
+
+    async def ask(dataplane: DataPlane):
+        async with TestClient(TestServer(build_app(dataplane), host="127.0.0.1")) as http:
+            response = await http.post("/v2/models/echo/infer", data=body, headers=headers)
+            answer = await response.read()
+            length = int(response.headers["Inference-Header-Content-Length"])
+            return response.status, json.loads(answer[:length]), answer[length:]
+
+    limits = ServerLimits(max_batch_per_request=LARGE_ROWS)
+    (status, header, values), offloaded = asyncio.run(_with_dataplane(tmp_path, limits, ask, offloaded=True))
+    assert status == 200, header
+    assert header["outputs"][0]["shape"] == [LARGE_ROWS, 4]
+    assert np.array_equal(np.frombuffer(values, np.float32), np.full(LARGE_ROWS * 4, 0.5, np.float32))
+    assert offloaded == []

@@ -297,16 +297,23 @@ HTTP_ERRORS = [
     ("digits", {"inputs": [_image_input(data=[0.5] * 63)]}, None, 400,
      r"^input 'image': shape \[1, 8, 8, 1\] needs 64 values, got 63 in 'data'$"),
     ("digits", {"inputs": [_image_input(data=[0.5] * 63 + ["x"])]}, None, 400,
-     r"^input 'image': FP32 value at index 63 must be a number, got \"x\" \(str\)$"),
+     r"^input 'image': FP32 value at index 63 must be a number, got \"x\" \(string\)$"),
     ("digits", {"inputs": [_image_input(shape=[1, 64], data=[0.5] * 64)]}, None, 400,
      r"input 'image'.*expected rank 4"),
     ("digits", {"inputs": [{"name": "image", "shape": [1, 8, 8, 1], "datatype": "FP32"}]}, None, 400,
      r"^input 'image' needs 'data' or parameters.binary_data_size$"),
-    ("digits", {"inputs": "image"}, None, 400, r"^'inputs' must be a JSON array, got str$"),
+    ("digits", {"inputs": "image"}, None, 400, r"^'inputs' must be a JSON array, got string$"),
+    ("digits", {}, None, 400, r"^'inputs' must be a JSON array, got null$"),  # not Python's NoneType
+    ("digits", {"inputs": [None]}, None, 400, r"^inputs\[0\] must be a JSON object, got null$"),
     ("digits", {"inputs": [_image_input()], "outputs": [{"name": "scores"}]}, None, 400,
      r"^requested output 'scores' is not an output of signature 'serving_default'"),
     ("digits", json.dumps({"inputs": [_image_input(data=None, parameters={"binary_data_size": 256})]}).encode()
      + b"\0" * 100, "binary", 400, r"^input 'image': binary_data_size 256 does not fit the 100 bytes of binary"),
+    # shown as JSON writes it, cut short: not Python's repr ('abc', True), nor a 10,000-item list up to the 2 KiB cap
+    ("digits", json.dumps({"inputs": [_image_input(data=None, parameters={"binary_data_size": "abc"})]}).encode()
+     + b"\0" * 256, "binary", 400, r'^input \'image\': binary_data_size "abc" does not fit the 256 bytes of binary'),
+    ("digits", json.dumps({"inputs": [_image_input(data=None, parameters={"binary_data_size": [1] * 10000})]}).encode()
+     + b"\0" * 256, "binary", 400, r"^input 'image': binary_data_size \[1,1,1,.{0,40} does not fit the 256 bytes"),
     ("digits", json.dumps({"inputs": [_image_input()]}).encode() + b"\0" * 8, "binary", 400,
      r"^8 bytes of binary data follow the inputs' binary_data_size"),
 ]

@@ -145,18 +145,18 @@ def test_raw_and_typed_round_trip_any_shape(array):
     (lambda: codec.from_raw("x", "BF16", [1], b"\0\0", MAX), "input 'x': datatype 'BF16' is not supported; supported: BOOL"),
     (lambda: codec.from_raw("x", "FP32", [-1, 2], b"", MAX), "input 'x': shape [-1, 2] has invalid dim -1"),
     (lambda: codec.from_json("x", "INT32", [2], [1, 2.5], MAX),
-     "input 'x': INT32 value at index 1 must be an integer, got 2.5 (float)"),
+     "input 'x': INT32 value at index 1 must be an integer, got 2.5 (number)"),
     (lambda: codec.from_json("x", "INT8", [2], [1, 300], MAX), "input 'x': value 300 is out of range for INT8 [-128, 127]"),
     (lambda: codec.from_json("x", "UINT8", [1], [-1], MAX), "input 'x': value -1 is out of range for UINT8 [0, 255]"),
     (lambda: codec.from_json("x", "BOOL", [2], [True, "false"], MAX),
-     "input 'x': BOOL value at index 1 must be true or false, got \"false\" (str)"),
-    (lambda: codec.from_json("x", "FP32", [2], [1.0, None], MAX), "FP32 value at index 1 must be a number, got None"),
-    (lambda: codec.from_json("x", "FP32", [1], [True], MAX), "FP32 value at index 0 must be a number, got True (bool)"),
+     "input 'x': BOOL value at index 1 must be true or false, got \"false\" (string)"),
+    (lambda: codec.from_json("x", "FP32", [2], [1.0, None], MAX), "FP32 value at index 1 must be a number, got null (null)"),
+    (lambda: codec.from_json("x", "FP32", [1], [True], MAX), "FP32 value at index 0 must be a number, got true (boolean)"),
     (lambda: codec.from_json("x", "FP32", [2], [1.0, 1e39], MAX), "input 'x': value 1e+39 at index 1 is out of range for FP32"),
-    (lambda: codec.from_json("x", "BYTES", [1], [5], MAX), "BYTES value at index 0 must be a string, got 5 (int)"),
+    (lambda: codec.from_json("x", "BYTES", [1], [5], MAX), "BYTES value at index 0 must be a string, got 5 (number)"),
     (lambda: codec.from_json("x", "FP32", [2, 2], [[1.0, 2.0], [3.0]], MAX),
      "input 'x': shape [2, 2] needs 4 values, got 3 in 'data'"),
-    (lambda: codec.from_json("x", "FP32", [1], {"b64": "AAAA"}, MAX), "input 'x': 'data' must be a JSON array, got dict"),
+    (lambda: codec.from_json("x", "FP32", [1], {"b64": "AAAA"}, MAX), "input 'x': 'data' must be a JSON array, got object"),
 ])
 def test_decoding_refusals_name_input_and_cause(call, message):
     with pytest.raises(InvalidRequestError) as err:
@@ -235,3 +235,13 @@ def test_large_payload_functions_run_in_a_spawned_helper_process():
     assert json.loads(header) == {"model_name": "m", "model_version": "3", "id": "1", "outputs": [
         {"name": "y", "datatype": "INT8", "shape": [2], "parameters": {"binary_data_size": 2}}]}
     assert blobs == [b"\x01\xfe"]
+
+
+@pytest.mark.parametrize(("data", "named"), [([1.0, None], "null (null)"), ([True], "true (boolean)"),
+                                             ([{"a": 1}], '{"a":1} (object)')])
+def test_a_refused_value_is_named_as_json_names_it(data, named):
+    """Issue 21: a client-facing message said `None (NoneType)` for a JSON null: Python's words, not the client's."""
+    with pytest.raises(InvalidRequestError) as err:
+        codec.from_json("x", "FP32", [len(data)], data, MAX)
+    assert str(err.value).endswith(f"must be a number, got {named}")
+    assert "NoneType" not in str(err.value) and "None" not in str(err.value)

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import operator
+import os
+import signal
 import time
 
 import pytest
 
-from tfship.core.errors import ResourceExhaustedError
+from tfship.core.errors import ResourceExhaustedError, UnavailableError
 from tfship.serving.dataplane import offload
 from tfship.serving.dataplane.offload import LARGE_LANE_BYTES, OFF_LOOP_BYTES, Offloader
 
@@ -79,3 +81,34 @@ def test_a_lane_holds_a_bounded_number_of_bytes(monkeypatch):
     assert message == (f"{LARGE} bytes of requests are already waiting to be decoded in the large lane (at most "
                        f"{2 * LARGE - 1}); this request of {LARGE} bytes is refused, retry later")
     assert (medium, after, alone, held) == (2, 5, 6, 0)
+
+
+def _helper_pid(offloader: Offloader, lane: str) -> int:
+    """The process id of `lane`'s (started) helper."""
+    return offloader.run_if_large(MEDIUM if lane == "medium" else LARGE, os.getpid)
+
+
+def test_a_killed_helper_is_replaced_and_the_request_it_held_is_unavailable():
+    # Issue 21: after a kill -9 of both helpers, the payload decoding in one was answered 500 and the next payload
+    # of the other (idle) lane was answered 500 as well, finding its pool broken.
+    async def scenario():
+        offloader = Offloader()
+        try:
+            medium_pid, large_pid = await _helper_pid(offloader, "medium"), await _helper_pid(offloader, "large")
+            os.kill(medium_pid, signal.SIGKILL)  # idle
+            decoding = asyncio.ensure_future(offloader.run_if_large(LARGE, time.sleep, SLOW_S))
+            await asyncio.sleep(0.5)
+            os.kill(large_pid, signal.SIGKILL)  # mid-decode
+            with pytest.raises(UnavailableError) as stopped:
+                await decoding
+            await asyncio.sleep(0.2)  # the executor notices the idle helper's death
+            return (str(stopped.value), await offloader.run_if_large(MEDIUM, operator.add, 1, 2),
+                    await offloader.run_if_large(LARGE, operator.add, 2, 2), offloader._medium.held,
+                    offloader._large.held, await _helper_pid(offloader, "medium") != medium_pid)
+        finally:
+            offloader.close()
+
+    message, medium, large, medium_held, large_held, replaced = asyncio.run(scenario())
+    assert message == (f"the large lane's decoding process stopped while decoding this request of {LARGE} bytes; "
+                       "retry")
+    assert (medium, large, medium_held, large_held, replaced) == (3, 4, 0, 0, True)

@@ -102,11 +102,16 @@ def declared_bytes(proto, name: str = "tensor", max_bytes: int = DEFAULT_MAX_TEN
     `tensor_shape` alone, checked as `from_tensor_proto` checks them before reading any value. One value, or
     none, fills the whole shape, so a few wire bytes can declare `max_bytes`.
 
+    The count of typed `*_val` values is checked here too (0, 1 or the shape's element count), so a request
+    whose values disagree with its shape is refused before any of them is converted (a 60 MB Predict declaring
+    1,000 rows but carrying 15M values took 4.9 s of decoding to be refused).
+
     Raises:
-        InvalidRequestError: unsupported dtype, unknown rank, a negative or absurd dim (names `name`).
+        InvalidRequestError: unsupported dtype, unknown rank, a negative or absurd dim, or a count of typed
+            values that fits no shape (names `name`).
         ResourceExhaustedError: the decoded array would exceed `max_bytes`.
     """
-    dtype, _little, _dt_name = _from_enum(proto.dtype)
+    dtype, _little, dt_name = _from_enum(proto.dtype)
     if proto.tensor_shape.unknown_rank:
         raise InvalidRequestError(f"input {echo(name)}: tensor_shape has unknown rank; send a concrete shape")
     shape = [d.size for d in proto.tensor_shape.dim]
@@ -114,6 +119,12 @@ def declared_bytes(proto, name: str = "tensor", max_bytes: int = DEFAULT_MAX_TEN
     if count * dtype.itemsize > max_bytes or (shape and (min(shape) < 0 or max(shape) > MAX_DIM
                                                          or len(shape) > MAX_RANK)):
         check_shape(name, shape, dtype.itemsize, max_bytes, "tensor_shape", dtype_name(dtype))
+    if not proto.tensor_content and dt_name in _VAL_FIELD:
+        listed = len(getattr(proto, _VAL_FIELD[dt_name]))  # O(1): no value is read
+        if dt_name in ("DT_COMPLEX64", "DT_COMPLEX128"):
+            listed = listed // 2 if listed % 2 == 0 else 1  # an odd count is refused, worded, when decoded
+        if listed not in (0, 1, count):
+            raise InvalidRequestError(f"input {echo(name)}: shape {shape} needs {count} values, got {listed}")
     return count * dtype.itemsize
 
 

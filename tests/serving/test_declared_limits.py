@@ -238,8 +238,7 @@ def _broadcast_predict(shapes: dict[str, list[int]]) -> protocol.PredictRequest:
 
 def test_a_small_predict_is_judged_on_its_declared_rows_before_its_values_are_filled(tmp_path):
     """Issue 21: a 49-byte Predict declaring 262,143 rows was filled to 64 MiB on the main loop, then refused."""
-    request = _broadcast_predict({"x": [LARGE_ROWS, 4]})
-    request.inputs["x"].float_val.append(0.5)  # two values: would not decode (neither one nor all)
+    request = _broadcast_predict({"x": [LARGE_ROWS, 4]})  # one value: fills the whole shape once decoded
     assert request.ByteSize() < OFF_LOOP_BYTES
     limits = ServerLimits(max_batch_per_request=MAX_ROWS)
     (code, details, _), _ = asyncio.run(_with_dataplane(tmp_path, limits, _grpc(PREDICT, request,
@@ -309,3 +308,13 @@ def test_open_inference_rest_binary_numbers_are_not_shipped_to_a_helper(tmp_path
     assert header["outputs"][0]["shape"] == [LARGE_ROWS, 4]
     assert np.array_equal(np.frombuffer(values, np.float32), np.full(LARGE_ROWS * 4, 0.5, np.float32))
     assert offloaded == []
+
+
+def test_typed_values_that_fit_no_shape_are_refused_before_any_is_converted(tmp_path):
+    """A large Predict declaring [10, 4] but carrying 300,000 values (a 60 MB one took 4.9 s to be refused)."""
+    request = _predict(10)
+    request.inputs["x"].float_val.extend([0.5] * 300_000)  # 300,040 values for 40 elements
+    (code, details, _), handed = asyncio.run(_with_dataplane(tmp_path, ServerLimits(), _grpc(
+        PREDICT, request, protocol.PredictResponse)))
+    assert (code, details) == ("INVALID_ARGUMENT", "input 'x': shape [10, 4] needs 40 values, got 300040")
+    assert handed == []  # refused from the counts alone, on the main loop, before the helper

@@ -30,7 +30,7 @@ except ImportError:  # optional: the standard parser gives the same results, slo
     orjson = None
 
 from tfship.core.contract import Signature
-from tfship.core.echo import ECHO_ITEMS, clip, echo, echo_json
+from tfship.core.echo import ECHO_ITEMS, clip, echo, echo_json, json_kind
 from tfship.core.errors import InvalidRequestError
 from tfship.serving.dataplane import json_numbers
 from tfship.serving.dataplane.json_numbers import OutOfRangeNumber
@@ -53,18 +53,12 @@ def debug_string(value) -> str:
 
 
 def json_type(value) -> str:
-    """TF Serving's name for a JSON value's type (`Null`, `True`, `False`, `Number`, `String`, `Array`, `Object`)."""
-    if value is None:
-        return "Null"
-    if value is True:
-        return "True"
-    if value is False:
-        return "False"
-    if isinstance(value, int | float):
-        return "Number"
-    if isinstance(value, str):
-        return "String"
-    return "Array" if isinstance(value, list) else "Object"
+    """TF Serving's name for a JSON value's type (`Null`, `True`, `False`, `Number`, `String`, `Array`, `Object`):
+    `core.echo.json_kind` capitalised, with a boolean named by its value.
+    """
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    return json_kind(value).capitalize()
 
 
 def _loads(raw: bytes):

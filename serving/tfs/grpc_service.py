@@ -32,10 +32,11 @@ from tfship.serving.tfs import converters, examples
 log = logging.getLogger(__name__)
 
 
-def decode_predict(data: bytes, time_remaining: float | None, max_tensor_bytes: int, max_total_bytes: int = 0):
-    """Serialized `PredictRequest` -> `InferenceRequest` (in the helper process, `serving.dataplane.offload`)."""
-    return converters.predict_request(protocol.PredictRequest.FromString(data), time_remaining, max_tensor_bytes,
-                                      max_total_bytes)
+def decode_predict(data: bytes, time_remaining: float | None, max_tensor_bytes: int):
+    """Serialized `PredictRequest` -> `InferenceRequest` (in the helper process, `serving.dataplane.offload`);
+    its declared total was judged before it was handed over (`PredictionServicer._decoder`).
+    """
+    return converters.predict_request(protocol.PredictRequest.FromString(data), time_remaining, max_tensor_bytes)
 
 
 class PredictionServicer:
@@ -83,9 +84,8 @@ class PredictionServicer:
             converters.check_declared_total(request, declared, limits.max_request_memory_bytes)  # unknown ones too
             if offload:
                 return await self._dp.offloader.run_if_large(len(wire_bytes), decode_predict, wire_bytes, remaining,
-                                                             limits.max_tensor_bytes, limits.max_request_memory_bytes)
-            decoded = converters.predict_request(request, remaining, limits.max_tensor_bytes,
-                                                 limits.max_request_memory_bytes)
+                                                             limits.max_tensor_bytes)
+            decoded = converters.predict_request(request, remaining, limits.max_tensor_bytes)  # total judged above
             return decoded if meta is not None else None
 
         return decode

@@ -15,6 +15,7 @@ An explicitly empty config is valid, as in TF Serving, and unloads every model.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import logging
 import os
@@ -116,8 +117,13 @@ class ModelManager:
                     await self._unload(served, name)
                 await self._on_change(name, False)
             for name, config in wanted.items():
-                self._models.setdefault(name, _Model(config)).config = config
+                model = self._models.setdefault(name, _Model(config))
+                # versions load under the old labels: a label moved to a version still loading would answer
+                # NOT_FOUND until it is AVAILABLE (a promotion must never interrupt the label's clients)
+                model.config = dataclasses.replace(config, labels=model.config.labels)
             await self._reconcile_locked()
+            for name, config in wanted.items():
+                self._models[name].config = config
 
     async def reconcile(self) -> None:
         """Look at disk again: load newly selected versions, then unload deselected ones."""

@@ -124,6 +124,8 @@ class ModelManager:
             await self._reconcile_locked()
             for name, config in wanted.items():
                 self._models[name].config = config
+            for name in wanted:  # only now may a version the old labels held be unloaded
+                await self._reconcile_model(name, self._models[name])
 
     async def reconcile(self) -> None:
         """Look at disk again: load newly selected versions, then unload deselected ones."""
@@ -178,8 +180,11 @@ class ModelManager:
             del model.versions[version]
         for version in sorted(desired - set(model.versions), reverse=True):
             await self._load(model, version, on_disk[version])
+        labelled = set(model.config.labels.values())  # a label's clients keep their version until it moves
         for version, served in list(model.versions.items()):
             if version in desired or served.state is not VersionState.AVAILABLE:
+                continue
+            if version in labelled and version in on_disk:
                 continue
             others = [s for v, s in model.versions.items() if v != version and s.state is VersionState.AVAILABLE]
             if others or version not in on_disk:

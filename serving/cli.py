@@ -92,6 +92,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     a("--request-log-sampling-rate", type=float, default=0.0,
       help="log one structured line (model, version, signature, method, status, latency, batch rows, peer) for "
            "this fraction of requests; 0 = off (default), 1 = every request")
+    a("--spread-transport-threads", dest="pin_transport_threads", action="store_false",
+      help="let the OS run the gRPC and REST threads on any core (default: both share one core, which keeps "
+           "the GIL's handovers on it; see docs/serving.md)")
     a("--num-processes", type=int, default=1,
       help="server processes sharing the gRPC/REST ports via SO_REUSEPORT (use the host's cores); default 1")
     a("--reuse-port", action="store_true", help="bind the REST port with SO_REUSEPORT (set for each worker)")

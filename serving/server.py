@@ -15,13 +15,13 @@ import logging
 import os
 import signal
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2
 
 from tfship.core.errors import ConfigError, TfshipError
+from tfship.serving.affinity import CoreShare
 from tfship.serving.dataplane.manager import ModelManager, check_config
 from tfship.serving.dataplane.model_config import (
     ModelConfig,
@@ -175,14 +175,18 @@ async def run_server(settings: ServerSettings) -> int:
     warn_readable_secrets(settings)
     secrets = SecretWatcher(settings, policy, live_tls)  # token and TLS files re-read when they change
     metrics = Metrics()
-    executor = ThreadPoolExecutor(settings.worker_threads, thread_name_prefix="tfship-model")
+    cores = CoreShare(settings.pin_transport_threads)  # the transport threads' core (serving.affinity)
+    executor = cores.executor(settings.worker_threads, thread_name_prefix="tfship-model")  # loads: every core
+    # predicts hold the GIL around the model call: on the transports' core (a model's own thread pools, made
+    # while it loads, keep every core)
+    predict_executor = cores.executor(settings.worker_threads, thread_name_prefix="tfship-predict", pinned=True)
     options = settings.runtime_options()
     health = _Health([c.name for c in configs])
     manager = ModelManager(settings.backend, options, executor, _runtime_wrapper(settings, metrics), health.update,
                            metrics)
     limits = ServerLimits(settings.max_batch_per_request, settings.max_concurrent_requests, settings.default_deadline_s,
                           settings.max_message_bytes, settings.max_request_memory_bytes)
-    dataplane = DataPlane(manager, executor, limits, metrics, RequestLog(settings.request_log_sampling_rate))
+    dataplane = DataPlane(manager, predict_executor, limits, metrics, RequestLog(settings.request_log_sampling_rate))
     dataplane.signature_method_name_check = settings.enable_signature_method_name_check
     health.names = manager.model_names
     dataplane.request_log.served = manager.is_configured  # names not served are logged as the metrics label them
@@ -205,6 +209,7 @@ async def run_server(settings: ServerSettings) -> int:
         log.error("no version of model(s) %s could be loaded; see the errors above; exiting", down)
         await _bounded(manager.unload_all(), UNLOAD_TIMEOUT_S, "unloading models")
         executor.shutdown(wait=False, cancel_futures=True)
+        predict_executor.shutdown(wait=False, cancel_futures=True)
         return 1
     credentials = (grpc.alts_server_credentials() if settings.use_alts_credentials
                    else live_tls.grpc_credentials() if live_tls else None)
@@ -217,7 +222,8 @@ async def run_server(settings: ServerSettings) -> int:
     from tfship.serving.tfs.rest import start_metrics, start_rest
 
     # REST on its own loop and thread, gRPC and the data plane on this one: neither protocol starves the other
-    rest_loop = TransportLoop("tfship-rest") if settings.rest_port >= 0 else None
+    cores.join()  # this thread serves gRPC; the REST thread joins it on the same core
+    rest_loop = TransportLoop("tfship-rest", cores.join) if settings.rest_port >= 0 else None
     rest = await _bind_http(rest_loop.run(start_rest(LoopBridge(dataplane, loop), settings, policy, metrics, ssl_ctx))
                             if rest_loop else None, settings, "--rest-port", settings.rest_port)
     metrics_site = await _bind_http(start_metrics(metrics, settings, policy, ssl_ctx), settings, "--metrics-port",
@@ -250,6 +256,7 @@ async def run_server(settings: ServerSettings) -> int:
     await _bounded(manager.unload_all(), max(end - loop.time(), 0.05), "unloading models")
     dataplane.offloader.close()
     executor.shutdown(wait=False, cancel_futures=True)
+    predict_executor.shutdown(wait=False, cancel_futures=True)
     log.info("stopped")
     return 0
 

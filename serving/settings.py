@@ -66,6 +66,8 @@ class ServerSettings(BaseModel):
     request_log_sampling_rate: float = Field(0.0, ge=0.0, le=1.0, description="Fraction of requests logged as one "
                                              "structured line each (serving.operations.request_log); "
                                              "0 = off (default).")
+    pin_transport_threads: bool = Field(True, description="Run the gRPC and REST threads on one shared core "
+                                        "(serving.affinity); False with --spread-transport-threads.")
     num_processes: int = Field(1, ge=1, description="Server processes sharing the ports (SO_REUSEPORT).")
     reuse_port: bool = Field(False, description="Bind the REST port with SO_REUSEPORT (set for --num-processes "
                                                 "workers; gRPC always does on Linux).")

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from tfship.core.errors import TfshipError
 from tfship.core.processes import die_with_parent_command, pid_alive
+from tfship.serving.affinity import WORKER_INDEX_ENV
 from tfship.serving.settings import ServerSettings
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ def run_workers(settings: ServerSettings) -> int:
         files = [Path(tmp) / f"worker-{i}.json" for i in range(settings.num_processes)]
         base = Path(tmp) / "settings.json"  # every resolved setting, exactly (no flag round trip)
         base.write_text(worker_settings(settings).model_dump_json())
-        procs = [_start_worker(base, f) for f in files]
+        procs = [_start_worker(base, f, i) for i, f in enumerate(files)]
         log.info("started %d workers: %s", len(procs), [p.pid for p in procs])
         failed = _supervise(settings, procs, files, base, stop)
         for proc in procs:
@@ -101,11 +102,14 @@ def remove_stale_work_folders(root: Path | None = None) -> list[Path]:
 
 
 
-def _start_worker(settings_file: Path, port_file: Path) -> subprocess.Popen:
-    """One worker; it gets SIGTERM (and drains) if this parent dies, even by SIGKILL."""
+def _start_worker(settings_file: Path, port_file: Path, index: int) -> subprocess.Popen:
+    """Worker `index`; it gets SIGTERM (and drains) if this parent dies, even by SIGKILL. Its transport threads
+    share core number `index` of the CPU set (`serving.affinity`), so N workers use N different cores.
+    """
     port_file.unlink(missing_ok=True)
     command = [sys.executable, "-m", "tfship.serving.workers", str(settings_file), str(port_file)]
-    return subprocess.Popen(die_with_parent_command(command, signal.SIGTERM))
+    return subprocess.Popen(die_with_parent_command(command, signal.SIGTERM),
+                            env={**os.environ, WORKER_INDEX_ENV: str(index)})
 
 
 def _supervise(settings: ServerSettings, procs: list[subprocess.Popen], files: list[Path], base: Path,
@@ -131,7 +135,7 @@ def _supervise(settings: ServerSettings, procs: list[subprocess.Popen], files: l
                 log.error("worker %d exited with %s: %d restarts within %ds, a crash loop; stopping", proc.pid,
                           proc.returncode, len(restarts) - 1, RESTART_WINDOW_S)
                 return True
-            procs[index] = _start_worker(base, files[index])
+            procs[index] = _start_worker(base, files[index], index)
             pending = True
             log.warning("worker %d exited with %s; restarted as %d", proc.pid, proc.returncode, procs[index].pid)
         if (not reported or pending) and all(_ready(f) for f in files):

@@ -65,7 +65,9 @@ def hot_swap_under_load(source: Path, work: Path, seconds: float) -> Row:
                 while not stop.is_set():
                     answer = session.post(url, data=body, timeout=30)
                     if answer.status_code == 200:
-                        logits = np.array(answer.json()["predictions"], np.float32)
+                        rows = answer.json()["predictions"]  # one object per row: the model has two outputs
+                        logits = np.array([r["logits"] for r in rows] if isinstance(rows[0], dict) else rows,
+                                          np.float32)
                         ok = any(np.allclose(logits, e, atol=1e-5) for e in expected.values())
                         why = "a REST answer equal to no complete version"
                     else:
@@ -85,8 +87,17 @@ def hot_swap_under_load(source: Path, work: Path, seconds: float) -> Row:
                     with lock:
                         row.check(ok, why)
 
-        threads = ([threading.Thread(target=client_loop, args=(i,)) for i in range(8)]
-                   + [threading.Thread(target=rest_loop, args=(i,)) for i in range(4)])
+        def counted(loop):  # a client that crashes is a failure of the row, not a silent end of its checks
+            def run(seed: int) -> None:
+                try:
+                    loop(seed)
+                except Exception as err:  # noqa: BLE001 - any crash is the row's failure, named in it
+                    with lock:
+                        row.check(False, f"{loop.__name__} crashed: {err!r}"[:300])
+            return run
+
+        threads = ([threading.Thread(target=counted(client_loop), args=(i,)) for i in range(8)]
+                   + [threading.Thread(target=counted(rest_loop), args=(i,)) for i in range(4)])
         for thread in threads:
             thread.start()
         version, deadline = 1, time.monotonic() + seconds

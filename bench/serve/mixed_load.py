@@ -99,6 +99,7 @@ def _run(server: ServerProcess, loads: list[tuple[str, str, int]], files: dict[s
         results.append({"requests_per_s": round(level["requests_per_s"], 1),
                         "p99_ms": round(level["latency_ms"].get("p99", float("nan")), 1),
                         "errors": level["errors"], "server_cpu": level["server_cpu"],
+                        "loadgen_cpu": round(level["loadgen_cpu"], 2),
                         "server_threads": {k: round(v.get("cpu_s", 0.0), 2) if isinstance(v, dict) else v
                                            for k, v in (level.get("server_threads") or {}).items()}})
     return results

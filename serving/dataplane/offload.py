@@ -26,6 +26,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 from tfship.core.errors import ResourceExhaustedError, UnavailableError
 from tfship.core.processes import set_parent_death_signal
+from tfship.serving.affinity import process_cpus, restore_cpus
 from tfship.serving.dataplane.memory import release_freed_memory
 
 OFF_LOOP_BYTES = 1 << 20  # payloads above this are decoded in a helper process
@@ -34,11 +35,13 @@ LANE_QUEUE_BYTES = 256 << 20  # payload bytes one lane holds at most, queued or 
 HELPER_NICENESS = 10  # the helpers run at a lower CPU priority: bulk decoding yields to the serving threads
 
 
-def _start_helper() -> None:
-    """A helper process' initializer: die with the server, and run at `HELPER_NICENESS` (a large body's
+def _start_helper(cpus: frozenset[int] | None = None) -> None:
+    """A helper process' initializer: die with the server, run on the server's CPUs `cpus` (not the one core of
+    the transport thread that started it, `serving.affinity`), and at `HELPER_NICENESS` (a large body's
     decoding then takes the CPU the serving threads leave, instead of delaying every small request beside it).
     """
     set_parent_death_signal()
+    restore_cpus(cpus)
     try:
         os.nice(HELPER_NICENESS)
     except OSError:
@@ -47,7 +50,8 @@ def _start_helper() -> None:
 
 def _new_pool() -> ProcessPoolExecutor:
     """One lane's executor: a single `spawn`ed helper process, started on first use."""
-    return ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_start_helper)
+    return ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_start_helper,
+                               initargs=(process_cpus(),))
 
 
 def _run_and_trim(function, args: tuple):

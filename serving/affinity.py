@@ -4,9 +4,10 @@ The REST API and gRPC each have their own event loop and thread (`serving.loops`
 one GIL, so together they use about one core at most. Free to run on any core, the two threads hand the GIL
 across cores at every turn, and the interpreter's shared state (reference counts of common objects, the
 allocator's pools) moves with it. Under a saturating mix of gRPC and REST on 2 cores each request cost about
-1.45 times its solo CPU (gRPC Predict 0.84 vs 0.61 ms, REST `:predict` 0.89 vs 0.58 ms), each protocol kept
-0.24-0.46 of its solo throughput, and the two shares summed to 0.64-0.91. With the serving threads on one
-core the sums were 1.0-1.2 (`bench/serve/mixed_load.py`; figures in docs/security.md).
+1.45 times its solo CPU (gRPC Predict 0.84 vs 0.61 ms, REST `:predict` 0.89 vs 0.58 ms), and the two
+protocols' shares of their solo throughput summed to 0.64-1.15 (median 0.83 over 10 pairs). With the serving
+threads on one core they summed to 0.98-1.27 (median 1.02 over 13; `bench/serve/mixed_load.py`, figures in
+docs/security.md).
 
 Pinned to the shared core: the main thread (gRPC and the data plane), the REST loop's thread, and the data
 plane's predict threads (a model call that is not cheap enough to run on the loop: the GIL is taken around it).

@@ -14,6 +14,8 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
+
 from bench.serve.identity import register
 from tfship.serving.dataplane.manager import ModelManager
 from tfship.serving.dataplane.model_config import ModelConfig, VersionPolicy
@@ -61,18 +63,11 @@ async def _reload_watching_label(root: Path, first: ModelConfig, second: ModelCo
         return seen
 
 
-def test_label_answers_while_it_moves_to_a_new_version(tmp_path: Path) -> None:
+@pytest.mark.parametrize("before, after", [(1, 2), (2, 1)], ids=["promotion", "rollback"])
+def test_label_answers_while_it_moves(tmp_path: Path, before: int, after: int) -> None:
+    """A promotion (the label moves up) and a rollback (it moves down, to a version not loaded before)."""
     _publish(tmp_path, 1)
     _publish(tmp_path, 2)
-    seen = asyncio.run(_reload_watching_label(tmp_path, _config(tmp_path, 1, stable=1),
-                                              _config(tmp_path, 2, stable=2)))
-    assert seen == [("load", 2, 1), ("unload", 1, 2), ("after", 0, 2)]
-
-
-def test_label_answers_while_it_moves_back_to_an_older_version(tmp_path: Path) -> None:
-    """The second instance: a rollback (the label moves down, to a version not loaded before)."""
-    _publish(tmp_path, 1)
-    _publish(tmp_path, 2)
-    seen = asyncio.run(_reload_watching_label(tmp_path, _config(tmp_path, 2, stable=2),
-                                              _config(tmp_path, 1, stable=1)))
-    assert seen == [("load", 1, 2), ("unload", 2, 1), ("after", 0, 1)]
+    seen = asyncio.run(_reload_watching_label(tmp_path, _config(tmp_path, before, stable=before),
+                                              _config(tmp_path, after, stable=after)))
+    assert seen == [("load", after, before), ("unload", before, after), ("after", 0, after)]

@@ -20,7 +20,6 @@ import asyncio
 import inspect
 import threading
 from collections.abc import Callable, Coroutine
-from concurrent.futures import Executor
 
 LAG_INTERVAL_S = 0.5  # how often `watch_lag` measures its loop
 
@@ -31,14 +30,10 @@ class TransportLoop:
     Args:
         name: the thread's name (shows in `py-spy` and the bench's per-thread CPU counters).
         on_start: called first on the new thread (`serving.affinity.CoreShare.join`).
-        default_executor: the loop's executor for `asyncio.to_thread` and `run_in_executor(None, ...)`.
     """
 
-    def __init__(self, name: str, on_start: Callable[[], None] | None = None,
-                 default_executor: Executor | None = None) -> None:
+    def __init__(self, name: str, on_start: Callable[[], None] | None = None) -> None:
         self.loop = asyncio.new_event_loop()
-        if default_executor is not None:
-            self.loop.set_default_executor(default_executor)
         self._on_start = on_start
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()

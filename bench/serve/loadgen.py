@@ -52,6 +52,9 @@ class LevelResult:
             histogram, batching on only); None when not scraped or no batch ran.
         server_threads: per server thread group (`thread_counters`): CPU seconds, run-queue wait seconds,
             voluntary and involuntary context switches during the window; where the server's core went.
+        host_steal: share of the host's CPU time (all cores) that the hypervisor gave to other guests during
+            the window (`host_cpu_ticks`), 0..1; None where /proc/stat has no steal column. A window with
+            much of it measured the host, not the server.
     """
 
     concurrency: int
@@ -66,6 +69,24 @@ class LevelResult:
     loadgen_cpu: float
     mean_batch_rows: float | None = None
     server_threads: dict[str, dict[str, float]] | None = None
+    host_steal: float | None = None
+
+
+def host_cpu_ticks() -> tuple[int, int] | None:
+    """(steal, total) clock ticks of every CPU since boot, from the `cpu` line of /proc/stat (proc(5)); None
+    where it cannot be read or has no steal column (not Linux, or no hypervisor accounting)."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    return (fields[7], sum(fields)) if len(fields) == 8 else None
+
+
+def steal_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    """Stolen share of the host's CPU ticks between two `host_cpu_ticks` readings (0..1), or None."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
 
 
 def process_cpu_s(pid: int) -> float:
@@ -238,10 +259,12 @@ async def run_level(
     ]
     await asyncio.sleep(max(start_w - time.perf_counter(), 0.0))
     cpu0 = (processes_cpu_s(server_pids), time.process_time())
+    ticks0 = host_cpu_ticks()
     threads0 = thread_counters(server_pids)
     hist0 = await asyncio.to_thread(batch_histogram, metrics_urls)
     await asyncio.sleep(max(end_w - time.perf_counter(), 0.0))
     cpu1 = (processes_cpu_s(server_pids), time.process_time())
+    ticks1 = host_cpu_ticks()
     threads1 = thread_counters(server_pids)
     hist1 = await asyncio.to_thread(batch_histogram, metrics_urls)
     calls = hist1[1] - hist0[1]
@@ -272,6 +295,7 @@ async def run_level(
         loadgen_cpu=(cpu1[1] - cpu0[1]) / window_s,
         mean_batch_rows=(hist1[0] - hist0[0]) / calls if calls else None,
         server_threads=thread_deltas(threads0, threads1),
+        host_steal=steal_share(ticks0, ticks1),
     )
 
 

@@ -32,6 +32,7 @@ FIELDS = {
     "loadgen_cpu",
     "mean_batch_rows",
     "server_threads",
+    "host_steal",
 }
 
 

@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import threading
 import time
 import urllib.error
@@ -18,6 +19,7 @@ import grpc
 import numpy as np
 
 from bench.reliability.common import MODEL, Row, descendants, images, rss_mb
+from bench.reliability.serving_attacks import make_certs
 from bench.serve import mixed_load as mixed
 from tfship.core import kserve_protocol as kp
 from tfship.core import protocol
@@ -152,8 +154,10 @@ def _kubernetes_secret(folder: Path, version: int, text: str) -> Path:
 
 def secret_rotation(source: Path, work: Path, rounds: int) -> Row:
     """A token revoked by a Kubernetes-style Secret update stops working within seconds, without a restart;
-    an emptied Secret keeps the running tokens."""
-    row = Row("secret_rotation", "token files re-read on change (..data swap); empty update refused")
+    an emptied Secret keeps the running tokens; a client CA replaced in `--tls-client-ca` is refused on REST
+    and gRPC (`_client_ca_rotation`)."""
+    row = Row("secret_rotation", "token files re-read on change (..data swap); empty update refused; a client CA "
+                                 "taken out of --tls-client-ca refused")
     secret = work / "rotating-secret"
     secret.mkdir(exist_ok=True)
     tokens = _kubernetes_secret(secret, 0, "token-0\n")
@@ -172,8 +176,59 @@ def secret_rotation(source: Path, work: Path, rounds: int) -> Row:
         _kubernetes_secret(secret, rounds + 1, "# emptied\n")
         time.sleep(5)
         row.check(_post(url, body, f"token-{rounds}")[0] == 200, "an emptied Secret turned the running tokens off")
-    row.notes = f"old token refused {min(took):.1f}-{max(took):.1f}s after each swap (poll every 2 s)"
+    ca_took = _client_ca_rotation(source, work, row)
+    row.notes = (f"old token refused {min(took):.1f}-{max(took):.1f}s after each swap (poll every 2 s); "
+                 f"a removed client CA refused on REST and gRPC {ca_took:.1f}s after the file was replaced")
     return row
+
+
+def _client_ca_rotation(source: Path, work: Path, row: Row) -> float:
+    """Mutual TLS: replace the `--tls-client-ca` file (CA one out, CA two in) under a running server; returns
+    the seconds until a client of CA one was refused on both ports and a client of CA two answered."""
+    one, two = make_certs(work / "client-ca-one"), make_certs(work / "client-ca-two")
+    client_ca = work / "client-ca.pem"
+    client_ca.write_bytes((one / "ca.pem").read_bytes())
+
+    def rest(client: Path) -> bool:
+        context = ssl.create_default_context(cafile=str(one / "ca.pem"))
+        context.load_cert_chain(client / "client.pem", client / "client.key")
+        try:
+            with urllib.request.urlopen(f"{server.rest_url}/v1/models/{MODEL}", timeout=10, context=context) as r:
+                return r.status == 200
+        except (urllib.error.URLError, ssl.SSLError, ConnectionError):
+            return False
+
+    def grpc_ok(client: Path) -> bool:
+        credentials = grpc.ssl_channel_credentials((one / "ca.pem").read_bytes(), (client / "client.key").read_bytes(),
+                                                   (client / "client.pem").read_bytes())
+        request = protocol.GetModelStatusRequest()
+        request.model_spec.name = MODEL
+        with grpc.secure_channel(server.grpc_target, credentials) as channel:
+            try:
+                channel.unary_unary("/tensorflow.serving.ModelService/GetModelStatus",
+                                    request_serializer=lambda m: m.SerializeToString())(request, timeout=10)
+                return True
+            except grpc.RpcError:
+                return False
+
+    credentials = grpc.ssl_channel_credentials((one / "ca.pem").read_bytes(), (one / "client.key").read_bytes(),
+                                               (one / "client.pem").read_bytes())
+    with ServerProcess(source, MODEL, backend="tflite", credentials=credentials,
+                       extra_args=("--tls-cert", str(one / "server.pem"), "--tls-key", str(one / "server.key"),
+                                   "--tls-client-ca", str(client_ca))) as server:
+        row.check(rest(one) and grpc_ok(one), "a client of the configured CA was refused")
+        row.check(not rest(two) and not grpc_ok(two), "a client of an untrusted CA was answered")
+        staged = work / "client-ca.new"
+        staged.write_bytes((two / "ca.pem").read_bytes())
+        os.replace(staged, client_ca)
+        started = time.monotonic()
+        while not (rest(two) and grpc_ok(two)) and time.monotonic() - started < 15:
+            time.sleep(0.2)
+        took = time.monotonic() - started
+        row.check(rest(two) and grpc_ok(two), f"a client of the new CA still refused {took:.1f}s after the swap")
+        row.check(not rest(one), "HTTPS still trusts the client CA taken out of --tls-client-ca")
+        row.check(not grpc_ok(one), "gRPC still trusts the client CA taken out of --tls-client-ca")
+    return took
 
 
 def sigterm_mid_body(source: Path, tries: int, grace_s: float = 3.0) -> Row:

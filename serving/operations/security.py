@@ -246,13 +246,19 @@ class LiveTls:
     """TLS material in force on every port, replaced without a restart.
 
     gRPC gets dynamic credentials (`grpc.dynamic_ssl_server_credentials`: each new handshake asks for the latest
-    certificate); the HTTP ports' `ssl.SSLContext` is loaded with the new certificate chain in place (new
-    connections use it; a new client CA is added to those already trusted).
+    certificate and client CAs). The HTTP ports stay bound to the `ssl.SSLContext` they started with, whose
+    `sni_callback` hands each new handshake the context built from the latest material (Python's `ssl`: the
+    callback may set `SSLObject.context`; it runs for clients that send no server name too). So a new
+    certificate, key or client CA set replaces the old one for every new connection, on all three ports, and a
+    client CA that was removed is no longer trusted; connections already open keep theirs.
     """
 
     def __init__(self, material: TlsMaterial, context: ssl.SSLContext | None) -> None:
         self.material = material
-        self._context = context
+        self._context = context  # the one the HTTP sites were bound with
+        self._serving = context  # the one new HTTPS handshakes get
+        if context is not None:
+            context.sni_callback = self._select
         self._pending = None  # a new gRPC certificate configuration, handed out at the next handshake
 
     def grpc_credentials(self):
@@ -273,15 +279,19 @@ class LiveTls:
         pending, self._pending = self._pending, None
         return pending
 
+    def _select(self, ssl_object: ssl.SSLObject, _server_name: str | None, bound: ssl.SSLContext) -> None:
+        """`sni_callback` of the bound context: switch the handshake to the latest context."""
+        serving = self._serving
+        if serving is not bound:
+            ssl_object.context = serving
+
     def apply(self, material: TlsMaterial) -> None:
         """Serve `material` from the next handshake on; `ConfigError` (nothing changed) when the key does not match
         the certificate.
         """
-        ssl_context(material)  # validates the pair before anything is swapped
+        fresh = ssl_context(material)  # validates the pair before anything is swapped
         if self._context is not None:
-            self._context.load_cert_chain(material.cert_path, material.key_path)
-            if material.client_ca is not None:
-                self._context.load_verify_locations(cadata=material.client_ca.decode("ascii", errors="replace"))
+            self._serving = fresh
         self._pending = self._grpc_config(material)
         self.material = material
 

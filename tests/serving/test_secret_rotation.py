@@ -3,7 +3,8 @@
 Unit level (`SecretWatcher` on real files): an edit in place, an atomic replace and a Kubernetes-style `..data`
 symlink swap are each taken into use; empty or invalid new content keeps the running set and logs an error;
 a world-readable token file or key is warned about. End to end: a running server stops accepting a revoked token
-and starts accepting its replacement, and serves a new certificate on both the REST and the gRPC port.
+and starts accepting its replacement, and serves a new certificate on both the REST and the gRPC port; with
+mutual TLS, a client CA taken out of `--tls-client-ca` is refused on both ports from the next handshake on.
 """
 
 from __future__ import annotations
@@ -192,3 +193,81 @@ def test_running_server_rotates_tokens_and_certificate(repository, tmp_path, cer
         time.sleep(3 * SECRETS_POLL_S)
         assert _served_certificate(server.ports["rest"], ca) == _der(certs / "two.pem")
         assert "the running certificate stays" in server.stderr_tail(200)
+
+
+@pytest.fixture(scope="module")
+def client_cas(certs) -> Path:
+    """Two client CAs (`ca-a`, `ca-b`) and one client certificate signed by each (`client-a`, `client-b`)."""
+    folder = certs / "clients"
+    folder.mkdir()
+    for name in ("a", "b"):
+        _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"ca-{name}.key", "-out",
+                 f"ca-{name}.pem", "-days", "2", "-subj", f"/CN=client-ca-{name}", cwd=folder)
+        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"client-{name}.key", "-out",
+                 f"client-{name}.csr", "-subj", f"/CN=client-{name}", cwd=folder)
+        _openssl("x509", "-req", "-in", f"client-{name}.csr", "-CA", f"ca-{name}.pem", "-CAkey", f"ca-{name}.key",
+                 "-CAcreateserial", "-out", f"client-{name}.pem", "-days", "2", cwd=folder)
+    return folder
+
+
+def _rest_status_as(url: str, ca: Path, client: Path, name: str) -> int | str:
+    """HTTP status of a GET to `url` made with client certificate `name`, or the TLS/connection error's name."""
+    context = ssl.create_default_context(cafile=str(ca))
+    context.load_cert_chain(client / f"client-{name}.pem", client / f"client-{name}.key")
+    try:
+        with urllib.request.urlopen(url, timeout=10, context=context) as response:
+            return response.status
+    except urllib.error.HTTPError as err:
+        return err.code
+    except (urllib.error.URLError, ssl.SSLError, ConnectionError) as err:
+        return type(getattr(err, "reason", err)).__name__
+
+
+def _grpc_status_as(target: str, ca: Path, client: Path, name: str) -> str:
+    """Status name of a GetModelStatus over a new gRPC channel with client certificate `name`."""
+    import grpc
+
+    from tfship.core import protocol
+
+    credentials = grpc.ssl_channel_credentials((ca).read_bytes(), (client / f"client-{name}.key").read_bytes(),
+                                               (client / f"client-{name}.pem").read_bytes())
+    request = protocol.GetModelStatusRequest()
+    request.model_spec.name = MODEL
+    with grpc.secure_channel(target, credentials) as channel:
+        call = channel.unary_unary("/tensorflow.serving.ModelService/GetModelStatus",
+                                   request_serializer=lambda m: m.SerializeToString())
+        try:
+            call(request, timeout=10)
+            return "OK"
+        except grpc.RpcError as err:
+            return err.code().name
+
+
+@pytest.mark.slow
+def test_running_server_stops_trusting_a_removed_client_ca(repository, tmp_path, certs, client_cas):
+    cert, key, client_ca = tmp_path / "tls.crt", tmp_path / "tls.key", tmp_path / "client-ca.pem"
+    cert.write_bytes((certs / "one.pem").read_bytes())
+    key.write_bytes((certs / "one.key").read_bytes())
+    key.chmod(0o600)
+    client_ca.write_bytes((client_cas / "ca-a.pem").read_bytes())
+    ca = certs / "ca.pem"
+    import grpc
+
+    credentials = grpc.ssl_channel_credentials(ca.read_bytes(), (client_cas / "client-a.key").read_bytes(),
+                                               (client_cas / "client-a.pem").read_bytes())
+    with ServerProcess(repository, MODEL, backend="tflite", credentials=credentials,
+                       extra_args=("--tls-cert", str(cert), "--tls-key", str(key), "--tls-client-ca", str(client_ca),
+                                   "--file-system-poll-wait-seconds", "0")) as server:
+        url = f"{server.rest_url}/v1/models/{MODEL}"
+        assert _rest_status_as(url, ca, client_cas, "a") == 200
+        assert _grpc_status_as(server.grpc_target, ca, client_cas, "a") == "OK"
+        assert _rest_status_as(url, ca, client_cas, "b") != 200  # not trusted yet
+        assert _grpc_status_as(server.grpc_target, ca, client_cas, "b") == "UNAVAILABLE"
+
+        staged = client_ca.with_suffix(".new")  # CA a is taken out, CA b put in (an atomic replace)
+        staged.write_bytes((client_cas / "ca-b.pem").read_bytes())
+        os.replace(staged, client_ca)
+        assert _eventually(lambda: _rest_status_as(url, ca, client_cas, "b") == 200)
+        assert _rest_status_as(url, ca, client_cas, "a") != 200
+        assert _eventually(lambda: _grpc_status_as(server.grpc_target, ca, client_cas, "b") == "OK")
+        assert _grpc_status_as(server.grpc_target, ca, client_cas, "a") == "UNAVAILABLE"

@@ -207,7 +207,8 @@ def grpc_credentials(material: TlsMaterial | None):
 
 def ssl_context(material: TlsMaterial | None) -> ssl.SSLContext | None:
     """Server `ssl.SSLContext` for the HTTP ports (REST, metrics): TLS 1.2+, client certificate required when a
-    client CA is set. Raises `ConfigError` when the key does not match the certificate.
+    client CA is set. Raises `ConfigError` when the key does not match the certificate, or the client CA file's
+    certificates do not load.
     """
     if material is None:
         return None
@@ -219,7 +220,11 @@ def ssl_context(material: TlsMaterial | None) -> ssl.SSLContext | None:
         raise ConfigError(f"--tls-cert {material.cert_path} / --tls-key {material.key_path} do not form a usable "
                           f"certificate and key: {err}") from err
     if material.client_ca is not None:
-        context.load_verify_locations(cadata=material.client_ca.decode("ascii", errors="replace"))
+        try:
+            context.load_verify_locations(cadata=material.client_ca.decode("ascii", errors="replace"))
+        except (ssl.SSLError, ValueError) as err:  # a PEM block whose body is not a certificate
+            raise ConfigError(f"--tls-client-ca {material.client_ca_path} holds no usable CA certificate: "
+                              f"{err}") from err
         context.verify_mode = ssl.CERT_REQUIRED
     return context
 

@@ -23,13 +23,16 @@ from types import SimpleNamespace
 import pytest
 from conftest import MODEL
 
-from tfship.core.errors import UnauthenticatedError
+from tfship.core.errors import ConfigError, UnauthenticatedError
 from tfship.serving.launcher import ServerProcess
 from tfship.serving.operations.security import (
     SECRETS_POLL_S,
     LivePolicy,
+    LiveTls,
     SecretWatcher,
     access_policy,
+    ssl_context,
+    tls_material,
     warn_readable_secrets,
 )
 
@@ -271,3 +274,27 @@ def test_running_server_stops_trusting_a_removed_client_ca(repository, tmp_path,
         assert _rest_status_as(url, ca, client_cas, "a") != 200
         assert _eventually(lambda: _grpc_status_as(server.grpc_target, ca, client_cas, "b") == "OK")
         assert _grpc_status_as(server.grpc_target, ca, client_cas, "a") == "UNAVAILABLE"
+
+
+GARBLED_PEM = "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n"
+
+
+def test_a_garbled_client_ca_is_refused_naming_the_flag_and_keeps_the_running_set(tmp_path, certs, client_cas,
+                                                                                   caplog):
+    client_ca = tmp_path / "client-ca.pem"
+    client_ca.write_text(GARBLED_PEM)  # a PEM block whose body is no certificate: passes the marker check
+    settings = _settings(tls_cert=certs / "one.pem", tls_key=certs / "one.key", tls_client_ca=client_ca)
+    with pytest.raises(ConfigError, match="--tls-client-ca .*client-ca.pem"):
+        ssl_context(tls_material(settings))  # at start: refused, naming the flag and the file
+
+    client_ca.write_bytes((client_cas / "ca-a.pem").read_bytes())
+    material = tls_material(settings)
+    live = LiveTls(material, ssl_context(material))
+    watcher = SecretWatcher(settings, LivePolicy(access_policy(settings)), live)
+    staged = tmp_path / "client-ca.new"
+    staged.write_text(GARBLED_PEM)
+    os.replace(staged, client_ca)
+    with caplog.at_level(logging.ERROR):
+        assert not watcher.check_once()  # refused while running: logged, nothing raised out of the watcher
+    assert live.material.client_ca == (client_cas / "ca-a.pem").read_bytes()
+    assert "the running certificate stays" in caplog.text and "--tls-client-ca" in caplog.text

@@ -375,7 +375,14 @@ class SecretWatcher:
         return took
 
     async def watch_forever(self, interval_s: float = SECRETS_POLL_S) -> None:
-        """`check_once` every `interval_s` seconds until cancelled (file reads run off the event loop)."""
+        """`check_once` every `interval_s` seconds until cancelled (file reads run off the event loop). A check
+        that fails in a way `check_once` does not foresee is logged with its traceback and the watch goes on:
+        one bad file never ends rotation for the files after it.
+        """
         while True:
             await asyncio.sleep(interval_s)
-            await asyncio.to_thread(self.check_once)
+            try:
+                await asyncio.to_thread(self.check_once)
+            except Exception:
+                log.exception("checking the token and TLS files failed; the running tokens and certificate stay; "
+                              "checking again in %.0fs", interval_s)

@@ -9,6 +9,7 @@ mutual TLS, a client CA taken out of `--tls-client-ca` is refused on both ports 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
@@ -298,3 +299,35 @@ def test_a_garbled_client_ca_is_refused_naming_the_flag_and_keeps_the_running_se
         assert not watcher.check_once()  # refused while running: logged, nothing raised out of the watcher
     assert live.material.client_ca == (client_cas / "ca-a.pem").read_bytes()
     assert "the running certificate stays" in caplog.text and "--tls-client-ca" in caplog.text
+
+
+def test_the_watch_outlives_a_check_that_fails_unforeseen(tmp_path, monkeypatch, caplog):
+    path = tmp_path / "tokens"
+    path.write_text("first\n")
+    settings = _settings(auth_token_file=path)
+    policy = LivePolicy(access_policy(settings))
+    watcher = SecretWatcher(settings, policy)
+    failures = iter([MemoryError("injected"), None])  # the first check fails as no ConfigError would
+    real_check = watcher.check_once
+
+    def check_once():
+        failure = next(failures, None)
+        if failure is not None:
+            raise failure
+        return real_check()
+
+    monkeypatch.setattr(watcher, "check_once", check_once)
+
+    async def run() -> None:
+        task = asyncio.create_task(watcher.watch_forever(0.05))
+        path.write_text("second\n")
+        for _ in range(100):  # the second check, after the failed one, takes the new token
+            await asyncio.sleep(0.05)
+            if _accepts(policy, "second"):
+                break
+        task.cancel()
+
+    with caplog.at_level(logging.ERROR):
+        asyncio.run(run())
+    assert _accepts(policy, "second") and not _accepts(policy, "first")
+    assert "checking the token and TLS files failed" in caplog.text and "MemoryError: injected" in caplog.text

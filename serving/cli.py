@@ -12,6 +12,7 @@ import sys
 
 from tfship.core.errors import ConfigError, TfshipError, cli_error
 from tfship.core.locations import cli_location, cli_path
+from tfship.core.scratch import remove_orphaned_scratch
 from tfship.serving.runtimes import backend_names  # the runtime registry (light: backends import lazily)
 from tfship.serving.tfs.flags import add_tf_serving_flags, log_tf_serving_notes, settings_values
 
@@ -123,6 +124,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)
     logs.configure(settings.json_logs)
+    remove_orphaned_scratch()  # temp folders of tfship processes killed with SIGKILL (core.scratch)
     log_tf_serving_notes(settings.tf_serving_notes)
     if settings.num_processes > 1:
         from tfship.serving.workers import run_workers

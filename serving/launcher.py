@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,6 +21,7 @@ import grpc
 from tfship.core.errors import TfshipError, UnavailableError
 from tfship.core.locations import BucketUrl
 from tfship.core.processes import die_with_parent_command
+from tfship.core.scratch import make_scratch, remove_scratch
 from tfship.serving.tfs.client import PredictClient
 
 
@@ -75,15 +75,15 @@ class ServerProcess:
         self.rest_url: str | None = None
         self.metrics_url: str | None = None
         self.returncode: int | None = None
-        self._dir = tempfile.TemporaryDirectory(prefix="tfship-serve-")
-        self._stderr_path = Path(self._dir.name) / "stderr.log"
+        self._dir = make_scratch("serve")  # core.scratch: removed by stop(), at exit, or by the next start
+        self._stderr_path = self._dir / "stderr.log"
 
     def command(self) -> list[str]:
         """The command line started."""
         return [self.python, "-m", self.module, "serve", "--repository", str(self.repository),
                 "--model-name", self.model_name, "--backend", self.backend, "--host", "127.0.0.1",
                 "--port", "0", "--rest-port", "0", "--metrics-port", "0",
-                "--port-file", str(Path(self._dir.name) / "ports.json"), *self.extra_args]
+                "--port-file", str(self._dir / "ports.json"), *self.extra_args]
 
     def stderr_tail(self, lines: int = 40) -> str:
         """Last `lines` lines the server wrote to stderr."""
@@ -103,7 +103,7 @@ class ServerProcess:
         with open(self._stderr_path, "wb") as stderr:
             guarded = die_with_parent_command(self.command(), signal.SIGKILL)  # never an orphan
             self.process = subprocess.Popen(guarded, stdout=stderr, stderr=subprocess.STDOUT, env=env,
-                                            cwd=self._dir.name if self.installed else None)
+                                            cwd=self._dir if self.installed else None)
         try:
             self._wait_ready()
         except BaseException:
@@ -117,7 +117,7 @@ class ServerProcess:
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout_s
-        port_file = Path(self._dir.name) / "ports.json"
+        port_file = self._dir / "ports.json"
         while not port_file.exists():  # written atomically once the models are loaded and the ports bound
             if self.process.poll() is not None:
                 raise self._fail(f"exited with code {self.process.returncode} before binding its ports (models "
@@ -158,4 +158,4 @@ class ServerProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-        self._dir.cleanup()
+        remove_scratch(self._dir)

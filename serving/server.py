@@ -21,6 +21,7 @@ import grpc
 from grpc_health.v1 import health_pb2
 
 from tfship.core.errors import ConfigError, TfshipError
+from tfship.core.scratch import remove_own_scratch
 from tfship.serving.affinity import CoreShare
 from tfship.serving.dataplane.manager import ModelManager, check_config
 from tfship.serving.dataplane.model_config import (
@@ -270,6 +271,7 @@ def serve_process(settings: ServerSettings) -> int:
     """
     code = asyncio.run(run_server(settings))
     if code == 0:
+        remove_own_scratch()  # os._exit runs no atexit hook: the --ssl_config_file PEM copies go here
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()

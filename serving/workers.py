@@ -19,18 +19,17 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
 from tfship.core.errors import TfshipError
-from tfship.core.processes import die_with_parent_command, pid_alive
+from tfship.core.processes import die_with_parent_command
+from tfship.core.scratch import remove_orphaned_scratch, scratch_folder
 from tfship.serving.affinity import WORKER_INDEX_ENV
 from tfship.serving.settings import ServerSettings
 
@@ -38,8 +37,7 @@ log = logging.getLogger(__name__)
 POLL_S = 0.1
 MAX_RESTARTS = 5  # worker restarts allowed within RESTART_WINDOW_S before the parent gives up (crash loop)
 RESTART_WINDOW_S = 60
-WORK_PREFIX = "tfship-workers-"  # the parent's temp folder (settings and the workers' port files)
-PARENT_FILE = "parent.pid"  # in it: the parent's pid, so a later start can remove a dead parent's folder
+WORK_KIND = "workers"  # the parent's temp folder, tfship-workers-* (settings and the workers' port files)
 
 
 def _free_port(host: str) -> int:
@@ -65,9 +63,8 @@ def run_workers(settings: ServerSettings) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *_: stop.set())
-    remove_stale_work_folders()
-    with tempfile.TemporaryDirectory(prefix=WORK_PREFIX) as tmp:
-        (Path(tmp) / PARENT_FILE).write_text(str(os.getpid()))
+    remove_orphaned_scratch()  # a SIGKILLed parent's folder (core.scratch)
+    with scratch_folder(WORK_KIND) as tmp:
         files = [Path(tmp) / f"worker-{i}.json" for i in range(settings.num_processes)]
         base = Path(tmp) / "settings.json"  # every resolved setting, exactly (no flag round trip)
         base.write_text(worker_settings(settings).model_dump_json())
@@ -80,26 +77,6 @@ def run_workers(settings: ServerSettings) -> int:
         codes = [_wait(proc, settings.grace_period_s + 30) for proc in procs]
     log.info("workers exited: %s", codes)
     return 1 if failed or any(codes) else 0
-
-
-def remove_stale_work_folders(root: Path | None = None) -> list[Path]:
-    """Delete `tfship-workers-*` folders in `root` (default: the temp directory) whose parent is dead (a SIGKILLed
-    parent cannot remove its own); returns those removed. A folder whose parent pid file is missing or
-    unreadable is left alone (another user's, or one being created).
-    """
-    removed = []
-    for folder in Path(root or tempfile.gettempdir()).glob(WORK_PREFIX + "*"):
-        try:
-            pid = int((folder / PARENT_FILE).read_text())
-        except (OSError, ValueError):
-            continue
-        if pid_alive(pid):
-            continue
-        shutil.rmtree(folder, ignore_errors=True)
-        removed.append(folder)
-        log.info("removed %s, left by parent %d that no longer runs", folder, pid)
-    return removed
-
 
 
 def _start_worker(settings_file: Path, port_file: Path, index: int) -> subprocess.Popen:

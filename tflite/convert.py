@@ -22,7 +22,6 @@ import json
 import os
 import shlex
 import sys
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field, replace
@@ -33,6 +32,7 @@ import numpy as np
 
 from tfship.core.errors import ConversionError
 from tfship.core.processes import run_converter_child
+from tfship.core.scratch import scratch_folder
 from tfship.core.statuses import ConversionStatus
 from tfship.tflite.modes import TfliteMode, TfliteOptions
 
@@ -135,6 +135,7 @@ def _write_reproduce(path: Path, options: TfliteOptions, convert: list[str], smo
         f"cd {shlex.quote(str(REPO_ROOT))}",
         f"export PYTHONPATH={shlex.quote(str(REPO_ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}",
         'reports="$(mktemp -d)"',
+        'trap \'rm -rf "$reports"\' EXIT',
         shlex.join(convert).replace(shlex.quote("$REPORTS/convert.json"), '"$reports/convert.json"'),
         shlex.join(smoke).replace(shlex.quote("$REPORTS/convert.json"), '"$reports/convert.json"')
                          .replace(shlex.quote("$REPORTS/smoke.json"), '"$reports/smoke.json"'),
@@ -215,7 +216,7 @@ def convert_tflite(saved_model_dir: Path, output_path: Path, options: TfliteOpti
         return TfliteConversionResult(options.mode, status, reason, path, size, time.monotonic() - started,
                                       tuple(flex), shlex.join(reproduce), max(peaks))
 
-    with tempfile.TemporaryDirectory(prefix="tfship-tflite-") as reports:
+    with scratch_folder("tflite") as reports:
         try:
             convert_report = str(Path(reports) / "convert.json")
             step = _run_child(convert_command(tmp_model, convert_report), "convert", deadline, timeout_s)

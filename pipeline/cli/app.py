@@ -18,6 +18,7 @@ from rich.console import Console
 import tfship.deploy.cli as deploy
 from tfship.core.errors import TfshipError, cli_error
 from tfship.core.locations import cli_location, cli_path
+from tfship.core.scratch import remove_orphaned_scratch
 from tfship.pipeline.cli import commands
 from tfship.pipeline.cli.arguments import add_config_arguments, add_run_folder_argument
 from tfship.pipeline.data.splits import held_out_digits
@@ -107,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the `tfship` console script; returns the exit code (`core.errors` table for tfship errors)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     parser = build_parser()
+    remove_orphaned_scratch()  # temp folders of tfship processes killed with SIGKILL (core.scratch)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

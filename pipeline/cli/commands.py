@@ -185,12 +185,14 @@ def _ending_cleanly(command, prog: str) -> int:
     import sys
 
     from tfship.core.errors import TfshipError, cli_error
+    from tfship.core.scratch import remove_own_scratch
 
     try:
         return command()
     except TfshipError as err:
         line, code = cli_error(prog, err)
         Console(stderr=True).print(line, style="bold red", highlight=False, markup=False, soft_wrap=True)
+        remove_own_scratch()  # os._exit runs no atexit hook
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

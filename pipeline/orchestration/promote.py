@@ -23,7 +23,6 @@ import datetime as _dt
 import getpass
 import json
 import socket
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from google.protobuf import text_format
 from tfship.core import protocol
 from tfship.core.errors import ConfigError, StageError
 from tfship.core.locations import BucketUrl, Location
+from tfship.core.scratch import scratch_folder
 from tfship.serving.dataplane.model_config import check_model_name
 from tfship.serving.runtimes import REGISTRY, RuntimeOptions
 from tfship.serving.storage.filesystem import read_text, write_text
@@ -185,11 +185,11 @@ def promote(repository: Location, model: str, version: int, label: str, *, held_
     labels = dict(entry.version_labels)
     previous = labels.get(label)
     evidence = None
-    with tempfile.TemporaryDirectory(prefix="tfship-promote-") as scratch:
-        candidate = _version_folder(repository, model, version, Path(scratch))
+    with scratch_folder("promote") as scratch:
+        candidate = _version_folder(repository, model, version, scratch)
         stable = labels.get("stable")
         if label == "stable" and stable is not None and stable != version:
-            evidence = gather_evidence(candidate, _version_folder(repository, model, stable, Path(scratch)), stable,
+            evidence = gather_evidence(candidate, _version_folder(repository, model, stable, scratch), stable,
                                        held_out, max_metric_drop)
             if not evidence.passed and not force:
                 raise PromotionRefusedError(f"promote: {model} v{version} is worse than stable v{stable}: "

@@ -4,8 +4,9 @@ Starts N `tfship train` processes with `train.strategy = "multi_worker"`, each w
 (`{"cluster": {"worker": [127.0.0.1:p0, ...]}, "task": {"type": "worker", "index": i}}`) on free loopback
 ports. Worker 0 is the chief: it trains into `run.runs_dir` as a plain `tfship train` would (its run folder
 holds `model.keras` for `tfship export`); the other workers write their (required, then discarded)
-checkpoints into a temporary folder, and their output goes to log files there, whose tail is printed when
-a worker fails.
+checkpoints into a temporary folder (`tfship-train-workers-*`, `core.scratch`), and their output goes to log
+files there, whose tail is printed when a worker fails. The folder is removed when the launcher ends; one left
+by a launcher killed with SIGKILL is removed when the next `tfship` command starts.
 
 Lifetime: children are started with `PR_SET_PDEATHSIG` (Linux), so they die with the launcher even when it
 is killed with SIGKILL; SIGINT / SIGTERM to the launcher are passed on. When one worker exits non-zero
@@ -22,13 +23,13 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from tfship.core.errors import ConfigError
 from tfship.core.processes import die_with_parent_command
+from tfship.core.scratch import remove_orphaned_scratch, scratch_folder
 
 STOP_GRACE_S = 10.0
 POLL_S = 0.2
@@ -99,7 +100,8 @@ def launch_workers(count: int, train_args: list[str], runs_dir: Path) -> list[Wo
     if count < 1:
         raise ConfigError(f"--workers {count}: expected at least 1 worker")
     ports = free_loopback_ports(count)
-    with tempfile.TemporaryDirectory(prefix="tfship-workers-") as scratch:
+    remove_orphaned_scratch()  # a SIGKILLed launcher's worker logs and runs (core.scratch)
+    with scratch_folder("train-workers") as scratch:
         processes, logs = [], []
         handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
 

@@ -23,17 +23,15 @@ folder (holding the version folders), `--ssl_config_file` is an `SSLConfig` text
 from __future__ import annotations
 
 import argparse
-import atexit
 import functools
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format
 
 from tfship.core.errors import ConfigError
 from tfship.core.locations import cli_location, cli_path
+from tfship.core.scratch import make_scratch
 
 PROMETHEUS_PATH = "/monitoring/prometheus/metrics"
 INT32_MAX = (1 << 31) - 1
@@ -280,8 +278,7 @@ def ssl_settings(path: Path) -> dict:
     if config.custom_ca.strip() and not config.client_verify:
         raise ConfigError(f"--ssl_config_file {path}: custom_ca without client_verify: true would accept clients "
                           "without certificates; set client_verify: true (mutual TLS) or drop custom_ca")
-    folder = Path(tempfile.mkdtemp(prefix="tfship-ssl-"))
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    folder = make_scratch("ssl")  # 0700, removed at exit, also after a drain's os._exit (core.scratch)
     files = {"tls_cert": config.server_cert, "tls_key": config.server_key, "tls_client_ca": config.custom_ca}
     out = {}
     for field, pem in files.items():

@@ -52,7 +52,11 @@ def _children(pid: int) -> list[int]:
 
 
 def test_workers_die_with_the_launcher(tmp_path):
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    """kill -9 of the launcher: no worker survives, and its temp folder (worker logs and checkpoints) is removed
+    by the next `tfship` command."""
+    temp = tmp_path / "temp"  # the launcher's TMPDIR
+    temp.mkdir()
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TMPDIR": str(temp)}
     launcher = subprocess.Popen([sys.executable, "-m", "tfship.pipeline.cli", "train", "--config", CONFIG, "--workers", "2",
                                  "--runs-dir", str(tmp_path / "runs")], cwd=REPO_ROOT, env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -66,6 +70,10 @@ def test_workers_die_with_the_launcher(tmp_path):
     while any(Path(f"/proc/{c}").exists() and "Z" not in _state(c) for c in children) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not [c for c in children if Path(f"/proc/{c}").exists() and "Z" not in _state(c)]
+    assert len(list(temp.glob("tfship-train-workers-*"))) == 1
+    subprocess.run([sys.executable, "-m", "tfship.pipeline.cli", "promote", "--help"], cwd=REPO_ROOT, env=env,
+                   check=True, capture_output=True)
+    assert not list(temp.glob("tfship-train-workers-*"))
 
 
 def _state(pid: int) -> str:

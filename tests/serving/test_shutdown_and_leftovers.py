@@ -3,16 +3,14 @@
 * SIGTERM while a client is half-way through a 20 MB body: the process is gone within `--grace-period-s`
   plus a small margin (teardown of the models and the interpreter is not left to run past it).
 * A `saved_model.pb` at protobuf's 2 GiB limit is refused before it is read (a sparse file: no disk used).
-* `tfship-workers-*` folders of a dead `--num-processes` parent are removed at the next start; live ones stay.
+* Temp folders of a dead `--num-processes` parent are removed at the next start: tests/core/test_scratch.py and
+  tests/serving/test_workers.py.
 """
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
-import subprocess
-import sys
 import time
 
 import pytest
@@ -21,7 +19,6 @@ from conftest import MODEL
 from tfship.core.errors import ContractError
 from tfship.core.saved_model import MAX_PROTO_BYTES, read_saved_model
 from tfship.serving.launcher import ServerProcess
-from tfship.serving.workers import PARENT_FILE, WORK_PREFIX, remove_stale_work_folders
 
 GRACE_S = 3.0
 MARGIN_S = 2.5  # process start-up of the SIGTERM path, the log flush, and a shared machine
@@ -50,18 +47,3 @@ def test_saved_model_at_the_protobuf_limit_is_refused_before_reading(tmp_path):
     with pytest.raises(ContractError, match="2 GiB message limit"):
         read_saved_model(tmp_path)
     assert time.monotonic() - started < 1.0
-
-
-def test_work_folders_of_dead_parents_are_removed(tmp_path):
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    folders = {}
-    for name, pid in (("dead", dead.pid), ("alive", os.getpid()), ("unmarked", None)):
-        folder = tmp_path / f"{WORK_PREFIX}{name}"
-        folder.mkdir()
-        (folder / "settings.json").write_text("{}")
-        if pid is not None:
-            (folder / PARENT_FILE).write_text(str(pid))
-        folders[name] = folder
-    assert remove_stale_work_folders(tmp_path) == [folders["dead"]]
-    assert not folders["dead"].exists() and folders["alive"].is_dir() and folders["unmarked"].is_dir()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import ssl
 import subprocess
 import time
@@ -162,7 +163,12 @@ def test_server_started_with_a_tf_serving_args_list(repository, pem, tmp_path):
             "--tensorflow_intra_op_parallelism", "1", "--file_system_poll_wait_seconds=0",
             f"--monitoring_config_file={monitoring}", "--ssl_config_file", str(ssl_file)]
     credentials = grpc.ssl_channel_credentials((pem / "server.pem").read_bytes())
-    with ServerProcess(repository, MODEL, extra_args=args, credentials=credentials) as server:
+    temp = tmp_path / "temp"  # the server's TMPDIR: where it writes the PEM copies of --ssl_config_file
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp)}
+    with ServerProcess(repository, MODEL, extra_args=args, credentials=credentials, env=env) as server:
+        copies = list(temp.glob("tfship-ssl-*/tls_key.pem"))
+        assert len(copies) == 1 and copies[0].stat().st_mode & 0o777 == 0o600, copies
         with PredictClient(server.grpc_target, credentials=credentials) as client:
             assert [s.version for s in client.model_status("handwriting")] == [2]  # latest, as TF Serving
             assert client.predict("handwriting", {"image": np.zeros((2, 8, 8, 1), np.float32)})["class_id"].shape == (2,)
@@ -172,6 +178,8 @@ def test_server_started_with_a_tf_serving_args_list(repository, pem, tmp_path):
             assert json.loads(response.read())["model_version_status"][0]["state"] == "AVAILABLE"
         with urllib.request.urlopen(f"{base}/tfs/metrics", context=context, timeout=10) as response:
             assert b"# TYPE" in response.read()
+    assert server.returncode == 0
+    assert not list(temp.glob("tfship-ssl-*")), "the drained server left its copy of the private key behind"
 
 
 def test_model_config_file_is_polled(repository, tmp_path):

@@ -66,15 +66,20 @@ def _wait_for(predicate, timeout_s: float, what: str):
     return value
 
 
-def test_crashed_worker_restarts_and_workers_die_with_a_killed_parent(repository):
+def test_crashed_worker_restarts_and_workers_die_with_a_killed_parent(repository, tmp_path):
     """kill -9 of a worker: it is restarted and serving goes on; kill -9 of the parent: no worker survives
-    (QA found survivors holding the port and answering for an old model)."""
+    (QA found survivors holding the port and answering for an old model), and the parent's temp folder, which it
+    could not remove, goes when the next server starts."""
     import json
     import signal
     from pathlib import Path
 
+    from tfship.core.scratch import remove_orphaned_scratch
+
+    temp = tmp_path / "temp"  # the parent's TMPDIR
+    temp.mkdir()
     inputs = {"image": np.zeros((1, 8, 8, 1), np.float32)}
-    with ServerProcess(repository, MODEL, backend="onnx",
+    with ServerProcess(repository, MODEL, backend="onnx", env={**os.environ, "TMPDIR": str(temp)},
                        extra_args=("--num-processes", "2", "--file-system-poll-wait-seconds", "0",
                                    "--grace-period-s", "2")) as server:
         port_file = Path(server.command()[server.command().index("--port-file") + 1])
@@ -93,3 +98,6 @@ def test_crashed_worker_restarts_and_workers_die_with_a_killed_parent(repository
         server.process.kill()
         server.process.wait()
         _wait_for(lambda: not any(_alive(p) for p in second), 2 + 10, "workers to exit after the parent died")
+    left = list(temp.glob("tfship-workers-*"))
+    assert len(left) == 1, left  # a SIGKILLed parent cannot clean up
+    assert remove_orphaned_scratch(temp) == left  # what the next `tfship serve` runs at start

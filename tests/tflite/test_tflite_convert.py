@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import numpy as np
@@ -131,7 +132,11 @@ def test_multi_io_outputs_matched_by_name(tmp_path, multi_io_saved_model, refere
     script = result.path.with_name("multi.tflite.reproduce.sh")
     assert result.reproduce_command in script.read_text()
     result.path.unlink()
-    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=240)
+    temp = tmp_path / "temp"  # the script's TMPDIR: its reports folder goes when it ends
+    temp.mkdir()
+    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "TMPDIR": str(temp)})
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.count('"status": "produced"') == 2, done.stdout[-2000:]
+    assert not [p for p in temp.iterdir() if p.is_dir()]  # (TensorFlow's autograph leaves .py files of its own)
     assert LiteRtModel(result.path).contract() == runner.contract()

@@ -90,6 +90,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     a("--enable-admin-api", action="store_true",
       help="allow admin calls on a server without tokens (trusted network only)")
     a("--json-logs", action="store_true", help="log one JSON object per line")
+    a("--lenient-fixed-dimensions", action="store_true",
+      help="feed the model an input sent at its declared rank whose size contradicts a fixed dimension (a "
+           "[-1,20] input sent as [B,30]), as TF Serving does; default: INVALID_ARGUMENT naming the declared shape")
     a("--request-log-sampling-rate", type=float, default=0.0,
       help="log one structured line (model, version, signature, method, status, latency, batch rows, peer) for "
            "this fraction of requests; 0 = off (default), 1 = every request")

@@ -189,6 +189,7 @@ async def run_server(settings: ServerSettings) -> int:
                           settings.max_message_bytes, settings.max_request_memory_bytes)
     dataplane = DataPlane(manager, predict_executor, limits, metrics, RequestLog(settings.request_log_sampling_rate))
     dataplane.signature_method_name_check = settings.enable_signature_method_name_check
+    dataplane.checks.lenient_fixed_dimensions = settings.lenient_fixed_dimensions
     health.names = manager.model_names
     dataplane.request_log.served = manager.is_configured  # names not served are logged as the metrics label them
 

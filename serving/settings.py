@@ -63,6 +63,9 @@ class ServerSettings(BaseModel):
     admin_token_env: str | None = Field(None, description="Env var holding admin tokens, comma-separated.")
     enable_admin_api: bool = Field(False, description="Allow admin calls without admin tokens (no auth at all).")
     json_logs: bool = Field(False, description="Log one JSON object per line.")
+    lenient_fixed_dimensions: bool = Field(False, description="Feed the model an input sent at its declared rank "
+                                           "whose size contradicts a fixed dimension, as TF Serving does "
+                                           "(default: refused naming the declared shape).")
     request_log_sampling_rate: float = Field(0.0, ge=0.0, le=1.0, description="Fraction of requests logged as one "
                                              "structured line each (serving.operations.request_log); "
                                              "0 = off (default).")

@@ -18,16 +18,16 @@ TF Serving's --enable_signature_method_name_check for Classify/Regress lives wit
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 
 import numpy as np
 
 from tfship.core.contract import PREDICT_METHOD, Signature
 from tfship.core.dtypes import dtype_name
-from tfship.core.echo import echo, echo_list
-from tfship.core.errors import InvalidRequestError
+from tfship.core.echo import clip, echo, echo_list
+from tfship.core.errors import InvalidRequestError, TfshipError
 from tfship.serving.dataplane.memory import estimate_request_bytes
-from tfship.serving.runtimes.base import Rows
+from tfship.serving.runtimes.base import ModelInputError, Rows
 
 # Declared ranks from which a wrong rank is refused even where the model judges shapes (the SavedModel
 # backend). TensorFlow's oneDNN kernels (on by default on x86) abort the whole process on a wrong-rank input to a
@@ -43,13 +43,20 @@ def describe_array(array: np.ndarray) -> str:
     return f"{dtype_name(array.dtype)}[{','.join(str(d) for d in array.shape)}]"
 
 
-def validate_inputs(signature: Signature, inputs: Mapping[str, np.ndarray], shapes: bool = True) -> None:
+def validate_inputs(signature: Signature, inputs: Mapping[str, np.ndarray], shapes: bool = True,
+                    fixed_dims: bool = True) -> None:
     """Check names, dtypes and (with `shapes`) ranks, fixed dimensions and batch agreement of `inputs`.
 
     Args:
         signature: the contract.
         inputs: alias -> decoded array.
-        shapes: False for backends whose model judges shapes: names and dtypes only, as TF Serving checks.
+        shapes: False for backends whose model judges shapes: names and dtypes as TF Serving checks, the rank
+            from `KERNEL_RANK` up, and (with `fixed_dims`) the fixed dimensions of an input sent at its declared
+            rank.
+        fixed_dims: with `shapes` False, refuse an input of the declared rank whose size differs from a fixed
+            dimension (a `[-1, 20]` input sent as `[B, 30]`, which a mean pooling would silently answer). TF
+            Serving feeds it to the graph; `--lenient-fixed-dimensions` (False here) does so too. A different
+            rank below `KERNEL_RANK` stays the model's to judge either way (TF Serving's `[3]` into `[-1, 1]`).
 
     Raises:
         InvalidRequestError: missing or extra input, wrong dtype, wrong rank or a fixed dimension that
@@ -73,21 +80,74 @@ def validate_inputs(signature: Signature, inputs: Mapping[str, np.ndarray], shap
             raise InvalidRequestError(
                 f"input {echo(key)} of signature {signature.name!r}: expected dtype {spec.dtype} "
                 f"({spec.describe()}), received {received}")
-        if spec.shape is None or (not shapes and len(spec.shape) < KERNEL_RANK):
+        if spec.shape is None or (not shapes and len(spec.shape) < KERNEL_RANK and array.ndim != len(spec.shape)):
             continue
         if array.ndim != len(spec.shape):
             raise InvalidRequestError(
                 f"input {echo(key)} of signature {signature.name!r}: expected rank {len(spec.shape)} "
                 f"({spec.describe()}), received rank {array.ndim} ({received})")
-        if not shapes:
+        if not (shapes or fixed_dims):
             continue
         for axis, (want, got) in enumerate(zip(spec.shape, array.shape)):
             if want is not None and want != got:
                 raise InvalidRequestError(
                     f"input {echo(key)} of signature {signature.name!r}: dimension {axis} must be {want} "
-                    f"({spec.describe()}), received {received}")
+                    f"(declared shape {spec.describe()}), received {received}")
     if shapes:
         _check_batch(signature, inputs)
+
+
+def nonconforming_input(signature: Signature, inputs: Mapping[str, np.ndarray]) -> str | None:
+    """What the first of `inputs` that does not conform to `signature` is, or None when all conform.
+
+    An input conforms when its dtype is the declared one and, where the rank is declared, its rank is the declared
+    rank and every fixed dimension equals the declared size (`[2,2,2,8]` does not conform to `[?,8,8,1]`; `[3]`
+    does not conform to `[?,1]`, which TF Serving still feeds to the graph). The data plane uses it to tell a
+    client's fault from the model's when a backend fails: a graph that fails on a nonconforming input (oneDNN's
+    `could not create a descriptor for a pooling forward propagation primitive` for a `[1,1,1,1]` image) was fed
+    what the signature never promised to take (INVALID_ARGUMENT); a conforming input that fails is the model's
+    (INTERNAL).
+
+    Returns:
+        e.g. `input 'image' declared float32[?,8,8,1], received float32[2,2,2,8]`.
+    """
+    for alias, array in inputs.items():
+        spec = signature.inputs.get(alias)
+        if spec is None:
+            continue
+        got = np.shape(array)
+        dtype = dtype_name(np.asarray(array).dtype)
+        fits = spec.shape is None or (len(spec.shape) == len(got) and all(
+            want is None or want == size for want, size in zip(spec.shape, got)))
+        if not fits or dtype != spec.dtype:
+            return (f"input {alias!r} declared {spec.describe()}, received "
+                    f"{dtype}[{','.join(str(d) for d in got)}]")
+    return None
+
+
+async def judged(call: Awaitable[dict], signature: Signature, inputs: Mapping[str, np.ndarray], backend: str) -> dict:
+    """Await a backend's `call`; when it fails on an input that does not conform to `signature`
+    (`nonconforming_input`), the fault is the client's: `InvalidRequestError` naming the input, the declared shape
+    and what was sent, with the backend's reason. A conforming input that fails re-raises as is (INTERNAL with
+    an incident), as do tfship's own errors (already classified); a backend's `ModelInputError` on a
+    nonconforming input gets the declared shape and what was sent added.
+    """
+    try:
+        return await call
+    except ModelInputError as err:  # the backend refused a value: add the declared shape where it differs
+        problem = nonconforming_input(signature, inputs)
+        if problem is None:
+            raise
+        raise ModelInputError(f"{err} ({problem})") from err
+    except TfshipError:
+        raise
+    except Exception as err:
+        problem = nonconforming_input(signature, inputs)
+        if problem is None:
+            raise
+        raise InvalidRequestError(f"the {backend} backend failed on an input that does not conform to signature "
+                                  f"{signature.name!r}: {problem}; send the declared shape and dtype "
+                                  f"({clip(str(err).strip())})") from err
 
 
 def _shape_fits(want: tuple[int | None, ...] | None, got: tuple[int, ...]) -> bool:
@@ -128,6 +188,7 @@ class RequestChecks:
 
     def __init__(self, max_entries: int = 1024) -> None:
         self.max_entries = max_entries
+        self.lenient_fixed_dimensions = False  # --lenient-fixed-dimensions: `validate_inputs(fixed_dims=False)`
         self._known: dict[tuple, tuple[Signature, Rows, int]] = {}
 
     def check(self, signature: Signature, inputs: Mapping[str, np.ndarray],
@@ -144,7 +205,7 @@ class RequestChecks:
         known = self._known.get(key)
         if known is not None and known[0] is signature:
             return known[1], known[2]
-        validate_inputs(signature, inputs, shapes)
+        validate_inputs(signature, inputs, shapes, not self.lenient_fixed_dimensions)
         rows = Rows.of(inputs, batch_size(signature, inputs))
         held = estimate_request_bytes(signature, inputs, rows.batch)
         if len(self._known) >= self.max_entries:

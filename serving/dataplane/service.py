@@ -23,7 +23,7 @@ from tfship.core.errors import (
 )
 from tfship.serving.dataplane import inference
 from tfship.serving.dataplane.admission import memory_over_limit, rows_over_limit
-from tfship.serving.dataplane.contract import RequestChecks
+from tfship.serving.dataplane.contract import RequestChecks, judged
 from tfship.serving.dataplane.inference import ExamplesRequest, ExamplesResponse, TaskResult
 from tfship.serving.dataplane.manager import ModelManager
 from tfship.serving.dataplane.memory import release_freed_memory
@@ -139,7 +139,7 @@ class DataPlane:
         self._inflight = 0
         self._inflight_lock = threading.Lock()
         metrics.inflight.set_function(lambda: self._inflight)  # read at scrape time, not per request
-        self._checks = RequestChecks()  # validation, rows and memory estimate by request layout
+        self.checks = RequestChecks()  # validation, rows and memory estimate by request layout
         self._releasing = False
         self.gate = RequestGate()
         self.offloader = Offloader()  # decodes large payloads in a helper process (both transports)
@@ -231,7 +231,7 @@ class DataPlane:
                                       f"def; available: {sorted(signatures)}")
         # validates (InvalidRequestError); graph backends judge shapes themselves, as in TF Serving
         shapes = request.check_shapes or not runtime.model_judges_shapes
-        counted, held = self._checks.check(signature, request.inputs, shapes)
+        counted, held = self.checks.check(signature, request.inputs, shapes)
         rows = counted.batch
         if request.output_filter:
             _check_output_filter(signature, request.output_filter)
@@ -248,7 +248,9 @@ class DataPlane:
         cap = self._limits.max_request_memory_bytes
         if cap and held > cap:
             raise memory_over_limit(held, rows, cap)
-        outputs = await self._run(runtime, request, counted, deadline)
+        # a backend failing on an input the signature does not declare: the client's fault (contract.judged)
+        outputs = await judged(self._run(runtime, request, counted, deadline), signature, request.inputs,
+                               runtime.backend)
         if held >= RELEASE_AFTER_BYTES:
             self._release_memory()
         if request.output_filter:

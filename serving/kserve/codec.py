@@ -17,7 +17,7 @@ import struct
 import numpy as np
 
 from tfship.core.dtypes import dtype_name
-from tfship.core.echo import echo, echo_json, json_kind
+from tfship.core.echo import clip, echo, echo_json, json_kind
 from tfship.core.errors import InvalidRequestError, UnimplementedError
 from tfship.serving.dataplane.json_numbers import OutOfRangeNumber, first_out_of_range
 from tfship.serving.dataplane.tensors import check_shape
@@ -242,7 +242,8 @@ def from_json(name: str, datatype: str, shape, data, max_bytes: int) -> np.ndarr
         wide = np.array(flat, dtype=np.float64)
     except OverflowError as err:  # a JSON integer beyond any float
         index = next((i for i, v in enumerate(flat) if type(v) is int and abs(v) > 2**1023), 0)
-        raise InvalidRequestError(f"input {echo(name)}: value at index {index} is out of range for {datatype}") from err
+        raise InvalidRequestError(f"input {echo(name)}: value {clip(str(flat[index]), 40)} at index {index} is out of "
+                                  f"range for {datatype}: outside its finite range") from err
     with np.errstate(over="ignore"):
         array = wide.astype(dtype)
     bad = first_out_of_range(flat, array)  # 1e309, or 1e39 for FP32; the Infinity token stays accepted

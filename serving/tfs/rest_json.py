@@ -179,8 +179,10 @@ def _typed_leaves(leaves: list, dtype: str) -> np.ndarray:
                 with np.errstate(over="ignore"):
                     array = np.array(leaves, dtype=dtype)
             except OverflowError:  # an integer literal beyond any float
-                raise _type_error(next(v for v in leaves if type(v) is int and abs(v) > 2 ** 1023), dtype) from None
-            bad = json_numbers.first_out_of_range(leaves, array)
+                big = next(v for v in leaves if type(v) is int and abs(v) > 2 ** 1023)
+                bad = (0, clip(str(big), 40))
+            else:
+                bad = json_numbers.first_out_of_range(leaves, array)
             if bad is not None:
                 raise InvalidRequestError(f"value {bad[1]} is outside the finite range of "
                                           f"{_TF_TYPE_NAMES.get(dtype, dtype)} (write Infinity to mean infinity)")

@@ -91,8 +91,8 @@ class GraphSession:
         aliases = tuple(sorted(inputs))  # one callable per signature, whatever order a client names inputs in
         call, plan = self._callable(signature_name, aliases)
         fed = [inputs[a] for a in aliases]
-        values = call(*fed)
-        return {alias: (values[i] if fetched else fed[i]) for alias, (fetched, i) in plan.items()}
+        values = call(*fed)  # a scalar string / number comes back as Python bytes / a numpy scalar: made arrays
+        return {alias: np.asarray(values[i] if fetched else fed[i]) for alias, (fetched, i) in plan.items()}
 
     def close(self) -> None:
         self._callables = {}
@@ -134,7 +134,7 @@ class ObjectSession:
             outputs = function(**{alias: tf.constant(value) for alias, value in inputs.items()})
         except (TypeError, ValueError) as err:  # what the function's input signature refuses
             raise input_rejected("TensorFlow", inputs, err) from err
-        return {alias: value.numpy() for alias, value in outputs.items()}
+        return {alias: np.asarray(value.numpy()) for alias, value in outputs.items()}
 
     def close(self) -> None:
         self._loaded = None

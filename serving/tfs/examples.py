@@ -33,6 +33,7 @@ from tfship.serving.dataplane.inference import (
 )
 from tfship.serving.dataplane.types import ModelRef
 from tfship.serving.tfs.converters import model_ref
+from tfship.serving.tfs.json_write import RawJson, decimal_texts
 from tfship.serving.tfs.rest_json import debug_string, json_type
 
 Example = protocol.message_class("tensorflow.Example")
@@ -254,8 +255,11 @@ def rest_request(body: dict, verb: str, ref: ModelRef, signature_name: str) -> E
 
 
 def _float_json(values: np.ndarray) -> list:
-    """float32 values as the shortest decimals that read back to the same float32 (as `rest_json` writes)."""
-    return values.astype(np.float32).astype(str).astype(np.float64).tolist()
+    """float32 values (a list, nested as `values`) as TF Serving's WriteDecimal writes scores and regression
+    values (`serving.tfs.json_write`: `3.5`, `4.0`, `1.43577434e+09`).
+    """
+    texts = decimal_texts(values.astype(np.float32))
+    return np.vectorize(RawJson, otypes=[object])(texts).tolist() if texts.size else texts.tolist()
 
 
 def rest_response(response: ExamplesResponse) -> dict:

@@ -10,7 +10,6 @@ of tf.Example features (`serving.tfs.examples`). Errors: `{"error": "..."}` with
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import ssl
 import uuid
@@ -29,7 +28,7 @@ from tfship.serving.kserve.rest import add_v2_routes
 from tfship.serving.operations.metrics import CONTENT_TYPE, Metrics
 from tfship.serving.operations.request_log import RequestLog
 from tfship.serving.operations.security import AccessPolicy
-from tfship.serving.tfs import converters, examples, rest_json
+from tfship.serving.tfs import converters, examples, json_write, rest_json
 from tfship.serving.tfs.cors import cors_middleware
 
 log = logging.getLogger(__name__)
@@ -160,7 +159,7 @@ def _json_text(payload: dict, max_bytes: int) -> str:
     Raises:
         ResourceExhaustedError: the JSON body is larger than --max-message-bytes (names both sizes).
     """
-    text = json.dumps(payload, separators=(",", ":"))
+    text = json_write.dumps(payload)  # floats as TF Serving writes them (serving.tfs.json_write)
     if len(text) > max_bytes:
         raise ResourceExhaustedError(f"response of {len(text)} bytes (JSON) exceeds --max-message-bytes "
                                      f"{max_bytes}; ask for fewer rows or outputs (output_filter)")

@@ -11,16 +11,14 @@ Responses: row requests answer `{"predictions": ...}` and need every output to s
 output or one with another first dimension is INVALID_ARGUMENT naming it); columnar requests answer
 `{"outputs": ...}`. One output drops its name. Outputs whose alias ends in `_bytes` are written as
 `{"b64": ...}`; other strings as text (tfship deviation: bytes that are not UTF-8 are written as
-`{"b64": ...}` too, where TF Serving would write invalid JSON). Floats are written as the shortest
-decimal that reads back to the same value in the output's dtype, `NaN`/`Infinity`/`-Infinity` as
-TF Serving writes them.
+`{"b64": ...}` too, where TF Serving would write invalid JSON). Floats are written as TF Serving's
+WriteDecimal writes them (`serving.tfs.json_write`, which holds the answer side).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Mapping
 
 import numpy as np
 
@@ -30,14 +28,14 @@ except ImportError:  # optional: the standard parser gives the same results, slo
     orjson = None
 
 from tfship.core.contract import Signature
-from tfship.core.echo import ECHO_ITEMS, clip, echo, echo_json, json_kind
+from tfship.core.echo import clip, echo, echo_json, echo_list, json_kind
 from tfship.core.errors import InvalidRequestError
 from tfship.serving.dataplane import json_numbers
 from tfship.serving.dataplane.json_numbers import OutOfRangeNumber
 from tfship.serving.dataplane.tensors import MAX_RANK
+from tfship.serving.tfs.json_write import BYTES_SUFFIX, response_json  # noqa: F401 (the answer side, re-exported)
 
 _DEBUG_CHARS = 256  # TF Serving's kMaxJsonDebugStringBytes
-BYTES_SUFFIX = "_bytes"
 
 # numpy dtype name -> TF Serving's DataTypeString (what its messages call the type).
 _TF_TYPE_NAMES = {"float32": "float", "float64": "double", "float16": "half", "string": "string", "bool": "bool"}
@@ -217,16 +215,56 @@ def _is_named_object(value) -> bool:
     return isinstance(value, dict) and not (set(value) == {"b64"})
 
 
-def _spec_dtype(signature: Signature, name: str) -> str:
-    spec = signature.inputs.get(name)
-    if spec is None:
-        expected = ", ".join(f"{k}: {s.describe()}" for k, s in sorted(signature.inputs.items()))
-        raise InvalidRequestError(f"JSON object: does not have named input: {clip(name)}; signature {signature.name!r} "
-                                  f"inputs: {{{expected}}}")
-    return spec.dtype
+def _leaf_count(value) -> int:
+    return sum(_leaf_count(v) for v in value) if isinstance(value, list) else 1
+
+
+def _shape_text(shape: list[int]) -> str:
+    return f"[{','.join(map(str, shape))}]"
+
+
+def _row_mismatch(values: list, keyed: str) -> str | None:
+    """TF Serving's words for the first instance whose size or shape differs from instance 0's
+    (json_tensor.cc AddInstanceItem: `Expecting tensor size: N but got: M`, `Expecting shape [..] but got: [..]`),
+    or None when every instance has instance 0's shape (the fault is elsewhere).
+    """
+    first_shape, first_size = _dense_shape(values[0]), _leaf_count(values[0])
+    for index, value in enumerate(values[1:], 1):
+        shape, size = _dense_shape(value), _leaf_count(value)
+        if size != first_size:
+            fault = f"Expecting tensor size: {first_size} but got: {size}"
+        elif shape != first_shape:
+            fault = f"Expecting shape {_shape_text(first_shape)} but got: {_shape_text(shape)}"
+        else:
+            continue
+        return f"Failed to process element: {index}{keyed} of 'instances' list. Error: {fault}"
+    return None
+
+
+def _row_tensor(name: str, values: list, dtype: str, keyed: bool) -> np.ndarray:
+    """`decode_tensor` of one input's instances; instances of different sizes or shapes are refused with TF
+    Serving's `Expecting tensor size` / `Expecting shape` (tfship adds the input's name).
+    """
+    try:
+        return decode_tensor(name, values, dtype)
+    except InvalidRequestError as err:
+        try:
+            mismatch = _row_mismatch(values, f" key: {clip(name)}" if keyed else "")
+        except RecursionError:
+            mismatch = None
+        if mismatch is None:
+            raise
+        raise InvalidRequestError(f"input {echo(name)}: {mismatch}") from err
+
+
+def _expected_inputs(signature: Signature) -> str:
+    return ", ".join(f"{k}: {s.describe()}" for k, s in sorted(signature.inputs.items()))
 
 
 def _row_inputs(rows: list, signature: Signature) -> dict[str, np.ndarray]:
+    """json_tensor.cc FillTensorMapFromInstancesList: plain values for a one-input signature, else one object
+    per instance whose keys are exactly the signature's inputs (an unknown key is refused, unlike `inputs`).
+    """
     if not _is_named_object(rows[0]):
         if len(signature.inputs) != 1:
             raise InvalidRequestError("instances is a plain list, but expecting list of objects as multiple input "
@@ -236,19 +274,28 @@ def _row_inputs(rows: list, signature: Signature) -> dict[str, np.ndarray]:
             index = next(i for i, r in enumerate(rows) if _is_named_object(r))
             raise InvalidRequestError(f"Expecting value/list but got object at item {index} of input list")
         (name,) = signature.inputs
-        return {name: decode_tensor(name, rows, signature.inputs[name].dtype)}
-    names = set(rows[0])
+        return {name: _row_tensor(name, rows, signature.inputs[name].dtype, keyed=False)}
+    names = set(signature.inputs)
     for index, row in enumerate(rows):
         if not _is_named_object(row):
             raise InvalidRequestError(f"Expecting object but got list at item {index} of input list")
+        unknown = next((key for key in row if key not in names), None)
+        if unknown is not None:
+            raise InvalidRequestError(f"Failed to process element: {index} key: {clip(unknown)} of 'instances' list. "
+                                      f"Error: JSON object: does not have named input: {clip(unknown)}; signature "
+                                      f"{signature.name!r} inputs: {{{_expected_inputs(signature)}}}")
         if set(row) != names:
             raise InvalidRequestError(f"Failed to process element: {index} of 'instances' list. JSON object: "
-                                      f"{debug_string(row)} keys must be equal to: "
-                                      f"{','.join(clip(n) for n in sorted(names)[:ECHO_ITEMS])}")
-    return {name: decode_tensor(name, [r[name] for r in rows], _spec_dtype(signature, name)) for name in rows[0]}
+                                      f"{debug_string(row)} keys must be equal to: {','.join(sorted(names))}")
+    return {name: _row_tensor(name, [r[name] for r in rows], spec.dtype, keyed=True)
+            for name, spec in signature.inputs.items()}
 
 
 def _columnar_inputs(data, signature: Signature) -> dict[str, np.ndarray]:
+    """json_tensor.cc FillTensorMapFromInputsMap: a plain value (or one `{"b64": ...}`) for a one-input signature,
+    else an object read by the signature's input names only: keys it does not name are ignored, as TF Serving
+    ignores them; a missing one is `Missing named input: x in 'inputs' object.`
+    """
     if not _is_named_object(data):
         if len(signature.inputs) != 1:
             raise InvalidRequestError("inputs is a plain value/list, but expecting an object as multiple input "
@@ -256,7 +303,15 @@ def _columnar_inputs(data, signature: Signature) -> dict[str, np.ndarray]:
                                       f"{sorted(signature.inputs)}")
         (name,) = signature.inputs
         return {name: decode_tensor(name, data, signature.inputs[name].dtype)}
-    return {name: decode_tensor(name, value, _spec_dtype(signature, name)) for name, value in data.items()}
+    inputs = {}
+    for name, spec in signature.inputs.items():
+        if name not in data:
+            ignored = sorted(set(data) - set(signature.inputs))
+            hint = f"; keys not in the signature are ignored: {echo_list(ignored)}" if ignored else ""
+            raise InvalidRequestError(f"Missing named input: {name} in 'inputs' object. (signature {signature.name!r} "
+                                      f"inputs: {{{_expected_inputs(signature)}}}{hint})")
+        inputs[name] = decode_tensor(name, data[name], spec.dtype)
+    return inputs
 
 
 def request_inputs(body: dict, signature: Signature) -> tuple[dict[str, np.ndarray], bool]:
@@ -279,61 +334,3 @@ def request_inputs(body: dict, signature: Signature) -> tuple[dict[str, np.ndarr
     if "inputs" in body:
         return _columnar_inputs(body["inputs"], signature), False
     raise InvalidRequestError("Missing 'inputs' or 'instances' key")
-
-
-def _leaf_values(name: str, array: np.ndarray):
-    """Nested lists (or a scalar) of JSON values for `array`."""
-    kind = array.dtype.kind
-    if kind == "f":
-        # Shortest decimal that round-trips in the array's own dtype (float32 0.2 -> 0.2, not 0.2000000029...).
-        return array.astype(str).astype(np.float64).tolist() if array.dtype != np.float64 else array.tolist()
-    if kind in "iub":
-        return array.tolist()
-    if kind in "OSU":
-        as_b64 = name.endswith(BYTES_SUFFIX)
-        flat = np.empty(array.size, dtype=object)
-        flat[:] = [_string_json(v, as_b64) for v in array.reshape(-1).tolist()]
-        return flat.reshape(array.shape).tolist()
-    raise InvalidRequestError(f"output {echo(name)}: Failed to write JSON value for tensor type: {array.dtype} "
-                              "(the REST API has no JSON form for it; use gRPC Predict)")
-
-
-def _string_json(value, as_b64: bool):
-    raw = value if isinstance(value, bytes) else str(value).encode()
-    if not as_b64:
-        try:
-            return raw.decode()
-        except UnicodeDecodeError:
-            pass
-    return {"b64": base64.b64encode(raw).decode()}
-
-
-def response_json(outputs: Mapping[str, np.ndarray], rows: bool, batch: int | None = None) -> dict:
-    """`{"predictions": ...}` (row request) or `{"outputs": ...}` (columnar) for Predict outputs.
-
-    `batch`: the row request's number of instances; every output's dim 0 must equal it (None: the first
-    output's dim 0, as TF Serving compares outputs with each other).
-
-    Raises:
-        InvalidRequestError: row format with a scalar output (`Tensor name: y has no shape information`)
-            or outputs whose first dimensions differ (`Tensor name: y has inconsistent batch size: 1
-            expecting: 5`); no outputs at all.
-    """
-    if not outputs:
-        raise InvalidRequestError("Cannot convert empty tensor map to JSON")
-    arrays = {k: np.asarray(v) for k, v in outputs.items()}
-    if not rows:
-        values = {k: _leaf_values(k, a) for k, a in arrays.items()}
-        return {"outputs": next(iter(values.values())) if len(values) == 1 else values}
-    for name, array in arrays.items():
-        if array.ndim == 0:
-            raise InvalidRequestError(f"Tensor name: {name} has no shape information (a scalar output cannot be "
-                                      "split into rows; send the request in columnar format, 'inputs')")
-        if batch is not None and array.shape[0] != batch:
-            raise InvalidRequestError(f"Tensor name: {name} has inconsistent batch size: {array.shape[0]} expecting: "
-                                      f"{batch} (send the request in columnar format, 'inputs', to get every output)")
-        batch = array.shape[0] if batch is None else batch
-    values = {k: _leaf_values(k, a) for k, a in arrays.items()}
-    if len(values) == 1:
-        return {"predictions": next(iter(values.values()))}
-    return {"predictions": [{k: v[i] for k, v in values.items()} for i in range(batch)]}

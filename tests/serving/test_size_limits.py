@@ -17,7 +17,7 @@ from tfship.core import protocol
 from tfship.serving.dataplane.tensors import to_tensor_proto
 from tfship.serving.dataplane.types import InferenceResponse
 from tfship.serving.launcher import ServerProcess
-from tfship.serving.tfs import converters, rest_json
+from tfship.serving.tfs import converters, json_write, rest_json
 from tfship.serving.tfs.client import PredictClient, RemoteError
 
 MODEL = "typed"
@@ -81,7 +81,7 @@ def test_rest_response_above_the_limit(small_server, rows):
         message = f"response of at least {rows * 48} bytes exceeds --max-message-bytes {LIMIT} bytes"
     else:
         body = rest_json.response_json({"vectors": TABLE[_ids(rows)]}, rows=True, batch=rows)
-        size = len(json.dumps(body, separators=(",", ":")))
+        size = len(json_write.dumps(body))
         assert rows * 48 <= LIMIT < size
         message = f"response of {size} bytes (JSON) exceeds --max-message-bytes {LIMIT}"
     assert response.json()["error"].startswith(message), response.json()

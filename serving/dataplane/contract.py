@@ -36,6 +36,7 @@ from tfship.serving.runtimes.base import ModelInputError, Rows
 # convolutions of a ConvNeXt ("Fused conv implementation does not support grouped convolutions"). Ranks below
 # keep TF Serving's leniency (a `[3]` tensor into half_plus_two's `[-1, 1]` input is answered).
 KERNEL_RANK = 3
+_TF_TYPE_NAMES = {"float32": "float", "float64": "double", "float16": "half"}  # the others: same names
 
 
 def describe_array(array: np.ndarray) -> str:
@@ -70,8 +71,9 @@ def validate_inputs(signature: Signature, inputs: Mapping[str, np.ndarray], shap
         expected = ", ".join(f"{k}: {s.describe()}" for k, s in sorted(signature.inputs.items()))
         parts = (([f"missing input(s) {missing}"] if missing else [])
                  + ([f"unexpected input(s) {echo_list(extra)}"] if extra else []))
-        raise InvalidRequestError(f"signature {signature.name!r}: {'; '.join(parts)}; expected inputs: {{{expected}}}")
-    for key, spec in signature.inputs.items():
+        raise InvalidRequestError(f"signature {signature.name!r}: {'; '.join(parts)}; expected inputs: {{{expected}}} "
+                                  f"({_tfs_size_mismatch(signature, inputs, missing, extra)})")
+    for index, (key, spec) in enumerate(sorted(signature.inputs.items())):
         array = inputs[key]
         if dtype_name(array.dtype) == spec.dtype and _shape_fits(spec.shape, array.shape):
             continue  # the common case: no message built
@@ -79,7 +81,8 @@ def validate_inputs(signature: Signature, inputs: Mapping[str, np.ndarray], shap
         if dtype_name(array.dtype) != spec.dtype:
             raise InvalidRequestError(
                 f"input {echo(key)} of signature {signature.name!r}: expected dtype {spec.dtype} "
-                f"({spec.describe()}), received {received}")
+                f"({spec.describe()}), received {received} (Expects arg[{index}] to be {tf_type_name(spec.dtype)} "
+                f"but {tf_type_name(dtype_name(array.dtype))} is provided)")
         if spec.shape is None or (not shapes and len(spec.shape) < KERNEL_RANK and array.ndim != len(spec.shape)):
             continue
         if array.ndim != len(spec.shape):
@@ -148,6 +151,24 @@ async def judged(call: Awaitable[dict], signature: Signature, inputs: Mapping[st
         raise InvalidRequestError(f"the {backend} backend failed on an input that does not conform to signature "
                                   f"{signature.name!r}: {problem}; send the declared shape and dtype "
                                   f"({clip(str(err).strip())})") from err
+
+
+def tf_type_name(dtype: str) -> str:
+    """TensorFlow's DataTypeString for a contract dtype name (`float32` -> `float`), as its messages say it."""
+    return _TF_TYPE_NAMES.get(dtype, dtype)
+
+
+def _names(names) -> str:
+    """Client-sent names joined as TF Serving joins them, each clipped, at most 8 (then `,...`)."""
+    names = sorted(names)
+    return ",".join(clip(n, 40) for n in names[:8]) + (",..." if len(names) > 8 else "")
+
+
+def _tfs_size_mismatch(signature: Signature, inputs: Mapping[str, np.ndarray], missing: list, extra: list) -> str:
+    """TF Serving's words for inputs that are not the signature's (predict_util.cc VerifyRequestInputsSize)."""
+    return (f"input size does not match signature: {len(inputs)}!={len(signature.inputs)} len({{{_names(inputs)}}}) "
+            f"!= len({{{_names(signature.inputs)}}}). Sent extra: {{{_names(extra)}}}. "
+            f"Missing but required: {{{_names(missing)}}}.")
 
 
 def _shape_fits(want: tuple[int | None, ...] | None, got: tuple[int, ...]) -> bool:

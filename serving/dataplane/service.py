@@ -104,10 +104,12 @@ def _check_output_filter(signature, output_filter: tuple[str, ...]) -> None:
     """Every `output_filter` alias names an output of `signature`, once (TF Serving: INVALID_ARGUMENT)."""
     unknown = sorted(set(output_filter) - set(signature.outputs))
     if unknown:
-        raise InvalidRequestError(f"output_filter {echo_list(unknown)} not in signature {signature.name!r} outputs "
-                                  f"{sorted(signature.outputs)}")
+        raise InvalidRequestError(f"output tensor alias not found in signature: {clip(unknown[0])} Outputs expected "
+                                  f"to be in the set {{{','.join(sorted(signature.outputs))}}}. (output_filter "
+                                  f"{echo_list(unknown)} not in signature {signature.name!r})")  # TF Serving's words
     if len(set(output_filter)) != len(output_filter):
-        raise InvalidRequestError(f"output_filter {echo_list(output_filter)} names an output twice")
+        twice = next(k for k in output_filter if output_filter.count(k) > 1)
+        raise InvalidRequestError(f"duplicate output tensor alias: {clip(twice)} (output_filter names it twice)")
 
 
 class DataPlane:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import ssl
 import uuid
 
@@ -128,9 +129,22 @@ async def read_body(request: web.Request, timeout_s: float) -> bytes:
                                   ) from None
 
 
+# TF Serving hands only paths matching kHTTPRestApiHandlerPathRegex `(?i)/v1/.*` (http_rest_api_util.h) to its REST
+# handler; any other path gets libevent's own 404 page (evhttp_server.cc: evhttp_send_error(req, HTTP_NOTFOUND,
+# nullptr), whose body is libevent's ERR_FORMAT page for "404 Not Found").
+_TFS_PATHS = re.compile(r"(?i)/v1/.*")
+_NOT_FOUND_PAGE = ("<HTML><HEAD>\n<TITLE>404 Not Found</TITLE>\n</HEAD><BODY>\n<H1>Not Found</H1>\n"
+                   "</BODY></HTML>\n")
+
+
 def _http_error(request: web.Request, err: web.HTTPException) -> web.Response:
-    """Aiohttp's own refusals in TF Serving's shape: no route / wrong method is 400 `Malformed request`."""
+    """Aiohttp's own refusals in TF Serving's shape: under `/v1/`, no route / wrong method is 400 `Malformed
+    request: GET /v1/foo` (http_rest_api_handler.cc ProcessRequest's default status); a path outside `/v1/` (and
+    outside tfship's own `/v2/` and metrics routes) is 404 with libevent's HTML page, as TF Serving answers it.
+    """
     if err.status in (404, 405):
+        if err.status == 404 and not _TFS_PATHS.fullmatch(request.path) and not request.path.startswith("/v2/"):
+            return web.Response(text=_NOT_FOUND_PAGE, status=404, content_type="text/html")
         return web.json_response({"error": f"Malformed request: {clip(request.method)} {clip(request.path)}"},
                                  status=400)
     if err.status == 413:
@@ -282,12 +296,20 @@ def build_app(dataplane: DataPlane, policy: AccessPolicy | None = None, max_byte
         app.router.add_get(metrics_path, _metrics_handler(metrics))
     app[_MAX_BYTES] = max_bytes
     base = "/v1/models/" + _SPEC
+    app.router.add_get("/v1/models", _missing_model_name)
     app.router.add_get(base, status)
     app.router.add_get(base + "/metadata", metadata)
     app.router.add_post(base + ":predict", predict)
     app.router.add_post(base + ":{verb:classify|regress}", classify_or_regress)
     add_v2_routes(app, dataplane, lambda request: read_body(request, timeout_s))  # Open Inference Protocol
     return app
+
+
+async def _missing_model_name(request: web.Request) -> web.Response:
+    """`GET /v1/models`: TF Serving's status regex matches it with an empty name (http_rest_api_handler.cc
+    ProcessModelStatusRequest).
+    """
+    raise InvalidRequestError("Missing model name in request.")
 
 
 def _metrics_handler(metrics: Metrics):

@@ -15,7 +15,6 @@ or `{"results": [value, ...]}` (regress).
 
 from __future__ import annotations
 
-import base64
 import binascii
 import time
 
@@ -34,7 +33,7 @@ from tfship.serving.dataplane.inference import (
 from tfship.serving.dataplane.types import ModelRef
 from tfship.serving.tfs.converters import model_ref
 from tfship.serving.tfs.json_write import RawJson, decimal_texts
-from tfship.serving.tfs.rest_json import debug_string, json_type
+from tfship.serving.tfs.rest_json import b64_decode, debug_string, json_type
 
 Example = protocol.message_class("tensorflow.Example")
 Input = protocol.message_class("tensorflow.serving.Input")
@@ -187,7 +186,7 @@ def _add_value(value, name: str, feature) -> None:
     elif isinstance(value, dict) and set(value) == {"b64"} and isinstance(value["b64"], str):
         kind = "bytes_list"
         try:
-            item = base64.b64decode(value["b64"], validate=True)
+            item = b64_decode(value["b64"])
         except (binascii.Error, ValueError) as err:
             raise InvalidRequestError(f"Feature: {name[:_NAME_CHARS]}: Unable to base64 decode") from err
     elif isinstance(value, int) and _INT64_MIN <= value <= _INT64_MAX:

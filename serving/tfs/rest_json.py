@@ -142,6 +142,16 @@ def _flatten(value, level: int, shape: list[int], out: list) -> None:
         _flatten(item, level + 1, shape, out)
 
 
+def b64_decode(text: str) -> bytes:
+    """The bytes of a `{"b64": text}` value as TF Serving decodes it (absl::Base64Unescape): the standard alphabet,
+    `=` padding optional (`aGk` is `hi`); raises `binascii.Error` / `ValueError` for anything else.
+    """
+    missing = -len(text) % 4
+    if missing == 3:
+        raise ValueError("a base64 text cannot be 1 character past a multiple of 4")
+    return base64.b64decode(text if "=" in text else text + "=" * missing, validate=True)
+
+
 def _string_leaf(value) -> bytes:
     if isinstance(value, str):
         return value.encode()
@@ -149,7 +159,7 @@ def _string_leaf(value) -> bytes:
         if set(value) != {"b64"} or not isinstance(value["b64"], str):
             raise InvalidRequestError(f"JSON Value: {debug_string(value)} not formatted correctly for base64 data")
         try:
-            return base64.b64decode(value["b64"], validate=True)
+            return b64_decode(value["b64"])
         except (binascii.Error, ValueError) as err:
             raise InvalidRequestError("Unable to base64 decode") from err
     raise _type_error(value, "string")

@@ -33,7 +33,7 @@ def _refused(body: dict, signature: Signature = ONE) -> str:
      ["9e+06", "999999.0", "0.5", "0.0003", "3e-05", "555557.5"]),
     # json_tensor_test.cc FromJsonSingleFloatTensorNonFinite (:951)
     ([np.nan, np.inf, 3, -np.inf], np.float32, ["NaN", "Infinity", "3.0", "-Infinity"]),
-    # json_tensor.cc WriteDecimal (:124-166): %g does not read back to the float -> %.9g (max_digits10 of float)
+    # json_tensor.cc WriteDecimal (:125-167): %g does not read back to the float -> %.9g (max_digits10 of float)
     ([1435774300.0, 0.2, 123456789], np.float32, ["1.43577434e+09", "0.2", "123456792.0"]),
     # ... and %.17g for a double
     ([1435774300.0, 1 / 3, 0.1 + 0.2, 4.0], np.float64,
@@ -64,7 +64,7 @@ def test_zero_batch_answers_are_empty_predictions():
 
 # ------------------------------------------------------------------------------------------------ parser rules
 def test_inputs_object_reads_only_the_signatures_names():
-    """json_tensor.cc FillTensorMapFromInputsMap (:620-645) loops over the signature's inputs: other keys are
+    """json_tensor.cc FillTensorMapFromInputsMap (:609-648) loops over the signature's inputs: other keys are
     ignored; a missing one is `Missing named input: <name> in 'inputs' object.` (:635)."""
     arrays, rows = request_inputs({"inputs": {"a": [[1, 2]], "b": ["s"], "extra": {"any": [1]}}}, TWO)
     assert sorted(arrays) == ["a", "b"] and not rows
@@ -73,8 +73,8 @@ def test_inputs_object_reads_only_the_signatures_names():
 
 
 def test_instances_objects_must_carry_exactly_the_signatures_names():
-    """FillTensorMapFromInstancesList (:552-572): an unknown key fails in AddInstanceItem (`does not have named
-    input`, :452); keys that differ from the signature's are `keys must be equal to: a,b`."""
+    """json_tensor.cc FillTensorMapFromInstancesList (:519-605): an unknown key fails in AddInstanceItem (`does not
+    have named input`, :449); keys that differ from the signature's are `keys must be equal to: a,b` (:568)."""
     message = _refused({"instances": [{"a": [1, 2], "b": "s", "c": 1}]}, TWO)
     assert "key: c of 'instances' list" in message and "does not have named input: c" in message
     message = _refused({"instances": [{"a": [1, 2]}]}, TWO)
@@ -134,16 +134,16 @@ def test_zero_length_instances():
 
 
 @pytest.mark.parametrize(("literal", "dtype", "accepted"), [
-    # AddValueToTensor DT_FLOAT takes any Number (:292): a 21-digit integer is read as a double by RapidJSON
+    # AddValueToTensor DT_FLOAT takes any Number (:293-295): a 21-digit integer is read as a double by RapidJSON
     ("100000000000000000000", "float32", True),
     ("1e-50", "float32", True),  # json_tensor_test.cc FloatTensorThatExceedsMinReturnsZero (:261): 0
     # Difference (safer): FloatTensorThatExceedsMaxReturnsInf (:224) feeds +inf for 1e39; tfship refuses it by name
     ("1e39", "float32", False),
     ("1" + "0" * 400, "float64", False),  # RapidJSON: kParseErrorNumberTooBig (a parse error); tfship: out of range
-    # int32/16/8/uint8 take IsInt() (:303-309); tfship refuses what the narrower dtype cannot hold (TF Serving
+    # int32/16/8/uint8 take IsInt() (:303-308); tfship refuses what the narrower dtype cannot hold (TF Serving
     # would wrap 1000 into an int8 silently: a difference, safer)
     ("2147483647", "int32", True), ("2147483648", "int32", False), ("1000", "int8", False), ("127", "int8", True),
-    ("9223372036854775807", "int64", True), ("9223372036854775808", "int64", False),  # IsInt64 (:322)
+    ("9223372036854775807", "int64", True), ("9223372036854775808", "int64", False),  # IsInt64 (:317)
     ("1.0", "int32", False),  # a double is not IsInt()
 ])
 def test_number_literal_ranges(literal, dtype, accepted):
@@ -158,12 +158,12 @@ def test_number_literal_ranges(literal, dtype, accepted):
 
 @pytest.mark.parametrize(("text", "decoded"), [("aGk=", b"hi"), ("aGk", b"hi"), ("aGVsbG8=", b"hello"), ("", b"")])
 def test_b64_padding_is_optional(text, decoded):
-    """json_tensor.cc JsonDecodeBase64Object (:374) uses absl::Base64Unescape, which takes unpadded text."""
+    """json_tensor.cc JsonDecodeBase64Object (:377) uses absl::Base64Unescape, which takes unpadded text."""
     assert b64_decode(text) == decoded
 
 
 @pytest.mark.parametrize("text", ["a", "!!!!", "aG=k", "a===",])
 def test_b64_garbage_is_unable_to_decode(text):
-    """`Unable to base64 decode` (json_tensor.cc:377)."""
+    """`Unable to base64 decode` (json_tensor.cc:386)."""
     message = _refused({"inputs": {"a": [[1, 2]], "b": [{"b64": text}]}}, TWO)
     assert message == "input 'b': Unable to base64 decode"

@@ -116,6 +116,11 @@ class Batched(Runtime):
         """As the wrapped runtime (`Runtime.model_judges_shapes`)."""
         return self.inner.model_judges_shapes
 
+    @property
+    def resizes_inputs(self) -> bool:
+        """As the wrapped runtime (`Runtime.resizes_inputs`)."""
+        return self.inner.resizes_inputs
+
     def stop(self) -> None:
         """Stop the batch threads after the queued requests ran; the wrapped runtime stays loaded."""
         with self._cond:

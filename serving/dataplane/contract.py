@@ -213,20 +213,23 @@ class RequestChecks:
         self._known: dict[tuple, tuple[Signature, Rows, int]] = {}
 
     def check(self, signature: Signature, inputs: Mapping[str, np.ndarray],
-              shapes: bool = True) -> tuple[Rows, int]:
+              shapes: bool = True, fixed_dims: bool = True) -> tuple[Rows, int]:
         """(rows, bytes held) of a valid request: its `Rows` (`batch` is `batch_size`, counted here once per
         request and passed on to the runtime) and `estimate_request_bytes`.
 
-        `shapes`: as `validate_inputs` (part of the remembered layout).
+        `shapes`, `fixed_dims`: as `validate_inputs` (part of the remembered layout); `fixed_dims` is also off
+        with `lenient_fixed_dimensions`.
 
         Raises:
             InvalidRequestError: as `validate_inputs` (never remembered).
         """
-        key = (id(signature), shapes, *[(alias, array.dtype, array.shape) for alias, array in inputs.items()])
+        fixed_dims = fixed_dims and not self.lenient_fixed_dimensions
+        key = (id(signature), shapes, fixed_dims,
+               *[(alias, array.dtype, array.shape) for alias, array in inputs.items()])
         known = self._known.get(key)
         if known is not None and known[0] is signature:
             return known[1], known[2]
-        validate_inputs(signature, inputs, shapes, not self.lenient_fixed_dimensions)
+        validate_inputs(signature, inputs, shapes, fixed_dims)
         rows = Rows.of(inputs, batch_size(signature, inputs))
         held = estimate_request_bytes(signature, inputs, rows.batch)
         if len(self._known) >= self.max_entries:

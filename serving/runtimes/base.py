@@ -114,6 +114,10 @@ class Runtime(abc.ABC):
     # Serving's SavedModel and TFLite sessions do: the data plane then checks names and dtypes only
     # (`serving.dataplane.contract.validate_inputs`); what the model refuses is INVALID_ARGUMENT.
     model_judges_shapes: bool = False
+    # True when the backend resizes its inputs to what is fed (TF Serving's TfLiteSession over a file without
+    # signature runners): the declared dimensions are the file's build-time sizes, not a contract, so the data
+    # plane does not hold a request to them (`serving.dataplane.contract.validate_inputs(fixed_dims=False)`).
+    resizes_inputs: bool = False
 
     def __init__(self, version_dir: Path, options: RuntimeOptions | None = None) -> None:
         self.version_dir = Path(version_dir)

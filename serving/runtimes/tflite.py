@@ -54,7 +54,7 @@ class TfliteRuntime(Runtime):
                 self._tensors = tensor_signatures(self.path, self._model.interpreter)
         except Exception as err:
             raise RuntimeLoadError(f"cannot load {self.path}: {err}") from err
-        self.model_judges_shapes = bool(self._tensors)
+        self.model_judges_shapes = self.resizes_inputs = bool(self._tensors)
         self._signatures = {k: t.contract for k, t in self._tensors.items()} if self._tensors else self._contract()
         self.ready = True
 

@@ -135,7 +135,7 @@ ERROR_CASES = {
                     "expected dtype float32 (float32[?,8,8,1]), received float64[2,8,8,1]"),
     # SavedModel backend: as TF Serving, the model judges shapes (fed by name); what it refuses is INVALID_ARGUMENT
     "shape the model refuses": ({"model_name": MODEL, "inputs": {"image": np.zeros((2, 8, 7, 1), np.float32)}},
-                                "INVALID_ARGUMENT", "TensorFlow rejected the value of input(s) ['image']"),
+                                "INVALID_ARGUMENT", "dimension 2 must be 8 (declared shape float32[?,8,8,1])"),
     "unknown output_filter": ({"model_name": MODEL, "inputs": {"image": GOOD}, "output_filter": ["nope"]},
                               "INVALID_ARGUMENT", "nope"),
 }

@@ -4,6 +4,8 @@ Every generated request must be answered with a documented status: OK for a vali
 right shape), otherwise INVALID_ARGUMENT / NOT_FOUND / RESOURCE_EXHAUSTED (HTTP 4xx) — never INTERNAL,
 UNKNOWN or an HTTP 5xx for anything a client sent — and the server keeps serving afterwards.
 About 3,000 requests in all; a few tens of seconds.
+These drive one backend on the small dense digits model; test_backend_faults.py runs the same property over
+every backend (saved_model default and lenient, onnx, tflite) with a convolution-and-pooling CNN and a recommender.
 """
 
 from __future__ import annotations

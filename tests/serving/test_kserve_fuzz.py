@@ -3,6 +3,8 @@
 Every generated V2 request, gRPC or REST, must be answered OK or with INVALID_ARGUMENT / NOT_FOUND /
 RESOURCE_EXHAUSTED (HTTP 400 / 404 / 413 / 429 with `{"error": ...}`) — never INTERNAL, UNKNOWN or an HTTP
 5xx for anything a client sent — and the server keeps serving. About 600 requests; a few seconds.
+These drive one backend on the small dense digits model; test_backend_faults.py runs the same property over
+every backend (saved_model default and lenient, onnx, tflite) with a convolution-and-pooling CNN and a recommender.
 """
 
 from __future__ import annotations

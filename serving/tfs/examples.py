@@ -16,11 +16,13 @@ or `{"results": [value, ...]}` (regress).
 from __future__ import annotations
 
 import binascii
+import math
 import time
 
 import numpy as np
 
 from tfship.core import protocol
+from tfship.core.echo import clip
 from tfship.core.errors import InvalidRequestError
 from tfship.serving.dataplane.inference import (
     Classification,
@@ -30,6 +32,7 @@ from tfship.serving.dataplane.inference import (
     ExampleTask,
     Regression,
 )
+from tfship.serving.dataplane.json_numbers import OutOfRangeNumber
 from tfship.serving.dataplane.types import ModelRef
 from tfship.serving.tfs.converters import model_ref
 from tfship.serving.tfs.json_write import RawJson, decimal_texts
@@ -38,6 +41,7 @@ from tfship.serving.tfs.rest_json import b64_decode, debug_string, json_type
 Example = protocol.message_class("tensorflow.Example")
 Input = protocol.message_class("tensorflow.serving.Input")
 _INT64_MIN, _INT64_MAX, _UINT64_MAX = -(2**63), 2**63 - 1, 2**64 - 1
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 _NAME_CHARS = 100
 
 
@@ -196,8 +200,14 @@ def _add_value(value, name: str, feature) -> None:
     elif isinstance(value, int | float):  # integers past 64 bits parse as doubles in rapidjson
         try:
             kind, item = "float_list", float(value)
+            # float_list holds float32: 1e39 (or a literal past float64, parsed as OutOfRangeNumber) would become
+            # an infinity the client never wrote; the `Infinity` token itself stays accepted, as in TF Serving
+            past = isinstance(value, OutOfRangeNumber) or (math.isfinite(item) and abs(item) > _FLOAT32_MAX)
         except OverflowError:
-            raise InvalidRequestError(f"Feature: {name[:_NAME_CHARS]} has a number past float range") from None
+            past = True
+        if past:
+            raise InvalidRequestError(f"Feature: {name[:_NAME_CHARS]} has a number past float range: "
+                                      f"{clip(repr(value), 40)}")
     else:
         raise InvalidRequestError(f"Feature: {name[:_NAME_CHARS]} has element with unexpected JSON type: "
                                   f"{json_type(value)}")

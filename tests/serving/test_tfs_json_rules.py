@@ -167,3 +167,22 @@ def test_b64_garbage_is_unable_to_decode(text):
     """`Unable to base64 decode` (json_tensor.cc:386)."""
     message = _refused({"inputs": {"a": [[1, 2]], "b": [{"b64": text}]}}, TWO)
     assert message == "input 'b': Unable to base64 decode"
+
+
+@pytest.mark.parametrize(("literal", "accepted"), [
+    ("1.5", True), ("3.4e38", True), ("Infinity", True), ("NaN", True),  # kParseNanAndInfFlag (json_tensor.cc:484)
+    ("1e39", False), ("1e400", False), ("1" + "0" * 400, False),
+])
+def test_example_float_features_beyond_float32_are_refused(literal, accepted):
+    """AddValueToFeature (json_tensor.cc:774-779) stores GetFloat() of a double: 1e39 would be +inf in the
+    float_list. Difference (safer): tfship refuses a finite literal past float32 by name, as for tensors."""
+    from tfship.serving.tfs.examples import Example, example_from_json
+
+    value = parse_body(f'{{"x": {literal}}}'.encode())
+    example = Example()
+    if accepted:
+        example_from_json(value, example)
+        assert len(example.features.feature["x"].float_list.value) == 1
+    else:
+        with pytest.raises(InvalidRequestError, match="Feature: x has a number past float range"):
+            example_from_json(value, example)

@@ -10,6 +10,7 @@ of tf.Example features (`serving.tfs.examples`). Errors: `{"error": "..."}` with
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 import ssl
@@ -47,6 +48,15 @@ def _ref(request: web.Request) -> ModelRef:
     return ModelRef(name)
 
 
+def error_response(message: str, status: int) -> web.Response:
+    """`{"error": message}` as TF Serving writes it (json_tensor.cc MakeJsonFromStatus: RapidJSON's PrettyWriter,
+    4-space indent, non-ASCII as UTF-8): the key on its own line after `{`, indented by four spaces, `}` on
+    the last line.
+    """
+    text = '{\n    "error": ' + json.dumps(message, ensure_ascii=False) + "\n}"
+    return web.Response(text=text, status=status, content_type="application/json")
+
+
 def _error_middleware(policy: AccessPolicy, gate: RequestGate | None = None,
                       request_log: RequestLog | None = None, release_after=None):
     @web.middleware
@@ -63,17 +73,17 @@ def _error_middleware(policy: AccessPolicy, gate: RequestGate | None = None,
         except web.HTTPException as err:
             response = _http_error(request, err)
         except TfshipError as err:
-            response = web.json_response({"error": cap_message(str(err))}, status=err.http_status)
+            response = error_response(cap_message(str(err)), err.http_status)
             response[_GRPC_CODE] = err.grpc_code
         except ConnectionError as err:  # the client reset or closed the connection mid-body: not our incident
             log.info("REST client closed the connection during %s %s: %s", request.method, request.path,
                      type(err).__name__)
-            response = web.json_response({"error": "the client closed the connection"}, status=400)
+            response = error_response("the client closed the connection", 400)
             response[_GRPC_CODE] = "CANCELLED"
         except Exception:
             incident = uuid.uuid4().hex[:12]
             log.exception("unexpected REST error (incident %s)", incident)
-            response = web.json_response({"error": f"internal server error (incident {incident})"}, status=500)
+            response = error_response(f"internal server error (incident {incident})", 500)
         finally:
             if entered:
                 gate.leave()
@@ -145,14 +155,12 @@ def _http_error(request: web.Request, err: web.HTTPException) -> web.Response:
     if err.status in (404, 405):
         if err.status == 404 and not _TFS_PATHS.fullmatch(request.path) and not request.path.startswith("/v2/"):
             return web.Response(text=_NOT_FOUND_PAGE, status=404, content_type="text/html")
-        return web.json_response({"error": f"Malformed request: {clip(request.method)} {clip(request.path)}"},
-                                 status=400)
+        return error_response(f"Malformed request: {clip(request.method)} {clip(request.path)}", 400)
     if err.status == 413:
         limit = request.app.get(_MAX_BYTES)
         size = f"{request.content_length} bytes" if request.content_length else "above the limit"
-        return web.json_response({"error": f"request body of {size} exceeds --max-message-bytes {limit} bytes"},
-                                 status=413)
-    return web.json_response({"error": cap_message(str(err.reason))}, status=err.status)
+        return error_response(f"request body of {size} exceeds --max-message-bytes {limit} bytes", 413)
+    return error_response(cap_message(str(err.reason)), err.status)
 
 
 def _output_filter(body: dict) -> tuple[str, ...]:

@@ -228,3 +228,11 @@ def test_routing_answers(docs_server, method, path, status, body):
         assert answer.headers["Content-Type"].startswith("text/html") and body in answer.text
     else:
         assert answer.json() == {"error": body}
+
+
+def test_error_bodies_are_written_as_tf_serving_writes_them(docs_server):
+    """json_tensor.cc MakeJsonFromStatus (:1129-1138) writes `{"error": ...}` with RapidJSON's PrettyWriter."""
+    answer = requests.get(f"{docs_server.rest_url}/v1/foo", timeout=60)
+    assert answer.text == '{\n    "error": "Malformed request: GET /v1/foo"\n}'
+    answer = _post(docs_server, f"/v1/models/{NAME}:predict", '{"instances": ["é"]}')
+    assert answer.status_code == 400 and 'JSON Value: \\"é\\" Type: String' in answer.text  # UTF-8, not \\u00e9

@@ -112,6 +112,34 @@ def _runtime_wrapper(settings: ServerSettings, metrics: Metrics):
     return lambda runtime: Batched(runtime, params, metrics)
 
 
+def _start_shadows(settings: ServerSettings, manager: ModelManager, metrics: Metrics, grpc_port: int):
+    """`serving.dataplane.shadow.Shadows` for `--shadow` (None without); its metrics join the registry.
+
+    Raises:
+        ConfigError: a bad --shadow value, or a shadow of a model that is not served.
+    """
+    if not settings.shadow:
+        return None
+    import tempfile
+
+    from tfship.core.parity import PairBound
+    from tfship.serving.dataplane.shadow import ShadowOptions, Shadows, parse_shadow
+    from tfship.serving.dataplane.shadow_metrics import ShadowCollector
+
+    targets = dict(parse_shadow(text) for text in settings.shadow)
+    unknown = sorted(m for m in targets if not manager.is_configured(m))
+    if unknown:
+        raise ConfigError(f"--shadow names model(s) {unknown} that are not served; served: {manager.model_names()}")
+    report_dir = settings.shadow_report_dir or Path(tempfile.gettempdir()) / "tfship-shadow" / str(grpc_port)
+    shadows = Shadows(manager, targets, ShadowOptions(
+        settings.shadow_rate, settings.shadow_queue_size, settings.shadow_workers, settings.shadow_timeout_s,
+        settings.shadow_keep_inputs, PairBound(settings.shadow_atol, settings.shadow_rtol), report_dir))
+    metrics.registry.register(ShadowCollector(shadows))
+    log.info("shadowing %s at rate %g; report parts in %s", {m: str(t) for m, t in targets.items()},
+             settings.shadow_rate, report_dir)
+    return shadows
+
+
 def _bind_grpc(server: grpc.aio.Server, settings: ServerSettings, credentials) -> int:
     """Add the gRPC port; `ConfigError` naming the address when it cannot be bound (e.g. already in use)."""
     address = f"{settings.host}:{settings.port}"
@@ -215,6 +243,7 @@ async def run_server(settings: ServerSettings) -> int:
     credentials = (grpc.alts_server_credentials() if settings.use_alts_credentials
                    else live_tls.grpc_credentials() if live_tls else None)
     grpc_port = _bind_grpc(server, settings, credentials)
+    dataplane.shadow = _start_shadows(settings, manager, metrics, grpc_port)  # workers share the port: one folder
     if settings.grpc_socket_path:  # TF Serving's Unix-socket listener beside TCP: same services and policy
         bind_unix_socket(server, settings.grpc_socket_path, credentials)
     await server.start()
@@ -256,6 +285,8 @@ async def run_server(settings: ServerSettings) -> int:
         rest_loop.stop()
     await _bounded(manager.unload_all(), max(end - loop.time(), 0.05), "unloading models")
     dataplane.offloader.close()
+    if dataplane.shadow is not None:
+        dataplane.shadow.close()
     executor.shutdown(wait=False, cancel_futures=True)
     predict_executor.shutdown(wait=False, cancel_futures=True)
     log.info("stopped")

@@ -147,6 +147,7 @@ class DataPlane:
         # --enable_signature_method_name_check: Classify/Regress/MultiInference demand the signature's
         # method_name (TF Serving's default, off: a predict signature of the right shape is served too)
         self.signature_method_name_check = False
+        self.shadow = None  # serving.dataplane.shadow.Shadows when a model has a shadow (--shadow)
 
     @property
     def draining(self) -> bool:
@@ -248,7 +249,11 @@ class DataPlane:
         cap = self._limits.max_request_memory_bytes
         if cap and held > cap:
             raise memory_over_limit(held, rows, cap)
+        started = time.perf_counter()
         outputs = await self._run(runtime, request, counted, deadline)
+        if self.shadow is not None:  # serving.dataplane.shadow: a draw and a non-blocking put, nothing more
+            self.shadow.offer(request.model.name, version, request.signature_name, request.inputs, outputs,
+                              time.perf_counter() - started, deadline)
         if held >= RELEASE_AFTER_BYTES:
             self._release_memory()
         if request.output_filter:

@@ -31,6 +31,7 @@ from tfship.serving.operations.request_log import RequestLog
 from tfship.serving.operations.security import AccessPolicy
 from tfship.serving.tfs import converters, examples, rest_json
 from tfship.serving.tfs.cors import cors_middleware
+from tfship.serving.tfs.shadow_route import add_shadow_routes
 
 log = logging.getLogger(__name__)
 _MAX_BYTES = web.AppKey("max_bytes", int)
@@ -288,6 +289,7 @@ def build_app(dataplane: DataPlane, policy: AccessPolicy | None = None, max_byte
     app.router.add_post(base + ":predict", predict)
     app.router.add_post(base + ":{verb:classify|regress}", classify_or_regress)
     add_v2_routes(app, dataplane, lambda request: read_body(request, timeout_s))  # Open Inference Protocol
+    add_shadow_routes(app, dataplane)  # GET /v1/shadow/<model>: the shadow report (serving.tfs.shadow_route)
     return app
 
 

@@ -34,6 +34,7 @@ from tfship.serving.dataplane.service import DataPlane
 from tfship.serving.dataplane.types import ServerLimits
 from tfship.serving.kserve.grpc_service import add_inference_service
 from tfship.serving.loops import LoopBridge, TransportLoop, watch_lag
+from tfship.serving.operations import tracing
 from tfship.serving.operations.metrics import Metrics
 from tfship.serving.operations.request_log import RequestLog
 from tfship.serving.operations.security import (
@@ -195,6 +196,7 @@ class _Health:
 
 async def run_server(settings: ServerSettings) -> int:
     """Serve until SIGTERM/SIGINT; return the exit code (0 after a clean drain)."""
+    tracing.configure()  # OTEL_* variables (serving.operations.tracing): a bad value stops the start, named
     configs = model_configs(settings)
     check_config(configs)  # a missing base_path or version refuses to start, naming it (as TF Serving does)
     policy = LivePolicy(settings.access_policy())  # an empty token file refuses to start, naming it
@@ -221,7 +223,8 @@ async def run_server(settings: ServerSettings) -> int:
     dataplane.request_log.served = manager.is_configured  # names not served are logged as the metrics label them
 
     # message limits, port sharing and --grpc_channel_arguments (ServerSettings.grpc_options)
-    server = grpc.aio.server(interceptors=[AccessInterceptor(policy)], options=settings.grpc_options())
+    server = grpc.aio.server(interceptors=[AccessInterceptor(policy), tracing.grpc_interceptor()],
+                             options=settings.grpc_options())
     health.servicer = add_services(server, dataplane, (add_inference_service(server, dataplane),),
                                    tensor_content=settings.enable_serialization_as_tensor_content)
 
@@ -287,6 +290,7 @@ async def run_server(settings: ServerSettings) -> int:
     dataplane.offloader.close()
     if dataplane.shadow is not None:
         dataplane.shadow.close()
+    tracing.shutdown()  # the spans still buffered are exported
     executor.shutdown(wait=False, cancel_futures=True)
     predict_executor.shutdown(wait=False, cancel_futures=True)
     log.info("stopped")

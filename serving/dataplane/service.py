@@ -23,6 +23,7 @@ from tfship.core.errors import (
 )
 from tfship.serving.dataplane import inference
 from tfship.serving.dataplane.admission import memory_over_limit, rows_over_limit
+from tfship.serving.dataplane.answer_checks import check_output_filter, check_response_size
 from tfship.serving.dataplane.contract import RequestChecks
 from tfship.serving.dataplane.inference import ExamplesRequest, ExamplesResponse, TaskResult
 from tfship.serving.dataplane.manager import ModelManager
@@ -38,6 +39,7 @@ from tfship.serving.dataplane.types import (
     VersionState,
     VersionStatus,
 )
+from tfship.serving.operations import tracing
 from tfship.serving.operations.metrics import Metrics
 from tfship.serving.operations.request_log import UNKNOWN_MODEL_LABEL, RequestLog, note_request
 from tfship.serving.runtimes.base import Rows
@@ -86,28 +88,6 @@ class RequestGate:
                 return False
             await asyncio.sleep(min(self.POLL_S, max(end - loop.time(), 0.0)))
         return True
-
-
-def _check_response_size(outputs: dict, limit: int) -> None:
-    """Refuse outputs whose raw bytes alone exceed --max-message-bytes (no transport could send them); each
-    transport checks its exact encoded size too.
-    """
-    size = 0
-    for array in outputs.values():
-        size += sum(len(v) for v in array.reshape(-1)) if array.dtype == object else array.nbytes
-    if size > limit:
-        raise ResourceExhaustedError(f"response of at least {size} bytes exceeds --max-message-bytes {limit} bytes; "
-                                     "ask for fewer rows or fewer outputs (output_filter)")
-
-
-def _check_output_filter(signature, output_filter: tuple[str, ...]) -> None:
-    """Every `output_filter` alias names an output of `signature`, once (TF Serving: INVALID_ARGUMENT)."""
-    unknown = sorted(set(output_filter) - set(signature.outputs))
-    if unknown:
-        raise InvalidRequestError(f"output_filter {echo_list(unknown)} not in signature {signature.name!r} outputs "
-                                  f"{sorted(signature.outputs)}")
-    if len(set(output_filter)) != len(output_filter):
-        raise InvalidRequestError(f"output_filter {echo_list(output_filter)} names an output twice")
 
 
 class DataPlane:
@@ -191,7 +171,9 @@ class DataPlane:
         """
         async def work(served) -> InferenceResponse:
             meta = ModelMetadata(model.name, served.version, served.runtime.metadata(), served.runtime.backend)
-            return await self._predict(await decode(meta), served.version, served.runtime)
+            with tracing.decode_span():
+                request = await decode(meta)
+            return await self._predict(request, served.version, served.runtime)
 
         return await self._on_held_version(model, "predict", work, on_missing=lambda: decode(None))
 
@@ -203,17 +185,20 @@ class DataPlane:
         started = time.perf_counter()
         status, version = "OK", ""
         try:
-            try:
-                served = self.manager.hold(model)
-            except TfshipError:
-                if on_missing is not None:
-                    await on_missing()
-                raise
-            try:
-                version = str(served.version)
-                return await work(served)
-            finally:
-                self.manager.release(served)
+            with tracing.predict_span(api, model.name) as span:  # serving.operations.tracing (None when off)
+                try:
+                    served = self.manager.hold(model)
+                except TfshipError:
+                    if on_missing is not None:
+                        await on_missing()
+                    raise
+                try:
+                    version = str(served.version)
+                    if span is not None:
+                        span.set_attribute("tfship.version", served.version)
+                    return await work(served)
+                finally:
+                    self.manager.release(served)
         except TfshipError as err:
             status = err.grpc_code
             raise
@@ -235,7 +220,7 @@ class DataPlane:
         counted, held = self._checks.check(signature, request.inputs, shapes)
         rows = counted.batch
         if request.output_filter:
-            _check_output_filter(signature, request.output_filter)
+            check_output_filter(signature, request.output_filter)
         if self.request_log.sampling_rate > 0.0:
             note_request(model=request.model.name, version=str(version), signature=signature.name, batch_rows=rows)
         if rows == 0:  # refused alike by every backend, batched or not (runtimes disagree on empty batches)
@@ -258,7 +243,7 @@ class DataPlane:
             self._release_memory()
         if request.output_filter:
             outputs = {k: outputs[k] for k in request.output_filter}
-        _check_response_size(outputs, self._limits.max_tensor_bytes)
+        check_response_size(outputs, self._limits.max_tensor_bytes)
         return InferenceResponse(request.model.name, version, request.signature_name, outputs)
 
     async def _run(self, runtime, request: InferenceRequest, rows: Rows, deadline: float | None) -> dict:
@@ -272,13 +257,14 @@ class DataPlane:
         try:
             call = runtime.predict_async(request.inputs, request.signature_name, rows=rows, deadline=deadline,
                                          executor=self._executor)
-            if deadline is None:
-                return await call
-            try:
-                async with asyncio.timeout(max(deadline - time.monotonic(), 0.0)):  # a timer, not a task
+            with tracing.span("runtime call", {"tfship.backend": runtime.backend, "tfship.rows": rows.batch or 0}):
+                if deadline is None:
                     return await call
-            except TimeoutError:
-                raise DeadlineExceededError("deadline exceeded while the model was running") from None
+                try:
+                    async with asyncio.timeout(max(deadline - time.monotonic(), 0.0)):  # a timer, not a task
+                        return await call
+                except TimeoutError:
+                    raise DeadlineExceededError("deadline exceeded while the model was running") from None
         finally:
             with self._inflight_lock:
                 self._inflight -= 1

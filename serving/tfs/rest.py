@@ -26,6 +26,7 @@ from tfship.serving.dataplane.offload import Offloader
 from tfship.serving.dataplane.service import DataPlane, RequestGate
 from tfship.serving.dataplane.types import InferenceRequest, ModelMetadata, ModelRef
 from tfship.serving.kserve.rest import add_v2_routes
+from tfship.serving.operations import tracing
 from tfship.serving.operations.metrics import CONTENT_TYPE, Metrics
 from tfship.serving.operations.request_log import RequestLog
 from tfship.serving.operations.security import AccessPolicy
@@ -290,6 +291,7 @@ def build_app(dataplane: DataPlane, policy: AccessPolicy | None = None, max_byte
     app.router.add_post(base + ":{verb:classify|regress}", classify_or_regress)
     add_v2_routes(app, dataplane, lambda request: read_body(request, timeout_s))  # Open Inference Protocol
     add_shadow_routes(app, dataplane)  # GET /v1/shadow/<model>: the shadow report (serving.tfs.shadow_route)
+    app.middlewares.append(tracing.aiohttp_middleware())  # spans per request when OTEL_* turn tracing on
     return app
 
 

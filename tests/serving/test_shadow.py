@@ -214,7 +214,7 @@ def test_workers_write_one_report(repository: Path) -> None:
             status, _ = _http(f"{server.rest_url}/v1/models/{MODEL}/labels/stable:predict", {"inputs": {"x": x.tolist()}})
             assert status == 200
         report = _report_when(server, lambda r: r["pairs"] >= PAIRS and r.get("parts") == 2)
-        parts = sorted((repository / "shadow").glob(f"{MODEL}.*.json"))
+    parts = sorted((repository / "shadow").glob(f"{MODEL}.*.json"))  # both workers wrote their part on draining
     assert report["pairs"] == PAIRS and report.get("parts") == 2 and len(parts) == 2
     assert report["figures"]["top1_agreement"] == 1.0
     assert sum(json.loads(p.read_text())["pairs"] for p in parts) == PAIRS

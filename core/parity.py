@@ -11,8 +11,11 @@ measure it from):
 * float outputs: the value bound is the gate's |got - want| <= atol * max(1, max |want|) + rtol * |want|
   elementwise (the absolute part follows the output's range); NaN or Inf in the shadow's answer fails;
 * a float [N, C] output (C > 1) also reports its top-1 agreement: rows whose argmax equals the primary's, a
-  flip counted as agreeing when it is a *tie* as in `gate.compare.decision` (the primary's margin between
-  its top class and the shadow's is at most twice the `TIE_ERROR_QUANTILE` of |got - want| over the output);
+  flip counted as agreeing when it is a *tie*: the primary's scores at its top class and at the shadow's differ
+  by no more than the two scores' bounds together (the gate's rule for index outputs). The gate's decision rule
+  (`gate.compare.decision`) takes the artifact's error from the 99th percentile of |got - want| over a golden
+  set of hundreds of rows; a live pair is often one row, where that percentile is the flip's own error and
+  would excuse every flip, so the pair uses the bound instead;
 * integer outputs must be equal, except an index output [N] that points into a float [N, C] output of the
   primary (its argmax): a differing index agrees when the primary's scores at both indices differ by no more
   than the two scores' bounds together, as the gate's index rule;
@@ -29,7 +32,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-TIE_ERROR_QUANTILE = 0.99  # as pipeline.gate.compare: the shadow's error bound used for decision ties
 DEFAULT_ATOL = 1e-5  # the gate's float32 family (validate.atol / validate.rtol defaults)
 DEFAULT_RTOL = 1e-5
 
@@ -79,18 +81,17 @@ def as_text(array: np.ndarray) -> np.ndarray:
     return np.array(flat, dtype=object).reshape(np.shape(array))
 
 
-def top1_agreeing(got: np.ndarray, want: np.ndarray) -> int:
-    """Rows of float [N, C] outputs whose argmax agrees, flips within the tie margin counted as agreeing."""
+def top1_agreeing(got: np.ndarray, want: np.ndarray, bound: PairBound) -> int:
+    """Rows of float [N, C] outputs whose argmax agrees, a flip counted as agreeing when the primary's scores at
+    both classes are equal within the two scores' bounds together (a tie).
+    """
     if not len(want):
         return 0
-    error = np.abs(got - want)
-    bound = float(np.quantile(error, TIE_ERROR_QUANTILE)) if error.size else 0.0
     mine, theirs = np.argmax(want, axis=1), np.argmax(got, axis=1)
     rows = np.arange(len(want))
-    runner_up = np.sort(want, axis=1)[:, -2]
-    other = np.where(mine == theirs, runner_up, want[rows, theirs])
-    ties = want[rows, mine] - other <= 2.0 * bound
-    return int(np.sum((mine == theirs) | ties))
+    top, picked = want[rows, mine], want[rows, theirs]
+    limit = 2.0 * bound.atol * bound.scale(want) + bound.rtol * (np.abs(top) + np.abs(picked))
+    return int(np.sum((mine == theirs) | (top - picked <= limit)))
 
 
 def _floats(name: str, got: np.ndarray, want: np.ndarray, bound: PairBound) -> OutputPair:
@@ -102,7 +103,7 @@ def _floats(name: str, got: np.ndarray, want: np.ndarray, bound: PairBound) -> O
     error = np.abs(got64 - want64)
     allowed = bound.allowed(want64)
     excess = float(np.max(error / np.maximum(allowed, 1e-300))) if error.size else 0.0
-    top1 = top1_agreeing(got64, want64) if want.ndim == 2 and want.shape[1] > 1 else None
+    top1 = top1_agreeing(got64, want64, bound) if want.ndim == 2 and want.shape[1] > 1 else None
     outside = int(np.sum(error > allowed))
     return OutputPair(name, float(error.max()) if error.size else 0.0, outside == 0, excess, rows, top1,
                       f"{outside} of {error.size} values outside the bound" if outside else "")

@@ -223,7 +223,7 @@ async def run_server(settings: ServerSettings) -> int:
     dataplane.request_log.served = manager.is_configured  # names not served are logged as the metrics label them
 
     # message limits, port sharing and --grpc_channel_arguments (ServerSettings.grpc_options)
-    server = grpc.aio.server(interceptors=[AccessInterceptor(policy), tracing.grpc_interceptor()],
+    server = grpc.aio.server(interceptors=[AccessInterceptor(policy), *tracing.grpc_interceptors()],
                              options=settings.grpc_options())
     health.servicer = add_services(server, dataplane, (add_inference_service(server, dataplane),),
                                    tensor_content=settings.enable_serialization_as_tensor_content)

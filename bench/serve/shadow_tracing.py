@@ -1,8 +1,9 @@
 """What a shadow and tracing cost the primary: `make bench-shadow-tracing` (about two minutes).
 
 One tfship server (ONNX, an MLP 784 -> 256 -> 10, built here with onnx.helper; v1 stable, v2 the same weights)
-per setting, loaded by `CLIENTS` closed-loop gRPC Predict callers for `WINDOW_S` seconds, settings alternated
-over `ROUNDS` rounds (medians):
+per setting, all four up at once, each loaded in turn by `CLIENTS` closed-loop gRPC Predict callers for
+`WINDOW_S` seconds, the order rotated over `ROUNDS` rounds; figures are medians over rounds, ratios are to the
+baseline of the same round (short interleaved windows share the shared machine's noise across settings):
   * `baseline`: no shadow, tracing off;
   * `shadow 100%`: `--shadow m=canary --shadow-rate 1` (every request also runs on v2 and is compared);
   * `tracing 1%` / `tracing 100%`: OTLP/HTTP export to a receiver in this process (`OTEL_TRACES_SAMPLER=
@@ -18,6 +19,7 @@ on added latency, the rest of its cost being the CPU its own threads take (set b
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import tempfile
@@ -30,7 +32,7 @@ import numpy as np
 
 from bench.serve.endpoints import child_env
 
-MODEL, CLIENTS, WINDOW_S, ROUNDS = "m", 4, 8.0, 2
+MODEL, CLIENTS, WINDOW_S, ROUNDS = "m", 4, 1.5, 16
 SETTINGS = ("baseline", "shadow 100%", "tracing 1%", "tracing 100%")
 
 
@@ -100,7 +102,7 @@ def _load(target: str, seconds: float) -> tuple[int, list[float]]:
     return len(flat), flat
 
 
-def _measure(repo: Path, setting: str, receiver: _Receiver) -> dict:
+def _server(repo: Path, setting: str, receiver: _Receiver):
     from tfship.serving.launcher import ServerProcess
 
     env, flags = child_env(), ["--model-config-file", str(repo / "models.config"),
@@ -110,17 +112,14 @@ def _measure(repo: Path, setting: str, receiver: _Receiver) -> dict:
     if setting.startswith("tracing"):
         env.update(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=receiver.url, OTEL_TRACES_SAMPLER="traceidratio",
                    OTEL_TRACES_SAMPLER_ARG="0.01" if setting == "tracing 1%" else "1.0")
-    with ServerProcess(repo, MODEL, backend="onnx", env=env, extra_args=flags) as server:
-        count, latencies = _load(server.grpc_target, WINDOW_S)
-        pairs = None
-        if setting == "shadow 100%":
-            from tfship.serving.shadow_cli import load_report
+    return ServerProcess(repo, MODEL, backend="onnx", env=env, extra_args=flags)
 
-            time.sleep(1.5)  # the workers' parts are written once a second
-            pairs = load_report(MODEL, str(repo / "shadow"))["figures"]["pairs"]
+
+def _window(target: str, setting: str) -> dict:
+    count, latencies = _load(target, WINDOW_S)
     ms = np.array(latencies) * 1000
     return {"setting": setting, "answers": count, "per_s": count / WINDOW_S, "p50_ms": float(np.percentile(ms, 50)),
-            "p99_ms": float(np.percentile(ms, 99)), "shadow_pairs": pairs}
+            "p99_ms": float(np.percentile(ms, 99))}
 
 
 def offer_cost_us(calls: int = 20_000) -> float:
@@ -160,19 +159,27 @@ def run(out: Path) -> dict:
             'model_version_policy { specific { versions: 1 versions: 2 } } '
             'version_labels { key: "stable" value: 1 } version_labels { key: "canary" value: 2 } } }\n')
         rounds = []
-        for index in range(ROUNDS):
-            rows = [_measure(repo, setting, receiver) for setting in SETTINGS]
-            base = rows[0]
-            for row in rows:
-                row.update(round=index, throughput_ratio=row["per_s"] / base["per_s"],
-                           p50_ratio=row["p50_ms"] / base["p50_ms"], p99_ratio=row["p99_ms"] / base["p99_ms"])
-                print(f"round {index} {row['setting']:>13}: {row['per_s']:8.0f}/s p50 {row['p50_ms']:.3f} ms "
-                      f"p99 {row['p99_ms']:.3f} ms (x{row['throughput_ratio']:.3f} throughput)", flush=True)
-            rounds.append(rows)
+        with contextlib.ExitStack() as stack:  # every server up at once; idle while another is measured
+            servers = {setting: stack.enter_context(_server(repo, setting, receiver)) for setting in SETTINGS}
+            for index in range(ROUNDS):
+                order = SETTINGS[index % len(SETTINGS):] + SETTINGS[:index % len(SETTINGS)]  # rotated
+                measured = {setting: _window(servers[setting].grpc_target, setting) for setting in order}
+                rows = [measured[setting] for setting in SETTINGS]
+                base = rows[0]
+                for row in rows:
+                    row.update(round=index, throughput_ratio=row["per_s"] / base["per_s"],
+                               p50_ratio=row["p50_ms"] / base["p50_ms"], p99_ratio=row["p99_ms"] / base["p99_ms"])
+                    print(f"round {index} {row['setting']:>13}: {row['per_s']:8.0f}/s p50 {row['p50_ms']:.3f} ms "
+                          f"p99 {row['p99_ms']:.3f} ms (x{row['throughput_ratio']:.3f} throughput)", flush=True)
+                rounds.append(rows)
+            time.sleep(1.5)  # the shadow's part is written once a second
+            from tfship.serving.shadow_cli import load_report
+
+            shadow = load_report(MODEL, str(repo / "shadow"))["figures"]
     summary = {s: {k: statistics.median(r[i][k] for r in rounds)
                    for k in ("per_s", "p50_ms", "p99_ms", "throughput_ratio", "p50_ratio", "p99_ratio")}
                for i, s in enumerate(SETTINGS)}
-    result = {"clients": CLIENTS, "window_s": WINDOW_S, "rounds": rounds, "median": summary,
+    result = {"clients": CLIENTS, "window_s": WINDOW_S, "rounds": rounds, "median": summary, "shadow": shadow,
               "offer_us": offer_cost_us(), "otlp_requests_received": receiver.requests}
     out.mkdir(parents=True, exist_ok=True)
     (out / "shadow-tracing-latest.json").write_text(json.dumps(result, indent=2) + "\n")
@@ -190,6 +197,10 @@ def _markdown(result: dict) -> str:
     for setting, row in result["median"].items():
         lines.append(f"| {setting} | {row['per_s']:.0f} | {row['p50_ms']:.3f} | {row['p99_ms']:.3f} | "
                      f"{row['throughput_ratio']:.3f} | {row['p50_ratio']:.3f} | {row['p99_ratio']:.3f} |")
+    shadow = result["shadow"]
+    lines += ["", f"Shadow report at the end: {shadow['pairs']} pairs, top-1 agreement {shadow['top1_agreement']}, "
+              f"value agreement {shadow['value_agreement']}, shadow errors {shadow['shadow_errors']}, dropped "
+              f"{shadow['dropped']} (queue full: the shadow's own queue bounds its work)."]
     lines += ["", f"`Shadows.offer` on the request path: {result['offer_us']:.2f} µs per request (median of 5 x "
               "20,000 calls): the latency a shadow adds to a primary by itself; the rest of its cost is the CPU "
               "its own threads take (the candidate's model call and the comparison), set by `--shadow-rate`.",

@@ -215,8 +215,10 @@ def decode_span():
     return _tracer.start_as_current_span("decode")
 
 
-def aiohttp_middleware():
-    """An aiohttp middleware recording each REST request's SERVER span (`<METHOD> <route>`)."""
+def aiohttp_middlewares() -> list:
+    """[an aiohttp middleware recording each REST request's SERVER span (`<METHOD> <route>`)]; [] when off."""
+    if _tracer is None:
+        return []
     from aiohttp import web
 
     @web.middleware
@@ -232,11 +234,15 @@ def aiohttp_middleware():
             server.set_attribute("http.response.status_code", response.status)
             return response
 
-    return middleware
+    return [middleware]
 
 
-def grpc_interceptor():
-    """A grpc.aio server interceptor recording each unary call's SERVER span (`<service>/<method>`)."""
+def grpc_interceptors() -> list:
+    """[a grpc.aio server interceptor recording each unary call's SERVER span (`<service>/<method>`)]; [] when
+    off (an interceptor costs every call, even one that only passes it on).
+    """
+    if _tracer is None:
+        return []
     import grpc
 
     class TracingInterceptor(grpc.aio.ServerInterceptor):
@@ -256,7 +262,7 @@ def grpc_interceptor():
             return grpc.unary_unary_rpc_method_handler(traced, request_deserializer=handler.request_deserializer,
                                                        response_serializer=handler.response_serializer)
 
-    return TracingInterceptor()
+    return [TracingInterceptor()]
 
 
 def queued() -> tuple | None:

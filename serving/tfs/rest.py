@@ -291,7 +291,7 @@ def build_app(dataplane: DataPlane, policy: AccessPolicy | None = None, max_byte
     app.router.add_post(base + ":{verb:classify|regress}", classify_or_regress)
     add_v2_routes(app, dataplane, lambda request: read_body(request, timeout_s))  # Open Inference Protocol
     add_shadow_routes(app, dataplane)  # GET /v1/shadow/<model>: the shadow report (serving.tfs.shadow_route)
-    app.middlewares.append(tracing.aiohttp_middleware())  # spans per request when OTEL_* turn tracing on
+    app.middlewares.extend(tracing.aiohttp_middlewares())  # spans per request when OTEL_* turn tracing on
     return app
 
 

@@ -109,6 +109,12 @@ class ServerSettings(BaseModel):
     tf_serving_notes: tuple[tuple[str, str, str, bool], ...] = Field(
         (), description="TF Serving flags accepted without effect: (flag, value, reason, warn); logged at start.")
 
+    @field_validator("shadow", mode="before")
+    @classmethod
+    def _shadow_list(cls, value: Any) -> Any:
+        """TFSHIP_SERVING_SHADOW=a=canary,b=3 gives one string: the comma-separated MODEL=TARGET items."""
+        return tuple(item.strip() for item in value.split(",") if item.strip()) if isinstance(value, str) else value
+
     @field_validator("per_process_gpu_memory_fraction")
     @classmethod
     def _fraction(cls, value: float) -> float:

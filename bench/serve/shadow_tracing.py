@@ -1,11 +1,13 @@
 """What a shadow and tracing cost the primary: `make bench-shadow-tracing` (about two minutes).
 
-One tfship server (ONNX, an MLP 784 -> 256 -> 10, built here with onnx.helper; v1 stable, v2 the same weights)
-per setting, all four up at once, each loaded in turn by `CLIENTS` closed-loop gRPC Predict callers for
+One tfship server (ONNX, an MLP 784 -> 256 -> 10, built here with onnx.helper; v1 stable, v2 the same weights;
+one intra-op thread, as `make bench-serve`: ONNX Runtime's spinning pool would otherwise take the other core)
+per setting, all up at once, each loaded in turn by `CLIENTS` closed-loop gRPC Predict caller(s) for
 `WINDOW_S` seconds, the order rotated over `ROUNDS` rounds; figures are medians over rounds, ratios are to the
 baseline of the same round (short interleaved windows share the shared machine's noise across settings):
   * `baseline`: no shadow, tracing off;
-  * `shadow 100%`: `--shadow m=canary --shadow-rate 1` (every request also runs on v2 and is compared);
+  * `shadow 10%` / `shadow 100%`: `--shadow m=canary --shadow-rate 0.1` / `1` (that share of the requests also
+    runs on v2 and is compared);
   * `tracing 1%` / `tracing 100%`: OTLP/HTTP export to a receiver in this process (`OTEL_TRACES_SAMPLER=
     traceidratio`, ratio 0.01 / 1.0), batch span processor defaults.
 Per setting: throughput (answers/s), client-side latency p50/p99 (ms), and the ratios to the baseline of the
@@ -30,10 +32,11 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.serve.endpoints import child_env
+from bench.serve.endpoints import THREAD_FLAGS, child_env
+from bench.serve.loadgen import process_cpu_s
 
-MODEL, CLIENTS, WINDOW_S, ROUNDS = "m", 4, 1.5, 16
-SETTINGS = ("baseline", "shadow 100%", "tracing 1%", "tracing 100%")
+MODEL, CLIENTS, WINDOW_S, ROUNDS = "m", 1, 1.5, 12
+SETTINGS = ("baseline", "shadow 10%", "shadow 100%", "tracing 1%", "tracing 100%")
 
 
 def _write_mlp(folder: Path, seed: int = 0) -> None:
@@ -105,21 +108,24 @@ def _load(target: str, seconds: float) -> tuple[int, list[float]]:
 def _server(repo: Path, setting: str, receiver: _Receiver):
     from tfship.serving.launcher import ServerProcess
 
-    env, flags = child_env(), ["--model-config-file", str(repo / "models.config"),
+    env, flags = child_env(), ["--model-config-file", str(repo / "models.config"), *THREAD_FLAGS,
                                "--file-system-poll-wait-seconds", "0", "--rest-port", "-1"]
-    if setting == "shadow 100%":
-        flags += ["--shadow", f"{MODEL}=canary", "--shadow-rate", "1", "--shadow-report-dir", str(repo / "shadow")]
+    if setting.startswith("shadow"):
+        flags += ["--shadow", f"{MODEL}=canary", "--shadow-rate", "1" if setting == "shadow 100%" else "0.1",
+                  "--shadow-report-dir", str(repo / ("shadow" if setting == "shadow 100%" else "shadow-10"))]
     if setting.startswith("tracing"):
         env.update(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=receiver.url, OTEL_TRACES_SAMPLER="traceidratio",
                    OTEL_TRACES_SAMPLER_ARG="0.01" if setting == "tracing 1%" else "1.0")
     return ServerProcess(repo, MODEL, backend="onnx", env=env, extra_args=flags)
 
 
-def _window(target: str, setting: str) -> dict:
-    count, latencies = _load(target, WINDOW_S)
+def _window(server, setting: str) -> dict:
+    cpu = process_cpu_s(server.process.pid)
+    count, latencies = _load(server.grpc_target, WINDOW_S)
+    cpu_us = (process_cpu_s(server.process.pid) - cpu) / max(count, 1) * 1e6
     ms = np.array(latencies) * 1000
     return {"setting": setting, "answers": count, "per_s": count / WINDOW_S, "p50_ms": float(np.percentile(ms, 50)),
-            "p99_ms": float(np.percentile(ms, 99))}
+            "p99_ms": float(np.percentile(ms, 99)), "server_cpu_us": cpu_us}
 
 
 def offer_cost_us(calls: int = 20_000) -> float:
@@ -163,12 +169,13 @@ def run(out: Path) -> dict:
             servers = {setting: stack.enter_context(_server(repo, setting, receiver)) for setting in SETTINGS}
             for index in range(ROUNDS):
                 order = SETTINGS[index % len(SETTINGS):] + SETTINGS[:index % len(SETTINGS)]  # rotated
-                measured = {setting: _window(servers[setting].grpc_target, setting) for setting in order}
+                measured = {setting: _window(servers[setting], setting) for setting in order}
                 rows = [measured[setting] for setting in SETTINGS]
                 base = rows[0]
                 for row in rows:
                     row.update(round=index, throughput_ratio=row["per_s"] / base["per_s"],
-                               p50_ratio=row["p50_ms"] / base["p50_ms"], p99_ratio=row["p99_ms"] / base["p99_ms"])
+                               p50_ratio=row["p50_ms"] / base["p50_ms"], p99_ratio=row["p99_ms"] / base["p99_ms"],
+                               cpu_ratio=row["server_cpu_us"] / base["server_cpu_us"])
                     print(f"round {index} {row['setting']:>13}: {row['per_s']:8.0f}/s p50 {row['p50_ms']:.3f} ms "
                           f"p99 {row['p99_ms']:.3f} ms (x{row['throughput_ratio']:.3f} throughput)", flush=True)
                 rounds.append(rows)
@@ -177,10 +184,12 @@ def run(out: Path) -> dict:
 
             shadow = load_report(MODEL, str(repo / "shadow"))["figures"]
     summary = {s: {k: statistics.median(r[i][k] for r in rounds)
-                   for k in ("per_s", "p50_ms", "p99_ms", "throughput_ratio", "p50_ratio", "p99_ratio")}
+                   for k in ("per_s", "p50_ms", "p99_ms", "server_cpu_us", "throughput_ratio", "p50_ratio",
+                             "p99_ratio", "cpu_ratio")}
                for i, s in enumerate(SETTINGS)}
     result = {"clients": CLIENTS, "window_s": WINDOW_S, "rounds": rounds, "median": summary, "shadow": shadow,
-              "offer_us": offer_cost_us(), "otlp_requests_received": receiver.requests}
+              "offer_us": offer_cost_us(), "otlp_requests_received": receiver.requests,
+              "load_average": " ".join(Path("/proc/loadavg").read_text().split()[:3])}
     out.mkdir(parents=True, exist_ok=True)
     (out / "shadow-tracing-latest.json").write_text(json.dumps(result, indent=2) + "\n")
     (out / "shadow-tracing-latest.md").write_text(_markdown(result))
@@ -189,14 +198,18 @@ def run(out: Path) -> dict:
 
 def _markdown(result: dict) -> str:
     lines = ["# Shadow and tracing cost (`make bench-shadow-tracing`)", "",
+             f"Host load average at the end: {result['load_average']} (2 cores shared with other work: throughput "
+             "and latency swing between rounds; the server's CPU per answer is the steadier figure).", "",
              f"{result['clients']} closed-loop gRPC clients, {result['window_s']:g} s per setting, "
              f"{len(result['rounds'])} alternating rounds (medians); ONNX MLP 784-256-10, batch 1. Ratios are to "
              "the baseline of the same round.", "",
-             "| setting | answers/s | p50 ms | p99 ms | throughput vs baseline | p50 vs baseline | p99 vs baseline |",
-             "|---|---|---|---|---|---|---|"]
+             "| setting | answers/s | p50 ms | p99 ms | server CPU µs/answer | throughput vs baseline | "
+             "p50 vs baseline | p99 vs baseline | CPU/answer vs baseline |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for setting, row in result["median"].items():
         lines.append(f"| {setting} | {row['per_s']:.0f} | {row['p50_ms']:.3f} | {row['p99_ms']:.3f} | "
-                     f"{row['throughput_ratio']:.3f} | {row['p50_ratio']:.3f} | {row['p99_ratio']:.3f} |")
+                     f"{row['server_cpu_us']:.0f} | {row['throughput_ratio']:.3f} | {row['p50_ratio']:.3f} | "
+                     f"{row['p99_ratio']:.3f} | {row['cpu_ratio']:.3f} |")
     shadow = result["shadow"]
     lines += ["", f"Shadow report at the end: {shadow['pairs']} pairs, top-1 agreement {shadow['top1_agreement']}, "
               f"value agreement {shadow['value_agreement']}, shadow errors {shadow['shadow_errors']}, dropped "

@@ -45,9 +45,21 @@ SAMPLERS = ("always_on", "always_off", "traceidratio", "parentbased_always_on", 
 _NOOP = contextlib.nullcontext()
 _tracer = None  # an opentelemetry Tracer once `configure` turned tracing on
 _provider = None
+_propagator = None  # W3C trace context (traceparent, tracestate), made by `configure`
 # the transport's marks for the derived decode/encode spans: [transport start, data plane start, data plane end
 # (ns), whether a `decode` span was recorded inside the data plane]
 _MARKS: ContextVar[list | None] = ContextVar("tfship_trace_marks", default=None)
+
+
+def _recording() -> bool:
+    """Tracing is on and the current span records (its trace was sampled): only then are children made, so an
+    unsampled request costs its transport span's sampling decision and nothing more.
+    """
+    return _tracer is not None and _current_span().is_recording()
+
+
+def _current_span():  # replaced by opentelemetry's `trace.get_current_span` once `configure` turned tracing on
+    return None
 
 
 def enabled() -> bool:
@@ -118,7 +130,7 @@ def configure(env: Mapping[str, str] | None = None) -> bool:
     Raises:
         ConfigError: a bad `OTEL_*` value (see `_check_env`).
     """
-    global _tracer, _provider
+    global _tracer, _provider, _current_span, _propagator
     settings = _check_env(os.environ if env is None else env)
     if settings is None:
         return False
@@ -138,6 +150,10 @@ def configure(env: Mapping[str, str] | None = None) -> bool:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
             exporter = OTLPSpanExporter()
         provider.add_span_processor(BatchSpanProcessor(exporter))  # exported off the request path
+    from opentelemetry import trace
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    _current_span, _propagator = trace.get_current_span, TraceContextTextMapPropagator()
     _provider, _tracer = provider, provider.get_tracer("tfship.serving")
     return True
 
@@ -152,8 +168,10 @@ def shutdown(timeout_ms: int = 2000) -> None:
 
 
 def span(name: str, attributes: dict | None = None):
-    """A context manager recording a child span of the current one (a shared no-op when tracing is off)."""
-    if _tracer is None:
+    """A context manager recording a child span of the current one (a shared no-op when tracing is off or the
+    request is not sampled).
+    """
+    if not _recording():
         return _NOOP
     return _tracer.start_as_current_span(name, attributes=attributes)
 
@@ -164,16 +182,15 @@ def _server_span(name: str, carrier: Mapping[str, str], attributes: dict):
     the handler times its own) and `encode` spans from the data plane's marks.
     """
     from opentelemetry import trace
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-    parent = TraceContextTextMapPropagator().extract(carrier=carrier)
+    parent = _propagator.extract(carrier=carrier)
     marks = [time.time_ns(), None, None, False]
     token = _MARKS.set(marks)
     try:
         with _tracer.start_as_current_span(name, context=parent, kind=trace.SpanKind.SERVER,
                                            attributes=attributes) as server:
             yield server
-            if marks[1] is not None:
+            if marks[1] is not None and server.is_recording():
                 if not marks[3]:
                     _tracer.start_span("decode", start_time=marks[0]).end(end_time=marks[1])
                 _tracer.start_span("encode", start_time=marks[2]).end(end_time=time.time_ns())
@@ -186,7 +203,7 @@ def predict_span(api: str, model: str):
     """The data plane's `predict` span (`tfship.model`; the caller adds `tfship.version`); marks its start and
     end for the transport's derived spans and notes the trace id in the request-log line.
     """
-    if _tracer is None:
+    if not _recording():
         yield None
         return
     from tfship.serving.operations.request_log import note_request
@@ -207,7 +224,7 @@ def predict_span(api: str, model: str):
 
 def decode_span():
     """The `decode` span of a transport that decodes inside the data plane (`DataPlane.predict_decoded`)."""
-    if _tracer is None:
+    if not _recording():
         return _NOOP
     marks = _MARKS.get()
     if marks is not None:
@@ -246,28 +263,37 @@ def grpc_interceptors() -> list:
     import grpc
 
     class TracingInterceptor(grpc.aio.ServerInterceptor):
+        def __init__(self) -> None:
+            self._wrapped: dict[str, tuple] = {}  # method -> (its handler, the traced handler): made once
+
         async def intercept_service(self, continuation, details):
             handler = await continuation(details)
-            if _tracer is None or handler is None or not inspect.iscoroutinefunction(handler.unary_unary):
+            if handler is None or not inspect.iscoroutinefunction(handler.unary_unary):
                 return handler  # streams and synchronous handlers go untraced
-            inner, method = handler.unary_unary, details.method.lstrip("/")
-            service, _, name = method.partition("/")
-            carrier = {key: value for key, value in (details.invocation_metadata or ()) if isinstance(value, str)}
+            known = self._wrapped.get(details.method)
+            if known is None or known[0] is not handler:
+                known = self._wrapped[details.method] = (handler, _traced_handler(handler, details.method))
+            return known[1]
 
-            async def traced(request, context):
-                with _server_span(method, carrier, {"rpc.system": "grpc", "rpc.service": service,
-                                                    "rpc.method": name}):
-                    return await inner(request, context)
+    def _traced_handler(handler, full_method: str):
+        inner, method = handler.unary_unary, full_method.lstrip("/")
+        service, _, name = method.partition("/")
+        attributes = {"rpc.system": "grpc", "rpc.service": service, "rpc.method": name}
 
-            return grpc.unary_unary_rpc_method_handler(traced, request_deserializer=handler.request_deserializer,
-                                                       response_serializer=handler.response_serializer)
+        async def traced(request, context):
+            carrier = {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+            with _server_span(method, carrier, attributes):
+                return await inner(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(traced, request_deserializer=handler.request_deserializer,
+                                                   response_serializer=handler.response_serializer)
 
     return [TracingInterceptor()]
 
 
 def queued() -> tuple | None:
-    """At a batching queue's door: (the request's trace context, now in ns); None when tracing is off."""
-    if _tracer is None:
+    """At a batching queue's door: (the request's trace context, now in ns); None when not recorded."""
+    if not _recording():
         return None
     from opentelemetry import context
 

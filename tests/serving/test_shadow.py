@@ -218,3 +218,29 @@ def test_workers_write_one_report(repository: Path) -> None:
     assert report["pairs"] == PAIRS and report.get("parts") == 2 and len(parts) == 2
     assert report["figures"]["top1_agreement"] == 1.0
     assert sum(json.loads(p.read_text())["pairs"] for p in parts) == PAIRS
+
+
+@pytest.mark.parametrize(("flag", "named"), [
+    ("other=canary", "--shadow names model(s) ['other'] that are not served"),
+    ("lin", "--shadow 'lin': expected MODEL=VERSION or MODEL=LABEL"),
+    ("lin=0", "--shadow 'lin=0': version must be positive"),
+])
+def test_bad_shadow_setting_stops_the_start(repository: Path, flag: str, named: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "tfship.serving", "serve", "--model-config-file",
+                           str(repository / "models.config"), "--port", "0", "--rest-port", "-1", "--shadow", flag],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 2 and named in done.stderr, done.stderr
+
+
+def test_shadow_from_the_environment(monkeypatch) -> None:
+    """TFSHIP_SERVING_SHADOW (every serve flag has its variable) takes comma-separated MODEL=TARGET items."""
+    import argparse
+
+    from tfship.serving.cli import add_serve_arguments, settings_from_args
+
+    monkeypatch.setenv("TFSHIP_SERVING_SHADOW", "lin=canary, other=3")
+    parser = argparse.ArgumentParser()
+    add_serve_arguments(parser)
+    settings = settings_from_args(parser.parse_args(["--repository", "/tmp", "--model-name", "lin"]))
+    assert settings.shadow == ("lin=canary", "other=3")

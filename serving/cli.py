@@ -104,6 +104,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
            "report how the answers agree (repeatable; docs/serving.md, Shadow a candidate)")
     a("--shadow-rate", type=float, default=0.1, help="share of requests shadowed, 0..1 (default 0.1)")
     a("--shadow-queue-size", type=int, default=64, help="shadow pairs waiting at most; more are dropped, counted")
+    a("--shadow-queue-bytes", type=int, default=256 << 20, help="bytes of request and answer arrays the shadow "
+      "queue holds at most (default 256 MiB); more are dropped, counted")
     a("--shadow-workers", type=int, default=1, help="shadow calls at once, on their own threads (default 1)")
     a("--shadow-timeout-s", type=float, default=10.0, help="a shadow call's limit when the primary has no deadline")
     a("--shadow-keep-inputs", action="store_true", help="keep request inputs in the worst-disagreement sample")

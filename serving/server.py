@@ -133,8 +133,9 @@ def _start_shadows(settings: ServerSettings, manager: ModelManager, metrics: Met
         raise ConfigError(f"--shadow names model(s) {unknown} that are not served; served: {manager.model_names()}")
     report_dir = settings.shadow_report_dir or Path(tempfile.gettempdir()) / "tfship-shadow" / str(grpc_port)
     shadows = Shadows(manager, targets, ShadowOptions(
-        settings.shadow_rate, settings.shadow_queue_size, settings.shadow_workers, settings.shadow_timeout_s,
-        settings.shadow_keep_inputs, PairBound(settings.shadow_atol, settings.shadow_rtol), report_dir))
+        rate=settings.shadow_rate, queue_size=settings.shadow_queue_size, queue_bytes=settings.shadow_queue_bytes,
+        workers=settings.shadow_workers, timeout_s=settings.shadow_timeout_s, keep_inputs=settings.shadow_keep_inputs,
+        bound=PairBound(settings.shadow_atol, settings.shadow_rtol), report_dir=report_dir))
     metrics.registry.register(ShadowCollector(shadows))
     log.info("shadowing %s at rate %g; report parts in %s", {m: str(t) for m, t in targets.items()},
              settings.shadow_rate, report_dir)

@@ -76,6 +76,7 @@ class ServerSettings(BaseModel):
                                     "model's Predicts on that version and compare (serving.dataplane.shadow).")
     shadow_rate: float = Field(0.1, ge=0.0, le=1.0, description="Share of requests shadowed (0..1).")
     shadow_queue_size: int = Field(64, ge=1, description="Shadow pairs waiting at most; more are dropped, counted.")
+    shadow_queue_bytes: int = Field(256 << 20, ge=1, description="Bytes of arrays the shadow queue holds at most.")
     shadow_workers: int = Field(1, ge=1, description="Shadow calls at once (own threads).")
     shadow_timeout_s: float = Field(10.0, gt=0, description="A shadow call's limit when the primary has no deadline.")
     shadow_keep_inputs: bool = Field(False, description="Keep inputs in the worst-disagreement sample (privacy: off).")

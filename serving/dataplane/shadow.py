@@ -2,13 +2,14 @@
 each pair of answers is compared with the gate's rules (`core.parity`) into a running report
 (`serving.dataplane.shadow_report`).
 
-The primary is never changed or delayed by its shadow:
-  * the data plane hands the finished pair over with `Shadows.offer` (a random draw and a non-blocking
-    `put_nowait`, a few microseconds, on the request's own loop), after the primary's answer is computed;
-    nothing of the shadow runs on a transport loop or on the predict threads;
-  * shadow work has its own bounded queue (`queue_size`): a full queue drops the request, counted as
-    `queue_full`; its own worker threads (`workers`) and its own model-call threads, so a shadow that hangs
-    holds at most `workers` threads, never a primary's;
+The primary's answer is never changed by its shadow, and the request waits for none of the shadow's work:
+  * the data plane hands the finished pair over with `Shadows.offer` (a random draw, two dict copies and a
+    non-blocking `put_nowait`: 5-10 µs measured, `make bench-shadow-tracing`), after the primary's answer is
+    computed; nothing of the shadow runs on a transport loop or on the predict threads. What a shadow still
+    costs the primary is CPU (its model call and the comparison run in this process), set by the rate;
+  * shadow work has its own bounded queue (`queue_size` pairs and `queue_bytes` of their arrays): a full
+    queue drops the request, counted as `queue_full`; its own worker threads (`workers`) and its own
+    model-call threads, so a shadow that hangs holds at most `workers` threads, never a primary's;
   * a shadow call ends at the primary's deadline (the client's, else --default-deadline-s, else `timeout_s`):
     a pair whose deadline passed while queued is dropped (`deadline_passed`), a call still running then is
     abandoned and counted as DEADLINE_EXCEEDED.
@@ -46,6 +47,7 @@ WRITE_EVERY_S = 1.0
 @dataclass(frozen=True)
 class ShadowOptions:
     """How shadowing runs. rate: share of requests shadowed, in [0, 1]; queue_size: pairs waiting at most;
+    queue_bytes: bytes of their inputs and outputs waiting at most (numeric arrays' buffers);
     workers: shadow calls at once; timeout_s: a shadow call's limit when the primary has no deadline, seconds;
     keep_inputs: the worst-disagreement sample keeps inputs; bound: the value bound (the gate's float32 family
     by default); report_dir: where each process writes its part.
@@ -53,6 +55,7 @@ class ShadowOptions:
 
     rate: float = 0.1
     queue_size: int = 64
+    queue_bytes: int = 256 << 20
     workers: int = 1
     timeout_s: float = 10.0
     keep_inputs: bool = False
@@ -85,6 +88,7 @@ class _Pair:
     outputs: dict
     primary_s: float
     deadline: float
+    size: int  # bytes of the arrays held
 
 
 class Shadows:
@@ -101,6 +105,7 @@ class Shadows:
         self.reports = {m: ShadowReport(m, str(t.version if t.version is not None else t.label), options.keep_inputs)
                         for m, t in targets.items()}
         self._queue: queue.Queue = queue.Queue(maxsize=max(options.queue_size, 1))
+        self._queued_bytes, self._bytes_lock = 0, threading.Lock()
         self._calls = ThreadPoolExecutor(max(options.workers, 1), thread_name_prefix="tfship-shadow-call")
         self._random = random.Random()
         self._stop = threading.Event()
@@ -126,11 +131,22 @@ class Shadows:
         if report is None or self._random.random() >= self.options.rate:
             return
         end = deadline if deadline is not None else time.monotonic() + self.options.timeout_s
+        size = sum(a.nbytes for a in inputs.values()) + sum(a.nbytes for a in outputs.values())
+        with self._bytes_lock:
+            if self._queued_bytes + size > self.options.queue_bytes:
+                report.record_dropped("queue_full")
+                return
+            self._queued_bytes += size
         try:
             self._queue.put_nowait((model, _Pair(primary_version, signature, dict(inputs), dict(outputs), primary_s,
-                                                 end)))
+                                                 end, size)))
         except queue.Full:
+            self._unqueue(size)
             report.record_dropped("queue_full")
+
+    def _unqueue(self, size: int) -> None:
+        with self._bytes_lock:
+            self._queued_bytes -= size
 
     def _work(self) -> None:
         while not self._stop.is_set():
@@ -138,6 +154,7 @@ class Shadows:
                 model, pair = self._queue.get(timeout=0.2)
             except queue.Empty:
                 continue
+            self._unqueue(pair.size)
             try:
                 self._shadow(model, pair)
             except Exception:  # a bug here must never stop shadowing, nor reach a primary

@@ -18,6 +18,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import grpc
 import numpy as np
 import pytest
 
@@ -25,13 +26,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import shadow_models
 
+from tfship.core import kserve_protocol
 from tfship.serving.dataplane.model_config import parse_model_server_config
 from tfship.serving.launcher import ServerProcess
 from tfship.serving.tfs.client import PredictClient
 
 MODEL = "lin"
 ROOT = Path(__file__).resolve().parents[2]
-PAIRS = 36  # 12 per API
+PAIRS = 36  # 9 per API
 
 
 @pytest.fixture(scope="module")
@@ -85,25 +87,50 @@ def _http(url: str, body: dict | None = None) -> tuple[int, dict]:
 
 
 def _send_on_every_api(server: ServerProcess, inputs: list[np.ndarray]) -> list[tuple[dict, float]]:
-    """Each input to v1 (the stable label) on one of three APIs, in turn; returns (answer, seconds) each."""
+    """Each input to v1 (the stable label) on one of four APIs in turn (TF Serving gRPC and REST, Open Inference
+    REST and gRPC); returns (answer, seconds) each."""
     answers = []
     with PredictClient(server.grpc_target, timeout_s=30) as client:
         for i, x in enumerate(inputs):
             started = time.perf_counter()
-            if i % 3 == 0:
+            if i % 4 == 0:
                 out = client.predict(MODEL, {"x": x}, version_label="stable")
-            elif i % 3 == 1:
+            elif i % 4 == 1:
                 status, body = _http(f"{server.rest_url}/v1/models/{MODEL}/labels/stable:predict",
                                      {"inputs": {"x": x.tolist()}})
                 assert status == 200, body
                 out = {k: np.asarray(v) for k, v in body["outputs"].items()}
-            else:
+            elif i % 4 == 2:
                 status, body = _http(f"{server.rest_url}/v2/models/{MODEL}/versions/1/infer", {"inputs": [
                     {"name": "x", "shape": list(x.shape), "datatype": "FP32", "data": x.ravel().tolist()}]})
                 assert status == 200, body
                 out = {o["name"]: np.asarray(o["data"]).reshape(o["shape"]) for o in body["outputs"]}
+            else:
+                out = _infer_grpc(server.grpc_target, x)
             answers.append((out, time.perf_counter() - started))
     return answers
+
+
+def _infer_grpc(target: str, x: np.ndarray) -> dict[str, np.ndarray]:
+    """Open Inference Protocol ModelInfer over gRPC (version 1), answer decoded from raw or typed contents."""
+    request = kserve_protocol.ModelInferRequest(model_name=MODEL, model_version="1")
+    tensor = request.inputs.add(name="x", datatype="FP32", shape=list(x.shape))
+    tensor.contents.fp32_contents.extend(x.ravel().tolist())
+    with grpc.insecure_channel(target) as channel:
+        answer = channel.unary_unary(f"/{kserve_protocol.SERVICE}/ModelInfer",
+                                     request_serializer=lambda m: m.SerializeToString(),
+                                     response_deserializer=kserve_protocol.ModelInferResponse.FromString)(
+            request, timeout=30)
+    dtypes = {"FP32": np.float32, "INT64": np.int64}
+    out = {}
+    for index, output in enumerate(answer.outputs):
+        if answer.raw_output_contents:
+            values = np.frombuffer(answer.raw_output_contents[index], dtypes[output.datatype])
+        else:
+            values = np.asarray(output.contents.fp32_contents if output.datatype == "FP32"
+                                else output.contents.int64_contents, dtypes[output.datatype])
+        out[output.name] = values.reshape(list(output.shape))
+    return out
 
 
 def _assert_primary_unchanged(repo: Path, inputs: list[np.ndarray], answers) -> None:

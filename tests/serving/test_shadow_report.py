@@ -78,3 +78,32 @@ def test_each_floor_refuses_its_bad_case() -> None:
     errored.record_error("DEADLINE_EXCEEDED")
     assert check_floors(errored.to_json(), 2, 50, 0.99, 0.99) == ["1 shadow error(s): {'DEADLINE_EXCEEDED': 1}"]
     assert "no pair was answered" in check_floors(ShadowReport("m", "2").to_json(), 2, 0, 0.99, 0.99)[0]
+
+
+def test_queue_is_bounded_in_pairs_and_bytes() -> None:
+    """Pairs beyond `queue_size`, or whose arrays would take the queue past `queue_bytes`, are dropped and
+    counted; those within both bounds are queued (the workers are stopped: nothing leaves the queue)."""
+    from tfship.serving.dataplane.shadow import ShadowOptions, Shadows
+    from tfship.serving.dataplane.types import ModelRef
+
+    def shadows(**options) -> Shadows:
+        made = Shadows(object(), {"m": ModelRef("m", label="canary")}, ShadowOptions(rate=1.0, **options))
+        made._stop.set()
+        for thread in made._threads:
+            thread.join()
+        return made
+
+    small = {"x": np.zeros((1, 256), np.float32)}  # 1 KiB
+    by_count = shadows(queue_size=3)
+    for _ in range(5):
+        by_count.offer("m", 1, "serving_default", small, small, 0.001, None)
+    assert by_count._queue.qsize() == 3 and by_count.reports["m"].dropped == {"queue_full": 2}
+    by_bytes = shadows(queue_size=100, queue_bytes=5 * 2048)  # five pairs of 2 KiB (inputs + outputs)
+    for _ in range(8):
+        by_bytes.offer("m", 1, "serving_default", small, small, 0.001, None)
+    assert by_bytes._queue.qsize() == 5 and by_bytes.reports["m"].dropped == {"queue_full": 3}
+    big = {"x": np.zeros((1, 4096), np.float32)}  # 16 KiB: alone above the bound
+    by_bytes._queue.get_nowait()
+    by_bytes._unqueue(2048)
+    by_bytes.offer("m", 1, "serving_default", big, big, 0.001, None)
+    assert by_bytes._queue.qsize() == 4 and by_bytes.reports["m"].dropped == {"queue_full": 4}

@@ -51,7 +51,7 @@ def versions(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def repository(versions: Path, tmp_path: Path) -> Path:
+def lin_repo(versions: Path, tmp_path: Path) -> Path:
     """A fresh repository per test (promote rewrites its models.config): stable -> 1, canary -> 2."""
     repo = tmp_path / "repo"
     shutil.copytree(versions, repo / MODEL)
@@ -140,11 +140,11 @@ def _assert_primary_unchanged(repo: Path, inputs: list[np.ndarray], answers) -> 
         np.testing.assert_array_equal(np.asarray(out["class_id"], np.int64), want["class_id"])
 
 
-def _report_when(server: ServerProcess, done, timeout_s: float = 30.0) -> dict:
+def _report_when(server: ServerProcess, done, timeout_s: float = 30.0, model: str = MODEL) -> dict:
     """Poll the JSON endpoint until `done(report)` (shadow work is asynchronous); fail with the last report."""
     end = time.monotonic() + timeout_s
     while True:
-        status, report = _http(f"{server.rest_url}/v1/shadow/{MODEL}")
+        status, report = _http(f"{server.rest_url}/v1/shadow/{model}")
         assert status == 200, report
         if done(report) or time.monotonic() > end:
             return report
@@ -170,12 +170,12 @@ def _accounted(report: dict) -> int:
     return report["pairs"] + sum(report["errors"].values()) + sum(report["dropped"].values())
 
 
-def test_agreeing_candidate_is_promoted_from_its_shadow(repository: Path) -> None:
+def test_agreeing_candidate_is_promoted_from_its_shadow(lin_repo: Path) -> None:
     inputs = _inputs(PAIRS)
-    with _serve(repository, "--shadow", f"{MODEL}=canary") as server:
+    with _serve(lin_repo, "--shadow", f"{MODEL}=canary") as server:
         answers = _send_on_every_api(server, inputs)
         report = _report_when(server, lambda r: r["pairs"] >= PAIRS)
-        _assert_primary_unchanged(repository, inputs, answers)
+        _assert_primary_unchanged(lin_repo, inputs, answers)
         figures = report["figures"]
         assert (figures["pairs"], figures["top1_agreement"], figures["value_agreement"]) == (PAIRS, 1.0, 1.0)
         assert figures["shadow_versions"] == [2] and report["versions"]["primary"] == {"1": PAIRS}
@@ -186,26 +186,26 @@ def test_agreeing_candidate_is_promoted_from_its_shadow(repository: Path) -> Non
         assert "top-1 agreement" in table.stdout and "100.00%" in table.stdout
         metrics = urllib.request.urlopen(f"{server.rest_url}/monitoring/prometheus/metrics").read().decode()
         assert f'tfship_shadow_pairs_total{{model="{MODEL}"}} {float(PAIRS)}' in metrics
-        promoted = _tfship("promote", MODEL, "2", "--label", "stable", "--repository", str(repository),
+        promoted = _tfship("promote", MODEL, "2", "--label", "stable", "--repository", str(lin_repo),
                            "--evidence", "shadow", "--shadow-report", server.rest_url, "--min-pairs", str(PAIRS),
                            "--min-value-agreement", "1.0")
     assert promoted.returncode == 0, promoted.stderr
-    assert _labels(repository) == {"stable": 2, "canary": 2}
-    record = json.loads((repository / MODEL / "promotions.json").read_text())[-1]
+    assert _labels(lin_repo) == {"stable": 2, "canary": 2}
+    record = json.loads((lin_repo / MODEL / "promotions.json").read_text())[-1]
     assert record["version"] == 2 and record["previous"] == 1
     assert record["evidence"]["kind"] == "shadow" and record["evidence"]["passed"]
     assert record["evidence"]["figures"]["pairs"] == PAIRS
 
 
-def test_planted_fault_is_refused_with_its_figures(repository: Path) -> None:
+def test_planted_fault_is_refused_with_its_figures(lin_repo: Path) -> None:
     inputs = _inputs(PAIRS)
-    with _serve(repository, "--shadow", f"{MODEL}=3") as server:
+    with _serve(lin_repo, "--shadow", f"{MODEL}=3") as server:
         answers = _send_on_every_api(server, inputs)
         report = _report_when(server, lambda r: r["pairs"] >= PAIRS)
-        _assert_primary_unchanged(repository, inputs, answers)
+        _assert_primary_unchanged(lin_repo, inputs, answers)
     # the server stopped: the report is read back from the part it wrote when it drained
-    refused = _tfship("promote", MODEL, "3", "--label", "stable", "--repository", str(repository),
-                      "--evidence", "shadow", "--shadow-report", str(repository / "shadow"), "--min-pairs", str(PAIRS))
+    refused = _tfship("promote", MODEL, "3", "--label", "stable", "--repository", str(lin_repo),
+                      "--evidence", "shadow", "--shadow-report", str(lin_repo / "shadow"), "--min-pairs", str(PAIRS))
     figures = report["figures"]
     assert figures["pairs"] == PAIRS and figures["shadow_versions"] == [3]
     assert figures["top1_agreement"] < 0.99 and figures["value_agreement"] == 0.0
@@ -213,35 +213,35 @@ def test_planted_fault_is_refused_with_its_figures(repository: Path) -> None:
     assert refused.returncode != 0
     assert "PromotionRefusedError" in refused.stderr and f"top-1 agreement {figures['top1_agreement']:.2%}" \
         in refused.stderr, refused.stderr
-    assert _labels(repository) == {"stable": 1, "canary": 2}
-    assert not (repository / MODEL / "promotions.json").exists()
+    assert _labels(lin_repo) == {"stable": 1, "canary": 2}
+    assert not (lin_repo / MODEL / "promotions.json").exists()
 
 
 @pytest.mark.parametrize(("version", "status"), [(4, "DEADLINE_EXCEEDED"), (5, "INTERNAL")])
-def test_hanging_or_crashing_shadow_changes_no_primary_answer(repository: Path, version: int, status: str) -> None:
+def test_hanging_or_crashing_shadow_changes_no_primary_answer(lin_repo: Path, version: int, status: str) -> None:
     """A primary that waited on its shadow at all would take the shadow's 2 s limit or more: every primary
     answer comes back well below it, and equal to onnxruntime's."""
     inputs = _inputs(PAIRS)
-    with _serve(repository, "--shadow", f"{MODEL}={version}", "--shadow-timeout-s", "2",
+    with _serve(lin_repo, "--shadow", f"{MODEL}={version}", "--shadow-timeout-s", "2",
                 "--shadow-queue-size", "2") as server:
         answers = _send_on_every_api(server, inputs)
         report = _report_when(server, lambda r: _accounted(r) >= PAIRS)
-    _assert_primary_unchanged(repository, inputs, answers)
+    _assert_primary_unchanged(lin_repo, inputs, answers)
     assert max(seconds for _, seconds in answers) < 2.0
     assert report["pairs"] == 0 and report["errors"].get(status, 0) >= 1 and _accounted(report) == PAIRS
     if status == "DEADLINE_EXCEEDED":  # one worker held 2 s per call: the rest of the sampled requests dropped
         assert report["dropped"].get("queue_full", 0) >= 1
 
 
-def test_workers_write_one_report(repository: Path) -> None:
+def test_workers_write_one_report(lin_repo: Path) -> None:
     """`--num-processes 2`: each worker writes its part; the endpoint answers the merged report."""
     inputs = _inputs(PAIRS)
-    with _serve(repository, "--shadow", f"{MODEL}=canary", "--num-processes", "2") as server:
+    with _serve(lin_repo, "--shadow", f"{MODEL}=canary", "--num-processes", "2") as server:
         for x in inputs:  # a new connection per request: SO_REUSEPORT spreads them over both workers
             status, _ = _http(f"{server.rest_url}/v1/models/{MODEL}/labels/stable:predict", {"inputs": {"x": x.tolist()}})
             assert status == 200
         report = _report_when(server, lambda r: r["pairs"] >= PAIRS and r.get("parts") == 2)
-    parts = sorted((repository / "shadow").glob(f"{MODEL}.*.json"))  # both workers wrote their part on draining
+    parts = sorted((lin_repo / "shadow").glob(f"{MODEL}.*.json"))  # both workers wrote their part on draining
     assert report["pairs"] == PAIRS and report.get("parts") == 2 and len(parts) == 2
     assert report["figures"]["top1_agreement"] == 1.0
     assert sum(json.loads(p.read_text())["pairs"] for p in parts) == PAIRS
@@ -252,9 +252,9 @@ def test_workers_write_one_report(repository: Path) -> None:
     ("lin", "--shadow 'lin': expected MODEL=VERSION or MODEL=LABEL"),
     ("lin=0", "--shadow 'lin=0': version must be positive"),
 ])
-def test_bad_shadow_setting_stops_the_start(repository: Path, flag: str, named: str) -> None:
+def test_bad_shadow_setting_stops_the_start(lin_repo: Path, flag: str, named: str) -> None:
     done = subprocess.run([sys.executable, "-m", "tfship.serving", "serve", "--model-config-file",
-                           str(repository / "models.config"), "--port", "0", "--rest-port", "-1", "--shadow", flag],
+                           str(lin_repo / "models.config"), "--port", "0", "--rest-port", "-1", "--shadow", flag],
                           capture_output=True, text=True, timeout=120, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 2 and named in done.stderr, done.stderr
@@ -271,3 +271,25 @@ def test_shadow_from_the_environment(monkeypatch) -> None:
     add_serve_arguments(parser)
     settings = settings_from_args(parser.parse_args(["--repository", "/tmp", "--model-name", "lin"]))
     assert settings.shadow == ("lin=canary", "other=3")
+
+
+@pytest.mark.parametrize("backend", ["saved_model", "tflite", "onnx"])
+def test_every_backend_shadows_and_judges_by_the_gate_rules(repository: Path, model_config_file: Path,
+                                                           backend: str) -> None:
+    """The digits models of conftest (v1; v2 = v1 with every logit + 1.0, labelled canary) on each backend:
+    every pair is compared; top-1 agrees (a constant shift keeps every argmax), the value bound does not
+    (logits and probabilities moved, class_id did not)."""
+    repo, config = repository, model_config_file  # conftest's session models: one build for the whole suite
+    images = np.random.default_rng(2).random((6, 8, 8, 1), dtype=np.float32)
+    with ServerProcess(repo, "digits", backend=backend, extra_args=(
+            "--model-config-file", str(config), "--file-system-poll-wait-seconds", "0", "--shadow", "digits=canary",
+            "--shadow-rate", "1")) as server:
+        with PredictClient(server.grpc_target, timeout_s=30) as client:
+            for _ in range(4):
+                client.predict("digits", {"image": images}, version_label="stable")
+        report = _report_when(server, lambda r: r["pairs"] >= 4, model="digits")
+    figures = report["figures"]
+    assert figures["pairs"] == 4 and figures["shadow_versions"] == [2] and report["errors"] == {}
+    assert figures["top1_agreement"] == 1.0 and figures["value_agreement"] == 0.0
+    assert figures["outputs"]["class_id"]["value_agreement"] == 1.0
+    assert abs(figures["outputs"]["logits"]["max_error"] - 1.0) < 1e-4

@@ -107,7 +107,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     a("--shadow-queue-bytes", type=int, default=256 << 20, help="bytes of request and answer arrays the shadow "
       "queue holds at most (default 256 MiB); more are dropped, counted")
     a("--shadow-workers", type=int, default=1, help="shadow calls at once, on their own threads (default 1)")
-    a("--shadow-timeout-s", type=float, default=10.0, help="a shadow call's limit when the primary has no deadline")
+    a("--shadow-timeout-s", type=float, default=10.0, help="a shadow call's limit, seconds; the primary's deadline "
+      "ends it sooner (default 10)")
     a("--shadow-keep-inputs", action="store_true", help="keep request inputs in the worst-disagreement sample")
     a("--shadow-atol", type=float, default=1e-5, help="value bound: atol * max(1, max|primary|) (default 1e-5)")
     a("--shadow-rtol", type=float, default=1e-5, help="value bound: + rtol * |primary| (default 1e-5)")

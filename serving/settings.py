@@ -78,7 +78,8 @@ class ServerSettings(BaseModel):
     shadow_queue_size: int = Field(64, ge=1, description="Shadow pairs waiting at most; more are dropped, counted.")
     shadow_queue_bytes: int = Field(256 << 20, ge=1, description="Bytes of arrays the shadow queue holds at most.")
     shadow_workers: int = Field(1, ge=1, description="Shadow calls at once (own threads).")
-    shadow_timeout_s: float = Field(10.0, gt=0, description="A shadow call's limit when the primary has no deadline.")
+    shadow_timeout_s: float = Field(10.0, gt=0, description="A shadow call's limit (the primary's deadline may end "
+                                    "it sooner), seconds.")
     shadow_keep_inputs: bool = Field(False, description="Keep inputs in the worst-disagreement sample (privacy: off).")
     shadow_atol: float = Field(1e-5, ge=0, description="Value bound, absolute part (the gate's float32 atol).")
     shadow_rtol: float = Field(1e-5, ge=0, description="Value bound, relative part (the gate's float32 rtol).")

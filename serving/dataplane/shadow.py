@@ -10,7 +10,8 @@ The primary's answer is never changed by its shadow, and the request waits for n
   * shadow work has its own bounded queue (`queue_size` pairs and `queue_bytes` of their arrays): a full
     queue drops the request, counted as `queue_full`; its own worker threads (`workers`) and its own
     model-call threads, so a shadow that hangs holds at most `workers` threads, never a primary's;
-  * a shadow call ends at the primary's deadline (the client's, else --default-deadline-s, else `timeout_s`):
+  * a shadow call ends at the primary's deadline (the client's, else --default-deadline-s) or after `timeout_s`,
+    whichever comes first:
     a pair whose deadline passed while queued is dropped (`deadline_passed`), a call still running then is
     abandoned and counted as DEADLINE_EXCEEDED.
 
@@ -48,7 +49,7 @@ WRITE_EVERY_S = 1.0
 class ShadowOptions:
     """How shadowing runs. rate: share of requests shadowed, in [0, 1]; queue_size: pairs waiting at most;
     queue_bytes: bytes of their inputs and outputs waiting at most (numeric arrays' buffers);
-    workers: shadow calls at once; timeout_s: a shadow call's limit when the primary has no deadline, seconds;
+    workers: shadow calls at once; timeout_s: a shadow call's limit (the primary's deadline may end it sooner), s;
     keep_inputs: the worst-disagreement sample keeps inputs; bound: the value bound (the gate's float32 family
     by default); report_dir: where each process writes its part.
     """
@@ -130,7 +131,8 @@ class Shadows:
         report = self.reports.get(model)
         if report is None or self._random.random() >= self.options.rate:
             return
-        end = deadline if deadline is not None else time.monotonic() + self.options.timeout_s
+        end = time.monotonic() + self.options.timeout_s
+        end = end if deadline is None else min(end, deadline)
         size = sum(a.nbytes for a in inputs.values()) + sum(a.nbytes for a in outputs.values())
         with self._bytes_lock:
             if self._queued_bytes + size > self.options.queue_bytes:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -27,7 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import shadow_models
 
 from tfship.core import kserve_protocol
+from tfship.core.errors import ConfigError
 from tfship.serving.dataplane.model_config import parse_model_server_config
+from tfship.serving.dataplane.shadow import parse_shadow
+from tfship.serving.dataplane.types import ModelRef
 from tfship.serving.launcher import ServerProcess
 from tfship.serving.tfs.client import PredictClient
 
@@ -247,17 +251,25 @@ def test_workers_write_one_report(lin_repo: Path) -> None:
     assert sum(json.loads(p.read_text())["pairs"] for p in parts) == PAIRS
 
 
+def test_bad_shadow_setting_stops_the_start(lin_repo: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "tfship.serving", "serve", "--model-config-file",
+                           str(lin_repo / "models.config"), "--port", "0", "--rest-port", "-1", "--shadow",
+                           "other=canary"], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 2, done.stderr
+    assert "--shadow names model(s) ['other'] that are not served; served: ['lin']" in done.stderr
+
+
 @pytest.mark.parametrize(("flag", "named"), [
-    ("other=canary", "--shadow names model(s) ['other'] that are not served"),
     ("lin", "--shadow 'lin': expected MODEL=VERSION or MODEL=LABEL"),
+    ("lin=", "--shadow 'lin=': expected MODEL=VERSION or MODEL=LABEL"),
     ("lin=0", "--shadow 'lin=0': version must be positive"),
 ])
-def test_bad_shadow_setting_stops_the_start(lin_repo: Path, flag: str, named: str) -> None:
-    done = subprocess.run([sys.executable, "-m", "tfship.serving", "serve", "--model-config-file",
-                           str(lin_repo / "models.config"), "--port", "0", "--rest-port", "-1", "--shadow", flag],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert done.returncode == 2 and named in done.stderr, done.stderr
+def test_bad_shadow_value_is_named(flag: str, named: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        parse_shadow(flag)
+    assert parse_shadow("lin=canary") == ("lin", ModelRef("lin", label="canary"))
+    assert parse_shadow("lin=3") == ("lin", ModelRef("lin", version=3))
 
 
 def test_shadow_from_the_environment(monkeypatch) -> None:

@@ -169,6 +169,13 @@ BENCH_PROFILE_S ?= 0
 bench-serve: setup
 	BENCH_QUICK=$(BENCH_QUICK) BENCH_PROFILE_S=$(BENCH_PROFILE_S) $(PY) -m bench.serve.run_bench --out bench/results
 
+# Issue 33: primary throughput and latency with a 100 % shadow, and with tracing sampled at 1 % and 100 %, against
+# the same server without either; the shadow's hand-over cost per request. bench/results/shadow-tracing-latest.*
+# (~2 min).
+.PHONY: bench-shadow-tracing
+bench-shadow-tracing: setup
+	$(PY) -m bench.serve.shadow_tracing --out bench/results
+
 # Stage time and peak memory (process + children) for wide MLPs of ~1, 30 and 300 MB of weights built
 # here and for ResNet50 (bench/zoo, random weights): export, audit, each conversion, the convert stage
 # (conversions side by side within its memory budget), validate, serve-check, publish, then server load

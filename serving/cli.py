@@ -102,6 +102,20 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     a("--num-processes", type=int, default=1,
       help="server processes sharing the gRPC/REST ports via SO_REUSEPORT (use the host's cores); default 1")
     a("--reuse-port", action="store_true", help="bind the REST port with SO_REUSEPORT (set for each worker)")
+    a("--shadow", action="append", default=[], metavar="MODEL=TARGET",
+      help="also run a sampled share of MODEL's Predicts on TARGET (a version or a label such as canary) and "
+           "report how the answers agree (repeatable; docs/serving.md, Shadow a candidate)")
+    a("--shadow-rate", type=float, default=0.1, help="share of requests shadowed, 0..1 (default 0.1)")
+    a("--shadow-queue-size", type=int, default=64, help="shadow pairs waiting at most; more are dropped, counted")
+    a("--shadow-queue-bytes", type=int, default=256 << 20, help="bytes of request and answer arrays the shadow "
+      "queue holds at most (default 256 MiB); more are dropped, counted")
+    a("--shadow-workers", type=int, default=1, help="shadow calls at once, on their own threads (default 1)")
+    a("--shadow-timeout-s", type=float, default=10.0, help="a shadow call's limit, seconds; the primary's deadline "
+      "ends it sooner (default 10)")
+    a("--shadow-keep-inputs", action="store_true", help="keep request inputs in the worst-disagreement sample")
+    a("--shadow-atol", type=float, default=1e-5, help="value bound: atol * max(1, max|primary|) (default 1e-5)")
+    a("--shadow-rtol", type=float, default=1e-5, help="value bound: + rtol * |primary| (default 1e-5)")
+    a("--shadow-report-dir", type=cli_path, help="folder each process writes its shadow report part to")
     _env_defaults(parser, actions)
     add_tf_serving_flags(parser)  # TF Serving's spellings (--model_name, --rest_api_port, ...); the rest refused
 

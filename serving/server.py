@@ -34,6 +34,7 @@ from tfship.serving.dataplane.service import DataPlane
 from tfship.serving.dataplane.types import ServerLimits
 from tfship.serving.kserve.grpc_service import add_inference_service
 from tfship.serving.loops import LoopBridge, TransportLoop, watch_lag
+from tfship.serving.operations import tracing
 from tfship.serving.operations.metrics import Metrics
 from tfship.serving.operations.request_log import RequestLog
 from tfship.serving.operations.security import (
@@ -112,6 +113,35 @@ def _runtime_wrapper(settings: ServerSettings, metrics: Metrics):
     return lambda runtime: Batched(runtime, params, metrics)
 
 
+def _start_shadows(settings: ServerSettings, manager: ModelManager, metrics: Metrics, grpc_port: int):
+    """`serving.dataplane.shadow.Shadows` for `--shadow` (None without); its metrics join the registry.
+
+    Raises:
+        ConfigError: a bad --shadow value, or a shadow of a model that is not served.
+    """
+    if not settings.shadow:
+        return None
+    import tempfile
+
+    from tfship.core.parity import PairBound
+    from tfship.serving.dataplane.shadow import ShadowOptions, Shadows, parse_shadow
+    from tfship.serving.dataplane.shadow_metrics import ShadowCollector
+
+    targets = dict(parse_shadow(text) for text in settings.shadow)
+    unknown = sorted(m for m in targets if not manager.is_configured(m))
+    if unknown:
+        raise ConfigError(f"--shadow names model(s) {unknown} that are not served; served: {manager.model_names()}")
+    report_dir = settings.shadow_report_dir or Path(tempfile.gettempdir()) / "tfship-shadow" / str(grpc_port)
+    shadows = Shadows(manager, targets, ShadowOptions(
+        rate=settings.shadow_rate, queue_size=settings.shadow_queue_size, queue_bytes=settings.shadow_queue_bytes,
+        workers=settings.shadow_workers, timeout_s=settings.shadow_timeout_s, keep_inputs=settings.shadow_keep_inputs,
+        bound=PairBound(settings.shadow_atol, settings.shadow_rtol), report_dir=report_dir))
+    metrics.registry.register(ShadowCollector(shadows))
+    log.info("shadowing %s at rate %g; report parts in %s", {m: str(t) for m, t in targets.items()},
+             settings.shadow_rate, report_dir)
+    return shadows
+
+
 def _bind_grpc(server: grpc.aio.Server, settings: ServerSettings, credentials) -> int:
     """Add the gRPC port; `ConfigError` naming the address when it cannot be bound (e.g. already in use)."""
     address = f"{settings.host}:{settings.port}"
@@ -167,6 +197,7 @@ class _Health:
 
 async def run_server(settings: ServerSettings) -> int:
     """Serve until SIGTERM/SIGINT; return the exit code (0 after a clean drain)."""
+    tracing.configure()  # OTEL_* variables (serving.operations.tracing): a bad value stops the start, named
     configs = model_configs(settings)
     check_config(configs)  # a missing base_path or version refuses to start, naming it (as TF Serving does)
     policy = LivePolicy(settings.access_policy())  # an empty token file refuses to start, naming it
@@ -194,7 +225,8 @@ async def run_server(settings: ServerSettings) -> int:
     dataplane.request_log.served = manager.is_configured  # names not served are logged as the metrics label them
 
     # message limits, port sharing and --grpc_channel_arguments (ServerSettings.grpc_options)
-    server = grpc.aio.server(interceptors=[AccessInterceptor(policy)], options=settings.grpc_options())
+    server = grpc.aio.server(interceptors=[AccessInterceptor(policy), *tracing.grpc_interceptors()],
+                             options=settings.grpc_options())
     health.servicer = add_services(server, dataplane, (add_inference_service(server, dataplane),),
                                    tensor_content=settings.enable_serialization_as_tensor_content)
 
@@ -216,6 +248,7 @@ async def run_server(settings: ServerSettings) -> int:
     credentials = (grpc.alts_server_credentials() if settings.use_alts_credentials
                    else live_tls.grpc_credentials() if live_tls else None)
     grpc_port = _bind_grpc(server, settings, credentials)
+    dataplane.shadow = _start_shadows(settings, manager, metrics, grpc_port)  # workers share the port: one folder
     if settings.grpc_socket_path:  # TF Serving's Unix-socket listener beside TCP: same services and policy
         bind_unix_socket(server, settings.grpc_socket_path, credentials)
     await server.start()
@@ -257,6 +290,9 @@ async def run_server(settings: ServerSettings) -> int:
         rest_loop.stop()
     await _bounded(manager.unload_all(), max(end - loop.time(), 0.05), "unloading models")
     dataplane.offloader.close()
+    if dataplane.shadow is not None:
+        dataplane.shadow.close()
+    tracing.shutdown()  # the spans still buffered are exported
     executor.shutdown(wait=False, cancel_futures=True)
     predict_executor.shutdown(wait=False, cancel_futures=True)
     log.info("stopped")

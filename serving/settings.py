@@ -75,6 +75,20 @@ class ServerSettings(BaseModel):
     reuse_port: bool = Field(False, description="Bind the REST port with SO_REUSEPORT (set for --num-processes "
                                                 "workers; gRPC always does on Linux).")
 
+    shadow: tuple[str, ...] = Field((), description="MODEL=VERSION or MODEL=LABEL: also run a sampled share of the "
+                                    "model's Predicts on that version and compare (serving.dataplane.shadow).")
+    shadow_rate: float = Field(0.1, ge=0.0, le=1.0, description="Share of requests shadowed (0..1).")
+    shadow_queue_size: int = Field(64, ge=1, description="Shadow pairs waiting at most; more are dropped, counted.")
+    shadow_queue_bytes: int = Field(256 << 20, ge=1, description="Bytes of arrays the shadow queue holds at most.")
+    shadow_workers: int = Field(1, ge=1, description="Shadow calls at once (own threads).")
+    shadow_timeout_s: float = Field(10.0, gt=0, description="A shadow call's limit (the primary's deadline may end "
+                                    "it sooner), seconds.")
+    shadow_keep_inputs: bool = Field(False, description="Keep inputs in the worst-disagreement sample (privacy: off).")
+    shadow_atol: float = Field(1e-5, ge=0, description="Value bound, absolute part (the gate's float32 atol).")
+    shadow_rtol: float = Field(1e-5, ge=0, description="Value bound, relative part (the gate's float32 rtol).")
+    shadow_report_dir: Path | None = Field(None, description="Each process writes its report part here "
+                                           "(default <temp>/tfship-shadow/<grpc port>).")
+
     # TF Serving's flags with TF Serving's meaning (serving.tfs.flags.ACTING; docs/tf-serving.md).
     grpc_socket_path: str | None = Field(None, description="Also serve gRPC on this Unix socket (TF Serving's "
                                          "--grpc_socket_path): same services, credentials and access policy.")
@@ -99,6 +113,12 @@ class ServerSettings(BaseModel):
                                                                   "preflights answered (serving.tfs.cors).")
     tf_serving_notes: tuple[tuple[str, str, str, bool], ...] = Field(
         (), description="TF Serving flags accepted without effect: (flag, value, reason, warn); logged at start.")
+
+    @field_validator("shadow", mode="before")
+    @classmethod
+    def _shadow_list(cls, value: Any) -> Any:
+        """TFSHIP_SERVING_SHADOW=a=canary,b=3 gives one string: the comma-separated MODEL=TARGET items."""
+        return tuple(item.strip() for item in value.split(",") if item.strip()) if isinstance(value, str) else value
 
     @field_validator("per_process_gpu_memory_fraction")
     @classmethod

@@ -23,6 +23,8 @@ from tfship.pipeline.cli import commands
 from tfship.pipeline.cli.arguments import add_config_arguments, add_run_folder_argument
 from tfship.pipeline.data.splits import held_out_digits
 from tfship.serving import cli as serving_cli
+from tfship.serving import shadow_cli
+from tfship.serving.shadow_cli import DEFAULT_SERVER
 
 
 def _held_out_digits(count: int, config: Path | None):
@@ -82,7 +84,17 @@ def build_parser() -> argparse.ArgumentParser:
                          "the candidate may score than stable (TFX change_threshold); default 0.01")
     promote.add_argument("--force", action="store_true", help="move the label even when the evidence refuses "
                          "(recorded as forced)")
+    promote.add_argument("--evidence", choices=["offline", "shadow"], default="offline", help="offline: golden set "
+                         "and held-out metric (default); shadow: the live shadow report of a server shadowing VERSION")
+    promote.add_argument("--shadow-report", default=DEFAULT_SERVER, help="with --evidence shadow: server REST "
+                         f"address, report URL or --shadow-report-dir folder (default {DEFAULT_SERVER})")
+    promote.add_argument("--min-pairs", type=int, default=100, help="shadow pairs required (default 100)")
+    promote.add_argument("--min-top1-agreement", type=float, default=0.99, help="top-1 agreement floor, 0..1 "
+                         "(default 0.99)")
+    promote.add_argument("--min-value-agreement", type=float, default=0.0, help="share of pairs within the value "
+                         "bound, 0..1 (default 0: a retrained candidate differs in value by design)")
     promote.set_defaults(func=commands.cmd_promote)
+    shadow_cli.register(sub)
     serving_cli.register(sub, held_out=_held_out_digits)
     deploy.register(sub)
     _no_abbreviations(parser)

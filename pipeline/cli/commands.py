@@ -251,8 +251,15 @@ def cmd_promote(args: argparse.Namespace) -> int:
 
     from tfship.pipeline.orchestration.promote import promote
 
-    held_out = None
-    if args.data is not None:
+    held_out = shadow = None
+    if args.evidence == "shadow":
+        from tfship.pipeline.orchestration.shadow_evidence import ShadowEvidence
+        from tfship.serving.shadow_cli import load_report
+
+        source = args.shadow_report
+        shadow = ShadowEvidence(load_report(args.model, source), source, args.min_pairs, args.min_top1_agreement,
+                                args.min_value_agreement)
+    elif args.data is not None:
         with np.load(args.data) as data:
             if not {"x", "y"} <= set(data.files):
                 raise ConfigError(f"--data {args.data}: needs arrays 'x' and 'y', has {sorted(data.files)}")
@@ -262,7 +269,7 @@ def cmd_promote(args: argparse.Namespace) -> int:
 
         held_out = held_out_digits(1_000_000, args.config)
     record = promote(args.repository, args.model, args.version, args.label, held_out=held_out,
-                     max_metric_drop=args.max_metric_drop, force=args.force)
+                     max_metric_drop=args.max_metric_drop, force=args.force, shadow=shadow)
     evidence = record["evidence"]
     console.print(f"{args.model} v{args.version} is now {args.label!r} in {args.repository}"
                   + (f" (was v{record['previous']})" if record["previous"] is not None else "")

@@ -34,6 +34,7 @@ from tfship.core import protocol
 from tfship.core.errors import ConfigError, StageError
 from tfship.core.locations import BucketUrl, Location
 from tfship.core.scratch import scratch_folder
+from tfship.pipeline.orchestration.shadow_evidence import ShadowEvidence
 from tfship.serving.dataplane.model_config import check_model_name
 from tfship.serving.runtimes import REGISTRY, RuntimeOptions
 from tfship.serving.storage.filesystem import read_text, write_text
@@ -106,8 +107,10 @@ def _entry(config, repository: Location, model: str):
     return entry
 
 
-def _version_folder(repository: Location, model: str, version: int, scratch: Path) -> Path:
-    """A local, verified copy of a published version (the folder itself for a local repository)."""
+def _version_folder(repository: Location, model: str, version: int, scratch: Path, saved_model: bool = True) -> Path:
+    """A local, verified copy of a published version (the folder itself for a local repository); `saved_model`:
+    it must hold one (the offline evidence runs it; shadow evidence needs only the published marker).
+    """
     if isinstance(repository, BucketUrl):
         mirror = BucketMirror(repository / model, scratch / str(version))
         if version not in mirror.complete_versions():
@@ -115,7 +118,7 @@ def _version_folder(repository: Location, model: str, version: int, scratch: Pat
                               f"(no {MARKER})")
         return mirror.sync(lambda versions: {version} if version in versions else set()) / str(version)
     folder = Path(repository) / model / str(version)
-    if not (folder / MARKER).is_file() or not (folder / "saved_model.pb").is_file():
+    if not (folder / MARKER).is_file() or saved_model and not (folder / "saved_model.pb").is_file():
         raise ConfigError(f"{folder} is not a published version (needs saved_model.pb and {MARKER})")
     return folder
 
@@ -167,12 +170,15 @@ def gather_evidence(candidate: Path, stable: Path, stable_version: int, held_out
 
 
 def promote(repository: Location, model: str, version: int, label: str, *, held_out: tuple | None = None,
-            max_metric_drop: float = 0.01, force: bool = False, who: str | None = None) -> dict[str, Any]:
+            max_metric_drop: float = 0.01, force: bool = False, who: str | None = None,
+            shadow: ShadowEvidence | None = None) -> dict[str, Any]:
     """Point `label` at `version` of `model` in `<repository>/models.config`; returns the promotion record.
 
     Raises:
         ConfigError: an unknown label, a bad model name, a version that is not a complete published version,
             or an unreadable config.
+        PromotionRefusedError: with `shadow` (the live shadow report, `--evidence shadow`), the report misses
+            a floor (the message has the figures and every reason); nothing moves unless `force`.
         PromotionRefusedError: `label` is `stable`, the candidate's metric is worse than stable's beyond
             `max_metric_drop`, and `force` is off (the message has the figures).
     """
@@ -186,9 +192,15 @@ def promote(repository: Location, model: str, version: int, label: str, *, held_
     previous = labels.get(label)
     evidence = None
     with scratch_folder("promote") as scratch:
-        candidate = _version_folder(repository, model, version, scratch)
+        candidate = _version_folder(repository, model, version, scratch, saved_model=shadow is None)
         stable = labels.get("stable")
-        if label == "stable" and stable is not None and stable != version:
+        if shadow is not None:
+            evidence = shadow.record(version)
+            if not evidence["passed"] and not force:
+                raise PromotionRefusedError(f"promote: {model} v{version} not proven by its shadow: "
+                                            f"{'; '.join(evidence['reasons'])}; {evidence['summary']}; nothing moved "
+                                            "(--force to move it anyway)")
+        elif label == "stable" and stable is not None and stable != version:
             evidence = gather_evidence(candidate, _version_folder(repository, model, stable, scratch), stable,
                                        held_out, max_metric_drop)
             if not evidence.passed and not force:
@@ -204,8 +216,8 @@ def promote(repository: Location, model: str, version: int, label: str, *, held_
     record = {"at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
               "by": who or f"{getpass.getuser()}@{socket.gethostname()}", "model": model, "label": label,
               "version": version, "previous": previous, "forced": force,
-              "evidence": None if evidence is None else {**evidence.__dict__, "passed": evidence.passed,
-                                                         "summary": evidence.summary()}}
+              "evidence": evidence if evidence is None or isinstance(evidence, dict) else {
+                  **evidence.__dict__, "passed": evidence.passed, "summary": evidence.summary()}}
     _append_record(_join(repository, model, RECORD_NAME), record)
     return record
 

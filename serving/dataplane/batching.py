@@ -33,6 +33,7 @@ from tfship.core.contract import Signature
 from tfship.core.errors import DeadlineExceededError, InvalidRequestError, ResourceExhaustedError
 from tfship.serving.dataplane.batch_results import join_parts, settle
 from tfship.serving.dataplane.batching_parameters import BatchingParameters
+from tfship.serving.operations import tracing
 from tfship.serving.runtimes.base import Rows, Runtime
 
 __all__ = ["PEAK_WINDOW_S", "Batched", "BatchingParameters"]
@@ -48,6 +49,7 @@ class _Task:
     deadline: float | None
     future: Future | None = field(default_factory=Future)  # for threads (`predict`, `submit`)
     waiter: asyncio.Future | None = None  # for the event loop (`predict_async`): settled in one hop per batch
+    trace: tuple | None = field(default_factory=tracing.queued)  # (request's trace context, queued at ns); off: None
 
     def start(self) -> bool:
         """At dispatch: False if the caller gave up (cancelled) while queued; else the request can no longer be."""
@@ -339,10 +341,12 @@ class Batched(Runtime):
                 except BaseException as err:  # noqa: BLE001 - the caller gets the error, whatever it is
                     settled.append((live[0], None, err))
                 return
+            batch_span = None
             try:
                 merged, total = self._merge(live)
                 if self._sizes is not None:
                     self._sizes.observe(total)
+                batch_span = tracing.start_batch([task.trace for task in live], total)  # linked both ways
                 outputs = self.inner.predict(merged, signature_name)
                 offset = 0
                 for task in live:
@@ -351,6 +355,8 @@ class Batched(Runtime):
                     offset += task.rows
             except BaseException as err:  # noqa: BLE001 - every waiting request gets the batch's error, whatever it is
                 settled += [(task, None, err) for task in live]
+            finally:
+                tracing.end(batch_span)
         finally:
             settle(settled)
 

@@ -23,6 +23,7 @@ from tfship.core.errors import (
 )
 from tfship.serving.dataplane import inference
 from tfship.serving.dataplane.admission import memory_over_limit, rows_over_limit
+from tfship.serving.dataplane.answer_checks import check_output_filter, check_response_size
 from tfship.serving.dataplane.contract import RequestChecks, judged
 from tfship.serving.dataplane.inference import ExamplesRequest, ExamplesResponse, TaskResult
 from tfship.serving.dataplane.manager import ModelManager
@@ -38,6 +39,7 @@ from tfship.serving.dataplane.types import (
     VersionState,
     VersionStatus,
 )
+from tfship.serving.operations import tracing
 from tfship.serving.operations.metrics import Metrics
 from tfship.serving.operations.request_log import UNKNOWN_MODEL_LABEL, RequestLog, note_request
 from tfship.serving.runtimes.base import Rows
@@ -88,30 +90,6 @@ class RequestGate:
         return True
 
 
-def _check_response_size(outputs: dict, limit: int) -> None:
-    """Refuse outputs whose raw bytes alone exceed --max-message-bytes (no transport could send them); each
-    transport checks its exact encoded size too.
-    """
-    size = 0
-    for array in outputs.values():
-        size += sum(len(v) for v in array.reshape(-1)) if array.dtype == object else array.nbytes
-    if size > limit:
-        raise ResourceExhaustedError(f"response of at least {size} bytes exceeds --max-message-bytes {limit} bytes; "
-                                     "ask for fewer rows or fewer outputs (output_filter)")
-
-
-def _check_output_filter(signature, output_filter: tuple[str, ...]) -> None:
-    """Every `output_filter` alias names an output of `signature`, once (TF Serving: INVALID_ARGUMENT)."""
-    unknown = sorted(set(output_filter) - set(signature.outputs))
-    if unknown:
-        raise InvalidRequestError(f"output tensor alias not found in signature: {clip(unknown[0])} Outputs expected "
-                                  f"to be in the set {{{','.join(sorted(signature.outputs))}}}. (output_filter "
-                                  f"{echo_list(unknown)} not in signature {signature.name!r})")  # TF Serving's words
-    if len(set(output_filter)) != len(output_filter):
-        twice = next(k for k in output_filter if output_filter.count(k) > 1)
-        raise InvalidRequestError(f"duplicate output tensor alias: {clip(twice)} (output_filter names it twice)")
-
-
 class DataPlane:
     """Serves Predict, GetModelMetadata, GetModelStatus and ReloadConfig on top of a `ModelManager`.
 
@@ -149,6 +127,7 @@ class DataPlane:
         # --enable_signature_method_name_check: Classify/Regress/MultiInference demand the signature's
         # method_name (TF Serving's default, off: a predict signature of the right shape is served too)
         self.signature_method_name_check = False
+        self.shadow = None  # serving.dataplane.shadow.Shadows when a model has a shadow (--shadow)
 
     @property
     def draining(self) -> bool:
@@ -192,7 +171,9 @@ class DataPlane:
         """
         async def work(served) -> InferenceResponse:
             meta = ModelMetadata(model.name, served.version, served.runtime.metadata(), served.runtime.backend)
-            return await self._predict(await decode(meta), served.version, served.runtime)
+            with tracing.decode_span():
+                request = await decode(meta)
+            return await self._predict(request, served.version, served.runtime)
 
         return await self._on_held_version(model, "predict", work, on_missing=lambda: decode(None))
 
@@ -204,17 +185,20 @@ class DataPlane:
         started = time.perf_counter()
         status, version = "OK", ""
         try:
-            try:
-                served = self.manager.hold(model)
-            except TfshipError:
-                if on_missing is not None:
-                    await on_missing()
-                raise
-            try:
-                version = str(served.version)
-                return await work(served)
-            finally:
-                self.manager.release(served)
+            with tracing.predict_span(api, model.name) as span:  # serving.operations.tracing (None when off)
+                try:
+                    served = self.manager.hold(model)
+                except TfshipError:
+                    if on_missing is not None:
+                        await on_missing()
+                    raise
+                try:
+                    version = str(served.version)
+                    if span is not None:
+                        span.set_attribute("tfship.version", served.version)
+                    return await work(served)
+                finally:
+                    self.manager.release(served)
         except TfshipError as err:
             status = err.grpc_code
             raise
@@ -236,7 +220,7 @@ class DataPlane:
         counted, held = self.checks.check(signature, request.inputs, shapes, not runtime.resizes_inputs)
         rows = counted.batch
         if request.output_filter:
-            _check_output_filter(signature, request.output_filter)
+            check_output_filter(signature, request.output_filter)
         if self.request_log.sampling_rate > 0.0:
             note_request(model=request.model.name, version=str(version), signature=signature.name, batch_rows=rows)
         if rows == 0:  # refused alike by every backend, batched or not (runtimes disagree on empty batches)
@@ -250,14 +234,18 @@ class DataPlane:
         cap = self._limits.max_request_memory_bytes
         if cap and held > cap:
             raise memory_over_limit(held, rows, cap)
+        started = time.perf_counter()
         # a backend failing on an input the signature does not declare: the client's fault (contract.judged)
         outputs = await judged(self._run(runtime, request, counted, deadline), signature, request.inputs,
                                runtime.backend)
+        if self.shadow is not None:  # serving.dataplane.shadow: a draw and a non-blocking put, nothing more
+            self.shadow.offer(request.model.name, version, request.signature_name, request.inputs, outputs,
+                              time.perf_counter() - started, deadline)
         if held >= RELEASE_AFTER_BYTES:
             self._release_memory()
         if request.output_filter:
             outputs = {k: outputs[k] for k in request.output_filter}
-        _check_response_size(outputs, self._limits.max_tensor_bytes)
+        check_response_size(outputs, self._limits.max_tensor_bytes)
         return InferenceResponse(request.model.name, version, request.signature_name, outputs)
 
     async def _run(self, runtime, request: InferenceRequest, rows: Rows, deadline: float | None) -> dict:
@@ -271,13 +259,14 @@ class DataPlane:
         try:
             call = runtime.predict_async(request.inputs, request.signature_name, rows=rows, deadline=deadline,
                                          executor=self._executor)
-            if deadline is None:
-                return await call
-            try:
-                async with asyncio.timeout(max(deadline - time.monotonic(), 0.0)):  # a timer, not a task
+            with tracing.span("runtime call", {"tfship.backend": runtime.backend, "tfship.rows": rows.batch or 0}):
+                if deadline is None:
                     return await call
-            except TimeoutError:
-                raise DeadlineExceededError("deadline exceeded while the model was running") from None
+                try:
+                    async with asyncio.timeout(max(deadline - time.monotonic(), 0.0)):  # a timer, not a task
+                        return await call
+                except TimeoutError:
+                    raise DeadlineExceededError("deadline exceeded while the model was running") from None
         finally:
             with self._inflight_lock:
                 self._inflight -= 1

@@ -55,6 +55,7 @@ class RequestRecord:
     latency_ms: float = 0.0
     batch_rows: int | None = None
     peer: str = ""
+    trace_id: str = ""  # the OpenTelemetry trace id when tracing is on (serving.operations.tracing)
     started: float = field(default_factory=time.perf_counter, repr=False)
 
 

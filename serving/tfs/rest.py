@@ -27,11 +27,13 @@ from tfship.serving.dataplane.offload import Offloader
 from tfship.serving.dataplane.service import DataPlane, RequestGate
 from tfship.serving.dataplane.types import InferenceRequest, ModelMetadata, ModelRef
 from tfship.serving.kserve.rest import add_v2_routes
+from tfship.serving.operations import tracing
 from tfship.serving.operations.metrics import CONTENT_TYPE, Metrics
 from tfship.serving.operations.request_log import RequestLog
 from tfship.serving.operations.security import AccessPolicy
 from tfship.serving.tfs import converters, examples, json_write, rest_json
 from tfship.serving.tfs.cors import cors_middleware
+from tfship.serving.tfs.shadow_route import add_shadow_routes
 
 log = logging.getLogger(__name__)
 _MAX_BYTES = web.AppKey("max_bytes", int)
@@ -310,6 +312,8 @@ def build_app(dataplane: DataPlane, policy: AccessPolicy | None = None, max_byte
     app.router.add_post(base + ":predict", predict)
     app.router.add_post(base + ":{verb:classify|regress}", classify_or_regress)
     add_v2_routes(app, dataplane, lambda request: read_body(request, timeout_s))  # Open Inference Protocol
+    add_shadow_routes(app, dataplane)  # GET /v1/shadow/<model>: the shadow report (serving.tfs.shadow_route)
+    app.middlewares.extend(tracing.aiohttp_middlewares())  # spans per request when OTEL_* turn tracing on
     return app
 
 

@@ -126,6 +126,10 @@ class StreamSplit:
             records = records.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
         if repeat:
             records = records.repeat()
+        if getattr(self.format, "per_record", False) and not raw:  # images: decode one by one, then batch
+            records = records.map(self.format.decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+            if self.skip_corrupt:
+                records = records.ignore_errors()
         batches = records.batch(batch_size, drop_remainder=training, num_parallel_calls=tf.data.AUTOTUNE,
                                 deterministic=True)
         if not raw:
@@ -151,28 +155,51 @@ class StreamSplit:
 
         return tf.boolean_mask(records, tf.equal(self.hash_split.split_ids(records), self.split_id))
 
-    def _parse(self, batch):
+    def _parse(self, *batch):
         from tfship.pipeline.data.formats import lookup_ids
 
-        inputs, texts = self.format.parse(batch)
+        batch = batch[0] if len(batch) == 1 else batch
+        if getattr(self.format, "per_record", False):
+            inputs, texts = batch  # decoded per record already
+        else:
+            inputs, texts = self.format.parse(batch)
         return inputs, lookup_ids(texts, self.class_names)
 
     def take_sample(self, count: int) -> Any:
         """The first `count` records in file order as an `ArraySplit` (`pipeline.data.splits`)."""
         from tfship.pipeline.data.split_types import ArraySplit
 
+        import tensorflow as tf
+
         inputs, labels = [], []
         taken = 0
-        for batch_inputs, batch_labels in self.dataset(min(count, 512), training=False, seed=0):
-            inputs.append(batch_inputs.numpy())
-            labels.append(batch_labels.numpy())
-            taken += len(labels[-1])
-            if taken >= count:
-                break
+        try:
+            for batch_inputs, batch_labels in self.dataset(min(count, 512), training=False, seed=0):
+                inputs.append(batch_inputs.numpy())
+                labels.append(batch_labels.numpy())
+                taken += len(labels[-1])
+                if taken >= count:
+                    break
+        except tf.errors.OpError as err:
+            raise self.read_error(err) from None
         if not inputs:
             shape = (0, *self.format.example_shape)
             return ArraySplit(np.zeros(shape, np.dtype(self.format.dtype)), np.zeros(0, np.int64))
         return ArraySplit(np.concatenate(inputs)[:count], np.concatenate(labels)[:count])
+
+    def read_error(self, err) -> Exception:
+        """A `DatasetError` for a read, decode or parse failure while streaming: an image is named (found by
+        decoding one by one); a record error after the scan passed means the files changed since."""
+        from tfship.core.errors import DatasetError
+
+        if getattr(self.format, "kind", "") == "image_folder":
+            from tfship.pipeline.data.images import locate_undecodable
+
+            return DatasetError(f"data: {locate_undecodable(self)} (data.skip_corrupt = true skips such images)")
+        text = str(getattr(err, "message", err))
+        first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+        return DatasetError(f"data: the {self.name} split failed while streaming ({type(err).__name__}: "
+                            f"{first[:200]}); the files changed since they were scanned: run again to re-scan them")
 
     def with_sample(self, count: int) -> StreamSplit:
         from dataclasses import replace

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tfship.core.errors import DatasetError
 
-STREAMING_SOURCES = ("tfrecord", "csv")
+STREAMING_SOURCES = ("tfrecord", "csv", "image_folder")
 
 
 def file_sets(config) -> dict[str, tuple[str, ...]]:
@@ -38,7 +38,7 @@ def file_sets(config) -> dict[str, tuple[str, ...]]:
     return {"all": expand(str(config.path), "data.path")}
 
 
-def record_format(config, files: tuple[str, ...]):
+def record_format(config, files: tuple[str, ...], class_names: tuple[str, ...] = ()):
     """The record format of the configured source (TFRecord, CSV or image folder)."""
     from tfship.pipeline.data import formats
 
@@ -48,7 +48,7 @@ def record_format(config, files: tuple[str, ...]):
         return formats.csv_format(config, files[0])
     from tfship.pipeline.data.images import image_format
 
-    return image_format(config)
+    return image_format(config, class_names, files[0])
 
 
 def load_stream_splits(config, seed: int, cache_dir: Path | None = None,
@@ -68,14 +68,18 @@ def load_stream_splits(config, seed: int, cache_dir: Path | None = None,
     from tfship.pipeline.data.split_types import DatasetSplits
     from tfship.pipeline.data.stream import HashSplit, StreamSplit
 
+    folder_classes: tuple[str, ...] = ()
     if config.source == "image_folder":
+        import tempfile
+
         from tfship.pipeline.data.images import image_file_sets
 
-        sets = image_file_sets(config)
+        listing_dir = cache_dir or Path(tempfile.gettempdir()) / "tfship-image-listings"
+        sets, folder_classes = image_file_sets(config, listing_dir)
     else:
         sets = file_sets(config)
     every = tuple(f for files in sets.values() for f in files)
-    fmt = record_format(config, every)
+    fmt = record_format(config, every, folder_classes)
     hash_split = HashSplit.from_fractions(config.validation_fraction, config.test_fraction) if "all" in sets \
         else None
     order = [(files, None if name == "all" else ("train", "validation", "test").index(name))
@@ -85,7 +89,7 @@ def load_stream_splits(config, seed: int, cache_dir: Path | None = None,
     say = say or (lambda line: print(line, file=sys.stderr, flush=True))
     result = cached_scan(cache_dir, scan_key(config, sets), lambda: scan(
         scan_fmt, order, hash_split, skip_corrupt=config.skip_corrupt, declared_classes=declared, say=say))
-    class_names = declared or result.labels
+    class_names = folder_classes or declared or result.labels
     if config.source == "csv":
         from tfship.pipeline.data.formats import csv_format
 

@@ -65,11 +65,8 @@ def evaluate(steps, split, batch_size: int = 512) -> tuple[float, float]:
 
 
 def stream_error(split, err) -> DatasetError:
-    """A `DatasetError` for a read or parse failure while streaming (after the scan passed: the files changed)."""
-    first = next((line.strip() for line in str(getattr(err, "message", err)).splitlines() if line.strip()), "")
-    return DatasetError(f"data: the {getattr(split, 'name', '')} split failed while streaming "
-                        f"({type(err).__name__}: {first[:200]}); the files changed since they were scanned: run again "
-                        "to re-scan them")
+    """A `DatasetError` for a read or parse failure while streaming (`StreamSplit.read_error`)."""
+    return split.read_error(err)
 
 
 @dataclass

@@ -136,3 +136,31 @@ def test_an_undeclared_label_names_file_and_record(tmp_path):
     _write(tmp_path / "data.tfrecord", [_example(label=0), _example(label=1), _example(label=5)])
     with pytest.raises(DatasetError, match=r"data\.tfrecord: record 3: label '5' is not one of the declared classes"):
         load_split_arrays(_config(tmp_path / "data.tfrecord", classes=("0", "1")), seed=0)
+
+
+def _png(path, size, value):
+    import tensorflow as tf
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pixels = tf.fill([*size, 3], tf.constant(value, tf.uint8))
+    path.write_bytes(tf.io.encode_png(pixels).numpy())
+
+
+def test_image_folder_streams_decoded_resized_images(tmp_path):
+    for i in range(24):
+        _png(tmp_path / ("cat" if i % 2 else "dog") / f"{i:02d}.png", (5 + i % 3, 7), 10 * (i % 2) + 100)
+    config = DataSection(source="image_folder", path=tmp_path, image_size=(4, 4), batch_size=4)
+    splits = load_split_arrays(config, seed=0)
+    assert splits.class_names == ("cat", "dog") and splits.input_name == "image"
+    assert len(splits.train) + len(splits.validation) + len(splits.test) == 24
+    x, y = next(iter(splits.train.dataset(4, training=True, seed=0)))
+    assert x.shape == (4, 4, 4, 3) and x.dtype.name == "float32"
+    expected = np.where(y.numpy() == 0, 110 / 255, 100 / 255)  # cat: 110, dog: 100, every pixel
+    np.testing.assert_allclose(x.numpy().reshape(4, -1).mean(axis=1), expected, rtol=1e-5)
+    (tmp_path / "dog" / "zz-broken.png").write_bytes(b"not an image")
+    with pytest.raises(DatasetError, match=r"zz-broken\.png: cannot decode image"):
+        load_split_arrays(config, seed=0)  # the bounded samples (here: every image) decode it
+    skipped = load_split_arrays(config.model_copy(update={"skip_corrupt": True}), seed=0)
+    decoded = sum(int(x.shape[0]) for part in (skipped.train, skipped.validation, skipped.test)
+                  for x, _ in part.dataset(4, training=False, seed=0))
+    assert decoded == 24  # the broken one skipped

@@ -3,7 +3,7 @@ memory; each image is read, decoded and resized inside tf.data (`tf.io.decode_im
 `tf.image.resize`), in parallel, after the shuffle and before the batch (images differ in size, so decoding
 is per image, then batching).
 
-A raw record is the text "<class id>\\t<file path>": the hash split works on it, and the scan reads no pixel
+A raw record is the text "<class id><TAB><file path>": the hash split works on it, and the scan reads no pixel
 (the classes are the folder names, or the declared `data.classes`). An image that does not decode stops the
 run naming the file (`locate_undecodable`), or is skipped under `skip_corrupt`.
 """
@@ -20,7 +20,7 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
 
 @dataclass(frozen=True)
 class ImageFormat:
-    """Records "<class id>\\t<path>"; decoded to float32 [height, width, channels] times `rescale`."""
+    """Records "<class id><TAB><path>"; decoded to float32 [height, width, channels] times `rescale`."""
 
     image_size: tuple[int, int]
     channels: int
@@ -69,7 +69,7 @@ class ImageFormat:
 
 def image_file_sets(config, listing_dir: Path) -> tuple[dict[str, tuple[str, ...]], tuple[str, ...]]:
     """({"all": (listing file,)}, class names): the folder's images listed once into `listing_dir` (a text
-    file, one "<class id>\\t<path>" line per image, sorted), so the source is one text file to stream.
+    file, one "<class id><TAB><path>" line per image, sorted), so the source is one text file to stream.
 
     Raises:
         DatasetError: no folder, no image, a class folder outside the declared classes.

@@ -167,9 +167,9 @@ class StreamSplit:
 
     def take_sample(self, count: int) -> Any:
         """The first `count` records in file order as an `ArraySplit` (`pipeline.data.splits`)."""
-        from tfship.pipeline.data.split_types import ArraySplit
-
         import tensorflow as tf
+
+        from tfship.pipeline.data.split_types import ArraySplit
 
         inputs, labels = [], []
         taken = 0
@@ -189,7 +189,8 @@ class StreamSplit:
 
     def read_error(self, err) -> Exception:
         """A `DatasetError` for a read, decode or parse failure while streaming: an image is named (found by
-        decoding one by one); a record error after the scan passed means the files changed since."""
+        decoding one by one); a record error after the scan passed means the files changed since.
+        """
         from tfship.core.errors import DatasetError
 
         if getattr(self.format, "kind", "") == "image_folder":

@@ -32,6 +32,33 @@ def training_dataset(split, data, batch_size: int, seed: int, shard: tuple[int, 
                         cache=data.cache, repeat=True)
 
 
+def distributed_stream(runtime, split, config, global_batch: int, start_step: int):
+    """A streamed train split under a tf.distribute strategy: `distribute_datasets_from_function`, each input
+    pipeline (one per worker) reading its own shard of the files (`StreamSplit.dataset(shard=...)`: by file
+    when there are at least as many files as workers, else by record with a warning), batched per replica,
+    so no record is trained on by two workers. A resumed run skips the batches its steps consumed.
+    """
+    import tensorflow as tf
+
+    def per_worker(context):
+        per_replica = context.get_per_replica_batch_size(global_batch)
+        dataset = split.dataset(per_replica, training=True, seed=config.run.seed,
+                                shuffle_buffer=config.data.shuffle_buffer, repeat=True,
+                                shard=(context.num_input_pipelines, context.input_pipeline_id))
+        local_replicas = max(1, runtime.replicas // max(context.num_input_pipelines, 1))
+        if start_step:
+            dataset = dataset.skip(start_step * local_replicas)
+        if config.train.assert_inputs:
+            from tfship.pipeline.training.train_checks import input_assertions
+
+            dataset = dataset.map(input_assertions(len(split.class_names), tuple(split.format.example_shape)))
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+        return dataset.with_options(options)
+
+    return runtime.strategy.distribute_datasets_from_function(per_worker)
+
+
 def probe_batch(split, batch_size: int):
     """One (inputs [B, ...], labels int64 [B]) batch for the step's first call and the XLA probe."""
     if is_streamed(split):

@@ -234,6 +234,12 @@ class _Loop:
             self.iterator = iter(self.dataset)
             self.signature = [spec, tf.TensorSpec([None], tf.int64, name="label")]
             return
+        if data_inputs.is_streamed(splits.train):  # each worker reads its own files (or records), see inputs
+            distributed = data_inputs.distributed_stream(self.runtime, splits.train, self.inputs.config, self.batch,
+                                                         self.start_step)
+            self.iterator = iter(distributed)
+            self.signature = list(distributed.element_spec)
+            return
         options = tf.data.Options()
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
         distributed = self.runtime.strategy.experimental_distribute_dataset(self.dataset.with_options(options))

@@ -164,3 +164,22 @@ def test_image_folder_streams_decoded_resized_images(tmp_path):
     decoded = sum(int(x.shape[0]) for part in (skipped.train, skipped.validation, skipped.test)
                   for x, _ in part.dataset(4, training=False, seed=0))
     assert decoded == 24  # the broken one skipped
+
+
+@pytest.mark.parametrize(("files", "by"), [(6, "file"), (1, "record")])
+def test_worker_shards_are_disjoint_and_cover_the_split(tmp_path, files, by, caplog):
+    """Two workers' shards of a split: by file when files >= workers, else by record (warned); no record read
+    by both, none left out."""
+    for shard in range(files):
+        _write(tmp_path / f"part-{shard}.tfrecord", [_example((float(shard * 1000 + i), 0.0), i % 2)
+                                                     for i in range(60 // files)])
+    config = DataSection(source="tfrecord", feature_spec=SPEC, train_path=str(tmp_path / "part-*.tfrecord"),
+                         validation_path=str(tmp_path / "part-0.tfrecord"), test_path=str(tmp_path / "part-0.tfrecord"))
+    train = load_split_arrays(config, seed=0).train
+    seen = []
+    for rank in range(2):
+        ids = [int(v) for x, _ in train.dataset(5, training=True, seed=1, shard=(2, rank)) for v in x.numpy()[:, 0]]
+        seen.append(set(ids))
+        assert len(ids) == len(set(ids)) == 30
+    assert not seen[0] & seen[1] and len(seen[0] | seen[1]) == 60
+    assert ("sharded by record" in caplog.text) == (by == "record")

@@ -127,3 +127,34 @@ def test_assert_inputs_nan_is_one_line_naming_check_feature_and_record(tmp_path)
     assert len(errors) == 1 and "Traceback" not in done.stderr
     assert errors[0].endswith(f"train.assert_inputs: NaN or Inf in the inputs: feature 'x', record 37 (0-based) of "
                               f"{tmp_path / 'data.npz'} (1 such record(s) in the train split)")
+
+
+QUIET_LOAD = """
+import sys, tensorflow as tf
+from tfship.serving.runtimes.saved_model import GraphSession
+from tfship.serving.runtimes.base import RuntimeOptions
+from tfship.core.saved_model import read_signatures, serving_tags
+
+class Double(tf.Module):
+    @tf.function(input_signature=[tf.TensorSpec([None, 2], tf.float32, name="x")])
+    def double(self, x):
+        return {"y": x * 2.0}
+
+module = Double()
+tf.saved_model.save(module, sys.argv[1], signatures={"serving_default": module.double})
+tags = serving_tags(sys.argv[1])
+GraphSession(__import__("pathlib").Path(sys.argv[1]), tags, read_signatures(sys.argv[1], tags), RuntimeOptions())
+print("LOADED-OURS", file=sys.stderr, flush=True)
+with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+    tf.compat.v1.saved_model.load(session, tags, sys.argv[1])
+"""
+
+
+def test_our_saved_model_loader_prints_no_deprecation_notice(tmp_path):
+    """Our Session loader is silent; TensorFlow's same call outside it prints the notice (the check can fail)."""
+    done = subprocess.run([sys.executable, "-c", QUIET_LOAD, str(tmp_path / "model")], capture_output=True, text=True,
+                          timeout=300, env=os.environ | {"TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    ours, theirs = done.stderr.split("LOADED-OURS")
+    assert "is deprecated" not in ours
+    assert "is deprecated" in theirs

@@ -380,6 +380,8 @@ class _Loop:
                    "debug": {"check_numerics": self.train.check_numerics, "assert_inputs": self.train.assert_inputs,
                              "run_eagerly": self.train.run_eagerly},
                    "input": self.meter.summary() | data_inputs.skipped_records(self.inputs.splits)}
+        if self.inputs.splits.stream:  # class names, counts and the scan, kept in the run folder (train.json)
+            details["data"] = self.inputs.splits.summary()
         from tfship.pipeline.training.model import without_recompute
 
         details["recompute"] = list(self.inputs.config.model.recompute)

@@ -80,8 +80,10 @@ def load_stream_splits(config, seed: int, cache_dir: Path | None = None,
         sets = file_sets(config)
     every = tuple(f for files in sets.values() for f in files)
     fmt = record_format(config, every, folder_classes)
-    hash_split = HashSplit.from_fractions(config.validation_fraction, config.test_fraction) if "all" in sets \
-        else None
+    if config.split_key is not None and not hasattr(fmt, "split_keys"):
+        raise DatasetError(f"data.split_key: not available for data.source = {config.source!r} (TFRecord, CSV)")
+    hash_split = HashSplit.from_fractions(config.validation_fraction, config.test_fraction, config.split_key,
+                                          fmt) if "all" in sets else None
     order = [(files, None if name == "all" else ("train", "validation", "test").index(name))
              for name, files in sets.items()]
     scan_fmt = fmt.for_scan() if hasattr(fmt, "for_scan") else fmt
@@ -118,5 +120,6 @@ def load_stream_splits(config, seed: int, cache_dir: Path | None = None,
 
 def _stream_summary(config, sets, fmt, result) -> dict:
     return {"source": config.source, "format": fmt.kind, "files": {k: len(v) for k, v in sets.items()},
-            "split": "hash of the record bytes" if "all" in sets else "separate file sets",
+            "split": ("separate file sets" if "all" not in sets else "hash of the record bytes"
+                      if config.split_key is None else f"hash of {config.split_key!r}"),
             "scan": replace(result, bad_records={}).to_json(), "sample_size": config.sample_size}

@@ -183,3 +183,29 @@ def test_worker_shards_are_disjoint_and_cover_the_split(tmp_path, files, by, cap
         assert len(ids) == len(set(ids)) == 30
     assert not seen[0] & seen[1] and len(seen[0] | seen[1]) == 60
     assert ("sharded by record" in caplog.text) == (by == "record")
+
+
+def test_split_key_keeps_records_sharing_a_key_in_one_split(tmp_path):
+    records = [_example((float(i), float(i // 5)), i % 2, key=i // 5) for i in range(300)]  # 60 keys, 5 each
+    _write(tmp_path / "data.tfrecord", records)
+    spec = SPEC | {"key": {"dtype": "int64", "shape": []}}
+    config = DataSection(source="tfrecord", path=tmp_path / "data.tfrecord", feature_spec=spec, features=("x",),
+                         split_key="key")
+    splits = load_split_arrays(config, seed=0)
+    keys = [{int(k) for x, _ in part.dataset(64, training=False, seed=0) for k in x.numpy()[:, 1]}
+            for part in (splits.train, splits.validation, splits.test)]
+    assert not (keys[0] & keys[1] or keys[0] & keys[2] or keys[1] & keys[2])
+    assert len(keys[0] | keys[1] | keys[2]) == 60 and all(keys)
+    assert len(splits.train) % 5 == 0 and splits.stream["split"] == "hash of 'key'"
+    by_bytes = load_split_arrays(config.model_copy(update={"split_key": None}), seed=0)
+    assert len(by_bytes.train) % 5 != 0 or len(by_bytes.test) != len(splits.test)  # not the same split
+    with pytest.raises(DatasetError, match=r"data\.split_key: 'x' needs a scalar entry"):
+        load_split_arrays(config.model_copy(update={"split_key": "x"}), seed=0)
+
+
+def test_the_samples_are_bounded_by_sample_size(tmp_path):
+    _write(tmp_path / "data.tfrecord", [_example((float(i), 0.0), i % 2) for i in range(400)])
+    splits = load_split_arrays(_config(tmp_path / "data.tfrecord", sample_size=25), seed=0)
+    assert len(splits.test) > 25 and splits.test.images.shape == (25, 2) and splits.test.labels.shape == (25,)
+    assert splits.train.images.shape == (25, 2)  # normalisation adapts on this sample
+    assert _all_ids(splits.test)[:25] == splits.test.images[:, 0].astype(int).tolist()  # the first, in file order

@@ -7,6 +7,7 @@ split, the class names when none are declared, the CSV categories, and stops on 
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -55,15 +56,39 @@ def load_stream_splits(config, seed: int, cache_dir: Path | None = None,
                        say: Callable[[str], None] | None = None):
     """Train, validation and test `StreamSplit`s of a streaming source, with bounded samples.
 
+    In a process that will join a cluster (TF_CONFIG set) whose TensorFlow runtime has not started yet, the
+    work runs in a spawned child process: MultiWorkerMirroredStrategy must configure collectives before
+    TensorFlow's runtime starts, and the scan and samples would start it. The splits come back as plain
+    values (formats, file names, counts, NumPy samples).
+
     Args:
         config: the `DataSection`.
         seed: unused by the hash split (it is stable by design); kept for the caller's signature.
         cache_dir: where the scan's result is cached (None: not cached).
-        say: progress line sink.
+        say: progress line sink (stderr in a child process).
 
     Raises:
         DatasetError: any file, record or label error (named), or a split with no records.
     """
+    if os.environ.get("TF_CONFIG") and not _tensorflow_started():
+        import multiprocessing
+
+        with multiprocessing.get_context("spawn").Pool(1) as pool:
+            return pool.apply(_load_stream_splits, (config, seed, cache_dir))
+    return _load_stream_splits(config, seed, cache_dir, say)
+
+
+def _tensorflow_started() -> bool:
+    import sys as _sys
+
+    if "tensorflow" not in _sys.modules:
+        return False
+    from tensorflow.python.eager import context
+
+    return bool(context.context()._initialized)
+
+
+def _load_stream_splits(config, seed: int, cache_dir: Path | None = None, say: Callable[[str], None] | None = None):
     from tfship.pipeline.data.scan import cached_scan, scan, scan_key
     from tfship.pipeline.data.split_types import DatasetSplits
     from tfship.pipeline.data.stream import HashSplit, StreamSplit

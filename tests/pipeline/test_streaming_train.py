@@ -192,3 +192,30 @@ def test_two_workers_train_on_streamed_shards_each_reading_its_own_files(shards,
     train = json.loads((chief / "train.json").read_text())
     assert train["strategy"] == "multi_worker" and train["replicas"] == 2 and train["global_batch"] == 128
     assert train["train_step_traces"] == 1 and train["test_accuracy"] > 0.8
+
+
+def test_query_samples_of_a_streamed_config_come_from_the_test_split(shards, tmp_path):
+    """`tfship query`'s rows (`held_out_digits`) for a TFRecord config: the bounded test-split sample, read
+    through the scan cached beside the runs (a second call reads no data again)."""
+    from tfship.pipeline.data.splits import held_out_digits
+
+    config = tmp_path / "streamed.toml"
+    config.write_text(f"""[run]
+runs_dir = "{tmp_path / 'runs'}"
+[data]
+source = "tfrecord"
+path = "{shards}"
+features = ["image"]
+input_name = "image"
+sample_size = 40
+[data.feature_spec.image]
+dtype = "float32"
+shape = [8, 8, 1]
+""")
+    images, labels = held_out_digits(1000, config)
+    assert images.shape == (40, 8, 8, 1) and labels.shape == (40,) and set(labels.tolist()) <= set(range(10))
+    (cached,) = (tmp_path / "runs" / ".data-scan").glob("*.json")
+    stamp = cached.stat().st_mtime_ns
+    again, _ = held_out_digits(5, config)
+    np.testing.assert_array_equal(again, images[:5])
+    assert cached.stat().st_mtime_ns == stamp

@@ -50,8 +50,10 @@ def _config(shards, **extra):
 
 
 def test_streamed_training_reports_input_figures_and_progress_lines(shards, tmp_path):
-    config = _config(shards, **{"train.progress_every_s": 0.001, "train.assert_inputs": True})
+    config = _config(shards, **{"train.progress_every_s": 0.001, "train.assert_inputs": True,
+                                "model.normalize": True, "data.sample_size": 300})
     splits = load_split_arrays(config.data, config.run.seed)
+    assert len(splits.train) > 300 and splits.train.images.shape == (300, 64)
     lines: list[str] = []
     result = train_model(TrainInputs(config, splits, tmp_path / "checkpoints", tmp_path / "tensorboard",
                                      log=lines.append))
@@ -61,6 +63,8 @@ def test_streamed_training_reports_input_figures_and_progress_lines(shards, tmp_
     assert figures["steps_measured"] == result.steps - 1 and figures["skipped_records"] == 0
     assert result.steps == 3 * (len(splits.train) // 64)
     assert result.test_accuracy > 0.85  # a 64-unit MLP on digits, 3 epochs: ~0.9-0.95
+    normalize = result.model.get_layer("normalize")  # adapted on the 300-record train sample, not the split
+    np.testing.assert_allclose(normalize.mean.numpy().ravel(), splits.train.images.mean(axis=0), atol=1e-5)
     progress = [line for line in lines if line.startswith("train: step ")]
     assert progress and all("records/s" in line and "input wait" in line and "ETA" in line for line in progress)
     assert progress[-1].startswith(f"train: step {result.steps}/{result.steps} epoch 3 loss ")

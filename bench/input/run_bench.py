@@ -269,7 +269,7 @@ def write_report(results: dict, out: Path) -> list[Path]:
                   "| data | input-wait share | train records/s | steps | test accuracy | wall s |",
                   "| --- | ---: | ---: | ---: | ---: | ---: |"]
         for name, row in results["input_wait"].items():
-            if isinstance(row, dict):
+            if isinstance(row, dict) and "input" in row:
                 figures = row["input"] or {}
                 lines.append(f"| {name} | {figures.get('input_wait_share')} | {figures.get('records_per_second')} | "
                              f"{row['steps']} | {row['test_accuracy']:.4f} | {row['seconds']} |")

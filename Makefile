@@ -151,6 +151,13 @@ TB_LOGDIR ?= runs
 bench-train: setup
 	$(PY) -m bench.train.run_bench --out bench/results
 
+# Streaming input pipeline vs hand-written tf.data (records/s, TFRecord and CSV), peak RSS of `tfship train` on
+# 1 M vs 10 M records, input-wait share of the digits CNN from TFRecord shards. Data in bench/work/ (kept).
+# bench/results/input-latest.{json,md}. BENCH_INPUT_ARGS="--parts throughput --records 100000" for a quick run.
+.PHONY: bench-input
+bench-input: setup
+	$(PY) -m bench.input.run_bench --out bench/results $(BENCH_INPUT_ARGS)
+
 # TensorBoard over every run's events (<run>/tensorboard); installs the viewer on first use.
 tensorboard: setup
 	@$(PY) -c "import tensorboard" 2>/dev/null || $(PY) -m pip install --quiet --disable-pip-version-check "tensorboard==2.21.0"

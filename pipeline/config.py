@@ -66,7 +66,23 @@ class DataSection(_Section):
     test_fraction: float = Field(0.2, gt=0.0, lt=0.5, description="Share of samples held out for test.")
     batch_size: int = Field(64, ge=1, le=65536, description="Training batch size (samples).")
     shuffle_buffer: int = Field(2048, ge=1, description="tf.data shuffle buffer (samples).")
-    cache: bool = Field(True, description="Cache the decoded training split in memory (tf.data cache).")
+    cache: bool = Field(True, description="Cache the decoded training split in memory (tf.data cache; in-memory "
+                        "sources only: digits, npz).")
+    train_path: LocalPath | None = Field(None, description="Streaming sources: the train files (a glob); with "
+                                         "validation_path and test_path it replaces the hash split of `path`.")
+    validation_path: LocalPath | None = Field(None, description="Streaming sources: the validation files (a glob).")
+    test_path: LocalPath | None = Field(None, description="Streaming sources: the test files (a glob).")
+    compression: Literal["auto", "none", "GZIP", "ZLIB"] = Field(
+        "auto", description="TFRecord compression; auto: GZIP for *.gz, ZLIB for *.zz / *.zlib, else none.")
+    stream_cache: str = Field("none", description="Streaming sources: cache the train split's records after the "
+                              "first epoch: none, memory, or a file path prefix (tf.data cache file).")
+    sample_size: int = Field(2000, ge=1, description="Streaming sources: records of the test split the gate, "
+                             "warm-up and `tfship query` use, and of the train split normalisation is adapted on.")
+    split_key: str | None = Field(None, description="Streaming sources: hash this feature (TFRecord, a declared "
+                                  "scalar) or column (CSV) for the split instead of the whole record, so records "
+                                  "sharing a key (a user, a session) stay in one split.")
+    skip_corrupt: bool = Field(False, description="Streaming sources: skip corrupt or malformed records and count "
+                               "them (train.json `input.skipped_records`) instead of stopping with exit 2.")
 
 
 class ModelSection(_Section):
@@ -145,6 +161,9 @@ class TrainSection(_Section):
     keep_checkpoints: int = Field(3, ge=1, description="Checkpoints kept by the CheckpointManager.")
     tensorboard: bool = Field(True, description="Write TensorBoard events into <run>/tensorboard.")
     log_every_steps: int = Field(10, ge=1, description="TensorBoard scalar period in steps.")
+    progress_every_s: float = Field(5.0, gt=0.0, description="Seconds between progress lines (step, epoch, loss, "
+                                    "records/s, input-wait share, ETA) when stderr is not a terminal.")
+    max_steps: int | None = Field(None, ge=1, description="Stop after this many steps (a cap under the epochs).")
     histogram_every_steps: int = Field(100, ge=1, description="TensorBoard weight-histogram period in steps.")
     strategy: Literal["default", "mirrored", "multi_worker"] = Field(
         "default", description="tf.distribute strategy; multi_worker reads the cluster from TF_CONFIG.")

@@ -6,7 +6,6 @@ The default source is scikit-learn's bundled digits (no download ever).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -14,38 +13,10 @@ import numpy as np
 from tfship.core.errors import DatasetError
 from tfship.pipeline.config import DataSection
 from tfship.pipeline.data.sources import DIGITS_IMAGE_SHAPE, DIGITS_PIXEL_MAX, read_digits, read_source
+from tfship.pipeline.data.split_types import ArraySplit, DatasetSplits
 
 __all__ = ["ArraySplit", "DatasetSplits", "DIGITS_IMAGE_SHAPE", "DIGITS_PIXEL_MAX", "load_digits_arrays",
            "load_split_arrays", "make_dataset"]
-
-
-@dataclass(frozen=True)
-class ArraySplit:
-    """One split: `images` is the model's single input array [N, ...] (digits: float32 [N, 8, 8, 1]
-    in [0, 1]; text: int token ids [N, L]); `labels` int64 [N] class ids.
-    """
-
-    images: np.ndarray
-    labels: np.ndarray
-
-    def __len__(self) -> int:
-        return int(self.labels.shape[0])
-
-
-@dataclass(frozen=True)
-class DatasetSplits:
-    """Train, validation and test splits plus the class names (index = class id) and the input name."""
-
-    train: ArraySplit
-    validation: ArraySplit
-    test: ArraySplit
-    class_names: tuple[str, ...]
-    input_name: str = "image"
-    feature_names: tuple[str, ...] = ()
-
-    def summary(self) -> dict[str, int]:
-        """Sample counts per split."""
-        return {"train": len(self.train), "validation": len(self.validation), "test": len(self.test)}
 
 
 def load_digits_arrays() -> tuple[np.ndarray, np.ndarray]:
@@ -54,8 +25,10 @@ def load_digits_arrays() -> tuple[np.ndarray, np.ndarray]:
     return data.features["image"], data.labels
 
 
-def load_split_arrays(config: DataSection, seed: int) -> DatasetSplits:
-    """Read the configured source and split it into seeded, stratified train / validation / test arrays.
+def load_split_arrays(config: DataSection, seed: int, cache_dir: Path | None = None) -> DatasetSplits:
+    """Read the configured source and split it into seeded, stratified train / validation / test arrays; a
+    streaming source (TFRecord, CSV, image folder) into streamed splits instead
+    (`pipeline.data.streaming.load_stream_splits`; `cache_dir` keeps its scan).
 
     The same (config, seed) always gives the same split, so `tfship query` can send exactly the
     held-out test samples the pipeline validated on.
@@ -66,6 +39,10 @@ def load_split_arrays(config: DataSection, seed: int) -> DatasetSplits:
     """
     from sklearn.model_selection import train_test_split
 
+    from tfship.pipeline.data.streaming import STREAMING_SOURCES, load_stream_splits
+
+    if config.source in STREAMING_SOURCES:
+        return load_stream_splits(config, seed, cache_dir)
     source = read_source(config)
     input_name, features = source.single_input()
     labels = source.labels
@@ -84,9 +61,9 @@ def load_split_arrays(config: DataSection, seed: int) -> DatasetSplits:
     except ValueError as err:
         raise DatasetError(f"data: cannot split stratified: {err}") from err
     return DatasetSplits(
-        train=ArraySplit(features[train], labels[train]),
-        validation=ArraySplit(features[val], labels[val]),
-        test=ArraySplit(features[test], labels[test]),
+        train=ArraySplit(features[train], labels[train], train),
+        validation=ArraySplit(features[val], labels[val], val),
+        test=ArraySplit(features[test], labels[test], test),
         class_names=source.class_names,
         input_name=input_name,
         feature_names=source.feature_names,
@@ -106,6 +83,8 @@ def make_dataset(split: ArraySplit, batch_size: int, *, training: bool, seed: in
     """
     import tensorflow as tf
 
+    if not isinstance(split, ArraySplit):  # a StreamSplit streams its files
+        return split.dataset(batch_size, training=training, seed=seed, shuffle_buffer=shuffle_buffer, repeat=repeat)
     dtype = tf.as_dtype(split.images.dtype)
 
     def as_model_dtypes(inputs, labels):
@@ -135,5 +114,10 @@ def held_out_digits(count: int, config: Path | None = None) -> tuple[np.ndarray,
     from tfship.pipeline.config import load_config
 
     cfg = load_config(config)
-    test = load_split_arrays(cfg.data, cfg.run.seed).test
+    test = load_split_arrays(cfg.data, cfg.run.seed, scan_cache_dir(cfg)).test
     return test.images[:count], test.labels[:count]
+
+
+def scan_cache_dir(config) -> Path:
+    """Where a streaming source's scan is cached: `<run.runs_dir>/.data-scan`."""
+    return Path(config.run.runs_dir) / ".data-scan"

@@ -133,7 +133,7 @@ def load_run_data(config: PipelineConfig, run: RunFolder):
     Raises:
         DatasetError, StageError: the data cannot be read, or the run has no SavedModel yet.
     """
-    from tfship.pipeline.data.splits import load_split_arrays
+    from tfship.pipeline.data.splits import load_split_arrays, scan_cache_dir
 
     stored = stored_run_config(run)
     if "export_only" in stored:
@@ -141,7 +141,7 @@ def load_run_data(config: PipelineConfig, run: RunFolder):
 
         return load_user_data(Path(stored["export_only"]["data"]), steps.read_contract(run),
                               config.convert.representative_samples, config.run.seed, config.data.classes)
-    return load_split_arrays(config.data, config.run.seed)
+    return load_split_arrays(config.data, config.run.seed, scan_cache_dir(config))
 
 
 def stored_run_config(run: RunFolder) -> dict[str, Any]:
@@ -166,9 +166,9 @@ def _data(ctx: StageContext) -> Any:
 
         ctx.model = load_user_model(ctx.request.model, ctx.request.custom_objects)
         return ctx.model
-    from tfship.pipeline.data.splits import load_split_arrays
+    from tfship.pipeline.data.splits import load_split_arrays, scan_cache_dir
 
-    ctx.data = load_split_arrays(ctx.config.data, ctx.config.run.seed)
+    ctx.data = load_split_arrays(ctx.config.data, ctx.config.run.seed, scan_cache_dir(ctx.config))
     return ctx.data
 
 

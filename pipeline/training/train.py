@@ -30,6 +30,7 @@ import numpy as np
 from tfship.core.errors import StageError
 from tfship.pipeline.config import PipelineConfig
 from tfship.pipeline.data.splits import DatasetSplits, make_dataset
+from tfship.pipeline.training import inputs as data_inputs
 
 PARTIAL_BATCH = "dropped (training batches are drop_remainder=True; evaluation keeps all)"
 
@@ -178,7 +179,7 @@ class _Loop:
         if self.steps_per_epoch == 0:
             raise StageError(f"train: global batch {self.batch} (data.batch_size x workers) is larger than the "
                              f"train split ({len(splits.train)} samples)")
-        self.total_steps = self.steps_per_epoch * config.train.epochs
+        self.total_steps = min(self.steps_per_epoch * config.train.epochs, config.train.max_steps or 1 << 62)
         with self.runtime.strategy.scope():
             self.model = build_model(
                 config.model, tuple(splits.train.images.shape[1:]), len(splits.class_names), config.run.seed,
@@ -197,19 +198,8 @@ class _Loop:
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
             self.sums = tf.Variable([0.0, 0.0, 0.0], dtype=tf.float64, trainable=False, name="epoch_sums")
             self.early = tf.Variable([math.nan, 0.0], dtype=tf.float64, trainable=False, name="early_stopping")
-        # A distributed dataset is batched with the global batch and split per replica by tf.distribute.
-        per_call = config.data.batch_size if self.runtime.kind == "default" else self.batch
-        self.dataset = make_dataset(splits.train, per_call, training=True, seed=config.run.seed,
-                                    shuffle_buffer=config.data.shuffle_buffer, cache=config.data.cache, repeat=True)
-        if self.runtime.kind != "default" and self.start_step:
-            # The data position of a distributed run is its step: the same seeded, repeated stream from the start,
-            # less the global batches already trained on (a distributed iterator is not checkpointable).
-            self.dataset = self.dataset.skip(self.start_step)
-        if config.train.assert_inputs:
-            from tfship.pipeline.training.train_checks import input_assertions
-
-            self.dataset = self.dataset.map(input_assertions(len(splits.class_names), splits.train.images.shape[1:]))
-        self._make_iterator()
+        self.iterator, self.signature, self.eval_spec = data_inputs.training_iterator(
+            self.runtime, splits, config, self.batch, self.start_step)
         tracked = {"model": self.model, "optimizer": self.optimizer, "step": self.step, "sums": self.sums,
                    "early": self.early}
         # Dropout RNG states are no Keras weights: checkpoint them too, so a resumed run draws the same masks.
@@ -222,23 +212,6 @@ class _Loop:
         self.checkpoint = tf.train.Checkpoint(**tracked)
         self.manager = tf.train.CheckpointManager(self.checkpoint, str(inputs.checkpoint_dir),
                                                   max_to_keep=config.train.keep_checkpoints, step_counter=self.step)
-
-    def _make_iterator(self) -> None:
-        import tensorflow as tf
-
-        splits = self.inputs.splits
-        spec = tf.TensorSpec([None, *splits.train.images.shape[1:]], tf.as_dtype(splits.train.images.dtype),
-                             name=splits.input_name)
-        self.eval_spec = spec
-        if self.runtime.kind == "default":
-            self.iterator = iter(self.dataset)
-            self.signature = [spec, tf.TensorSpec([None], tf.int64, name="label")]
-            return
-        options = tf.data.Options()
-        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-        distributed = self.runtime.strategy.experimental_distribute_dataset(self.dataset.with_options(options))
-        self.iterator = iter(distributed)
-        self.signature = list(distributed.element_spec)
 
     def say(self, line: str) -> None:
         self.notes.append(line)
@@ -290,9 +263,8 @@ class _Loop:
 
         if self.train.run_eagerly:
             return build(False), XlaChoice(False, "run_eagerly: tf.function runs eagerly (debug), no trace, no XLA")
-        images, labels = self.inputs.splits.train.images, self.inputs.splits.train.labels
         if self.runtime.kind == "default":
-            batch = (images[:self.batch], labels[:self.batch])
+            batch = data_inputs.probe_batch(self.inputs.splits.train, self.batch)
         else:
             batch = next(iter(self.runtime.strategy.experimental_distribute_dataset(
                 make_dataset(self.inputs.splits.train, self.batch, training=True, seed=0))))
@@ -352,6 +324,9 @@ class _Loop:
         task = self.progress.add_task("train", total=self.total_steps, completed=start) if self.progress else None
         started = time.perf_counter()
         self.kind_metrics: dict[str, float] = {}
+        self.meter = data_inputs.InputMeter(self.batch)
+        self.lines = data_inputs.ProgressLines(self.total_steps, self.steps_per_epoch, self.train.progress_every_s,
+                                               self.inputs.log)
         stopped_early = self._steps(steps, board, history, task, start)
         seconds = time.perf_counter() - started
         checkpoint_path = self._save(history)
@@ -370,13 +345,16 @@ class _Loop:
                    "frozen": self._frozen_summary(), "sparse_gradients": steps.sparse_gradients,
                    "sparse_update_ops": steps.sparse_update_ops() if not self.train.run_eagerly else [],
                    "debug": {"check_numerics": self.train.check_numerics, "assert_inputs": self.train.assert_inputs,
-                             "run_eagerly": self.train.run_eagerly}}
+                             "run_eagerly": self.train.run_eagerly},
+                   "input": self.meter.summary() | data_inputs.skipped_records(self.inputs.splits)}
+        if self.inputs.splits.stream:  # class names, counts and the scan, kept in the run folder (train.json)
+            details["data"] = self.inputs.splits.summary()
         from tfship.pipeline.training.model import without_recompute
 
         details["recompute"] = list(self.inputs.config.model.recompute)
-        test = self.inputs.splits.test
-        return TrainResult(without_recompute(self.model), tuple(history), steps.traces,
-                           steps.accuracy(test.images, test.labels), checkpoint_path, seconds,
+        test_accuracy = data_inputs.evaluate(steps, self.inputs.splits.test)[1]
+        return TrainResult(without_recompute(self.model), tuple(history), steps.traces, test_accuracy,
+                           checkpoint_path, seconds,
                            int(self.step.numpy()), choice.jit_compile, details)
 
     def _steps(self, steps, board, history: list[EpochMetrics], task, start: int) -> bool:
@@ -386,10 +364,15 @@ class _Loop:
         float16 = self.train.mixed_precision == "mixed_float16"
         for step in range(start + 1, self.total_steps + 1):
             self.watch.beat("step", step - 1)
-            images, labels = next(self.iterator)
+            began = time.perf_counter()
+            images, labels = data_inputs.next_batch(self.iterator, self.inputs, self.train)
+            fetched = time.perf_counter()
             loss, correct, norm, nonfinite, metrics = self._call_step(steps, images, labels, step)
             self.kind_metrics = {name: round(float(value), 6) for name, value in metrics.items()}
             loss_value, flags = float(loss), nonfinite.numpy()
+            if step > start + 1:  # the first step after a (re)start fills the pipeline: not measured
+                self.meter.record(fetched - began, time.perf_counter() - began)
+            self.lines.step(step, loss_value, self.meter)
             if not math.isfinite(loss_value) or (flags.any() and not float16):
                 bad = steps.variable_names[int(np.argmax(flags > 0))] if flags.any() else "none (the loss itself)"
                 raise StageError(f"train: non-finite values at step {step}: loss {loss_value}; first non-finite "
@@ -400,11 +383,11 @@ class _Loop:
                 board.step(step, {"loss": loss_value, "accuracy": float(correct) / self.batch,
                                   "learning_rate": current_learning_rate(self.optimizer),
                                   "gradient_global_norm": float(norm), "loss_scale": loss_scale(self.optimizer),
-                                  **self.kind_metrics},
+                                  **self.kind_metrics, **data_inputs.board_scalars(self.meter)},
                            self.model.trainable_variables)
             if self.progress is not None:
                 self.progress.update(task, advance=1, description=f"train step {step}/{self.total_steps} "
-                                     f"loss {sums[0] / sums[2]:.4f}")
+                                     f"loss {sums[0] / sums[2]:.4f}{data_inputs.live_figures(self.meter)}")
             stop = False
             if step % self.steps_per_epoch == 0:
                 stop = self._end_epoch(steps, board, history, sums, step)
@@ -471,8 +454,7 @@ class _Loop:
             return steps.train_step(images, labels)
 
     def _end_epoch(self, steps, board, history: list[EpochMetrics], sums, step: int) -> bool:
-        validation = self.inputs.splits.validation
-        val_loss, val_accuracy = steps.evaluate(validation.images, validation.labels)
+        val_loss, val_accuracy = data_inputs.evaluate(steps, self.inputs.splits.validation)
         metrics = EpochMetrics(step // self.steps_per_epoch, sums[0] / sums[2], sums[1] / sums[2], val_accuracy,
                                val_loss, step)
         history.append(metrics)

@@ -48,7 +48,11 @@ class GraphSession:
                                           intra_op_parallelism_threads=options.intra_op_threads,
                                           inter_op_parallelism_threads=options.inter_op_threads)
         self._session = tf.compat.v1.Session(graph=self._graph, config=config)
-        with self._graph.as_default():
+        from tensorflow.python.util import deprecation
+
+        # TF 1's loader is deprecated in TF 2 and says so on every load, in the middle of a run's stage lines;
+        # it is the one loader that fills a Session (TF Serving's own route), so its notice is silenced here.
+        with self._graph.as_default(), deprecation.silence():
             tf.compat.v1.saved_model.load(self._session, tags, str(version_dir))
             self.unrestored = _unrestored_variables(self._graph, self._session)
         self._signatures = dict(signatures)

@@ -49,14 +49,19 @@ def test_csv_errors_name_file_line_and_column(tmp_path, iris_like):
         read_csv(iris_like, ("x1",), "species", classes=("versicolor", "virginica"))
 
 
-def test_split_of_a_csv_source_is_seeded_stratified_and_keeps_class_names(iris_like):
+def test_split_of_a_csv_source_is_a_stable_hash_split_and_keeps_class_names(iris_like):
+    """A CSV source is streamed: each line goes to train, validation or test by the hash of its bytes (no
+    full pass, the same split every run), so the splits are disjoint and together hold every line once."""
     config = DataSection(source="csv", path=iris_like, features=("x1", "x2"), label="species", batch_size=8)
     splits = load_split_arrays(config, seed=3)
     again = load_split_arrays(config, seed=3)
     np.testing.assert_array_equal(splits.test.labels, again.test.labels)
+    np.testing.assert_array_equal(splits.test.images, again.test.images)
     assert splits.class_names == ("setosa", "versicolor", "virginica") and splits.input_name == "features"
-    for part in (splits.train, splits.validation, splits.test):
-        assert set(part.labels.tolist()) == {0, 1, 2}
+    assert len(splits.train) + len(splits.validation) + len(splits.test) == 90
+    rows = [{tuple(r) for r in part.images.tolist()} for part in (splits.train, splits.validation, splits.test)]
+    assert sum(len(r) for r in rows) == 90 and len(set().union(*rows)) == 90
+    assert set(splits.train.labels.tolist()) == {0, 1, 2}
     batches = list(make_dataset(splits.train, 8, training=True, seed=1))
     assert all(int(x.shape[0]) == 8 and x.dtype.name == "float32" for x, _ in batches)
 

@@ -1,0 +1,242 @@
+"""The input side of the training loop: the training dataset of a split (in memory or streamed), the probe
+batch, streamed evaluation, and the input meter (records/s and the share of step time spent waiting for
+the next batch), shown live and written to train.json and TensorBoard.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tfship.core.errors import DatasetError
+
+
+def is_streamed(split) -> bool:
+    """Whether `split` is a `StreamSplit` (tf.data over files) rather than in-memory arrays."""
+    return hasattr(split, "dataset") and hasattr(split, "files")
+
+
+def training_dataset(split, data, batch_size: int, seed: int, shard: tuple[int, int] | None = None):
+    """The endless, seeded, shuffled training stream of (inputs [B, ...], labels int64 [B]), drop_remainder."""
+    from tfship.pipeline.data.splits import make_dataset
+
+    if is_streamed(split):
+        return split.dataset(batch_size, training=True, seed=seed, shuffle_buffer=data.shuffle_buffer, repeat=True,
+                             shard=shard)
+    return make_dataset(split, batch_size, training=True, seed=seed, shuffle_buffer=data.shuffle_buffer,
+                        cache=data.cache, repeat=True)
+
+
+def training_iterator(runtime, splits, config, global_batch: int, start_step: int):
+    """(iterator, step input signature, evaluation input spec) of the train split under `runtime`.
+
+    One process: the endless dataset's iterator (checkpointed with the model: its position survives a
+    resume). A distributed in-memory split is batched with the global batch and split per replica by
+    tf.distribute (AutoShardPolicy.DATA); a distributed streamed split reads per worker
+    (`distributed_stream`). The data position of a distributed run is its step: the same seeded, repeated
+    stream from the start, less the batches already trained on (a distributed iterator is not checkpointable).
+    """
+    import tensorflow as tf
+
+    train = splits.train
+    spec = tf.TensorSpec([None, *train.images.shape[1:]], tf.as_dtype(train.images.dtype), name=splits.input_name)
+    if runtime.kind != "default" and is_streamed(train):
+        distributed = distributed_stream(runtime, train, config, global_batch, start_step)
+        return iter(distributed), list(distributed.element_spec), spec
+    per_call = config.data.batch_size if runtime.kind == "default" else global_batch
+    dataset = training_dataset(train, config.data, per_call, config.run.seed)
+    if runtime.kind != "default" and start_step:
+        dataset = dataset.skip(start_step)
+    if config.train.assert_inputs:
+        from tfship.pipeline.training.train_checks import input_assertions
+
+        dataset = dataset.map(input_assertions(len(splits.class_names), train.images.shape[1:]))
+    if runtime.kind == "default":
+        return iter(dataset), [spec, tf.TensorSpec([None], tf.int64, name="label")], spec
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    distributed = runtime.strategy.experimental_distribute_dataset(dataset.with_options(options))
+    return iter(distributed), list(distributed.element_spec), spec
+
+
+def distributed_stream(runtime, split, config, global_batch: int, start_step: int):
+    """A streamed train split under a tf.distribute strategy: `distribute_datasets_from_function`, each input
+    pipeline (one per worker) reading its own shard of the files (`StreamSplit.dataset(shard=...)`: by file
+    when there are at least as many files as workers, else by record with a warning), batched per replica,
+    so no record is trained on by two workers. A resumed run skips the batches its steps consumed.
+    """
+    import tensorflow as tf
+
+    def per_worker(context):
+        per_replica = context.get_per_replica_batch_size(global_batch)
+        dataset = split.dataset(per_replica, training=True, seed=config.run.seed,
+                                shuffle_buffer=config.data.shuffle_buffer, repeat=True,
+                                shard=(context.num_input_pipelines, context.input_pipeline_id))
+        local_replicas = max(1, runtime.replicas // max(context.num_input_pipelines, 1))
+        if start_step:
+            dataset = dataset.skip(start_step * local_replicas)
+        if config.train.assert_inputs:
+            from tfship.pipeline.training.train_checks import input_assertions
+
+            dataset = dataset.map(input_assertions(len(split.class_names), tuple(split.format.example_shape)))
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+        return dataset.with_options(options)
+
+    return runtime.strategy.distribute_datasets_from_function(per_worker)
+
+
+def probe_batch(split, batch_size: int):
+    """One (inputs [B, ...], labels int64 [B]) batch for the step's first call and the XLA probe."""
+    if is_streamed(split):
+        return next(iter(split.dataset(batch_size, training=True, seed=0, repeat=True)))
+    return split.images[:batch_size], split.labels[:batch_size]
+
+
+def evaluate(steps, split, batch_size: int = 512) -> tuple[float, float]:
+    """(mean cross-entropy in nats, accuracy in [0, 1]) over a whole split; a streamed split batch by batch.
+
+    Raises:
+        DatasetError: a record of a streamed split fails to read or parse (the file changed since the scan).
+    """
+    if not is_streamed(split):
+        return steps.evaluate(split.images, split.labels, batch_size)
+    import tensorflow as tf
+
+    loss_sum, correct, total = 0.0, 0, 0
+    try:
+        for inputs, labels in split.dataset(batch_size, training=False, seed=0):
+            logits = steps.predict_logits(inputs).numpy().astype(np.float64)
+            labels = labels.numpy()
+            shifted = logits - logits.max(axis=-1, keepdims=True)
+            log_probs = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+            loss_sum -= float(log_probs[np.arange(len(labels)), labels].sum())
+            correct += int(np.sum(np.argmax(logits, axis=-1) == labels))
+            total += len(labels)
+    except tf.errors.OpError as err:
+        raise stream_error(split, err) from None
+    return loss_sum / max(total, 1), correct / max(total, 1)
+
+
+def stream_error(split, err) -> DatasetError:
+    """A `DatasetError` for a read or parse failure while streaming (`StreamSplit.read_error`)."""
+    return split.read_error(err)
+
+
+@dataclass
+class InputMeter:
+    """Input-wait share and records/s of the training loop.
+
+    `wait` is the time spent in `next(iterator)`; `busy` the whole step (fetch + step + the host sync that
+    reads the loss). The input-wait share is wait / busy: 0 when the prefetched pipeline keeps ahead.
+    """
+
+    batch: int
+    wait_s: float = 0.0
+    busy_s: float = 0.0
+    steps: int = 0
+    window: list = field(default_factory=lambda: [0.0, 0.0, 0])
+
+    def record(self, wait_s: float, busy_s: float) -> None:
+        self.wait_s += wait_s
+        self.busy_s += busy_s
+        self.steps += 1
+        self.window = [self.window[0] + wait_s, self.window[1] + busy_s, self.window[2] + 1]
+
+    def take_window(self) -> tuple[float, float]:
+        """(records/s, input-wait share) since the last call (the live figures)."""
+        wait, busy, steps = self.window
+        self.window = [0.0, 0.0, 0]
+        return steps * self.batch / max(busy, 1e-9), wait / max(busy, 1e-9)
+
+    def summary(self) -> dict:
+        """train.json's `input`: records/s and input-wait share over the whole run (steps after the first)."""
+        return {"records_per_second": round(self.steps * self.batch / max(self.busy_s, 1e-9), 1),
+                "input_wait_share": round(self.wait_s / max(self.busy_s, 1e-9), 4),
+                "input_wait_seconds": round(self.wait_s, 3), "step_seconds": round(self.busy_s, 3),
+                "steps_measured": self.steps}
+
+
+class ProgressLines:
+    """A progress line every `every_s` seconds when stderr is no terminal (pod logs, CI): step, epoch, loss,
+    records/s, input-wait share, ETA. On a terminal the rich progress bar shows the same.
+    """
+
+    def __init__(self, total_steps: int, steps_per_epoch: int, every_s: float,
+                 say: Callable[[str], None] | None = None, enabled: bool | None = None):
+        self.total, self.per_epoch, self.every = total_steps, steps_per_epoch, every_s
+        self.say = say or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.enabled = (not sys.stderr.isatty()) if enabled is None else enabled
+        self.started = self.last = time.monotonic()
+        self.start_step: int | None = None
+
+    def step(self, step: int, loss: float, meter: InputMeter) -> None:
+        if self.start_step is None:
+            self.start_step = step - 1
+        now = time.monotonic()
+        if not self.enabled or (now - self.last < self.every and step != self.total):
+            return
+        self.last = now
+        rate, wait = meter.take_window()
+        done = step - self.start_step
+        eta = (now - self.started) / max(done, 1) * (self.total - step)
+        epoch = math.ceil(step / max(self.per_epoch, 1))
+        self.say(f"train: step {step}/{self.total} epoch {epoch} loss {loss:.4f} {rate:,.0f} records/s "
+                 f"input wait {wait:.1%} ETA {_clock(eta)}")
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def live_figures(meter: InputMeter) -> str:
+    """The progress bar's input figures so far in the run (" 12,345 rec/s wait 3%"); empty before any step."""
+    if not meter.steps:
+        return ""
+    summary = meter.summary()
+    return f" {summary['records_per_second']:,.0f} rec/s wait {summary['input_wait_share']:.0%}"
+
+
+def board_scalars(meter: InputMeter) -> dict[str, float]:
+    """TensorBoard's input scalars: records/s and input-wait share so far (`InputMeter.summary`)."""
+    summary = meter.summary()
+    return {"input/records_per_second": summary["records_per_second"],
+            "input/input_wait_share": summary["input_wait_share"]} if meter.steps else {}
+
+
+def skipped_records(splits) -> dict:
+    """train.json's count of records skipped under `data.skip_corrupt` (0 for in-memory sources)."""
+    scan = (getattr(splits, "stream", None) or {}).get("scan")
+    if not scan:
+        return {"skipped_records": 0}
+    skipped = scan["skipped"]
+    return {"skipped_records": int(skipped["malformed_records"]) + int(skipped["corrupt_frames"]),
+            "skipped": skipped}
+
+
+def next_batch(iterator, inputs, train):
+    """The next training batch; a failed `assert_inputs` check or a streaming read error as one `DatasetError`.
+
+    Raises:
+        DatasetError: "train.assert_inputs: <check>: feature <name>, <where the record came from>", or a
+            read / parse failure of a streamed split.
+    """
+    import tensorflow as tf
+
+    try:
+        return next(iterator)
+    except tf.errors.OpError as err:
+        text = str(getattr(err, "message", err))
+        if "assert_inputs:" in text:
+            from tfship.pipeline.training.input_errors import assert_inputs_error
+
+            raise assert_inputs_error(text, inputs) from None
+        if is_streamed(inputs.splits.train):
+            raise stream_error(inputs.splits.train, err) from None
+        raise

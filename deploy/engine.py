@@ -225,6 +225,14 @@ class Engine:
         except docker.errors.APIError as err:
             raise DeployError(f"building {spec.tag} (target {spec.target}): {err.explanation}") from err
 
+    def image_platform(self, ref: str) -> str:
+        """`os/architecture` an image was built for, e.g. `linux/arm64`."""
+        try:
+            attrs = self._client.images.get(ref).attrs
+        except docker.errors.ImageNotFound as err:
+            raise DeployError(f"no image {ref}; build it with `tfship deploy build`") from err
+        return f"{attrs.get('Os', '?')}/{attrs.get('Architecture', '?')}"
+
     def image_size(self, ref: str) -> int:
         """Uncompressed size of an image in bytes."""
         try:
@@ -326,6 +334,16 @@ class Engine:
         return StopResult(name=name, exit_code=int(status["StatusCode"]),
                           seconds=time.monotonic() - started, log_tail=log_tail)
 
+    def timeline(self, name: str) -> tuple[datetime, list[tuple[datetime, str]]]:
+        """When the engine started the container, and its log lines with the engine's timestamp of each (UTC)."""
+        container = self._get(name)
+        container.reload()
+        lines = []
+        for raw in container.logs(timestamps=True).decode(errors="replace").splitlines():
+            stamp, _, text = raw.partition(" ")
+            lines.append((_parse_time(stamp), text))
+        return _parse_time(container.attrs["State"]["StartedAt"]), lines
+
     def remove(self, name: str) -> None:
         """Remove a container by name, running or not; absent is fine."""
         try:
@@ -361,6 +379,12 @@ class Engine:
         logs = container.logs(tail=15).decode(errors="replace").strip()
         return (f"state={state['Status']} exit={state.get('ExitCode')} last probe: {last_probe}\n"
                 f"--- last log lines ---\n{logs}")
+
+
+def _parse_time(stamp: str) -> datetime:
+    """Docker's RFC 3339 time with nanoseconds (`2026-12-03T06:52:43.123456789Z`) as an aware datetime (µs)."""
+    whole, _, fraction = stamp.rstrip("Z").partition(".")
+    return datetime.fromisoformat(f"{whole}.{(fraction or '0')[:6]:0<6}+00:00")
 
 
 def _parse_ts(created: str) -> int:

@@ -5,7 +5,13 @@
 # Uses Debian's qemu-user-static (its static interpreters, and the binfmt entry it ships in
 # /usr/lib/binfmt.d); no image is pulled (tonistiigi/binfmt and multiarch/qemu-user-static do the same
 # from a registry). Flag F ("fix binary") makes the kernel open the interpreter once, at registration, so
-# it works inside containers and chroots that do not have it. Idempotent: an enabled entry is left alone.
+# it works inside containers and chroots that do not have it. Idempotent.
+#
+# QEMU must emulate /proc/cpuinfo for the guest (QEMU 8.1 and later; Debian bookworm's 7.2 shows the host's
+# x86 /proc/cpuinfo, and ONNX Runtime's CPU detection (pytorch/cpuinfo) then crashes with SIGSEGV at import):
+# on bookworm install it from bookworm-backports (apt-get install -t bookworm-backports qemu-user-static).
+# The entry is always registered again: with flag F the kernel keeps the interpreter file it opened at
+# registration, so an upgraded qemu-user-static only takes effect once re-registered.
 #
 # Env: ARCH (default arm64; Debian's name) selects the emulated architecture. Needs root.
 set -euo pipefail
@@ -30,21 +36,23 @@ fi
   echo "ensure-binfmt: no $CONF; install Debian's emulators: apt-get install -y qemu-user-static binfmt-support" >&2
   exit 1; }
 
+# The package's own entry (the `:name:type:offset:magic:mask:interpreter:flags` line), with F added if missing.
+line="$(grep -v '^#' "$CONF" | head -n 1)"
+interpreter="$(echo "$line" | cut -d: -f7)"
+emulator="$(command -v "qemu-$QEMU-static" || command -v "qemu-$QEMU" || echo "$interpreter")"
+version="$("$emulator" --version | sed -n 's/.*version \([0-9]*\)\.\([0-9]*\).*/\1 \2/p' | head -n 1)"
+read -r major minor <<<"${version:-0 0}"
+if (( major < 8 || (major == 8 && minor < 1) )); then
+  echo "ensure-binfmt: $emulator is QEMU $major.$minor; the edge image needs 8.1 or later (emulated" \
+       "/proc/cpuinfo, else ONNX Runtime crashes at import): apt-get install -t bookworm-backports qemu-user-static" >&2
+  exit 1
+fi
 if [[ ! -f "$BINFMT/register" ]]; then
   mount -t binfmt_misc binfmt_misc "$BINFMT"
 fi
-if [[ -f "$ENTRY" ]] && grep -qx enabled "$ENTRY"; then
-  if grep -q '^flags:.*F' "$ENTRY"; then
-    echo "ensure-binfmt: qemu-$QEMU already registered ($(grep '^interpreter' "$ENTRY"), $(grep '^flags' "$ENTRY"))"
-    exit 0
-  fi
-  echo "ensure-binfmt: qemu-$QEMU is registered without flag F; re-registering"
-  echo -1 >"$ENTRY"
-fi
-# The package's own entry (the `:name:type:offset:magic:mask:interpreter:flags` line), with F added if missing.
-line="$(grep -v '^#' "$CONF" | head -n 1)"
+[[ -f "$ENTRY" ]] && echo -1 >"$ENTRY"  # again, so the kernel opens the interpreter installed now (flag F)
 flags="${line##*:}"
 [[ "$flags" == *F* ]] || line="${line}F"
 printf '%s' "$line" >"$BINFMT/register"
 grep -qx enabled "$ENTRY" || { echo "ensure-binfmt: qemu-$QEMU did not register" >&2; exit 1; }
-echo "ensure-binfmt: registered qemu-$QEMU ($(grep '^interpreter' "$ENTRY"), $(grep '^flags' "$ENTRY"))"
+echo "ensure-binfmt: registered qemu-$QEMU $major.$minor ($(grep '^interpreter' "$ENTRY"), $(grep '^flags' "$ENTRY"))"

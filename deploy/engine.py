@@ -93,6 +93,8 @@ class RunSpec:
         env: extra environment variables.
         health_interval_s: probe the image's HEALTHCHECK this often instead of its own interval
             (tests use a short one to learn sooner that the server is up).
+        health_timeout_s: give each probe this long instead of the image's 5 s (a probe is a Python start:
+            under QEMU emulation it takes tens of seconds).
     """
 
     image: str
@@ -104,6 +106,7 @@ class RunSpec:
     gpus: bool = False
     env: dict[str, str] = field(default_factory=dict)
     health_interval_s: float | None = None
+    health_timeout_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -270,9 +273,10 @@ class Engine:
                 f"{port}/tcp": ("127.0.0.1", port)
                 for port in (spec.ports.grpc, spec.ports.rest, spec.ports.metrics)
             }
-        if spec.health_interval_s:
-            # The engine keeps the image's probe command when only the timing is given.
-            options["healthcheck"] = {"interval": int(spec.health_interval_s * 1e9)}
+        timing = {key: int(value * 1e9) for key, value in (("interval", spec.health_interval_s),
+                                                           ("timeout", spec.health_timeout_s)) if value}
+        if timing:  # the engine keeps the image's probe command when only the timing is given
+            options["healthcheck"] = timing
         if spec.gpus:
             options["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
         try:

@@ -76,7 +76,8 @@ def server(request, engine: Engine, version: Path) -> Iterator[RunSpec]:
         ports=Ports(grpc=_free_port(), rest=_free_port(), metrics=_free_port()),
         host_network=not engine.has_bridge(),
         env=request.param,
-        health_interval_s=5.0,  # each probe is an emulated Python start: not too often
+        health_interval_s=10.0,  # each probe is an emulated Python start (tens of seconds on a busy machine):
+        health_timeout_s=90.0,  # not too often, and given the time it takes here (the image's 5 s suit a device)
     )
     started = time.monotonic()
     engine.run(spec)

@@ -84,7 +84,7 @@ find / -xdev -type d -name __pycache__ -prune -exec rm -rf {} +
 "$PY" -c '
 import tfship.serving.cli, tfship.serving.server, tfship.serving.query
 import tfship.serving.runtimes.onnx, tfship.serving.runtimes.tflite, tfship.serving.runtimes.litert
-import tfship.serving.runtimes.published, tfship.serving.tfs.rest, tfship.serving.workers
+import tfship.serving.runtimes.published, tfship.serving.tfs.rest, tfship.serving.workers, tfship.serving.operations.logs
 import onnxruntime, ai_edge_litert.interpreter
 import grpc_health.v1.health_pb2_grpc
 '

@@ -32,17 +32,19 @@ RUN python3 -m venv /opt/venv
 COPY pyproject.toml requirements.lock /tmp/deps/
 RUN mkdir /tmp/deps/tfship && touch /tmp/deps/tfship/__init__.py /tmp/deps/README.md
 
-# The package's source tree (tfship/ links the top-level folders in).
-FROM scratch AS source
-COPY pyproject.toml README.md /
-COPY tfship /tfship
-COPY core /core
-COPY serving /serving
-COPY pipeline /pipeline
-COPY signatures /signatures
-COPY tflite /tflite
-COPY tfjs /tfjs
-COPY deploy /deploy
+# The package's source tree (tfship/ links the top-level folders in), in /src of a base-image stage: the classic
+# builder's cache would hand an arm64 build the amd64 image of an identical FROM scratch stage and then refuse it
+# ("does not match the specified platform"); on the base image the stage is per platform.
+FROM ${BASE_IMAGE} AS source
+COPY pyproject.toml README.md /src/
+COPY tfship /src/tfship
+COPY core /src/core
+COPY serving /src/serving
+COPY pipeline /src/pipeline
+COPY signatures /src/signatures
+COPY tflite /src/tflite
+COPY tfjs /src/tfjs
+COPY deploy /src/deploy
 
 # Stage order matters for the classic builder, which builds every stage above its target:
 # the TensorFlow stages come after the edge image so `--target edge` never downloads CUDA wheels.
@@ -50,7 +52,7 @@ FROM builder AS edge-deps
 # The README's TF-free install: the dependencies, then the package over its empty stand-in (--no-deps: they
 # are the same pyproject's). pip check proves nothing is missing; no TensorFlow may come along.
 RUN pip install -c /tmp/deps/requirements.lock /tmp/deps
-COPY --from=source / /tmp/tfship/
+COPY --from=source /src /tmp/tfship/
 RUN pip install --no-deps --force-reinstall /tmp/tfship \
  && pip check \
  && if python3 -c "import tensorflow" 2>/dev/null; then echo "TensorFlow in the edge image" >&2; exit 1; fi \
@@ -87,9 +89,44 @@ STOPSIGNAL SIGTERM
 ENTRYPOINT ["python3", "/opt/tfship/bin/entrypoint.py"]
 
 # ---------------------------------------------------------------- edge
-FROM runtime AS edge
-ENV TFSHIP_IMAGE_TARGET=edge
+# The edge image's root file system: the base, the venv and the entry point, then deploy/docker/slim-edge.sh
+# cuts what a TensorFlow-free server does not need (pip, translations, ONNX Runtime's C API library, LiteRT's
+# GPU and NPU plug-ins, unused bytecode; the list and the reasons are in the script).
+FROM ${BASE_IMAGE} AS edge-root
+ARG UID=10001
+RUN useradd --system --uid "${UID}" --user-group --no-create-home --home-dir /nonexistent \
+        --shell /usr/sbin/nologin tfship \
+ && mkdir -p /models \
+ && chown tfship:tfship /models
 COPY --from=edge-deps /opt/venv /opt/venv
+COPY deploy/docker/entrypoint.py deploy/docker/healthcheck.py /opt/tfship/bin/
+COPY deploy/docker/slim-edge.sh /tmp/slim-edge.sh
+RUN sh /tmp/slim-edge.sh && rm /tmp/slim-edge.sh
+
+# One layer, copied from edge-root into an empty image, so the cuts count (a later layer deleting files does
+# not shrink an image). The settings are the runtime stage's (tests/deploy/test_dockerfile.py holds them equal),
+# plus the two the base image's own (LANG, PATH) that an empty image does not inherit.
+FROM scratch AS edge
+# hadolint ignore=DL3067  # copying the whole root is the point: one layer, without what slim-edge.sh removed
+COPY --from=edge-root / /
+ENV LANG=C.UTF-8 \
+    PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    HOME=/tmp \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    TF_CPP_MIN_LOG_LEVEL=2 \
+    MODEL_NAME=model \
+    MODEL_BASE_PATH=/models \
+    GRPC_PORT=8500 \
+    REST_PORT=8501 \
+    METRICS_PORT=9090 \
+    TFSHIP_IMAGE_TARGET=edge
+EXPOSE 8500 8501 9090
+WORKDIR /opt/tfship
+HEALTHCHECK --interval=10s --timeout=5s --start-period=120s --retries=3 \
+  CMD ["python3", "/opt/tfship/bin/healthcheck.py"]
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["python3", "/opt/tfship/bin/entrypoint.py"]
 USER 10001:10001
 
 # ---------------------------------------------------------------- TensorFlow venvs (cloud, train)
@@ -101,7 +138,7 @@ RUN pip install -c /tmp/deps/requirements.lock "/tmp/deps[cloud]"
 FROM tensorflow-deps AS train-deps
 # `pipeline` on top: training, export, conversion and the gate (the cloud layers stay shared in the cache).
 RUN pip install -c /tmp/deps/requirements.lock "/tmp/deps[cloud,pipeline]"
-COPY --from=source / /tmp/tfship/
+COPY --from=source /src /tmp/tfship/
 RUN pip install --no-deps --force-reinstall /tmp/tfship \
  && pip check \
  && pip uninstall --yes pip \
@@ -129,7 +166,7 @@ ENTRYPOINT ["tfship"]
 CMD ["run", "--config", "/opt/tfship/configs/digits.toml"]
 
 FROM tensorflow-deps AS cloud-deps
-COPY --from=source / /tmp/tfship/
+COPY --from=source /src /tmp/tfship/
 RUN pip install --no-deps --force-reinstall /tmp/tfship \
  && pip check \
  && pip uninstall --yes pip \

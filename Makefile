@@ -79,9 +79,16 @@ BASE_IMAGE ?=
 OFFICIAL_BASE_IMAGE := python:3.11-slim-bookworm
 METRICS_PORT ?= 9090
 DOCKER_BUILD_ARGS = $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE))
+# PLATFORM=linux/arm64: the edge image for arm64, built here under QEMU user emulation (Debian's
+# qemu-user-static, registered by deploy/docker/ensure-binfmt.sh) on an arm64 base (debootstrap --arch arm64),
+# tagged tfship:edge-arm64. The cloud and train images are linux/amd64 only (TensorFlow's CUDA wheels).
+PLATFORM ?=
+PLATFORM_ARCH = $(lastword $(subst /, ,$(PLATFORM)))
+EDGE_PLATFORM_ARGS = $(if $(PLATFORM),--platform $(PLATFORM) --image tfship:edge-$(PLATFORM_ARCH))
 
 .PHONY: docker-engine docker-engine-stop docker-base docker-cloud docker-edge docker-run-edge \
-	docker-stop-edge docker-run-cloud docker-stop-cloud docker-train docker-test docker-lint
+	docker-stop-edge docker-run-cloud docker-stop-cloud docker-train docker-test docker-lint docker-test-arm64 \
+	docker-amd64-only bench-edge-startup
 
 docker-engine:
 	deploy/docker/ensure-dockerd.sh
@@ -90,20 +97,30 @@ docker-engine-stop:
 	deploy/docker/stop-dockerd.sh
 
 docker-base: docker-engine
-	@if [ -n "$(BASE_IMAGE)" ]; then echo "BASE_IMAGE=$(BASE_IMAGE) given"; \
+	@if [ -n "$(PLATFORM)" ] && [ "$(PLATFORM)" != linux/amd64 ]; then \
+	  ARCH=$(PLATFORM_ARCH) deploy/docker/ensure-binfmt.sh || exit 1; \
+	  if [ -n "$(BASE_IMAGE)" ]; then echo "BASE_IMAGE=$(BASE_IMAGE) given"; \
+	  elif docker pull -q --platform $(PLATFORM) $(OFFICIAL_BASE_IMAGE) >/dev/null 2>&1; then echo "using $(OFFICIAL_BASE_IMAGE)"; \
+	  else ARCH=$(PLATFORM_ARCH) deploy/docker/build-base-image.sh; fi; \
+	elif [ -n "$(BASE_IMAGE)" ]; then echo "BASE_IMAGE=$(BASE_IMAGE) given"; \
 	elif docker image inspect $(OFFICIAL_BASE_IMAGE) >/dev/null 2>&1 || docker pull -q $(OFFICIAL_BASE_IMAGE) >/dev/null 2>&1; then \
 	  echo "using $(OFFICIAL_BASE_IMAGE)"; \
 	else echo "cannot pull $(OFFICIAL_BASE_IMAGE): building a local stand-in"; deploy/docker/build-base-image.sh; fi
 
-docker-cloud: setup docker-base
+docker-cloud: setup docker-amd64-only docker-base
 	$(DEPLOY) build --target cloud $(DOCKER_BUILD_ARGS)
 
+docker-amd64-only:
+	@if [ -n "$(PLATFORM)" ] && [ "$(PLATFORM)" != linux/amd64 ]; then \
+	  echo "PLATFORM=$(PLATFORM): the cloud and train images are linux/amd64 only (TensorFlow's GPU builds);" \
+	       "only docker-edge takes PLATFORM" >&2; exit 2; fi
+
 docker-edge: setup docker-base
-	$(DEPLOY) build --target edge $(DOCKER_BUILD_ARGS)
+	$(DEPLOY) build --target edge $(DOCKER_BUILD_ARGS) $(EDGE_PLATFORM_ARGS)
 
 # The training image (tfship:train): the pipeline extra, configs/ in /opt/tfship/configs, `tfship` as its entry
 # point (deploy/k8s/train runs it).
-docker-train: setup docker-base
+docker-train: setup docker-amd64-only docker-base
 	$(DEPLOY) build --target train $(DOCKER_BUILD_ARGS)
 
 docker-run-edge: docker-edge
@@ -133,9 +150,29 @@ docker-test: setup
 	  $(DEPLOY) build --target cloud --quiet $(DOCKER_BUILD_ARGS) && \
 	  $(DEPLOY) build --target train --quiet $(DOCKER_BUILD_ARGS) && \
 	  BASE_IMAGE="$(BASE_IMAGE)" TFSHIP_DOCKER_REPOSITORY="$(abspath $(REPOSITORY))" TFSHIP_DOCKER_MODEL_NAME=$(MODEL_NAME) \
-	  $(PY) -m pytest -q -m docker tests/deploy $(PYTEST_ARGS); } || status=$$?; \
+	  $(PY) -m pytest -q -m "docker and not arm64" tests/deploy $(PYTEST_ARGS); } || status=$$?; \
 	deploy/docker/stop-dockerd.sh; \
 	echo "docker-test: exit $$status after $$(( $$(date +%s) - start ))s"; exit $$status
+
+# The arm64 edge image under QEMU user emulation: builds it (docker-edge PLATFORM=linux/arm64), then serves the
+# published model on ONNX and on the float32 and int8 TFLite files and checks the answers as docker-test does.
+# Emulated speed means nothing: it reports the time taken, no throughput.
+docker-test-arm64: setup
+	@test -d $(REPOSITORY)/$(MODEL_NAME) || $(MAKE) pipeline
+	@start=$$(date +%s); status=0; \
+	deploy/docker/ensure-dockerd.sh || exit 1; \
+	{ $(MAKE) --no-print-directory docker-edge PLATFORM=linux/arm64 BASE_IMAGE="$(BASE_IMAGE)" && \
+	  built=$$(date +%s) && \
+	  TFSHIP_DOCKER_REPOSITORY="$(abspath $(REPOSITORY))" TFSHIP_DOCKER_MODEL_NAME=$(MODEL_NAME) \
+	  $(PY) -m pytest -q -m "docker and arm64" tests/deploy $(PYTEST_ARGS); } || status=$$?; \
+	deploy/docker/stop-dockerd.sh; \
+	echo "docker-test-arm64: exit $$status after $$(( $$(date +%s) - start ))s" \
+	  "(tests $$(( $$(date +%s) - $${built:-$$(date +%s)} ))s)"; exit $$status
+
+# Edge image start-up (container start to SERVING, engine timestamps) per edge backend, on the published
+# model: bench/results/edge-startup-latest.{json,md}. Needs tfship:edge (make docker-edge) and `make pipeline`.
+bench-edge-startup: setup
+	$(PY) -m bench.edge_startup --repository $(REPOSITORY) --model-name $(MODEL_NAME)
 
 docker-lint: setup
 	$(VENV)/bin/hadolint Dockerfile

@@ -54,6 +54,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                           "auto: bridge when the engine has one (default)")
     run.add_argument("--backend", choices=("saved_model", "onnx", "tflite"), default=None,
                      help="MODEL_BACKEND: force one runtime (default: the server's choice)")
+    run.add_argument("--artifact", default=None,
+                     help="MODEL_ARTIFACT: serve this published artifact (e.g. tflite_int8) as the version's "
+                          "manifest.json lists it")
     run.add_argument("--gpus", action="store_true", help="request all GPUs (NVIDIA container toolkit)")
     run.add_argument("--health-timeout", type=float, default=180.0,
                      help="seconds to wait for the HEALTHCHECK to report healthy (default 180)")
@@ -137,7 +140,8 @@ def run_spec(args: argparse.Namespace, engine: Engine) -> RunSpec:
         ports=Ports(grpc=args.grpc_port, rest=args.rest_port, metrics=args.metrics_port),
         host_network=host_network,
         gpus=args.gpus,
-        env={"MODEL_BACKEND": args.backend} if args.backend else {},
+        env={**({"MODEL_BACKEND": args.backend} if args.backend else {}),
+             **({"MODEL_ARTIFACT": args.artifact} if args.artifact else {})},
     )
 
 

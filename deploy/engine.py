@@ -93,6 +93,8 @@ class RunSpec:
         env: extra environment variables.
         health_interval_s: probe the image's HEALTHCHECK this often instead of its own interval
             (tests use a short one to learn sooner that the server is up).
+        health_timeout_s: give each probe this long instead of the image's 5 s (a probe is a Python start:
+            under QEMU emulation it takes tens of seconds).
     """
 
     image: str
@@ -104,6 +106,7 @@ class RunSpec:
     gpus: bool = False
     env: dict[str, str] = field(default_factory=dict)
     health_interval_s: float | None = None
+    health_timeout_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -225,6 +228,14 @@ class Engine:
         except docker.errors.APIError as err:
             raise DeployError(f"building {spec.tag} (target {spec.target}): {err.explanation}") from err
 
+    def image_platform(self, ref: str) -> str:
+        """`os/architecture` an image was built for, e.g. `linux/arm64`."""
+        try:
+            attrs = self._client.images.get(ref).attrs
+        except docker.errors.ImageNotFound as err:
+            raise DeployError(f"no image {ref}; build it with `tfship deploy build`") from err
+        return f"{attrs.get('Os', '?')}/{attrs.get('Architecture', '?')}"
+
     def image_size(self, ref: str) -> int:
         """Uncompressed size of an image in bytes."""
         try:
@@ -262,9 +273,10 @@ class Engine:
                 f"{port}/tcp": ("127.0.0.1", port)
                 for port in (spec.ports.grpc, spec.ports.rest, spec.ports.metrics)
             }
-        if spec.health_interval_s:
-            # The engine keeps the image's probe command when only the timing is given.
-            options["healthcheck"] = {"interval": int(spec.health_interval_s * 1e9)}
+        timing = {key: int(value * 1e9) for key, value in (("interval", spec.health_interval_s),
+                                                           ("timeout", spec.health_timeout_s)) if value}
+        if timing:  # the engine keeps the image's probe command when only the timing is given
+            options["healthcheck"] = timing
         if spec.gpus:
             options["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
         try:
@@ -326,6 +338,16 @@ class Engine:
         return StopResult(name=name, exit_code=int(status["StatusCode"]),
                           seconds=time.monotonic() - started, log_tail=log_tail)
 
+    def timeline(self, name: str) -> tuple[datetime, list[tuple[datetime, str]]]:
+        """When the engine started the container, and its log lines with the engine's timestamp of each (UTC)."""
+        container = self._get(name)
+        container.reload()
+        lines = []
+        for raw in container.logs(timestamps=True).decode(errors="replace").splitlines():
+            stamp, _, text = raw.partition(" ")
+            lines.append((_parse_time(stamp), text))
+        return _parse_time(container.attrs["State"]["StartedAt"]), lines
+
     def remove(self, name: str) -> None:
         """Remove a container by name, running or not; absent is fine."""
         try:
@@ -361,6 +383,12 @@ class Engine:
         logs = container.logs(tail=15).decode(errors="replace").strip()
         return (f"state={state['Status']} exit={state.get('ExitCode')} last probe: {last_probe}\n"
                 f"--- last log lines ---\n{logs}")
+
+
+def _parse_time(stamp: str) -> datetime:
+    """Docker's RFC 3339 time with nanoseconds (`2026-12-03T06:52:43.123456789Z`) as an aware datetime (µs)."""
+    whole, _, fraction = stamp.rstrip("Z").partition(".")
+    return datetime.fromisoformat(f"{whole}.{(fraction or '0')[:6]:0<6}+00:00")
 
 
 def _parse_ts(created: str) -> int:

@@ -56,6 +56,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
       "s3://BUCKET/KEY")
     a("--backend", choices=backend_names(), default="auto", help="runtime backend (default: auto)")
     a("--tflite-file", default="model.tflite", help="TFLite artifact for the tflite backend")
+    a("--artifact", help="serve this published artifact of each version (e.g. tflite_int8, onnx): the backend and "
+      "file its manifest.json lists; refused where the gate did not publish it")
     a("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     a("--port", type=int, default=8500, help="gRPC port; 0 = any free port (default: 8500)")
     a("--rest-port", type=int, default=8501, help="REST port; 0 = any free, -1 = off (default: 8501)")
@@ -141,6 +143,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)
     logs.configure(settings.json_logs)
+    check_artifact(settings)
     remove_orphaned_scratch()  # temp folders of tfship processes killed with SIGKILL (core.scratch)
     log_tf_serving_notes(settings.tf_serving_notes)
     if settings.num_processes > 1:
@@ -165,6 +168,31 @@ def settings_from_args(args: argparse.Namespace):
             field = str(item["loc"][0]) if item["loc"] else "?"
             problems.append(f"--{field.replace('_', '-')} {values.get(field)!r}: {item['msg']}")
         raise ConfigError("invalid serve flag(s): " + "; ".join(problems)) from err
+
+
+def check_artifact(settings) -> None:
+    """With `--artifact`: refuse conflicting file flags, and an artifact the newest local version (the one the
+    default version policy serves) does not publish, before anything loads. Versions that appear later, or
+    come from a bucket or a model config, are checked as each loads (`RuntimeRegistry.create`).
+
+    Raises:
+        ConfigError: naming the flag, the artifact, the manifest and what it lists as published.
+    """
+    if not settings.artifact:
+        return
+    from pathlib import Path
+
+    from tfship.serving.runtimes import REGISTRY
+    from tfship.serving.runtimes.published import check_artifact_flags
+
+    check_artifact_flags(settings.artifact, settings.tflite_file, settings.prefer_tflite_model)
+    base = settings.model_base_path or (settings.repository / settings.model_name
+                                        if settings.repository is not None and settings.model_name else None)
+    if not isinstance(base, Path) or settings.model_config_file is not None or not base.is_dir():
+        return
+    versions = [p for p in base.iterdir() if p.is_dir() and p.name.isascii() and p.name.isdigit()]
+    if versions:
+        REGISTRY.resolve_artifact(settings.backend, max(versions, key=lambda p: int(p.name)), settings.artifact)
 
 
 def run_query(args: argparse.Namespace) -> int:

@@ -32,6 +32,9 @@ class ServerSettings(BaseModel):
                                         "REST port at this path (--monitoring_config_file); None = not served.")
     backend: str = Field("auto", description="Runtime backend: `auto` or a name in the runtime registry.")
     tflite_file: str = Field("model.tflite", description="TFLite artifact served by the tflite backend.")
+    artifact: str | None = Field(None, description="Serve this artifact of each version's manifest.json (e.g. "
+                                 "tflite_int8): its file on its backend; refused where not published "
+                                 "(serving.runtimes.published).")
     host: str = Field("127.0.0.1", description="Address every port binds to.")
     port: int = Field(8500, ge=0, le=65535, description="gRPC port.")
     rest_port: int = Field(8501, ge=-1, le=65535, description="REST port; -1 = off.")
@@ -136,7 +139,8 @@ class ServerSettings(BaseModel):
                               tflite_file=self.tflite_file, prefer=("tflite",) if self.prefer_tflite_model else (),
                               saved_model_tags=self.saved_model_tags,
                               gpu_memory_fraction=self.per_process_gpu_memory_fraction,
-                              warmup=self.enable_model_warmup, warmup_iterations=self.num_request_iterations_for_warmup)
+                              warmup=self.enable_model_warmup, warmup_iterations=self.num_request_iterations_for_warmup,
+                              artifact=self.artifact)
 
     def grpc_options(self) -> list[tuple[str, int | str]]:
         """Options of the gRPC server: tfship's message limits and port sharing, then --grpc_channel_arguments, one

@@ -12,6 +12,8 @@ Env (same names and meaning as TF Serving's image where one exists):
     REST_PORT        REST port, default 8501.
     METRICS_PORT     Prometheus metrics port, default 9090.
     MODEL_BACKEND    saved_model, onnx or tflite; unset or empty: the server's auto choice.
+    MODEL_ARTIFACT   serve this published artifact of each version (`--artifact`, e.g. tflite_int8): the file
+                     and backend its manifest.json lists; unset or empty: MODEL_BACKEND decides.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ def server_argv(env: dict[str, str], extra: list[str]) -> list[str]:
         "--rest-port", env.get("REST_PORT", "8501"),
         "--metrics-port", env.get("METRICS_PORT", "9090"),
         *(["--backend", env["MODEL_BACKEND"]] if env.get("MODEL_BACKEND") else []),
+        *(["--artifact", env["MODEL_ARTIFACT"]] if env.get("MODEL_ARTIFACT") else []),
         *extra,
     ]
 

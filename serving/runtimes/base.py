@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import logging
 import time
 from collections.abc import Mapping
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ from tfship.core.errors import ConfigError, FailedPreconditionError, InvalidRequ
 # thread and back costs more (two GIL hand-offs and a self-pipe wake-up, ~25 % of a one-core server's time
 # on the identity backend, bench/results/serve-profile.md).
 INLINE_CALL_BUDGET_S = 100e-6
+log = logging.getLogger(__name__)
 _EWMA = 0.2  # weight of the newest call in the per-row cost estimate
 
 
@@ -90,6 +92,8 @@ class RuntimeOptions:
             --per_process_gpu_memory_fraction); 0 = TensorFlow's default. No effect without a GPU.
         warmup: replay the version's warm-up records at load (TF Serving's --enable_model_warmup).
         warmup_iterations: times each warm-up record runs; 0 or 1 = once.
+        artifact: serve this artifact of each version's manifest.json (`--artifact`, e.g. `tflite_int8`): its
+            file on its backend (`serving.runtimes.published`); None = the backend and file flags decide.
     """
 
     intra_op_threads: int = 0
@@ -101,6 +105,7 @@ class RuntimeOptions:
     gpu_memory_fraction: float = 0.0
     warmup: bool = True
     warmup_iterations: int = 0
+    artifact: str | None = None
 
 
 class Runtime(abc.ABC):
@@ -118,6 +123,10 @@ class Runtime(abc.ABC):
     # signature runners): the declared dimensions are the file's build-time sizes, not a contract, so the data
     # plane does not hold a request to them (`serving.dataplane.contract.validate_inputs(fixed_dims=False)`).
     resizes_inputs: bool = False
+    # File names (glob patterns) of the published artifacts this backend serves (`--artifact`,
+    # `serving.runtimes.published`): the manifest's file for an artifact picks the backend.
+    artifact_files: tuple[str, ...] = ()
+    artifact: str = ""  # the manifest's artifact this runtime serves (set by `--artifact`); "" otherwise
 
     def __init__(self, version_dir: Path, options: RuntimeOptions | None = None) -> None:
         self.version_dir = Path(version_dir)
@@ -221,12 +230,16 @@ class RuntimeRegistry:
     def create(self, backend: str, version_dir: Path, options: RuntimeOptions | None = None) -> Runtime:
         """Instantiate `backend` for `version_dir`; `auto` picks the first registered backend that can serve it.
 
-        Backends in `options.prefer` come first wherever they can serve `version_dir`.
+        Backends in `options.prefer` come first wherever they can serve `version_dir`. With `options.artifact`
+        the version's manifest decides backend and file (`serving.runtimes.published.resolve_artifact`).
 
         Raises:
             RuntimeLoadError: `auto` found no servable artifact in `version_dir`.
-            ConfigError: unknown backend name.
+            ConfigError: unknown backend name; `options.artifact` not published in `version_dir`
+                (`ArtifactNotPublishedError`), or served by another backend than a non-`auto` `backend`.
         """
+        if options is not None and options.artifact:
+            return self._create_artifact(backend, version_dir, options)
         for name in options.prefer if options else ():
             cls = self.get(name)
             if cls.can_serve(version_dir):
@@ -238,4 +251,28 @@ class RuntimeRegistry:
                 return cls(version_dir, options)
         raise RuntimeLoadError(f"no backend among {self.names()} can serve {version_dir} "
                                "(need saved_model.pb with TensorFlow installed, model.onnx or model.tflite)")
+
+    def resolve_artifact(self, backend: str, version_dir: Path, artifact: str):
+        """`serving.runtimes.published.PublishedArtifact` for `--artifact` in `version_dir`, on these backends.
+
+        Raises:
+            ConfigError: not published there (`ArtifactNotPublishedError`), or served by another backend than a
+                non-`auto` `backend`.
+        """
+        from tfship.serving.runtimes.published import resolve_artifact
+
+        chosen = resolve_artifact(version_dir, artifact, self._classes)
+        if backend not in ("auto", chosen.backend):
+            raise ConfigError(f"--artifact {chosen.name} is {chosen.file}, served by the {chosen.backend} backend; "
+                              f"--backend {backend} contradicts it (leave --backend auto)")
+        return chosen
+
+    def _create_artifact(self, backend: str, version_dir: Path, options: RuntimeOptions) -> Runtime:
+        """The runtime for the published artifact `options.artifact` (its file, on its backend); logged."""
+        chosen = self.resolve_artifact(backend, version_dir, options.artifact)
+        runtime = self.get(chosen.backend)(version_dir, replace(options, tflite_file=chosen.file, prefer=()))
+        runtime.artifact = chosen.name
+        log.info("%s: serving artifact %s (%s, sha256 %s as published in manifest.json) on the %s backend",
+                 version_dir, chosen.name, chosen.file, chosen.sha256[:12], chosen.backend)
+        return runtime
 

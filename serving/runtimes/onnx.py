@@ -84,6 +84,7 @@ class OnnxRuntime(Runtime):
 
     name = "onnx"
     FILE = "model.onnx"
+    artifact_files = (FILE,)  # `--artifact onnx`; the signature files beside it come along
 
     def __init__(self, version_dir: Path, options: RuntimeOptions | None = None) -> None:
         super().__init__(version_dir, options)

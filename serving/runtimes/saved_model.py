@@ -153,6 +153,7 @@ class SavedModelRuntime(Runtime):
     """
 
     name = "saved_model"
+    artifact_files = ("saved_model.pb",)  # `--artifact saved_model`
     model_judges_shapes = True  # fed by name, as TF Serving's session: the graph decides what shapes it takes
 
     def __init__(self, version_dir: Path, options: RuntimeOptions | None = None) -> None:

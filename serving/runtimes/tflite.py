@@ -31,6 +31,7 @@ class TfliteRuntime(Runtime):
     """
 
     name = "tflite"
+    artifact_files = ("*.tflite",)  # any published TFLite file (`--artifact tflite_int8`: model_int8.tflite)
 
     def __init__(self, version_dir: Path, options: RuntimeOptions | None = None) -> None:
         super().__init__(version_dir, options)

@@ -96,6 +96,20 @@ def test_entrypoint_flags_exist_in_the_server_cli() -> None:
     assert (args.port, args.rest_port, args.metrics_port, args.backend) == (8500, 8501, 9090, "onnx")
 
 
+def test_entrypoint_serves_a_published_artifact_by_name() -> None:
+    """MODEL_ARTIFACT=tflite_int8 becomes `--artifact tflite_int8`, a flag the server parses; unset, no flag."""
+    from tfship.serving.cli import add_serve_arguments
+
+    parser = argparse.ArgumentParser()
+    add_serve_arguments(parser)
+    entrypoint = _load("entrypoint")
+    args = parser.parse_args(entrypoint.server_argv({"MODEL_ARTIFACT": "tflite_int8"}, [])[3:])
+    assert (args.artifact, args.backend) == ("tflite_int8", "auto")
+    assert "--artifact" not in entrypoint.server_argv({"MODEL_ARTIFACT": ""}, [])
+    spec = deploy.run_spec(_parse("run", "--target", "edge", "--artifact", "tflite_int8"), _FakeEngine(True))
+    assert spec.env == {"MODEL_ARTIFACT": "tflite_int8"}
+
+
 def test_healthcheck_fails_when_nothing_listens(unused_tcp_port: int) -> None:
     result = subprocess.run([sys.executable, str(ROOT / "deploy" / "docker" / "healthcheck.py")],
                             env={"GRPC_PORT": str(unused_tcp_port), "HEALTH_TIMEOUT_S": "1"},

@@ -12,6 +12,7 @@ another repository with the same layout.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -23,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.published_tolerance import check_published_parity
 from tfship.deploy.engine import BuildResult, BuildSpec, Engine, Ports, RunSpec, Target
 
 pytestmark = pytest.mark.docker
@@ -30,9 +32,12 @@ pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[2]
 MODEL_NAME = os.environ.get("TFSHIP_DOCKER_MODEL_NAME", "digits")
 GOLDEN = Path("assets.extra") / "tfship_golden.npz"
-EDGE_BUDGET_BYTES = 300 * 1024 * 1024  # on top of the base image
-# (target, backend): the cloud image serves all three backends, the edge image the two without TF.
-CASES = [("cloud", "saved_model"), ("cloud", "onnx"), ("cloud", "tflite"), ("edge", "tflite"), ("edge", "onnx")]
+EDGE_BUDGET_BYTES = 250 * 1000 * 1000  # the whole edge image (issue 35: <= 250 MB on amd64; Docker counts 10^6)
+# (target, how the server is told what to serve): the cloud image serves all three backends, the edge image the
+# two without TF, and the int8 file by its published name (MODEL_ARTIFACT, `--artifact`).
+CASES = [("cloud", {"MODEL_BACKEND": "saved_model"}), ("cloud", {"MODEL_BACKEND": "onnx"}),
+         ("cloud", {"MODEL_BACKEND": "tflite"}), ("edge", {"MODEL_BACKEND": "tflite"}),
+         ("edge", {"MODEL_BACKEND": "onnx"}), ("edge", {"MODEL_ARTIFACT": "tflite_int8"})]
 
 
 def _free_port() -> int:
@@ -82,17 +87,23 @@ def golden(repository: Path) -> tuple[dict[str, np.ndarray], dict[str, np.ndarra
     return inputs, outputs
 
 
+def newest_manifest(repository: Path) -> dict:
+    """The newest published version's manifest.json."""
+    version = max((p for p in (repository / MODEL_NAME).glob("[0-9]*") if p.is_dir()), key=lambda p: int(p.name))
+    return json.loads((version / "manifest.json").read_text())
+
+
 @pytest.fixture
 def server(request, engine: Engine, images: dict[str, BuildResult], repository: Path) -> Iterator[RunSpec]:
-    target, backend = request.param
+    target, env = request.param
     spec = RunSpec(
         image=images[target].tag,
-        name=f"tfship-test-{target}-{backend}".replace("_", "-"),
+        name=f"tfship-test-{target}-{next(iter(env.values()))}".replace("_", "-"),
         repository=repository,
         model_name=MODEL_NAME,
         ports=Ports(grpc=_free_port(), rest=_free_port(), metrics=_free_port()),
         host_network=not engine.has_bridge(),
-        env={"MODEL_BACKEND": backend},
+        env=env,
         health_interval_s=1.0,
     )
     started = time.monotonic()
@@ -106,8 +117,10 @@ def server(request, engine: Engine, images: dict[str, BuildResult], repository: 
 
 
 def test_edge_image_fits_its_budget(engine: Engine, images: dict[str, BuildResult], base_image: str) -> None:
-    on_top = images["edge"].size_bytes - engine.image_size(base_image)
-    assert on_top <= EDGE_BUDGET_BYTES, f"edge image adds {on_top / 2**20:.0f} MiB to {base_image}"
+    """The edge image is one layer cut down from the base by slim-edge.sh, so its whole size is what counts."""
+    size = images["edge"].size_bytes
+    assert size <= EDGE_BUDGET_BYTES, f"edge image is {size / 1e6:.0f} MB (base {base_image}: " \
+                                      f"{engine.image_size(base_image) / 1e6:.0f} MB)"
 
 
 def test_edge_image_has_no_tensorflow(engine: Engine, images: dict[str, BuildResult]) -> None:
@@ -125,8 +138,8 @@ def test_train_image_runs_tfship_with_the_pipeline(engine: Engine, images: dict[
     assert engine.run_once(images["train"].tag, ["tfship", "--help"]) == 0
 
 
-@pytest.mark.parametrize("server", CASES, indirect=True, ids=[f"{t}-{b}" for t, b in CASES])
-def test_serves_validated_answers_and_stops_cleanly(engine: Engine, server: RunSpec, golden) -> None:
+@pytest.mark.parametrize("server", CASES, indirect=True, ids=[f"{t}-{next(iter(e.values()))}" for t, e in CASES])
+def test_serves_validated_answers_and_stops_cleanly(engine: Engine, server: RunSpec, golden, repository) -> None:
     target = f"127.0.0.1:{server.ports.grpc}"
     query = subprocess.run(
         [str(Path(sys.executable).parent / "tfship"), "query", "--target", target, "--model-name", MODEL_NAME,
@@ -141,6 +154,10 @@ def test_serves_validated_answers_and_stops_cleanly(engine: Engine, server: RunS
     with PredictClient(target, timeout_s=30) as client:
         got = client.predict(MODEL_NAME, inputs, signature_name="serving_default")
     assert set(expected) <= set(got), f"outputs {sorted(got)}, expected {sorted(expected)}"
+    artifact = server.env.get("MODEL_ARTIFACT")
+    if artifact == "tflite_int8":  # quantized: within what the gate published for it (tests/published_tolerance.py)
+        assert check_published_parity(got, expected, newest_manifest(repository), artifact) == 2
+        expected = {}
     for name, want in expected.items():
         if np.issubdtype(want.dtype, np.integer):
             np.testing.assert_array_equal(got[name], want, err_msg=name)

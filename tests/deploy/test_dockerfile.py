@@ -133,14 +133,35 @@ def test_train_image_runs_the_pipeline() -> None:
     assert '"/tmp/deps[cloud,pipeline]"' in " ".join(_stages()["train-deps"])
 
 
-def test_two_targets_share_one_runtime_stage() -> None:
+def _settings(stage: str) -> dict[str, object]:
+    """A final stage's run-time settings: ENV pairs, and its EXPOSE, WORKDIR, HEALTHCHECK, STOPSIGNAL, ENTRYPOINT."""
+    out: dict[str, object] = {"ENV": {}}
+    for line in _stages()[stage]:
+        keyword, _, rest = line.partition(" ")
+        if keyword == "ENV":
+            out["ENV"].update(dict(pair.split("=", 1) for pair in rest.split()))
+        elif keyword in ("EXPOSE", "WORKDIR", "HEALTHCHECK", "STOPSIGNAL", "ENTRYPOINT"):
+            out[keyword] = rest
+    return out
+
+
+def test_server_images_share_the_runtime_settings() -> None:
+    """cloud is FROM runtime; edge is one layer copied from edge-root into an empty image (so slim-edge.sh's cuts
+    count) and must carry the same run-time settings, plus the base image's LANG and PATH it no longer inherits."""
     stages = _stages()
-    assert {"edge", "cloud", "runtime"} <= set(stages)
-    assert stages["edge"][0].split()[1] == "runtime" and stages["cloud"][0].split()[1] == "runtime"
+    assert {"edge", "edge-root", "cloud", "runtime"} <= set(stages)
+    assert stages["cloud"][0].split()[1] == "runtime"
+    assert stages["edge"][0].split()[1] == "scratch" and stages["edge"][1] == "COPY --from=edge-root / /"
     text = DOCKERFILE.read_text()
     assert re.search(r"^ARG BASE_IMAGE=python:3\.11-slim", text, re.MULTILINE)
-    edge = " ".join(stages["edge"])
-    assert "--from=edge-deps" in edge and "cloud-deps" not in edge
+    root = " ".join(stages["edge-root"])
+    assert "--from=edge-deps" in root and "cloud-deps" not in root and "RUN sh /tmp/slim-edge.sh" in root
+    runtime, edge = _settings("runtime"), _settings("edge")
+    for keyword in ("EXPOSE", "WORKDIR", "HEALTHCHECK", "STOPSIGNAL", "ENTRYPOINT"):
+        assert edge.get(keyword) == runtime[keyword], f"edge {keyword} differs from the runtime stage's"
+    extra = {k: v for k, v in edge["ENV"].items() if runtime["ENV"].get(k) != v}
+    assert set(extra) == {"LANG", "PATH", "TFSHIP_IMAGE_TARGET"}, extra
+    assert extra["PATH"].startswith(runtime["ENV"]["PATH"].split(":")[0] + ":")
     assert list(stages).index("edge") < list(stages).index("cloud-deps"), (
         "the classic builder builds every stage above --target: cloud-deps must come after edge")
 

@@ -53,8 +53,9 @@ def test_edge_image_installs_tfship_instead_of_copying_sources():
     edge_stage = dockerfile.split("FROM builder AS edge-deps", 1)[1].split("\nFROM ", 1)[0]
     assert "pip install -c /tmp/deps/requirements.lock /tmp/deps\n" in edge_stage
     assert "pip install --no-deps --force-reinstall /tmp/tfship " in edge_stage
-    edge = dockerfile.split("FROM runtime AS edge", 1)[1].split("\nFROM ", 1)[0]
-    assert "--from=app" not in edge and "/opt/tfship/src" not in edge
+    for stage in ("FROM ${BASE_IMAGE} AS edge-root", "FROM scratch AS edge"):
+        edge = dockerfile.split(stage, 1)[1].split("\nFROM ", 1)[0]
+        assert "--from=app" not in edge and "/opt/tfship/src" not in edge and "--from=source" not in edge
 
 
 def test_readme_documents_both_commands():

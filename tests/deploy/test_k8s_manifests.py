@@ -162,3 +162,37 @@ def test_kustomization_lists_every_manifest(kustomization: Path) -> None:
     listed = set(yaml.safe_load(kustomization.read_text())["resources"])
     present = {p.name for p in kustomization.parent.glob("*.yaml")} - {"kustomization.yaml"}
     assert listed == present
+
+
+def _arch_terms(pod: dict) -> tuple[str | None, set[str]]:
+    """(the pod's nodeSelector kubernetes.io/arch, the architectures its required node affinity allows)."""
+    required = pod.get("affinity", {}).get("nodeAffinity", {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+    allowed: set[str] = set()
+    for term in (required or {}).get("nodeSelectorTerms", []):
+        for expression in term.get("matchExpressions", []):
+            if expression["key"] == "kubernetes.io/arch" and expression["operator"] == "In":
+                allowed |= set(expression["values"])
+    return pod.get("nodeSelector", {}).get("kubernetes.io/arch"), allowed
+
+
+def test_pods_land_on_nodes_of_an_architecture_their_image_is_built_for() -> None:
+    """edge: amd64 or arm64 (the two docker-edge builds; docker-test-arm64 runs the arm64 one); cloud, the bucket
+    variant, KServe and train: amd64 only (TensorFlow's CUDA builds)."""
+    makefile = (ROOT / "Makefile").read_text()
+    assert "docker-edge PLATFORM=linux/arm64" in makefile  # the arm64 edge image has a build and a test
+    edge = _find("edge", "Deployment")["spec"]["template"]["spec"]
+    assert _arch_terms(edge) == (None, {"amd64", "arm64"})
+    for variant, kind in (("cloud", "Deployment"), ("bucket", "Deployment"), ("train", "Job")):
+        pod = _find(variant, kind)["spec"]["template"]["spec"]
+        assert _arch_terms(pod) == ("amd64", set()), variant
+    predictor = _docs(K8S / "kserve" / "inferenceservice.yaml")[0]["spec"]["predictor"]
+    assert _arch_terms(predictor) == ("amd64", set())
+
+
+def test_arch_terms_reads_what_the_scheduler_reads() -> None:
+    """The check above can fail: another key, or a NotIn, allows nothing."""
+    pod = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
+                              {"key": "kubernetes.io/arch", "operator": "NotIn", "values": ["s390x"]}]}]}}}}
+    assert _arch_terms(pod) == (None, set())
+    assert _arch_terms({"nodeSelector": {"kubernetes.io/arch": "arm64"}}) == ("arm64", set())

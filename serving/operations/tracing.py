@@ -134,6 +134,11 @@ def configure(env: Mapping[str, str] | None = None) -> bool:
     settings = _check_env(os.environ if env is None else env)
     if settings is None:
         return False
+    try:
+        import opentelemetry.sdk  # noqa: F401  (the `tracing` extra; the edge image leaves it out)
+    except ImportError as err:
+        raise ConfigError("OTEL_* variables ask for tracing, but the OpenTelemetry SDK is not installed: "
+                          "pip install 'tfship[tracing]' (-c requirements.lock)") from err
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter

@@ -163,3 +163,19 @@ def test_server_refuses_to_start_on_a_bad_value(repository: Path) -> None:
                           text=True, timeout=120, cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 2, done.stderr
     assert "OTEL_TRACES_EXPORTER='zipkin'" in done.stderr
+
+
+def test_tracing_without_the_sdk_is_a_start_up_error_naming_the_extra() -> None:
+    """The edge image leaves the `tracing` extra out: asked to trace there, the server stops and names it."""
+    probe = ("import sys; sys.modules['opentelemetry.sdk'] = None\n"
+             "from tfship.core.errors import ConfigError\n"
+             "from tfship.serving.operations import tracing\n"
+             "assert tracing.configure({}) is False\n"
+             "try:\n"
+             "    tracing.configure({'OTEL_TRACES_EXPORTER': 'console'})\n"
+             "except ConfigError as err:\n"
+             "    print(err)\n"
+             "    raise SystemExit(err.exit_code)\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "tfship[tracing]" in done.stdout

@@ -228,6 +228,11 @@ class ValidateSection(_Section):
         2.0, ge=1.0, description="Every float bound also allows this many times the largest difference the "
         "SavedModel shows against itself on that output (between the configured batch sizes and across repeated "
         "calls), so a difference the SavedModel shows against itself never fails anything.")
+    implementation_noise_multiplier: float = Field(
+        4.0, ge=0.0, description="Float32 artifacts (ONNX, TFLite float32) also allow this many times the "
+        "SavedModel's own float32 rounding error on each float output (max |SavedModel - the same graph in "
+        "float64| on the held-out rows): a second correct float32 implementation may round differently "
+        "(docs/pipeline.md, Parity tolerances).")
     min_top1_agreement: dict[Literal[TFLITE_MODES], float] = Field(
         dict(TOP1_AGREEMENT_FLOORS), description="Per mode: the least top-1 agreement (% of rows) of a float "
         "[N, C] output whose value bound is vacuous for it (at least half its median row spread, e.g. 10 % of the "

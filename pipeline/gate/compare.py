@@ -70,7 +70,8 @@ class Tolerance:
     setting: the config key that loosens this bound (named in failure messages); min_top1_agreement: the
     floor (%) of top-1 agreement of an output whose bound is vacuous (None: no decision judged);
     max_tie_share: the largest share of rows whose reference top two are within the artifact's error before
-    the output is too flat to judge.
+    the output is too flat to judge; implementation_multiplier: how many times the reference's own float32
+    rounding error (`pipeline.gate.noise.ImplementationNoise`) is allowed on top (float32 mode; 0 elsewhere).
     """
 
     atol: float
@@ -81,20 +82,30 @@ class Tolerance:
     setting: str = ""
     min_top1_agreement: float | None = None
     max_tie_share: float = 0.05
+    implementation_multiplier: float = 0.0
 
     def scale(self, want: np.ndarray) -> float:
         """max(1, max |want|): the output's range the absolute part is scaled by."""
         finite = np.abs(want[np.isfinite(want)]) if want.size else want
         return max(1.0, float(np.max(finite))) if finite.size else 1.0
 
-    def bound(self, want: np.ndarray, noise: float = 0.0) -> np.ndarray:
-        """The allowed absolute error per element (same shape as `want`); `noise` is the reference's own."""
-        return self.atol * self.scale(want) + self.rtol * np.abs(want) + self.noise_multiplier * noise
+    def absolute(self, want: np.ndarray, noise: float = 0.0, implementation: float = 0.0) -> float:
+        """The part of the bound that does not follow each value: atol * scale + the two noise terms."""
+        return (self.atol * self.scale(want) + self.noise_multiplier * noise
+                + self.implementation_multiplier * implementation)
 
-    def describe(self, want: np.ndarray, noise: float = 0.0) -> str:
-        """e.g. `atol 1e-05*12.6 + rtol 1e-05 + 2x reference noise 3.1e-06`."""
+    def bound(self, want: np.ndarray, noise: float = 0.0, implementation: float = 0.0) -> np.ndarray:
+        """The allowed absolute error per element (same shape as `want`); `noise` is the reference's own
+        batch noise, `implementation` its own float32 rounding error (both in the output's unit).
+        """
+        return self.absolute(want, noise, implementation) + self.rtol * np.abs(want)
+
+    def describe(self, want: np.ndarray, noise: float = 0.0, implementation: float = 0.0) -> str:
+        """e.g. `atol 1e-05*12.6 + rtol 1e-05 + 2x reference noise 3.1e-06 + 4x implementation noise 2e-06`."""
         text = f"atol {self.atol:g}*{self.scale(want):.3g} + rtol {self.rtol:g}"
         text += f" + {self.noise_multiplier:g}x reference noise {noise:.2g}" if noise else ""
+        text += (f" + {self.implementation_multiplier:g}x implementation noise {implementation:.2g}"
+                 if implementation and self.implementation_multiplier else "")
         return text + (f" (up to {100 * self.outliers:g} % of elements beyond)" if self.outliers else "")
 
 
@@ -176,7 +187,7 @@ def is_distribution(want: np.ndarray) -> bool:
     return bool(np.all(want >= 0.0) and np.all(want <= 1.0) and np.allclose(want.sum(axis=1), 1.0, atol=1e-3))
 
 
-def vacuous(want: np.ndarray, tolerance: Tolerance, noise: float = 0.0) -> bool:
+def vacuous(want: np.ndarray, tolerance: Tolerance, noise: float = 0.0, implementation: float = 0.0) -> bool:
     """Whether the bound cannot tell a row's values apart: a float [N, C] output (C > 1) whose absolute bound
     is at least `VACUOUS_SHARE` of the median spread (max - min) of a reference row (e.g. 10 % of the range
     against softmax probabilities of a 1,000-class model).
@@ -184,8 +195,7 @@ def vacuous(want: np.ndarray, tolerance: Tolerance, noise: float = 0.0) -> bool:
     if want.ndim != 2 or want.shape[1] < 2 or want.shape[0] == 0 or not np.all(np.isfinite(want)):
         return False
     spread = float(np.median(np.max(want, axis=1) - np.min(want, axis=1)))
-    absolute = tolerance.atol * tolerance.scale(want) + tolerance.noise_multiplier * noise
-    return absolute >= VACUOUS_SHARE * spread
+    return tolerance.absolute(want, noise, implementation) >= VACUOUS_SHARE * spread
 
 
 def decision(got: np.ndarray, want: np.ndarray) -> tuple[float, float, float, int]:
@@ -233,7 +243,7 @@ def _decision_details(got: np.ndarray, want: np.ndarray, tolerance: Tolerance,
 
 
 def _compare_floats(name: str, got: np.ndarray, want: np.ndarray, tolerance: Tolerance,
-                    noise: float, scores: bool) -> OutputParity:
+                    noise: float, scores: bool, implementation: float = 0.0) -> OutputParity:
     if not np.all(np.isfinite(got)):
         bad = int(np.sum(~np.isfinite(got)))
         return OutputParity(name, float("nan"), float("nan"), "finite", False, f"NaN or Inf in output ({bad} values)")
@@ -241,7 +251,7 @@ def _compare_floats(name: str, got: np.ndarray, want: np.ndarray, tolerance: Tol
     error = np.abs(got64 - want64)
     max_abs = float(error.max()) if error.size else 0.0
     rel = float(np.max(error / np.maximum(np.abs(want64), 1e-12))) if error.size else 0.0
-    bound = tolerance.bound(want64, noise)
+    bound = tolerance.bound(want64, noise, implementation)
     outside = error > bound
     pinned = saturation(got64, want64, SATURATION_MARGIN * tolerance.scale(want64), tolerance.scale(want64))
     allowed = int(tolerance.outliers * outside.size)
@@ -249,12 +259,12 @@ def _compare_floats(name: str, got: np.ndarray, want: np.ndarray, tolerance: Tol
                + (f" (at most {allowed} allowed)" if allowed else "")] if outside.sum() > allowed else []
     details += [pinned] if pinned else []
     agreement = tie_share = None
-    if scores and tolerance.min_top1_agreement is not None and vacuous(want64, tolerance, noise):
-        absolute = tolerance.atol * tolerance.scale(want64) + tolerance.noise_multiplier * noise
+    if scores and tolerance.min_top1_agreement is not None and vacuous(want64, tolerance, noise, implementation):
+        absolute = tolerance.absolute(want64, noise, implementation)
         judged, agreement, tie_share = _decision_details(got64, want64, tolerance, absolute)
         details += judged
-    return OutputParity(name, max_abs, rel, tolerance.describe(want64, noise), not details, "; ".join(details),
-                        error_histogram(error), top1_agreement=agreement, tie_share=tie_share)
+    return OutputParity(name, max_abs, rel, tolerance.describe(want64, noise, implementation), not details,
+                        "; ".join(details), error_histogram(error), top1_agreement=agreement, tie_share=tie_share)
 
 
 def _unexplained_by_values(got: np.ndarray, want: np.ndarray, values: np.ndarray, tolerance: Tolerance,
@@ -302,7 +312,8 @@ def _compare_integers(name: str, got: np.ndarray, want: np.ndarray, tolerance: T
 
 def compare_output(name: str, got: np.ndarray, want: np.ndarray, tolerance: Tolerance,
                    scores: np.ndarray | None = None, noise: float = 0.0, score_noise: float = 0.0,
-                   values: np.ndarray | None = None, decides: bool | None = None) -> OutputParity:
+                   values: np.ndarray | None = None, decides: bool | None = None,
+                   implementation: float = 0.0) -> OutputParity:
     """Compare one named output with the reference's (rules in the module docstring).
 
     Args:
@@ -316,6 +327,8 @@ def compare_output(name: str, got: np.ndarray, want: np.ndarray, tolerance: Tole
             [N, k] selected values (`task_metric.index_values`); else None.
         decides: whether this float output is scores whose argmax is a decision (judged by top-1 agreement
             when its bound is vacuous); None: when it looks like probabilities (`is_distribution`).
+        implementation: the reference's own float32 rounding error on this output
+            (`pipeline.gate.noise.ImplementationNoise.max_abs`), allowed `tolerance.implementation_multiplier` times.
     """
     got, want = np.asarray(got), np.asarray(want)
     if got.shape != want.shape:
@@ -324,14 +337,16 @@ def compare_output(name: str, got: np.ndarray, want: np.ndarray, tolerance: Tole
     if want.dtype.kind in "USO" or got.dtype.kind in "USO":
         return _compare_strings(name, got, want)
     if want.dtype.kind in "fc":
-        return _compare_floats(name, got, want, tolerance, noise, is_distribution(want) if decides is None else decides)
+        return _compare_floats(name, got, want, tolerance, noise, is_distribution(want) if decides is None else decides,
+                               implementation)
     return _compare_integers(name, got, want, tolerance, scores, score_noise,
                              None if values is None else np.asarray(values, dtype=np.float64))
 
 
 def compare_outputs(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray], tolerance: Tolerance,
                     index_scores: Mapping[str, str] | None = None, noise: Mapping[str, float] | None = None,
-                    decisions: Collection[str] = ()) -> tuple[OutputParity, ...]:
+                    decisions: Collection[str] = (),
+                    implementation_noise: Mapping[str, float] | None = None) -> tuple[OutputParity, ...]:
     """Compare every output of the reference `want` with `got`, matched by name (never by position).
 
     Args:
@@ -344,6 +359,8 @@ def compare_outputs(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray
             (`pipeline.gate.validate.reference_noise`); None: 0.
         decisions: float outputs whose argmax is a decision (the task's score output), besides those an index
             output points into and those that look like probabilities (`is_distribution`).
+        implementation_noise: {output: the reference's own float32 rounding error on it}
+            (`pipeline.gate.noise.implementation_noise`); None: 0.
 
     Returns:
         One row per reference output, in `want`'s order.
@@ -366,7 +383,8 @@ def compare_outputs(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray
                                    None if scores is None else np.asarray(scores, dtype=np.float64),
                                    noise.get(name, 0.0), noise.get(score_name, 0.0),
                                    want.get(selected.get(name, "")),
-                                   True if name in decisions or name in pairs.values() else None))
+                                   True if name in decisions or name in pairs.values() else None,
+                                   (implementation_noise or {}).get(name, 0.0)))
     return tuple(rows)
 
 

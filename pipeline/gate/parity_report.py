@@ -25,6 +25,10 @@ class ArtifactParity:
     predicted class equals the SavedModel's (None for regression); flips / tie_flips: rows whose class
     differs, and how many of them are ties; error_bound: the measured error bound used for ties;
     float64_errors: {float output: max |artifact - the SavedModel's graph in float64|} (None: not measured);
+    accuracy_decision, flips_decision: the accuracy drop and the share of flipped rows decided with
+    confidence (`pipeline.gate.confidence.Decision` as a dict: verdict, estimate, low, high, allowed,
+    confidence, rows, rows_to_decide; None for regression); undecided: the decisions too few rows could take,
+    described ("" when every decision was taken);
     latency_ms_batch1: median ms per call at batch 1; outputs: per-output rows.
     """
 
@@ -44,6 +48,9 @@ class ArtifactParity:
     tie_flips: int | None = None
     error_bound: float | None = None
     float64_errors: dict[str, float] | None = None
+    accuracy_decision: dict[str, Any] | None = None
+    flips_decision: dict[str, Any] | None = None
+    undecided: str = ""
 
 
 @dataclass(frozen=True)

@@ -39,14 +39,14 @@ from __future__ import annotations
 
 import gc
 import time
-from dataclasses import dataclass
+from dataclasses import asdict
 
 import numpy as np
 
 from tfship.core.contract import Signature
 from tfship.core.errors import ParityError
-from tfship.pipeline.config import ValidateSection
-from tfship.pipeline.conversion.artifacts import FLOAT_MODES, SAVED_MODEL, Artifact, Runner, open_runner
+from tfship.pipeline.config import TOP1_AGREEMENT_FLOORS, ValidateSection
+from tfship.pipeline.conversion.artifacts import SAVED_MODEL, Artifact, Runner, open_runner
 from tfship.pipeline.gate.compare import OutputParity, Tolerance, compare_outputs
 from tfship.pipeline.gate.float64 import float64_outputs
 from tfship.pipeline.gate.noise import (
@@ -58,12 +58,14 @@ from tfship.pipeline.gate.noise import (
     truth_errors,
 )
 from tfship.pipeline.gate.parity_report import ArtifactParity, ParityReport
+from tfship.pipeline.gate.task_judgement import TIE_ERROR_QUANTILE, TaskJudgement, score_output, tie_flips
+from tfship.pipeline.gate.task_judgement import max_loss as _max_loss
 from tfship.pipeline.gate.task_metric import TaskMetric, index_scores, infer_task
 
 __all__ = ["ArtifactParity", "ImplementationNoise", "ParityReport", "ReferenceNoise", "check_artifact", "noise_hint",
-           "raise_if_failed", "reference_noise", "run_batched", "tolerance_for", "validate_artifacts"]
+           "raise_if_failed", "reference_noise", "run_batched", "score_output", "tie_flips", "tolerance_for",
+           "validate_artifacts", "TIE_ERROR_QUANTILE"]
 
-TIE_ERROR_QUANTILE = 0.99
 
 
 def run_batched(runner: Runner, inputs: dict[str, np.ndarray], batch_size: int) -> dict[str, np.ndarray]:
@@ -114,83 +116,6 @@ def _latency_ms(runner: Runner, inputs: dict[str, np.ndarray], repeats: int = 20
     return 1000.0 * float(np.median(timings))
 
 
-def _max_loss(artifact: Artifact, task: TaskMetric, settings: ValidateSection) -> float:
-    if task.kind == "regression":
-        return settings.regression_max_error_increase
-    return settings.max_accuracy_drop_points if artifact.mode in FLOAT_MODES \
-        else settings.quantized_max_accuracy_drop_points
-
-
-def _loss_text(task: TaskMetric, reference_metric: float, metric: float, limit: float, ties: int | None) -> str:
-    if task.kind == "classification":
-        return (f"accuracy {metric:.2f}% (tie flips excluded: {ties or 0}) is {reference_metric - metric:.2f} points "
-                f"below the SavedModel's {reference_metric:.2f}% on output '{task.prediction}' (allowed {limit:g})")
-    return (f"MAE {metric:.4g} on output '{task.prediction}' exceeds the SavedModel's {reference_metric:.4g} by "
-            f"{task.loss_vs(reference_metric, metric):.3g} label std (allowed {limit:g})")
-
-
-def score_output(task: TaskMetric, reference: dict[str, np.ndarray], scores: dict[str, str]) -> str | None:
-    """The float [N, C] output whose argmax is the task's prediction (itself, or the index output's scores)."""
-    value = reference[task.prediction]
-    if value.dtype.kind == "f" and value.ndim == 2:
-        return task.prediction
-    return scores.get(task.prediction)
-
-
-def tie_flips(task: TaskMetric, outputs: dict[str, np.ndarray], reference: dict[str, np.ndarray],
-              score_name: str | None) -> tuple[np.ndarray, np.ndarray, float | None]:
-    """Rows whose predicted class differs from the SavedModel's, which of them are ties, and the bound.
-
-    A flip is a tie when the SavedModel's score margin between its class and the artifact's is at most
-    twice the artifact's measured error bound on `score_name` (the 99th percentile of |artifact - SavedModel|
-    over that output): both scores may move by that much.
-
-    Returns:
-        (flips [N] bool, ties [N] bool, error bound or None when there is no score output).
-    """
-    got, want = task.predicted_class(outputs), task.predicted_class(reference)
-    flips = got != want
-    ties = np.zeros_like(flips)
-    if score_name is None or score_name not in outputs:
-        return flips, ties, None
-    scores = np.asarray(reference[score_name], dtype=np.float64)
-    error = np.abs(np.asarray(outputs[score_name], dtype=np.float64) - scores)
-    bound = float(np.quantile(error, TIE_ERROR_QUANTILE)) if error.size else 0.0
-    rows = np.nonzero(flips)[0]
-    ties[rows] = scores[rows, want[rows]] - scores[rows, got[rows]] <= 2.0 * bound
-    return flips, ties, bound
-
-
-@dataclass
-class _Worst:
-    """The worst task-metric figures over the batch sizes."""
-
-    loss: float = -float("inf")
-    metric: float = float("nan")
-    tie_metric: float | None = None
-    agreement: float | None = None
-    flips: int | None = None
-    ties: int | None = None
-    bound: float | None = None
-
-
-def _score(task: TaskMetric, outputs, reference, score_name, reference_metric: float, worst: _Worst) -> None:
-    metric = task.score(outputs)
-    if task.kind != "classification":
-        if task.loss_vs(reference_metric, metric) > worst.loss:
-            worst.loss, worst.metric = task.loss_vs(reference_metric, metric), metric
-        return
-    flips, ties, bound = tie_flips(task, outputs, reference, score_name)
-    predicted = task.predicted_class(outputs).copy()
-    predicted[ties] = task.predicted_class(reference)[ties]
-    adjusted = task.score_classes(predicted)
-    agreement = 100.0 * float(np.mean(~flips))
-    worst.agreement = agreement if worst.agreement is None else min(worst.agreement, agreement)
-    if task.loss_vs(reference_metric, adjusted) > worst.loss:
-        worst.loss, worst.metric, worst.tie_metric = task.loss_vs(reference_metric, adjusted), metric, adjusted
-        worst.flips, worst.ties, worst.bound = int(flips.sum()), int(ties.sum()), bound
-
-
 def check_artifact(artifact: Artifact, runner: Runner, inputs: dict[str, np.ndarray], task: TaskMetric,
                    reference: dict[str, np.ndarray], reference_metric: float, contract: Signature,
                    settings: ValidateSection, noise: dict[str, ReferenceNoise] | None = None,
@@ -214,7 +139,9 @@ def check_artifact(artifact: Artifact, runner: Runner, inputs: dict[str, np.ndar
     score_name = score_output(task, reference, scores)
     wanted = {name: reference[name] for name in contract.output_names()}
     rows: dict[str, OutputParity] = {}
-    worst, errors = _Worst(), None
+    worst, errors = TaskJudgement(), None
+    floor = settings.min_top1_agreement.get(artifact.mode, TOP1_AGREEMENT_FLOORS["float32"])
+    allowed = (_max_loss(artifact, task, settings) / 100.0, (100.0 - floor) / 100.0)
     total = len(next(iter(inputs.values())))
     for batch_size in sorted({min(size, total) for size in settings.batch_sizes}):
         outputs = (outputs_by_batch or {}).get(batch_size) or run_batched(runner, inputs, batch_size)
@@ -227,7 +154,7 @@ def check_artifact(artifact: Artifact, runner: Runner, inputs: dict[str, np.ndar
         if task.prediction not in outputs or (np.asarray(outputs[task.prediction]).dtype.kind == "f" and not np.all(
                 np.isfinite(np.asarray(outputs[task.prediction], dtype=np.float64)))):
             continue  # already a failure of that output; the metric would be meaningless
-        _score(task, outputs, reference, score_name, reference_metric, worst)
+        worst.score(task, outputs, reference, score_name, reference_metric, allowed, settings.confidence)
     reasons = [row.describe() + (f"; {noise_hint(noise.get(row.output), tolerance, implementation.get(row.output))}"
                                  if "outside tolerance" in row.detail else "")
                for row in rows.values() if not row.passed]
@@ -238,14 +165,14 @@ def check_artifact(artifact: Artifact, runner: Runner, inputs: dict[str, np.ndar
                        f"(ties, {100 * worst.ties / total:.1f} % of rows; at most {100 * settings.max_tie_share:g} % "
                        f"may be excused, validate.max_tie_share): output '{task.prediction}' does not separate "
                        "these rows well enough to tell a tie from a regression")
-    if worst.loss > limit:
-        reasons.append(_loss_text(task, reference_metric, worst.tie_metric if worst.tie_metric is not None
-                                  else worst.metric, limit, worst.ties))
+    reasons += worst.reasons(task, reference_metric, limit, settings.undecided)
     latency = _latency_ms(runner, inputs) if not any(np.isinf(r.max_abs_error) for r in rows.values()) else 0.0
     return ArtifactParity(artifact.name, artifact.kind, artifact.mode, artifact.size_bytes(), worst.metric,
                           worst.agreement, latency, tuple(rows[n] for n in contract.output_names()),
                           tuple(sorted(set(settings.batch_sizes))), not reasons, "; ".join(reasons),
-                          worst.tie_metric, worst.flips, worst.ties, worst.bound, errors)
+                          worst.tie_metric, worst.flips, worst.ties, worst.bound, errors,
+                          asdict(worst.drop) if worst.drop else None,
+                          asdict(worst.flips_decision) if worst.flips_decision else None, worst.undecided_notes(task))
 
 
 def _not_loaded(artifact: Artifact, settings: ValidateSection, err: Exception) -> ArtifactParity:
@@ -282,7 +209,7 @@ def validate_artifacts(reference: Artifact, candidates: list[Artifact], contract
     noise = reference_noise(by_batch, run_batched(reference_runner, inputs, largest))
     truth, why_not = float64_outputs(reference.path, inputs, largest)
     implementation = implementation_noise(reference_outputs, truth, why_not)
-    task = infer_task(reference_outputs, labels, settings.task, settings.prediction_output)
+    task = infer_task(reference_outputs, labels, settings.task, settings.prediction_output, settings.binary_threshold)
     reference_metric = task.score(reference_outputs)
     rows = [check_artifact(reference, reference_runner, inputs, task, reference_outputs, reference_metric,
                            contract, settings, noise, by_batch, implementation, truth)]

@@ -1,0 +1,86 @@
+"""Accuracy drops and flipped decisions are decided with confidence: exact binomial (Clopper-Pearson) bounds,
+three verdicts (refused, passed, undecided), the rows that would decide. A real 5-point drop on 500 rows is
+refused; one flip on 32 rows is undecided and published by default (`validate.undecided`), left out when asked.
+Real ONNX files through ONNX Runtime; the bounds are checked against scipy's own binomial test."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.stats import binomtest
+
+from tfship.pipeline.config import load_config
+from tfship.pipeline.conversion.artifacts import Artifact
+from tfship.pipeline.gate.confidence import clopper_pearson, decide_drop, decide_share
+from tfship.pipeline.gate.validate import validate_artifacts
+
+from .test_gates import _contract, _linear_onnx
+
+
+@pytest.mark.parametrize(("successes", "trials"), [(0, 32), (1, 32), (25, 500), (190, 500), (500, 500)])
+def test_clopper_pearson_matches_scipys_exact_binomial_interval(successes, trials):
+    """Each one-sided bound at 97.5 % is an end of scipy's two-sided exact 95 % interval."""
+    low, high = clopper_pearson(successes, trials, 0.975)
+    reference = binomtest(successes, trials).proportion_ci(confidence_level=0.95, method="exact")
+    assert (low, high) == pytest.approx((reference.low, reference.high), abs=1e-12)
+
+
+def test_drop_verdicts_on_both_sides_of_the_allowance():
+    """5 points on 500 rows: refused. 1 row of 32: undecided with the rows that would decide. No flip on 360
+    rows: undecided (736 rows are needed to show <= 0.5 points at 95 %); on 800 rows: passed."""
+    refused = decide_drop(25, 0, 500, 0.005, 0.95)
+    assert refused.verdict == "refused" and refused.low > 0.005, refused
+    one_row = decide_drop(1, 0, 32, 0.005, 0.95)
+    assert one_row.verdict == "undecided" and one_row.low < 0.005 < one_row.high and one_row.rows_to_decide > 32
+    assert "undecided" in one_row.describe("accuracy drop") and "rows would decide" in one_row.describe("drop")
+    assert decide_drop(0, 0, 360, 0.005, 0.95).rows_to_decide == 736
+    assert decide_drop(0, 0, 800, 0.005, 0.95).verdict == "passed"
+    assert decide_share(190, 500, 0.10, 0.95).verdict == "refused"  # 38 % flips against a 10 % allowance
+
+
+CLASSES = 10
+
+
+def _flipping_set(rows: int, flipped: int) -> dict[str, np.ndarray]:
+    """`rows` rows of 10 logits and a trigger: class 0 ahead of class 1 by 0.5..1.5, the others far behind;
+    the trigger is 1 on the first `flipped` rows (a candidate weighting it by 2 towards class 1 flips exactly
+    those, and changes nothing else: its error is one logit of `flipped` rows)."""
+    rng = np.random.default_rng(3)
+    x = np.zeros((rows, CLASSES + 1), np.float32)
+    base = rng.uniform(-1.0, 1.0, rows)
+    x[:, 0] = base + rng.uniform(0.5, 1.5, rows)
+    x[:, 1] = base
+    x[:, 2:CLASSES] = base[:, None] - 2.0 - rng.uniform(0.0, 1.0, (rows, CLASSES - 2))
+    x[:flipped, CLASSES] = 1.0
+    return {"x": x}
+
+
+def _judge(tmp_path: Path, inputs: dict[str, np.ndarray], **settings):
+    reference = _linear_onnx(tmp_path / "reference", np.eye(CLASSES + 1, CLASSES), np.zeros(CLASSES))
+    weights = np.eye(CLASSES + 1, CLASSES)
+    weights[CLASSES, 1] = 2.0
+    candidate = _linear_onnx(tmp_path / "candidate", weights, np.zeros(CLASSES))
+    parity = load_config().parity.model_copy(update={"int8_tolerance": 10.0, **settings})  # value bound vacuous
+    labels = np.zeros(len(inputs["x"]), np.int64)  # the reference is right on every row
+    report = validate_artifacts(Artifact("saved_model", "onnx", "float32", reference),
+                                [Artifact("tflite_int8", "onnx", "int8", candidate)], _contract(CLASSES + 1, CLASSES),
+                                inputs, labels, parity)
+    return report.rows[1]
+
+
+def test_a_five_point_drop_on_500_rows_is_refused_whatever_the_value_tolerance(tmp_path):
+    row = _judge(tmp_path, _flipping_set(500, 25))
+    assert row.flips == 25 and row.tie_flips == 0 and not row.passed
+    assert row.accuracy_decision["verdict"] == "refused" and row.accuracy_decision["low"] > 0.01, row
+    assert "accuracy drop on output 'class_id' 5.00 points" in row.reason and "refused" in row.reason, row.reason
+
+
+def test_one_flip_on_32_rows_is_undecided_published_by_default_left_out_when_asked(tmp_path):
+    row = _judge(tmp_path, _flipping_set(32, 1))
+    assert row.passed, row.reason
+    assert row.accuracy_decision["verdict"] == "undecided" and row.accuracy_decision["rows_to_decide"] > 32
+    assert "3.12 points" in row.undecided and "rows would decide" in row.undecided, row.undecided
+    strict = _judge(tmp_path / "strict", _flipping_set(32, 1), undecided="leave_out")
+    assert not strict.passed and "validate.undecided = 'leave_out'" in strict.reason, strict.reason

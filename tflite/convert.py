@@ -56,6 +56,8 @@ class TfliteConversionResult:
         peak_rss_bytes: the largest peak resident memory of its child processes, bytes (0: none ran).
         signatures_left_out: {signature of the SavedModel: why the file does not carry it} (the worker's
             `signatures_left_out`: int8's others, or the ones the converter refused beside `serving_default`).
+        warnings: what a static check found and left to the parity gate (float16: tensors above 65504, named;
+            `tflite.worker.float16_warnings`).
     """
 
     mode: TfliteMode
@@ -68,6 +70,7 @@ class TfliteConversionResult:
     reproduce_command: str
     peak_rss_bytes: int = 0
     signatures_left_out: dict[str, str] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready values (for the run folder)."""
@@ -238,6 +241,7 @@ def convert_tflite(saved_model_dir: Path, output_path: Path, options: TfliteOpti
                 return result(ConversionStatus.REFUSED, prefix + smoke.report["reason"], flex)
             os.replace(tmp_model, output_path)
             return replace(result(ConversionStatus.PRODUCED, "", flex, output_path),
-                           signatures_left_out=dict(step.report.get("signatures_left_out") or {}))
+                           signatures_left_out=dict(step.report.get("signatures_left_out") or {}),
+                           warnings=tuple(step.report.get("warnings") or ()))
         finally:
             tmp_model.unlink(missing_ok=True)

@@ -83,8 +83,10 @@ def tolerance_for(mode: str, settings: ValidateSection) -> Tolerance:
     """The bound an artifact of `mode` is held to (table in the module docstring), with the setting that
     loosens it, the reference-noise multiplier and the mode's top-1 floor for vacuously bounded outputs.
     """
+    floor = settings.min_top1_agreement.get(mode)
     common = {"noise_multiplier": settings.noise_multiplier, "mode": mode, "max_tie_share": settings.max_tie_share,
-              "min_top1_agreement": settings.min_top1_agreement.get(mode)}
+              "min_top1_agreement": floor, "confidence": settings.confidence,
+              "integer_share": None if mode == "float32" or floor is None else (100.0 - floor) / 100.0}
     if mode == "float16":
         return Tolerance(settings.float16_tolerance, settings.float16_tolerance,
                          setting="validate.float16_tolerance", **common)

@@ -84,3 +84,56 @@ def test_one_flip_on_32_rows_is_undecided_published_by_default_left_out_when_ask
     assert "3.12 points" in row.undecided and "rows would decide" in row.undecided, row.undecided
     strict = _judge(tmp_path / "strict", _flipping_set(32, 1), undecided="leave_out")
     assert not strict.passed and "validate.undecided = 'leave_out'" in strict.reason, strict.reason
+
+
+def _counting_onnx(path: Path, weights: np.ndarray, bias: np.ndarray) -> Path:
+    """scores = x @ w + b (float32 [N, 4]) and positives = how many scores are > 0 (int64 [N]): an integer head
+    derived from floats."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["xw"]), helper.make_node("Add", ["xw", "b"], ["scores"]),
+             helper.make_node("Greater", ["scores", "zero"], ["above"]),
+             helper.make_node("Cast", ["above"], ["flags"], to=TensorProto.INT64),
+             helper.make_node("ReduceSum", ["flags", "axis"], ["positives"], keepdims=0)]
+    graph = helper.make_graph(
+        nodes, "counting", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["n", 4]),
+         helper.make_tensor_value_info("positives", TensorProto.INT64, ["n"])],
+        [numpy_helper.from_array(weights.astype(np.float32), "w"), numpy_helper.from_array(bias.astype(np.float32), "b"),
+         numpy_helper.from_array(np.zeros((), np.float32), "zero"), numpy_helper.from_array(np.array([1]), "axis")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+    return path
+
+
+def test_an_integer_head_is_judged_by_agreement_in_quantized_files(tmp_path):
+    """A count of positive scores in an int8 file: weight errors of 0.01 move the count on the few rows near
+    zero (published; a float32 file with the same difference is refused, bit for bit); a bias shift moving
+    it on ~40 % of the rows is refused, naming the output."""
+    from tfship.core.contract import Signature, TensorSpec
+
+    rng = np.random.default_rng(6)
+    weights = rng.normal(size=(4, 4))
+    x = {"x": rng.normal(size=(500, 4)).astype(np.float32)}
+    contract = Signature.of("serving_default", (TensorSpec(name="x", dtype="float32", shape=(None, 4)),),
+                            (TensorSpec(name="scores", dtype="float32", shape=(None, 4)),
+                             TensorSpec(name="positives", dtype="int64", shape=(None,))))
+    reference = _counting_onnx(tmp_path / "reference" / "model.onnx", weights, np.zeros(4))
+    near = _counting_onnx(tmp_path / "near" / "model.onnx", weights + 0.01 * rng.normal(size=(4, 4)), np.zeros(4))
+    shifted = _counting_onnx(tmp_path / "shifted" / "model.onnx", weights, np.full(4, 0.6))
+    parity = load_config().parity.model_copy(update={"task": "regression", "prediction_output": "scores",
+                                                     "int8_tolerance": 10.0})
+    report = validate_artifacts(Artifact("saved_model", "onnx", "float32", reference),
+                                [Artifact("tflite_int8", "onnx", "int8", near),
+                                 Artifact("int8_shifted", "onnx", "int8", shifted),
+                                 Artifact("float32_near", "onnx", "float32", near)], contract, x, None, parity)
+    rows = {row.artifact: row for row in report.rows}
+    counts = {name: rows[name].outputs[1] for name in rows}
+    assert 0 < counts["tflite_int8"].error_histogram[10] < 25, counts["tflite_int8"]  # a few rows move by one
+    assert rows["tflite_int8"].passed, rows["tflite_int8"].reason
+    assert not rows["int8_shifted"].passed and "output 'positives'" in rows["int8_shifted"].reason
+    assert "refused" in rows["int8_shifted"].reason and "rows differing" in rows["int8_shifted"].reason
+    assert not rows["float32_near"].passed and "values differ" in counts["float32_near"].detail

@@ -12,6 +12,7 @@ import pytest
 from tfship.core.contract import Signature, TensorSpec
 from tfship.pipeline.config import load_config
 from tfship.pipeline.conversion.artifacts import Artifact
+from tfship.pipeline.gate.parity_lines import judgement_lines
 from tfship.pipeline.gate.task_metric import infer_task
 from tfship.pipeline.gate.validate import validate_artifacts
 
@@ -98,3 +99,5 @@ def test_a_file_flipping_38_percent_is_refused_whatever_the_tolerances(recommend
     assert 0.30 < planted.flips / ROWS < 0.45, planted.flips
     assert planted.flips_decision["verdict"] == "refused", planted.flips_decision
     assert "decisions flipped on output 'prob'" in planted.reason, planted.reason
+    lines = "\n".join(judgement_lines(report.to_json()))  # report.md: the decisions with their bounds
+    assert "| tflite_int8 |" in lines and "refused:" in lines and "95 % confidence" in lines, lines

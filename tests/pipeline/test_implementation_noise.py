@@ -14,6 +14,7 @@ from tfship.core.contract import Signature, TensorSpec
 from tfship.pipeline.config import load_config
 from tfship.pipeline.conversion.artifacts import Artifact
 from tfship.pipeline.gate.float64 import float64_outputs
+from tfship.pipeline.gate.parity_lines import judgement_lines
 from tfship.pipeline.gate.parity_report import ParityReport
 from tfship.pipeline.gate.validate import validate_artifacts
 
@@ -99,6 +100,9 @@ def test_a_second_summation_order_is_published_and_a_real_fault_refused(models):
     assert 0 < record["artifacts"][1]["float64_errors"]["wave"] < 4 * noise.max_abs
     again = ParityReport.from_json(record)
     assert again.implementation_noise == report.implementation_noise
+    lines = "\n".join(judgement_lines(record))  # report.md's parity judgement
+    assert "### Parity judgement" in lines and "| wave |" in lines and "float64" in lines, lines
+    assert "implementation noise" in lines and "| wrong | wave |" in lines and "FAIL" in lines, lines
 
 
 def test_without_the_implementation_term_the_second_order_is_refused(models):

@@ -41,6 +41,8 @@ from tfship.pipeline.gate.value_rules import (
     TIE_ERROR_QUANTILE,
     decision,
     is_distribution,
+    is_multi_label,
+    label_flips,
     saturation,
 )
 
@@ -183,6 +185,21 @@ def _decision_details(got: np.ndarray, want: np.ndarray, tolerance: Tolerance,
     return details, agreement, tie_share
 
 
+def _multi_label_details(got: np.ndarray, want: np.ndarray, tolerance: Tolerance) -> list[str]:
+    """A multi-label output's decisions (each value against 0.5), as binary outputs are judged: refused when
+    the share of rows with a flipped label (ties included: a file wrong by a lot makes every flip a tie of its
+    own error) is shown above 100 % minus the mode's top-1 floor, whatever the value tolerance.
+    """
+    flipped, ties = label_flips(got, want)
+    judged = decide_share(int(flipped.sum()), len(want), (100.0 - tolerance.min_top1_agreement) / 100.0,
+                          tolerance.confidence)
+    if judged.verdict != REFUSED:
+        return []
+    return [judged.describe("multi-label decisions at 0.5: rows with a flipped label", "% of rows")
+            + f" ({int(ties.sum())} of them only within the artifact's error; "
+            f"validate.min_top1_agreement.{tolerance.mode})"]
+
+
 def _compare_floats(name: str, got: np.ndarray, want: np.ndarray, tolerance: Tolerance,
                     noise: float, scores: bool, implementation: float = 0.0) -> OutputParity:
     if not np.all(np.isfinite(got)):
@@ -204,6 +221,8 @@ def _compare_floats(name: str, got: np.ndarray, want: np.ndarray, tolerance: Tol
         absolute = tolerance.absolute(want64, noise, implementation)
         judged, agreement, tie_share = _decision_details(got64, want64, tolerance, absolute)
         details += judged
+    elif not scores and tolerance.min_top1_agreement is not None and is_multi_label(want64):
+        details += _multi_label_details(got64, want64, tolerance)
     return OutputParity(name, max_abs, rel, tolerance.describe(want64, noise, implementation), not details,
                         "; ".join(details), error_histogram(error), top1_agreement=agreement, tie_share=tie_share)
 

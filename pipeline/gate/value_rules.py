@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["SATURATION_MARGIN", "SATURATION_RANGE", "SATURATION_SHARE", "SATURATION_STEPS", "TIE_ERROR_QUANTILE",
-           "decision", "is_distribution", "saturation"]
+           "decision", "is_distribution", "is_multi_label", "label_flips", "saturation"]
 
 # How far (fraction of the output's range) beyond an artifact's extreme value a reference value must lie to
 # count as clipped there; independent of the tolerance, so loosening a bound never hides a saturation.
@@ -83,3 +83,28 @@ def decision(got: np.ndarray, want: np.ndarray) -> tuple[float, float, float, in
         return 100.0, 100.0, 0.0, 0
     return (100.0 * float(np.mean(~flips)), 100.0 * float(np.mean(~flips | ties)), float(np.mean(ties)),
             int(flips.sum()))
+
+
+def is_multi_label(want: np.ndarray) -> bool:
+    """Whether a float [N, K] output (K >= 2) looks like independent sigmoid probabilities: every value in
+    [0, 1] and not every row summing to 1 (`is_distribution`).
+    """
+    if want.ndim != 2 or want.shape[1] < 2 or not want.size or not np.all(np.isfinite(want)):
+        return False
+    return bool(np.all(want >= 0.0) and np.all(want <= 1.0)) and not is_distribution(want)
+
+
+def label_flips(got: np.ndarray, want: np.ndarray, threshold: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of a multi-label output [N, K] with a label decision (value > `threshold`) that differs from the
+    reference's, and which of them flip only within the artifact's measured error (the reference within twice
+    the `TIE_ERROR_QUANTILE` of |got - want| of the threshold).
+
+    Returns:
+        (rows with a flipped label [N] bool, rows whose flips are all such ties [N] bool).
+    """
+    error = np.abs(got - want)
+    bound = float(np.quantile(error, TIE_ERROR_QUANTILE)) if error.size else 0.0
+    flips = (got > threshold) != (want > threshold)
+    real = flips & (np.abs(want - threshold) > 2.0 * bound)
+    flipped = np.any(flips, axis=1)
+    return flipped, flipped & ~np.any(real, axis=1)

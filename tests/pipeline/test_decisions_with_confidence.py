@@ -137,3 +137,22 @@ def test_an_integer_head_is_judged_by_agreement_in_quantized_files(tmp_path):
     assert not rows["int8_shifted"].passed and "output 'positives'" in rows["int8_shifted"].reason
     assert "refused" in rows["int8_shifted"].reason and "rows differing" in rows["int8_shifted"].reason
     assert not rows["float32_near"].passed and "values differ" in counts["float32_near"].detail
+
+
+def test_multi_label_decisions_can_fail_within_a_loose_value_bound():
+    """A sigmoid [N, 6] output: an int8 file within its 0.1 value bound that moves label 0 across 0.5 on most
+    rows is refused by its decisions; one off by 1e-3 everywhere passes."""
+    from tfship.pipeline.gate.compare import compare_outputs
+    from tfship.pipeline.gate.validate import tolerance_for
+
+    rng = np.random.default_rng(4)
+    want = rng.uniform(0.0, 1.0, (500, 6)).astype(np.float32)
+    want[:, 0] = rng.uniform(0.46, 0.54, 500)
+    flipped = want.copy()
+    flipped[:, 0] = 1.0 - want[:, 0]  # every label-0 decision crosses 0.5, by at most 0.08 < 0.1
+    tolerance = tolerance_for("int8", load_config().parity)
+    (bad,) = compare_outputs({"labels": flipped}, {"labels": want}, tolerance)
+    assert not bad.passed and "multi-label decisions at 0.5" in bad.detail and "refused" in bad.detail, bad
+    assert "elements outside" not in bad.detail  # the value bound alone would have passed it
+    (good,) = compare_outputs({"labels": want + np.float32(1e-3)}, {"labels": want}, tolerance)
+    assert good.passed, good.detail

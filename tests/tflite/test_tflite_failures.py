@@ -96,10 +96,11 @@ def test_timeout_reported_and_worker_killed(tmp_path, monkeypatch, digits_saved_
     _assert_nothing_left(tmp_path, "slow.tflite")
 
 
-def test_stale_artifact_removed_when_variant_fails(tmp_path, overflow_saved_model):
-    stale = tmp_path / "f16.tflite"
+def test_stale_artifact_removed_when_variant_fails(tmp_path, digits_saved_model):
+    stale = tmp_path / "i8.tflite"
     stale.write_bytes(b"an older artifact")
-    result = convert_tflite(overflow_saved_model, stale, TfliteOptions(TfliteMode.FLOAT16), None, TIMEOUT_S)
+    result = convert_tflite(digits_saved_model, stale, TfliteOptions(TfliteMode.INT8),
+                            {"pixels": np.zeros((4, 8, 8, 1), np.float32)}, TIMEOUT_S)  # not the signature's input
     assert result.status == "refused" and not stale.exists()
 
 

@@ -247,6 +247,22 @@ class ValidateSection(_Section):
         2.0, ge=1.0, description="Every float bound also allows this many times the largest difference the "
         "SavedModel shows against itself on that output (between the configured batch sizes and across repeated "
         "calls), so a difference the SavedModel shows against itself never fails anything.")
+    implementation_noise_multiplier: float = Field(
+        4.0, ge=0.0, description="Float32 artifacts (ONNX, TFLite float32) also allow this many times the "
+        "SavedModel's own float32 rounding error on each float output (max |SavedModel - the same graph in "
+        "float64| on the held-out rows): a second correct float32 implementation may round differently "
+        "(docs/pipeline.md, Parity tolerances).")
+    confidence: float = Field(
+        0.95, gt=0.5, lt=1.0, description="Confidence of the decisions taken from counts of rows (accuracy drop, "
+        "flipped decisions): exact binomial (Clopper-Pearson) bounds; a refusal and a pass are each wrong at most "
+        "1 - confidence of the time (docs/pipeline.md, Parity tolerances).")
+    undecided: Literal["publish", "leave_out"] = Field(
+        "publish", description="What an artifact whose accuracy drop or flips too few held-out rows can decide "
+        "(neither refused nor passed at validate.confidence) gets; every value bound still holds. The report "
+        "gives the bounds and the rows that would decide.")
+    binary_threshold: float | None = Field(
+        None, description="Decision threshold of a one-column score output ([N, 1] or [N]): none = 0.5 when "
+        "every SavedModel value lies in [0, 1] (a sigmoid probability), else 0 (a logit).")
     min_top1_agreement: dict[Literal[TFLITE_MODES], float] = Field(
         dict(TOP1_AGREEMENT_FLOORS), description="Per mode: the least top-1 agreement (% of rows) of a float "
         "[N, C] output whose value bound is vacuous for it (at least half its median row spread, e.g. 10 % of the "

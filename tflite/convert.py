@@ -1,12 +1,13 @@
 """Convert a SavedModel's `serving_default` to one TFLite variant, each step in a child process.
 
 Steps per variant, each a `python -m tfship.tflite.worker` child with the remaining time budget:
-1. `convert` (TensorFlow): float16 overflow scan, `TFLiteConverter.from_saved_model`, Flex retry.
+1. `convert` (TensorFlow): float16 range warnings (`tflite.float16_check`), `TFLiteConverter.from_saved_model`,
+   Flex retry.
 2. `smoke` (LiteRT only): load the artifact, check names and dynamic batch against the SavedModel
    signature, run it once on a representative sample, require finite float outputs.
 
-Statuses: `produced` (both steps passed), `refused` (a step reported why it declined or failed: float16
-overflow, unsupported or Flex ops, converter error, contract mismatch, LiteRT error), `crashed` (a child
+Statuses: `produced` (both steps passed), `refused` (a step reported why it declined or failed: unsupported
+or Flex ops, converter error, contract mismatch, LiteRT error), `crashed` (a child
 died — the reason names the signal —, exited non-zero without a report (an unexpected Python exception; the
 reason carries the output tail), or ran past the time limit and was killed with SIGKILL).
 
@@ -56,6 +57,8 @@ class TfliteConversionResult:
         peak_rss_bytes: the largest peak resident memory of its child processes, bytes (0: none ran).
         signatures_left_out: {signature of the SavedModel: why the file does not carry it} (the worker's
             `signatures_left_out`: int8's others, or the ones the converter refused beside `serving_default`).
+        warnings: what a static check found and left to the parity gate (float16: tensors above 65504, named;
+            `tflite.float16_check.float16_warnings`).
     """
 
     mode: TfliteMode
@@ -68,6 +71,7 @@ class TfliteConversionResult:
     reproduce_command: str
     peak_rss_bytes: int = 0
     signatures_left_out: dict[str, str] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready values (for the run folder)."""
@@ -238,6 +242,7 @@ def convert_tflite(saved_model_dir: Path, output_path: Path, options: TfliteOpti
                 return result(ConversionStatus.REFUSED, prefix + smoke.report["reason"], flex)
             os.replace(tmp_model, output_path)
             return replace(result(ConversionStatus.PRODUCED, "", flex, output_path),
-                           signatures_left_out=dict(step.report.get("signatures_left_out") or {}))
+                           signatures_left_out=dict(step.report.get("signatures_left_out") or {}),
+                           warnings=tuple(step.report.get("warnings") or ()))
         finally:
             tmp_model.unlink(missing_ok=True)

@@ -129,25 +129,6 @@ def _check_representative(signature: Signature, samples: dict[str, np.ndarray] |
     return ""
 
 
-def _float16_activations(tf, saved_model_dir: str, samples: dict[str, np.ndarray] | None) -> str:
-    """Why float16 cannot hold the activations of the representative data, or "" (none given: not checked)."""
-    from tfship.tflite.activation_scan import find_activation_overflows
-
-    if not samples:
-        return ""
-    try:
-        float32 = _build_converter(tf, saved_model_dir, TfliteOptions(TfliteMode.FLOAT32), None, flex=False).convert()
-    except Exception:  # noqa: BLE001 - the float16 conversion itself then fails and reports the converter's reason
-        return ""
-    overflows = find_activation_overflows(float32, samples, SIGNATURE_KEY)
-    if not overflows:
-        return ""
-    listed = "; ".join(o.describe() for o in overflows[:5])
-    rows = len(next(iter(samples.values())))
-    return (f"float16 cannot hold {len(overflows)} activation(s) above 65504 on {rows} representative rows "
-            f"(run through the float32 graph): {listed}")
-
-
 INT8_SIGNATURES_NOTE = ("int8 TFLite is calibrated on serving_default's inputs alone, so its file carries "
                         "serving_default only; the float32, float16 and dynamic-range files carry every signature")
 
@@ -184,7 +165,7 @@ def run_convert(saved_model_dir: str, output: str, options: TfliteOptions,
     """
     import tensorflow as tf
 
-    from tfship.tflite.savedmodel_scan import file_initialised_tables, find_float16_overflows
+    from tfship.tflite.savedmodel_scan import file_initialised_tables
 
     try:
         signatures = read_signatures(Path(saved_model_dir))
@@ -201,14 +182,10 @@ def run_convert(saved_model_dir: str, output: str, options: TfliteOptions,
                               "signatures": [SIGNATURE_KEY], "signatures_left_out": {}, "other_signatures": {}}
     samples = _representative(representative)
     if options.mode is TfliteMode.FLOAT16:
-        overflows = find_float16_overflows(Path(saved_model_dir))
-        if overflows:
-            listed = "; ".join(o.describe() for o in overflows[:5])
-            return {**report, "status": ConversionStatus.REFUSED,
-                    "reason": f"float16 cannot hold {len(overflows)} tensor(s) above 65504: {listed}"}
-        problem = _float16_activations(tf, saved_model_dir, samples)
-        if problem:
-            return {**report, "status": ConversionStatus.REFUSED, "reason": problem}
+        from tfship.tflite.float16_check import float16_warnings
+
+        report["warnings"] = float16_warnings(saved_model_dir, samples, lambda: _build_converter(
+            tf, saved_model_dir, TfliteOptions(TfliteMode.FLOAT32), None, flex=False).convert())
     if options.mode is TfliteMode.INT8:
         problem = _check_representative(signature, samples)
         if problem:

@@ -88,7 +88,7 @@ def tflite_converter(mode: str):
             reason = "" if done.status == ConversionStatus.PRODUCED else "; ".join(tried)
         return VariantOutcome(name, done.status, reason, str(done.path or ""), done.size_bytes,
                               round(done.seconds, 2), done.reproduce_command, recipe, peak_memory_bytes=peak,
-                              signatures_left_out=done.signatures_left_out)
+                              signatures_left_out=done.signatures_left_out, warnings=tuple(done.warnings))
 
     return convert
 

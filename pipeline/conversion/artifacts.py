@@ -63,7 +63,9 @@ class VariantOutcome:
     predicted_peak_bytes: what the convert stage's memory budget planned for it
     (`pipeline.conversion.memory_budget`); signature_files: {other signature: its own file} for a kind that
     writes one file per signature (ONNX: `model.<signature>.onnx`); signatures_left_out: {signature of the
-    SavedModel: why this artifact does not carry it} (e.g. int8 TFLite, calibrated on `serving_default` alone).
+    SavedModel: why this artifact does not carry it} (e.g. int8 TFLite, calibrated on `serving_default` alone);
+    warnings: what a static check found and left to the parity gate to decide (float16 TFLite: tensors above
+    65504, named).
     """
 
     name: str
@@ -78,6 +80,7 @@ class VariantOutcome:
     predicted_peak_bytes: int = 0
     signature_files: dict[str, str] = field(default_factory=dict)
     signatures_left_out: dict[str, str] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,8 @@ class ConvertResult:
         Raises:
             TypeError, KeyError: a row is not a `VariantOutcome`.
         """
-        return cls(tuple(VariantOutcome(**row) for row in rows), memory)
+        return cls(tuple(VariantOutcome(**(row | {"warnings": tuple(row.get("warnings", ()))}))
+                         for row in rows), memory)
 
 
 def remove_path(path: Path) -> None:

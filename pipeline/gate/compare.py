@@ -35,27 +35,25 @@ from dataclasses import dataclass
 import numpy as np
 
 from tfship.pipeline.conversion.artifacts import as_text
+from tfship.pipeline.gate.confidence import REFUSED, decide_share
+from tfship.pipeline.gate.value_rules import (
+    SATURATION_MARGIN,
+    TIE_ERROR_QUANTILE,
+    decision,
+    is_distribution,
+    is_multi_label,
+    label_flips,
+    saturation,
+)
 
-__all__ = ["ERROR_BIN_EDGES", "OutputParity", "Tolerance", "as_text", "compare_output", "compare_outputs", "failures",
-           "saturation"]
+__all__ = ["ERROR_BIN_EDGES", "SATURATION_MARGIN", "TIE_ERROR_QUANTILE", "OutputParity", "Tolerance", "as_text",
+           "compare_output", "compare_outputs", "decision", "failures", "is_distribution", "saturation", "vacuous"]
 
 # Absolute-error histogram bins: [0, 1e-9), [1e-9, 1e-8), ..., [1e1, inf).
 ERROR_BIN_EDGES = (0.0, *(10.0 ** e for e in range(-9, 2)), float("inf"))
-# How far (fraction of the output's range) beyond an artifact's extreme value a reference value must lie to
-# count as clipped there; independent of the tolerance, so loosening a bound never hides a saturation.
-SATURATION_MARGIN = 1e-3
-# A clip costing at most this many steps of the output's value grid is ordinary rounding at the edge of the
-# quantization range (a softmax probability of 0.9996 read back as 255/256), not a saturation.
-SATURATION_STEPS = 1.5
-# ... and a clip must cost more than this share of the output's range (max(1, max |reference|)).
-SATURATION_RANGE = 0.1
-# ... and hold at least this share of the output's values (a systematic pin, not a calibration tail).
-SATURATION_SHARE = 1e-3
 # A float [N, C] output's bound is vacuous when it is at least this share of the median spread (max - min) of
 # a row of the reference: it cannot tell the row's values apart, so the decision (argmax) is judged instead.
 VACUOUS_SHARE = 0.5
-# The artifact's error bound used for decision ties: this quantile of |artifact - reference| over the output.
-TIE_ERROR_QUANTILE = 0.99
 
 
 @dataclass(frozen=True)
@@ -70,7 +68,10 @@ class Tolerance:
     setting: the config key that loosens this bound (named in failure messages); min_top1_agreement: the
     floor (%) of top-1 agreement of an output whose bound is vacuous (None: no decision judged);
     max_tie_share: the largest share of rows whose reference top two are within the artifact's error before
-    the output is too flat to judge.
+    the output is too flat to judge; implementation_multiplier: how many times the reference's own float32
+    rounding error (`pipeline.gate.noise.ImplementationNoise`) is allowed on top (float32 mode; 0 elsewhere);
+    integer_share: the share of rows an integer output derived from floats (a count, a flag, a bucket) may
+    differ on, decided with `confidence` (`pipeline.gate.confidence.decide_share`; None: equal, float32 mode).
     """
 
     atol: float
@@ -81,20 +82,32 @@ class Tolerance:
     setting: str = ""
     min_top1_agreement: float | None = None
     max_tie_share: float = 0.05
+    implementation_multiplier: float = 0.0
+    integer_share: float | None = None
+    confidence: float = 0.95
 
     def scale(self, want: np.ndarray) -> float:
         """max(1, max |want|): the output's range the absolute part is scaled by."""
         finite = np.abs(want[np.isfinite(want)]) if want.size else want
         return max(1.0, float(np.max(finite))) if finite.size else 1.0
 
-    def bound(self, want: np.ndarray, noise: float = 0.0) -> np.ndarray:
-        """The allowed absolute error per element (same shape as `want`); `noise` is the reference's own."""
-        return self.atol * self.scale(want) + self.rtol * np.abs(want) + self.noise_multiplier * noise
+    def absolute(self, want: np.ndarray, noise: float = 0.0, implementation: float = 0.0) -> float:
+        """The part of the bound that does not follow each value: atol * scale + the two noise terms."""
+        return (self.atol * self.scale(want) + self.noise_multiplier * noise
+                + self.implementation_multiplier * implementation)
 
-    def describe(self, want: np.ndarray, noise: float = 0.0) -> str:
-        """e.g. `atol 1e-05*12.6 + rtol 1e-05 + 2x reference noise 3.1e-06`."""
+    def bound(self, want: np.ndarray, noise: float = 0.0, implementation: float = 0.0) -> np.ndarray:
+        """The allowed absolute error per element (same shape as `want`); `noise` is the reference's own
+        batch noise, `implementation` its own float32 rounding error (both in the output's unit).
+        """
+        return self.absolute(want, noise, implementation) + self.rtol * np.abs(want)
+
+    def describe(self, want: np.ndarray, noise: float = 0.0, implementation: float = 0.0) -> str:
+        """e.g. `atol 1e-05*12.6 + rtol 1e-05 + 2x reference noise 3.1e-06 + 4x implementation noise 2e-06`."""
         text = f"atol {self.atol:g}*{self.scale(want):.3g} + rtol {self.rtol:g}"
         text += f" + {self.noise_multiplier:g}x reference noise {noise:.2g}" if noise else ""
+        text += (f" + {self.implementation_multiplier:g}x implementation noise {implementation:.2g}"
+                 if implementation and self.implementation_multiplier else "")
         return text + (f" (up to {100 * self.outliers:g} % of elements beyond)" if self.outliers else "")
 
 
@@ -134,49 +147,13 @@ def error_histogram(error: np.ndarray) -> tuple[int, ...]:
     return tuple(int(c) for c in counts)
 
 
-def saturation(got: np.ndarray, want: np.ndarray, bound: float, scale: float = 1.0) -> str:
-    """Why `got` is pinned at a limit the reference goes beyond, or "" when it is not.
-
-    An output is saturated at its minimum (maximum) when at least two different reference values lie more
-    than `bound` below (above) the artifact's minimum (maximum) and every one of them came back as exactly
-    that minimum (maximum), and the farthest of them lies beyond it by more than `SATURATION_STEPS` steps
-    of the output's value grid and more than `SATURATION_RANGE` of `scale` (the output's range): a
-    quantized output clipped at its quantization range. One value alone is just the artifact's own
-    extreme (e.g. after a constant shift); a clip within a step or so is the grid's own rounding (a softmax
-    probability of 0.9996 read back as 255/256); a few held-out values a little outside the calibrated
-    range (fewer than `SATURATION_SHARE` of the values) are left to the value bound.
-    """
-    if got.size == 0:
-        return ""
-    gaps = np.diff(np.unique(got))
-    step = float(gaps.min()) if gaps.size else 0.0  # the output's grid: one quantization step when quantized
-    for side, limit in (("below", float(np.min(got))), ("above", float(np.max(got)))):
-        beyond = want < limit - bound if side == "below" else want > limit + bound
-        if beyond.sum() < max(2, SATURATION_SHARE * got.size) or np.unique(want[beyond]).size < 2 \
-                or not np.all(got[beyond] == limit):
-            continue
-        extreme = float(np.min(want[beyond]) if side == "below" else np.max(want[beyond]))
-        if abs(extreme - limit) > max(SATURATION_STEPS * step, SATURATION_RANGE * scale):
-            reach = "down to" if side == "below" else "up to"
-            return (f"saturated: all {int(beyond.sum())} of {got.size} values whose reference lies {side} "
-                    f"{limit:.6g} ({reach} {extreme:.6g}) come back as exactly {limit:.6g}")
-    return ""
-
-
 def _compare_strings(name: str, got: np.ndarray, want: np.ndarray) -> OutputParity:
     differ = as_text(got) != as_text(want)
     return OutputParity(name, float(differ.sum()), 0.0, "exact (strings)", not differ.any(),
                         f"{int(differ.sum())} of {differ.size} strings differ" if differ.any() else "", exact=True)
 
 
-def is_distribution(want: np.ndarray) -> bool:
-    """Whether a float [N, C] output looks like probabilities: every value in [0, 1], every row summing to 1."""
-    if want.ndim != 2 or want.shape[1] < 2 or not want.size or not np.all(np.isfinite(want)):
-        return False
-    return bool(np.all(want >= 0.0) and np.all(want <= 1.0) and np.allclose(want.sum(axis=1), 1.0, atol=1e-3))
-
-
-def vacuous(want: np.ndarray, tolerance: Tolerance, noise: float = 0.0) -> bool:
+def vacuous(want: np.ndarray, tolerance: Tolerance, noise: float = 0.0, implementation: float = 0.0) -> bool:
     """Whether the bound cannot tell a row's values apart: a float [N, C] output (C > 1) whose absolute bound
     is at least `VACUOUS_SHARE` of the median spread (max - min) of a reference row (e.g. 10 % of the range
     against softmax probabilities of a 1,000-class model).
@@ -184,33 +161,7 @@ def vacuous(want: np.ndarray, tolerance: Tolerance, noise: float = 0.0) -> bool:
     if want.ndim != 2 or want.shape[1] < 2 or want.shape[0] == 0 or not np.all(np.isfinite(want)):
         return False
     spread = float(np.median(np.max(want, axis=1) - np.min(want, axis=1)))
-    absolute = tolerance.atol * tolerance.scale(want) + tolerance.noise_multiplier * noise
-    return absolute >= VACUOUS_SHARE * spread
-
-
-def decision(got: np.ndarray, want: np.ndarray) -> tuple[float, float, float, int]:
-    """Top-1 agreement of `got` with `want` (both float [N, C]) and how flat the reference is.
-
-    A row is a tie when the reference's margin between its top class and the artifact's (or, when they
-    agree, its runner-up) is at most twice the artifact's measured error (the `TIE_ERROR_QUANTILE` of
-    |got - want| over the output): both scores may move by that much.
-
-    Returns:
-        (agreement in % of rows; the same with flipped ties counted as agreeing; share of rows that are ties,
-        in [0, 1]; rows whose argmax differs).
-    """
-    error = np.abs(got - want)
-    bound = float(np.quantile(error, TIE_ERROR_QUANTILE)) if error.size else 0.0
-    mine, theirs = np.argmax(want, axis=1), np.argmax(got, axis=1)
-    rows = np.arange(len(want))
-    runner_up = np.sort(want, axis=1)[:, -2]
-    other = np.where(mine == theirs, runner_up, want[rows, theirs])
-    ties = want[rows, mine] - other <= 2.0 * bound
-    flips = mine != theirs
-    if not len(want):
-        return 100.0, 100.0, 0.0, 0
-    return (100.0 * float(np.mean(~flips)), 100.0 * float(np.mean(~flips | ties)), float(np.mean(ties)),
-            int(flips.sum()))
+    return tolerance.absolute(want, noise, implementation) >= VACUOUS_SHARE * spread
 
 
 def _decision_details(got: np.ndarray, want: np.ndarray, tolerance: Tolerance,
@@ -223,17 +174,34 @@ def _decision_details(got: np.ndarray, want: np.ndarray, tolerance: Tolerance,
                        f"and the value bound {bound:.3g} is vacuous against this {classes}-class output's row "
                        "spread; judge it on data the model separates, or leave this mode out")
     floor = tolerance.min_top1_agreement
-    if floor is not None and excused < floor:
+    judged = None if floor is None else decide_share(round((100.0 - excused) * len(want) / 100.0), len(want),
+                                                     (100.0 - floor) / 100.0, tolerance.confidence)
+    if judged is not None and judged.verdict == REFUSED:  # the floor is shown missed, not merely on a few rows
         details.append(f"top-1 agreement {excused:.1f} % (ties counted as agreeing; {flips} of {len(want)} rows "
                        f"flip, {agreement:.1f} % agree) below the "
                        f"{tolerance.mode or 'mode'} floor {floor:g} % (validate.min_top1_agreement."
-                       f"{tolerance.mode or '<mode>'}); the value bound {bound:.3g} is vacuous against this "
-                       f"{classes}-class output")
+                       f"{tolerance.mode or '<mode>'}; non-tie flips {judged.describe('', '% of rows')[1:]}); the "
+                       f"value bound {bound:.3g} is vacuous against this {classes}-class output")
     return details, agreement, tie_share
 
 
+def _multi_label_details(got: np.ndarray, want: np.ndarray, tolerance: Tolerance) -> list[str]:
+    """A multi-label output's decisions (each value against 0.5), as binary outputs are judged: refused when
+    the share of rows with a flipped label (ties included: a file wrong by a lot makes every flip a tie of its
+    own error) is shown above 100 % minus the mode's top-1 floor, whatever the value tolerance.
+    """
+    flipped, ties = label_flips(got, want)
+    judged = decide_share(int(flipped.sum()), len(want), (100.0 - tolerance.min_top1_agreement) / 100.0,
+                          tolerance.confidence)
+    if judged.verdict != REFUSED:
+        return []
+    return [judged.describe("multi-label decisions at 0.5: rows with a flipped label", "% of rows")
+            + f" ({int(ties.sum())} of them only within the artifact's error; "
+            f"validate.min_top1_agreement.{tolerance.mode})"]
+
+
 def _compare_floats(name: str, got: np.ndarray, want: np.ndarray, tolerance: Tolerance,
-                    noise: float, scores: bool) -> OutputParity:
+                    noise: float, scores: bool, implementation: float = 0.0) -> OutputParity:
     if not np.all(np.isfinite(got)):
         bad = int(np.sum(~np.isfinite(got)))
         return OutputParity(name, float("nan"), float("nan"), "finite", False, f"NaN or Inf in output ({bad} values)")
@@ -241,7 +209,7 @@ def _compare_floats(name: str, got: np.ndarray, want: np.ndarray, tolerance: Tol
     error = np.abs(got64 - want64)
     max_abs = float(error.max()) if error.size else 0.0
     rel = float(np.max(error / np.maximum(np.abs(want64), 1e-12))) if error.size else 0.0
-    bound = tolerance.bound(want64, noise)
+    bound = tolerance.bound(want64, noise, implementation)
     outside = error > bound
     pinned = saturation(got64, want64, SATURATION_MARGIN * tolerance.scale(want64), tolerance.scale(want64))
     allowed = int(tolerance.outliers * outside.size)
@@ -249,12 +217,14 @@ def _compare_floats(name: str, got: np.ndarray, want: np.ndarray, tolerance: Tol
                + (f" (at most {allowed} allowed)" if allowed else "")] if outside.sum() > allowed else []
     details += [pinned] if pinned else []
     agreement = tie_share = None
-    if scores and tolerance.min_top1_agreement is not None and vacuous(want64, tolerance, noise):
-        absolute = tolerance.atol * tolerance.scale(want64) + tolerance.noise_multiplier * noise
+    if scores and tolerance.min_top1_agreement is not None and vacuous(want64, tolerance, noise, implementation):
+        absolute = tolerance.absolute(want64, noise, implementation)
         judged, agreement, tie_share = _decision_details(got64, want64, tolerance, absolute)
         details += judged
-    return OutputParity(name, max_abs, rel, tolerance.describe(want64, noise), not details, "; ".join(details),
-                        error_histogram(error), top1_agreement=agreement, tie_share=tie_share)
+    elif not scores and tolerance.min_top1_agreement is not None and is_multi_label(want64):
+        details += _multi_label_details(got64, want64, tolerance)
+    return OutputParity(name, max_abs, rel, tolerance.describe(want64, noise, implementation), not details,
+                        "; ".join(details), error_histogram(error), top1_agreement=agreement, tie_share=tie_share)
 
 
 def _unexplained_by_values(got: np.ndarray, want: np.ndarray, values: np.ndarray, tolerance: Tolerance,
@@ -293,6 +263,8 @@ def _compare_integers(name: str, got: np.ndarray, want: np.ndarray, tolerance: T
     elif differ.any() and values is not None and want.ndim == 2:
         unexplained = _unexplained_by_values(got, want, values, tolerance, score_noise)
     indexed = scores is not None or values is not None
+    if not indexed and tolerance.integer_share is not None and want.ndim >= 1 and len(want):
+        return _integer_agreement(name, got, want, tolerance, max_abs, error_histogram(distance))
     detail = (f"{unexplained} of {differ.size} {'indices' if indexed else 'values'} differ"
               + (" (ties excluded: an index passes when the value it selects is equal within the bound)"
                  if indexed else "")) if unexplained else ""
@@ -300,9 +272,24 @@ def _compare_integers(name: str, got: np.ndarray, want: np.ndarray, tolerance: T
                         unexplained == 0, detail, error_histogram(distance), exact=True)
 
 
+def _integer_agreement(name: str, got: np.ndarray, want: np.ndarray, tolerance: Tolerance, max_abs: float,
+                       histogram: tuple[int, ...]) -> OutputParity:
+    """An integer output a reduced-precision file derives from floats (a count of positive scores, a thresholded
+    flag, a bucket index): a float within the file's error of a boundary moves it by one, so the rows it
+    differs on are judged as a share with confidence (`confidence.decide_share`), not bit for bit: refused when
+    the share is shown above `tolerance.integer_share`.
+    """
+    rows = np.any((got != want).reshape(len(want), -1), axis=1)
+    judged = decide_share(int(rows.sum()), len(want), tolerance.integer_share, tolerance.confidence)
+    detail = judged.describe("rows differing", "% of rows") + f" (validate.min_top1_agreement.{tolerance.mode})"
+    return OutputParity(name, max_abs, 0.0, f"agreement (rows differing at most {100 * tolerance.integer_share:g} %)",
+                        judged.verdict != REFUSED, detail if judged.verdict == REFUSED else "", histogram, exact=True)
+
+
 def compare_output(name: str, got: np.ndarray, want: np.ndarray, tolerance: Tolerance,
                    scores: np.ndarray | None = None, noise: float = 0.0, score_noise: float = 0.0,
-                   values: np.ndarray | None = None, decides: bool | None = None) -> OutputParity:
+                   values: np.ndarray | None = None, decides: bool | None = None,
+                   implementation: float = 0.0) -> OutputParity:
     """Compare one named output with the reference's (rules in the module docstring).
 
     Args:
@@ -316,6 +303,8 @@ def compare_output(name: str, got: np.ndarray, want: np.ndarray, tolerance: Tole
             [N, k] selected values (`task_metric.index_values`); else None.
         decides: whether this float output is scores whose argmax is a decision (judged by top-1 agreement
             when its bound is vacuous); None: when it looks like probabilities (`is_distribution`).
+        implementation: the reference's own float32 rounding error on this output
+            (`pipeline.gate.noise.ImplementationNoise.max_abs`), allowed `tolerance.implementation_multiplier` times.
     """
     got, want = np.asarray(got), np.asarray(want)
     if got.shape != want.shape:
@@ -324,14 +313,16 @@ def compare_output(name: str, got: np.ndarray, want: np.ndarray, tolerance: Tole
     if want.dtype.kind in "USO" or got.dtype.kind in "USO":
         return _compare_strings(name, got, want)
     if want.dtype.kind in "fc":
-        return _compare_floats(name, got, want, tolerance, noise, is_distribution(want) if decides is None else decides)
+        return _compare_floats(name, got, want, tolerance, noise, is_distribution(want) if decides is None else decides,
+                               implementation)
     return _compare_integers(name, got, want, tolerance, scores, score_noise,
                              None if values is None else np.asarray(values, dtype=np.float64))
 
 
 def compare_outputs(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray], tolerance: Tolerance,
                     index_scores: Mapping[str, str] | None = None, noise: Mapping[str, float] | None = None,
-                    decisions: Collection[str] = ()) -> tuple[OutputParity, ...]:
+                    decisions: Collection[str] = (),
+                    implementation_noise: Mapping[str, float] | None = None) -> tuple[OutputParity, ...]:
     """Compare every output of the reference `want` with `got`, matched by name (never by position).
 
     Args:
@@ -344,6 +335,8 @@ def compare_outputs(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray
             (`pipeline.gate.validate.reference_noise`); None: 0.
         decisions: float outputs whose argmax is a decision (the task's score output), besides those an index
             output points into and those that look like probabilities (`is_distribution`).
+        implementation_noise: {output: the reference's own float32 rounding error on it}
+            (`pipeline.gate.noise.implementation_noise`); None: 0.
 
     Returns:
         One row per reference output, in `want`'s order.
@@ -366,7 +359,8 @@ def compare_outputs(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray
                                    None if scores is None else np.asarray(scores, dtype=np.float64),
                                    noise.get(name, 0.0), noise.get(score_name, 0.0),
                                    want.get(selected.get(name, "")),
-                                   True if name in decisions or name in pairs.values() else None))
+                                   True if name in decisions or name in pairs.values() else None,
+                                   (implementation_noise or {}).get(name, 0.0)))
     return tuple(rows)
 
 

@@ -18,7 +18,7 @@ published) and the rest of the artifact stays; one that misses inside a shared f
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,8 @@ from tfship.core.saved_model import read_signatures
 from tfship.pipeline.config import ValidateSection
 from tfship.pipeline.conversion.artifacts import Artifact, RuntimeRunner, SignatureCarriage, artifact_kinds
 from tfship.pipeline.gate.compare import compare_outputs
+from tfship.pipeline.gate.float64 import float64_outputs
+from tfship.pipeline.gate.noise import ImplementationNoise, implementation_noise
 from tfship.pipeline.gate.validate import ReferenceNoise, noise_hint, reference_noise, run_batched, tolerance_for
 from tfship.serving.runtimes.onnx import signature_files as onnx_files
 
@@ -132,17 +134,21 @@ class OtherSignatures:
 
     verdicts: {artifact: {signature: {checked, passed, reason, max_abs_error}}}; noise: {signature: {float
     output: `ReferenceNoise`}} (the SavedModel on that signature against itself, as
-    `pipeline.gate.validate.reference_noise`).
+    `pipeline.gate.validate.reference_noise`); implementation: {signature: {float output:
+    `ImplementationNoise`}} (the SavedModel's float32 rounding error on that signature, against float64).
     """
 
     verdicts: dict[str, dict[str, dict[str, Any]]]
     noise: dict[str, dict[str, ReferenceNoise]]
+    implementation: dict[str, dict[str, ImplementationNoise]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """`parity.json`'s `signatures` (verdicts) and `signature_noise` ({signature: {output: noise}})."""
         return {"signatures": self.verdicts,
                 "signature_noise": {name: {output: asdict(value) for output, value in outputs.items()}
-                                    for name, outputs in self.noise.items()}}
+                                    for name, outputs in self.noise.items()},
+                "signature_implementation_noise": {name: {output: asdict(value) for output, value in outputs.items()}
+                                                   for name, outputs in self.implementation.items()}}
 
 
 def recorded_noise(parity_json: Path, signature_name: str) -> dict[str, float]:
@@ -155,9 +161,10 @@ def recorded_noise(parity_json: Path, signature_name: str) -> dict[str, float]:
 
 
 def _reference_answers(reference: Artifact, name: str, feed: dict[str, np.ndarray], settings: ValidateSection
-                       ) -> tuple[dict[str, np.ndarray], dict[str, ReferenceNoise]]:
-    """The SavedModel's answers on signature `name` at the largest batch size, and its own noise there: between
-    the configured batch sizes and across a repeated call (`pipeline.gate.validate.reference_noise`).
+                       ) -> tuple[dict[str, np.ndarray], dict[str, ReferenceNoise], dict[str, ImplementationNoise]]:
+    """The SavedModel's answers on signature `name` at the largest batch size, and its own noises there: between
+    the configured batch sizes and across a repeated call (`pipeline.gate.validate.reference_noise`), and its
+    float32 rounding error against the signature in float64 (`pipeline.gate.noise.implementation_noise`).
     """
     runner = runner_for(reference, name)
     try:
@@ -165,13 +172,16 @@ def _reference_answers(reference: Artifact, name: str, feed: dict[str, np.ndarra
         sizes = sorted({min(size, total) for size in settings.batch_sizes})
         by_batch = {size: run_batched(runner, feed, size) for size in sizes}
         largest = max(by_batch)
-        return by_batch[largest], reference_noise(by_batch, run_batched(runner, feed, largest))
+        truth, why_not = float64_outputs(Path(reference.path), feed, largest, name)
+        return (by_batch[largest], reference_noise(by_batch, run_batched(runner, feed, largest)),
+                implementation_noise(by_batch[largest], truth, why_not))
     finally:
         runner.close()
 
 
 def _judge(artifact: Artifact, name: str, feed: dict[str, np.ndarray], expected: dict[str, np.ndarray],
-           noise: dict[str, ReferenceNoise], settings: ValidateSection) -> dict[str, Any]:
+           noise: dict[str, ReferenceNoise], settings: ValidateSection,
+           implementation: dict[str, ImplementationNoise] | None = None) -> dict[str, Any]:
     """One artifact's answers on signature `name` at every batch size against the SavedModel's (`expected`),
     its mode's bound plus `validate.noise_multiplier` times the SavedModel's own noise; a miss names that noise,
     the batch sizes and the setting to change.
@@ -182,10 +192,11 @@ def _judge(artifact: Artifact, name: str, feed: dict[str, np.ndarray], expected:
     try:
         for batch_size in settings.batch_sizes:
             rows = compare_outputs(run_batched(runner, feed, batch_size), expected, tolerance,
-                                   noise={output: value.max_abs for output, value in noise.items()})
+                                   noise={output: value.max_abs for output, value in noise.items()},
+                                   implementation_noise={o: v.max_abs for o, v in (implementation or {}).items()})
             problems += [f"batch {batch_size}: {row.describe()}"
-                         + (f"; {noise_hint(noise.get(row.output), tolerance)}" if "outside tolerance" in row.detail
-                            else "") for row in rows if not row.passed]
+                         + (f"; {noise_hint(noise.get(row.output), tolerance, (implementation or {}).get(row.output))}"
+                            if "outside tolerance" in row.detail else "") for row in rows if not row.passed]
             worst = max([worst, *(r.max_abs_error for r in rows if not r.exact)])
     finally:
         runner.close()
@@ -207,10 +218,11 @@ def validate_other_signatures(reference: Artifact, candidates: list[Artifact], i
     restore_set_aside(Path(reference.path))
     expected: dict[str, dict[str, np.ndarray]] = {}
     noise: dict[str, dict[str, ReferenceNoise]] = {}
+    implementation: dict[str, dict[str, ImplementationNoise]] = {}
     for name in sorted(signatures):
         feed, _ = signature_feed(signatures[name], inputs)
         if name != DEFAULT_SIGNATURE and feed is not None:
-            expected[name], noise[name] = _reference_answers(reference, name, feed, settings)
+            expected[name], noise[name], implementation[name] = _reference_answers(reference, name, feed, settings)
     verdicts: dict[str, dict[str, dict[str, Any]]] = {}
     for artifact in candidates:
         for name in (s for s in carried_signatures(artifact) if s != DEFAULT_SIGNATURE and s in signatures):
@@ -218,11 +230,11 @@ def validate_other_signatures(reference: Artifact, candidates: list[Artifact], i
             row: dict[str, Any] = {"checked": feed is not None, "passed": True, "reason": why, "max_abs_error": 0.0}
             if feed is not None:
                 try:
-                    row |= _judge(artifact, name, feed, expected[name], noise[name], settings)
+                    row |= _judge(artifact, name, feed, expected[name], noise[name], settings, implementation[name])
                 except Exception as err:  # noqa: BLE001 - a runtime failure is this signature's verdict
                     row |= {"passed": False, "reason": f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"}
             own = _own_file(artifact, name)
             if own is not None and not row["passed"]:
                 row["set_aside"] = set_aside(own)  # the artifact's other files stay
             verdicts.setdefault(artifact.name, {})[name] = row
-    return OtherSignatures(verdicts, noise)
+    return OtherSignatures(verdicts, noise, implementation)

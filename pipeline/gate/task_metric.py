@@ -1,8 +1,11 @@
 """The task metric the parity gate judges quantized artifacts by, for any contract.
 
 * classification: accuracy (%) of a prediction output against integer labels. The prediction output
-  is an integer index output `[B]` (taken as is) or a float score output `[B, C]` (argmax over the
-  last axis). Higher is better; the gate allows a drop of N percentage points.
+  is an integer index output `[B]` (taken as is), a float score output `[B, C]` (argmax over the
+  last axis), or a one-column float output `[B, 1]` / `[B]`: a binary decision at its threshold
+  (`validate.binary_threshold`; by default 0.5 when every SavedModel value lies in [0, 1], a sigmoid
+  probability, else 0, a logit), never an argmax over one column. Higher is better; the gate allows a
+  drop of N percentage points. 0/1 float labels with a one-column output are classes too.
 * regression: mean absolute error of a float prediction output against float labels of the same
   shape. Lower is better; the gate allows an increase of a fraction of the labels' standard deviation
   (so the bound has the labels' unit).
@@ -31,7 +34,8 @@ class TaskMetric:
 
     kind: `classification` or `regression`; prediction: the output scored; labels: [N] int (classes) or
     [N, ...] float (targets); label_source: `labels` (user's) or `reference` (SavedModel predictions);
-    label_std: standard deviation of float labels (regression bound unit), 1.0 for classification.
+    label_std: standard deviation of float labels (regression bound unit), 1.0 for classification;
+    threshold: the decision threshold of a one-column score output (None: argmax or an index output).
     """
 
     kind: str
@@ -39,6 +43,7 @@ class TaskMetric:
     labels: np.ndarray
     label_source: str
     label_std: float = 1.0
+    threshold: float | None = None
 
     @property
     def name(self) -> str:
@@ -48,6 +53,8 @@ class TaskMetric:
     def predicted_class(self, outputs: Mapping[str, np.ndarray]) -> np.ndarray:
         """[N] predicted classes (classification only)."""
         value = np.asarray(outputs[self.prediction])
+        if self.threshold is not None and value.dtype.kind == "f":
+            return (value.reshape(len(value)) > self.threshold).astype(np.int64)
         return value if value.dtype.kind in "iu" else np.argmax(value, axis=-1)
 
     def score_classes(self, predicted: np.ndarray) -> float:
@@ -57,7 +64,7 @@ class TaskMetric:
     def score(self, outputs: Mapping[str, np.ndarray]) -> float:
         """Accuracy in % (classification) or mean absolute error in label units (regression)."""
         if self.kind == "classification":
-            return 100.0 * float(np.mean(self.predicted_class(outputs) == self.labels))
+            return self.score_classes(self.predicted_class(outputs))
         value = np.asarray(outputs[self.prediction], dtype=np.float64).reshape(self.labels.shape)
         return float(np.mean(np.abs(value - self.labels)))
 
@@ -142,7 +149,34 @@ def _classification_output(reference: Mapping[str, np.ndarray], preferred: str |
     if indices:
         return indices[0]
     scores = [n for n, v in reference.items() if v.dtype.kind == "f" and v.ndim == 2 and v.shape[1] > 1]
-    return scores[0] if scores else None
+    binary = [n for n, v in reference.items() if one_column(v)]
+    return scores[0] if scores else binary[0] if binary else None
+
+
+def one_column(value: np.ndarray) -> bool:
+    """Whether an output is one score per row: float [N, 1] or [N]."""
+    value = np.asarray(value)
+    return value.dtype.kind == "f" and (value.ndim == 1 or (value.ndim == 2 and value.shape[1] == 1))
+
+
+def binary_threshold(value: np.ndarray, configured: float | None = None) -> float:
+    """The decision threshold of a one-column output: `configured`, else 0.5 when every finite value lies in
+    [0, 1] (a sigmoid probability), else 0.0 (a logit).
+    """
+    if configured is not None:
+        return configured
+    finite = np.asarray(value, dtype=np.float64)
+    finite = finite[np.isfinite(finite)]
+    return 0.5 if finite.size and np.all((finite >= 0.0) & (finite <= 1.0)) else 0.0
+
+
+def _binary_labels(labels: np.ndarray | None, reference: Mapping[str, np.ndarray], prediction: str | None) -> bool:
+    """Float labels that are all 0 or 1 while the output to score is one column: classes, not targets."""
+    if labels is None or np.asarray(labels).dtype.kind != "f":
+        return False
+    name = prediction or _classification_output(reference, None)
+    values = np.unique(np.asarray(labels))
+    return name in reference and one_column(reference[name]) and bool(np.all(np.isin(values, (0.0, 1.0))))
 
 
 def _regression_output(reference: Mapping[str, np.ndarray], labels: np.ndarray | None,
@@ -156,7 +190,7 @@ def _regression_output(reference: Mapping[str, np.ndarray], labels: np.ndarray |
 
 
 def infer_task(reference: Mapping[str, np.ndarray], labels: np.ndarray | None, task: str = "auto",
-               prediction: str | None = None) -> TaskMetric:
+               prediction: str | None = None, threshold: float | None = None) -> TaskMetric:
     """Pick the task metric from the declared setting, the labels' dtype and the reference outputs.
 
     Args:
@@ -166,18 +200,24 @@ def infer_task(reference: Mapping[str, np.ndarray], labels: np.ndarray | None, t
             classification when an index or score output exists, else regression), `classification` or
             `regression`.
         prediction: the output to score; None picks the first index output, else the first float [N, C]
-            output (classification), or the first float output with as many values as the labels (regression).
+            output, else the first one-column float output (classification), or the first float output with
+            as many values as the labels (regression).
+        threshold: `validate.binary_threshold` (one-column outputs; None: `binary_threshold` picks 0.5 or 0).
 
     Raises:
         ParityError: no output fits the task, or the named output does not exist.
     """
     if task == "auto":
         if labels is not None:
-            task = "classification" if np.asarray(labels).dtype.kind in "iub" else "regression"
+            task = "classification" if np.asarray(labels).dtype.kind in "iub" or _binary_labels(
+                labels, reference, prediction) else "regression"
         else:
             task = "classification" if _classification_output(reference, prediction) else "regression"
     name = (_classification_output(reference, prediction) if task == "classification"
             else _regression_output(reference, labels, prediction))
+    if name in reference and task == "classification" and one_column(reference[name]) and labels is not None \
+            and not np.all(np.isin(np.unique(np.asarray(labels)), (0, 1))):
+        name = None  # one score per row decides between two classes only
     if name is None or name not in reference:
         raise ParityError(f"validate: no output fits a {task} metric (prediction output {name!r}; outputs "
                           f"{ {k: (str(v.dtype), list(v.shape)) for k, v in reference.items()} }); set "
@@ -185,9 +225,11 @@ def infer_task(reference: Mapping[str, np.ndarray], labels: np.ndarray | None, t
     if task == "classification":
         source = "labels" if labels is not None else "reference"
         value = reference[name]
-        truth = np.asarray(labels).astype(np.int64).reshape(-1) if labels is not None else (
-            value if value.dtype.kind in "iu" else np.argmax(value, axis=-1))
-        return TaskMetric("classification", name, truth, source)
+        cut = binary_threshold(value, threshold) if one_column(value) else None
+        metric = TaskMetric("classification", name, np.zeros(len(value), np.int64), source, threshold=cut)
+        truth = np.asarray(labels).astype(np.int64).reshape(-1) if labels is not None else \
+            metric.predicted_class(reference)
+        return TaskMetric("classification", name, truth, source, threshold=cut)
     truth = np.asarray(labels if labels is not None else reference[name], dtype=np.float64)
     if truth.size != reference[name].size:
         raise ParityError(f"validate: labels hold {truth.size} values, output '{name}' {reference[name].size}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tfship.pipeline.gate.parity_lines import judgement_lines
 from tfship.pipeline.orchestration.outcomes import OutcomeStatus
 from tfship.pipeline.orchestration.reasons import first_line, table_cell
 from tfship.pipeline.orchestration.stages import RunFolder, StageRecord
@@ -188,6 +189,7 @@ def write_report(run: RunFolder, summary: dict[str, Any]) -> tuple[Path, Path]:
                   f"{parity.get('label_source', 'labels')}; SavedModel: "
                   f"{parity.get('reference_metric', float('nan')):.4g}; {parity.get('samples')} rows"]
         lines += _artifact_lines(summary, parity)
+        lines += judgement_lines(parity)
     lines += ["", "| conversion | status | recipe | reason |", "|---|---|---|---|"]
     lines += [f"| {table_cell(c['name'])} | {c['status']} | {table_cell(c.get('recipe') or '-')} "
               f"| {table_cell(first_line(c['reason']))} |"

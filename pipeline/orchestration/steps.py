@@ -291,7 +291,7 @@ def validate_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits
     report = validate_artifacts(reference, candidates, contract, data.inputs, data.labels, config.parity,
                                 config.convert.required)
     others = validate_other_signatures(reference, candidates, data.inputs, config.parity)
-    judged = VALIDATE.save(run, report.with_other_signatures(others.verdicts, others.noise))
+    judged = VALIDATE.save(run, report.with_other_signatures(others.verdicts, others.noise, others.implementation))
     raise_if_failed(report)
     if not judged.passed:
         raise ParityError("parity gate failed: " + " | ".join(

@@ -89,7 +89,7 @@ def test_task_metric_follows_the_contract():
     assert (regression.kind, regression.score(reference)) == ("regression", pytest.approx(1 / 3))
     assert infer_task(reference, None, "auto", None).label_source == "reference"
     with pytest.raises(ParityError, match="no output fits a classification metric"):
-        infer_task({"price": reference["price"]}, np.array([1, 0, 1]), "classification", None)
+        infer_task({"price": reference["price"]}, np.array([1, 0, 2]), "classification", None)
 
 
 def test_index_outputs_are_tie_aware_and_strings_exact():

@@ -46,6 +46,10 @@ def test_the_docs_tolerance_table_states_the_config_defaults():
     text = " ".join(DOC.read_text(encoding="utf-8").split())
     assert f"at most {100 * v.quantized_outlier_fraction:g} % of an output's elements" in text
     assert f"(`validate.noise_multiplier`, default {v.noise_multiplier:g})" in text
+    assert f"k = {v.implementation_noise_multiplier:g} (`validate.implementation_noise_multiplier`)" in float32
+    assert f"(`validate.implementation_noise_multiplier`, default {v.implementation_noise_multiplier:g}" in text
+    assert f"`validate.confidence` (default {v.confidence:g})" in text
+    assert f"`validate.undecided` decides (default `{v.undecided}`" in text
     assert f"more than {100 * v.max_tie_share:g} % of the rows (`validate.max_tie_share`)" in text
     assert (f"`export.batch_independence_tolerance` (default {ExportSection().batch_independence_tolerance:g} "
             in text)

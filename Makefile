@@ -212,6 +212,7 @@ BENCH_QUICK ?=
 BENCH_PROFILE_S ?= 0
 bench-serve: setup
 	BENCH_QUICK=$(BENCH_QUICK) BENCH_PROFILE_S=$(BENCH_PROFILE_S) $(PY) -m bench.serve.run_bench --out bench/results
+	$(PY) -m bench.serve.shadow_tracing --out bench/results
 
 # Issue 33: primary throughput and latency with a 100 % shadow, and with tracing sampled at 1 % and 100 %, against
 # the same server without either; the shadow's hand-over cost per request. bench/results/shadow-tracing-latest.*

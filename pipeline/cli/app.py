@@ -80,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     promote.add_argument("--config", type=cli_path, help="pipeline TOML whose held-out split is the task data")
     promote.add_argument("--max-metric-drop", type=float, default=0.01, help="how much lower (absolute accuracy) "
                          "the candidate may score than stable (TFX change_threshold); default 0.01")
+    promote.add_argument("--task", choices=["classification", "binary", "regression"], default="classification",
+                         help="the metric judged (core.tasks): accuracy, AUC or MAE; --max-metric-drop is in its unit")
     promote.add_argument("--force", action="store_true", help="move the label even when the evidence refuses "
                          "(recorded as forced)")
     promote.set_defaults(func=commands.cmd_promote)

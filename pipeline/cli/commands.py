@@ -253,16 +253,18 @@ def cmd_promote(args: argparse.Namespace) -> int:
 
     held_out = None
     if args.data is not None:
-        with np.load(args.data) as data:
-            if not {"x", "y"} <= set(data.files):
-                raise ConfigError(f"--data {args.data}: needs arrays 'x' and 'y', has {sorted(data.files)}")
-            held_out = (data["x"], data["y"])
+        with np.load(args.data, allow_pickle=False) as data:
+            if "y" not in data.files or len(data.files) < 2:
+                raise ConfigError(f"--data {args.data}: needs 'y' and 'x' (or one array per input name), has "
+                                  f"{sorted(data.files)}")
+            named = {name: data[name] for name in data.files if name != "y"}
+            held_out = (named["x"] if list(named) == ["x"] else named, data["y"])
     elif args.label == "stable":
         from tfship.pipeline.data.splits import held_out_digits
 
         held_out = held_out_digits(1_000_000, args.config)
     record = promote(args.repository, args.model, args.version, args.label, held_out=held_out,
-                     max_metric_drop=args.max_metric_drop, force=args.force)
+                     max_metric_drop=args.max_metric_drop, force=args.force, task=args.task)
     evidence = record["evidence"]
     console.print(f"{args.model} v{args.version} is now {args.label!r} in {args.repository}"
                   + (f" (was v{record['previous']})" if record["previous"] is not None else "")

@@ -92,6 +92,9 @@ def task_metrics(task: str, outputs: np.ndarray, labels: np.ndarray) -> dict[str
     if task == "classification":
         if outputs.ndim != 2 or outputs.shape[0] != len(labels):
             raise ValueError(f"classification outputs must be [N, C] for {len(labels)} labels; got {outputs.shape}")
+        if len(labels) and (labels.min() < 0 or labels.max() >= outputs.shape[1]):
+            raise ValueError(f"class labels must lie in [0, {outputs.shape[1]}) for {outputs.shape[1]} scores; got "
+                             f"{int(labels.min())}..{int(labels.max())}")
         shifted = outputs - outputs.max(axis=1, keepdims=True)
         log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
         return {"accuracy": float(np.mean(outputs.argmax(axis=1) == labels)),

@@ -85,6 +85,9 @@ class DataSection(_Section):
                               "first epoch: none, memory, or a file path prefix (tf.data cache file).")
     sample_size: int = Field(2000, ge=1, description="Streaming sources: records of the test split the gate, "
                              "warm-up and `tfship query` use, and of the train split normalisation is adapted on.")
+    split_key: str | None = Field(None, description="Streaming sources: hash this feature (TFRecord, a declared "
+                                  "scalar) or column (CSV) for the split instead of the whole record, so records "
+                                  "sharing a key (a user, a session) stay in one split.")
     skip_corrupt: bool = Field(False, description="Streaming sources: skip corrupt or malformed records and count "
                                "them (train.json `input.skipped_records`) instead of stopping with exit 2.")
 

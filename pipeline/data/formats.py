@@ -44,6 +44,7 @@ class TFRecordFormat:
     kind: str = "tfrecord"
     categorical: dict[str, tuple[str, ...]] = field(default_factory=dict)
     feature_names: tuple[str, ...] = ()
+    key_dtypes: dict[str, str] = field(default_factory=dict)  # scalar features usable as data.split_key
 
     @property
     def example_shape(self) -> tuple[int, ...]:
@@ -64,6 +65,16 @@ class TFRecordFormat:
         parsed = tf.io.parse_example(batch, spec)
         label = parsed[self.label]
         return parsed[self.feature], label if label.dtype == tf.string else tf.strings.as_string(label)
+
+    def split_keys(self, batch, key: str):
+        """The split key of serialized records [B] as strings [B] (`data.split_key`, a declared scalar feature)."""
+        import tensorflow as tf
+
+        dtype = self.key_dtypes.get(key)
+        if dtype is None:
+            raise DatasetError(f"data.split_key: {key!r} needs a scalar entry in data.feature_spec (int64 or string)")
+        value = tf.io.parse_example(batch, {key: tf.io.FixedLenFeature([], tf.as_dtype(dtype))})[key]
+        return value if value.dtype == tf.string else tf.strings.as_string(value)
 
     def where(self, index: int, offset: int | None) -> str:
         """A record's place in its file: 1-based record number and the byte offset of its frame."""
@@ -98,7 +109,8 @@ def tfrecord_format(config, files: Sequence[str]) -> TFRecordFormat:
     label = spec.get(config.label)
     return TFRecordFormat(names[0], feature.dtype, tuple(feature.shape), config.label,
                           label.dtype if label is not None else "int64", kinds.pop() if kinds else "",
-                          config.input_name or names[0])
+                          config.input_name or names[0],
+                          key_dtypes={n: s.dtype for n, s in spec.items() if not s.shape and s.dtype != "float32"})
 
 
 @dataclass(frozen=True)
@@ -179,6 +191,15 @@ class CsvFormat:
 
         open_columns = {c for c, v in self.categorical.items() if not v}
         return replace(self, columns=tuple(c for c in self.columns if c not in open_columns))
+
+    def split_keys(self, batch, key: str):
+        """Column `key` of CSV lines [B] as strings [B] (`data.split_key`)."""
+        import tensorflow as tf
+
+        if key not in self.header:
+            raise DatasetError(f"data.split_key: no column {key!r}; the header has {list(self.header)}")
+        (values,) = tf.io.decode_csv(batch, [tf.constant([], tf.string)], select_cols=[self.header.index(key)])
+        return values
 
     def raw_columns(self, batch):
         """The label and categorical columns as strings, for the scan's vocabularies: {column: string [B]}."""

@@ -245,7 +245,8 @@ def _bad_in_batch(fmt, parse, file, batch, index, offset, err, skip_corrupt, tal
         except tf.errors.InvalidArgumentError as row_err:
             good[row] = False
             record_offset = None if offset is None else offset + int(lengths[:row].sum()) + fmt_framing(fmt) * row
-            message = f"{file}: {fmt.where(index + row, record_offset)}: {_first_line(row_err)}"
+            shown = f" {batch[row].numpy().decode(errors='replace')[:120]!r}" if fmt.kind == "csv" else ""
+            message = f"{file}: {fmt.where(index + row, record_offset)}{shown}: {_first_line(row_err)}"
             if not skip_corrupt:
                 raise DatasetError(message) from None
             tally.bad.setdefault(file_index, []).append(index + row)
@@ -278,5 +279,8 @@ def _first_line(err) -> str:
     import re
 
     text = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", getattr(err, "message", str(err)))
+    text = text.replace("\\'", "'")
     lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith(_NOISE)]
-    return (lines[0] if lines else type(err).__name__)[:300]
+    first = lines[0] if lines else type(err).__name__
+    asserted = re.match(r"assertion failed: \[(.*?)\s*\](?: \[|$)", first)  # tf.debugging.assert_*: its message only
+    return (asserted.group(1) if asserted else first)[:300]

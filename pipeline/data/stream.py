@@ -29,21 +29,28 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class HashSplit:
-    """Which hash buckets go where: bucket < train_below: train; < validation_below: validation; else test."""
+    """Which hash buckets go where: bucket < train_below: train; < validation_below: validation; else test.
+
+    `key` (`data.split_key`): hash that feature or column of each record (read by `format.split_keys`)
+    instead of the record's bytes.
+    """
 
     train_below: int
     validation_below: int
+    key: str | None = None
+    format: Any = None
 
     @classmethod
-    def from_fractions(cls, validation: float, test: float) -> HashSplit:
+    def from_fractions(cls, validation: float, test: float, key: str | None = None, fmt: Any = None) -> HashSplit:
         train = round((1.0 - validation - test) * HASH_BUCKETS)
-        return cls(train, train + round(validation * HASH_BUCKETS))
+        return cls(train, train + round(validation * HASH_BUCKETS), key, fmt)
 
     def split_ids(self, records):
         """Split id (0 train, 1 validation, 2 test) int32 [B] of raw records string [B]."""
         import tensorflow as tf
 
-        bucket = tf.strings.to_hash_bucket_fast(records, HASH_BUCKETS)
+        hashed = records if self.key is None else self.format.split_keys(records, self.key)
+        bucket = tf.strings.to_hash_bucket_fast(hashed, HASH_BUCKETS)
         return tf.cast(bucket >= self.train_below, tf.int32) + tf.cast(bucket >= self.validation_below, tf.int32)
 
 

@@ -7,6 +7,7 @@ split, the class names when none are declared, the CSV categories, and stops on 
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -55,15 +56,39 @@ def load_stream_splits(config, seed: int, cache_dir: Path | None = None,
                        say: Callable[[str], None] | None = None):
     """Train, validation and test `StreamSplit`s of a streaming source, with bounded samples.
 
+    In a process that will join a cluster (TF_CONFIG set) whose TensorFlow runtime has not started yet, the
+    work runs in a spawned child process: MultiWorkerMirroredStrategy must configure collectives before
+    TensorFlow's runtime starts, and the scan and samples would start it. The splits come back as plain
+    values (formats, file names, counts, NumPy samples).
+
     Args:
         config: the `DataSection`.
         seed: unused by the hash split (it is stable by design); kept for the caller's signature.
         cache_dir: where the scan's result is cached (None: not cached).
-        say: progress line sink.
+        say: progress line sink (stderr in a child process).
 
     Raises:
         DatasetError: any file, record or label error (named), or a split with no records.
     """
+    if os.environ.get("TF_CONFIG") and not _tensorflow_started():
+        import multiprocessing
+
+        with multiprocessing.get_context("spawn").Pool(1) as pool:
+            return pool.apply(_load_stream_splits, (config, seed, cache_dir))
+    return _load_stream_splits(config, seed, cache_dir, say)
+
+
+def _tensorflow_started() -> bool:
+    import sys as _sys
+
+    if "tensorflow" not in _sys.modules:
+        return False
+    from tensorflow.python.eager import context
+
+    return bool(context.context()._initialized)
+
+
+def _load_stream_splits(config, seed: int, cache_dir: Path | None = None, say: Callable[[str], None] | None = None):
     from tfship.pipeline.data.scan import cached_scan, scan, scan_key
     from tfship.pipeline.data.split_types import DatasetSplits
     from tfship.pipeline.data.stream import HashSplit, StreamSplit
@@ -80,8 +105,10 @@ def load_stream_splits(config, seed: int, cache_dir: Path | None = None,
         sets = file_sets(config)
     every = tuple(f for files in sets.values() for f in files)
     fmt = record_format(config, every, folder_classes)
-    hash_split = HashSplit.from_fractions(config.validation_fraction, config.test_fraction) if "all" in sets \
-        else None
+    if config.split_key is not None and not hasattr(fmt, "split_keys"):
+        raise DatasetError(f"data.split_key: not available for data.source = {config.source!r} (TFRecord, CSV)")
+    hash_split = HashSplit.from_fractions(config.validation_fraction, config.test_fraction, config.split_key,
+                                          fmt) if "all" in sets else None
     order = [(files, None if name == "all" else ("train", "validation", "test").index(name))
              for name, files in sets.items()]
     scan_fmt = fmt.for_scan() if hasattr(fmt, "for_scan") else fmt
@@ -118,5 +145,6 @@ def load_stream_splits(config, seed: int, cache_dir: Path | None = None,
 
 def _stream_summary(config, sets, fmt, result) -> dict:
     return {"source": config.source, "format": fmt.kind, "files": {k: len(v) for k, v in sets.items()},
-            "split": "hash of the record bytes" if "all" in sets else "separate file sets",
+            "split": ("separate file sets" if "all" not in sets else "hash of the record bytes"
+                      if config.split_key is None else f"hash of {config.split_key!r}"),
             "scan": replace(result, bad_records={}).to_json(), "sample_size": config.sample_size}

@@ -32,6 +32,38 @@ def training_dataset(split, data, batch_size: int, seed: int, shard: tuple[int, 
                         cache=data.cache, repeat=True)
 
 
+def training_iterator(runtime, splits, config, global_batch: int, start_step: int):
+    """(iterator, step input signature, evaluation input spec) of the train split under `runtime`.
+
+    One process: the endless dataset's iterator (checkpointed with the model: its position survives a
+    resume). A distributed in-memory split is batched with the global batch and split per replica by
+    tf.distribute (AutoShardPolicy.DATA); a distributed streamed split reads per worker
+    (`distributed_stream`). The data position of a distributed run is its step: the same seeded, repeated
+    stream from the start, less the batches already trained on (a distributed iterator is not checkpointable).
+    """
+    import tensorflow as tf
+
+    train = splits.train
+    spec = tf.TensorSpec([None, *train.images.shape[1:]], tf.as_dtype(train.images.dtype), name=splits.input_name)
+    if runtime.kind != "default" and is_streamed(train):
+        distributed = distributed_stream(runtime, train, config, global_batch, start_step)
+        return iter(distributed), list(distributed.element_spec), spec
+    per_call = config.data.batch_size if runtime.kind == "default" else global_batch
+    dataset = training_dataset(train, config.data, per_call, config.run.seed)
+    if runtime.kind != "default" and start_step:
+        dataset = dataset.skip(start_step)
+    if config.train.assert_inputs:
+        from tfship.pipeline.training.train_checks import input_assertions
+
+        dataset = dataset.map(input_assertions(len(splits.class_names), train.images.shape[1:]))
+    if runtime.kind == "default":
+        return iter(dataset), [spec, tf.TensorSpec([None], tf.int64, name="label")], spec
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    distributed = runtime.strategy.experimental_distribute_dataset(dataset.with_options(options))
+    return iter(distributed), list(distributed.element_spec), spec
+
+
 def distributed_stream(runtime, split, config, global_batch: int, start_step: int):
     """A streamed train split under a tf.distribute strategy: `distribute_datasets_from_function`, each input
     pipeline (one per worker) reading its own shard of the files (`StreamSplit.dataset(shard=...)`: by file

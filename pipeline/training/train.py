@@ -198,18 +198,8 @@ class _Loop:
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
             self.sums = tf.Variable([0.0, 0.0, 0.0], dtype=tf.float64, trainable=False, name="epoch_sums")
             self.early = tf.Variable([math.nan, 0.0], dtype=tf.float64, trainable=False, name="early_stopping")
-        # A distributed dataset is batched with the global batch and split per replica by tf.distribute.
-        per_call = config.data.batch_size if self.runtime.kind == "default" else self.batch
-        self.dataset = data_inputs.training_dataset(splits.train, config.data, per_call, config.run.seed)
-        if self.runtime.kind != "default" and self.start_step:
-            # The data position of a distributed run is its step: the same seeded, repeated stream from the start,
-            # less the global batches already trained on (a distributed iterator is not checkpointable).
-            self.dataset = self.dataset.skip(self.start_step)
-        if config.train.assert_inputs:
-            from tfship.pipeline.training.train_checks import input_assertions
-
-            self.dataset = self.dataset.map(input_assertions(len(splits.class_names), splits.train.images.shape[1:]))
-        self._make_iterator()
+        self.iterator, self.signature, self.eval_spec = data_inputs.training_iterator(
+            self.runtime, splits, config, self.batch, self.start_step)
         tracked = {"model": self.model, "optimizer": self.optimizer, "step": self.step, "sums": self.sums,
                    "early": self.early}
         # Dropout RNG states are no Keras weights: checkpoint them too, so a resumed run draws the same masks.
@@ -222,29 +212,6 @@ class _Loop:
         self.checkpoint = tf.train.Checkpoint(**tracked)
         self.manager = tf.train.CheckpointManager(self.checkpoint, str(inputs.checkpoint_dir),
                                                   max_to_keep=config.train.keep_checkpoints, step_counter=self.step)
-
-    def _make_iterator(self) -> None:
-        import tensorflow as tf
-
-        splits = self.inputs.splits
-        spec = tf.TensorSpec([None, *splits.train.images.shape[1:]], tf.as_dtype(splits.train.images.dtype),
-                             name=splits.input_name)
-        self.eval_spec = spec
-        if self.runtime.kind == "default":
-            self.iterator = iter(self.dataset)
-            self.signature = [spec, tf.TensorSpec([None], tf.int64, name="label")]
-            return
-        if data_inputs.is_streamed(splits.train):  # each worker reads its own files (or records), see inputs
-            distributed = data_inputs.distributed_stream(self.runtime, splits.train, self.inputs.config, self.batch,
-                                                         self.start_step)
-            self.iterator = iter(distributed)
-            self.signature = list(distributed.element_spec)
-            return
-        options = tf.data.Options()
-        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-        distributed = self.runtime.strategy.experimental_distribute_dataset(self.dataset.with_options(options))
-        self.iterator = iter(distributed)
-        self.signature = list(distributed.element_spec)
 
     def say(self, line: str) -> None:
         self.notes.append(line)
@@ -380,6 +347,8 @@ class _Loop:
                    "debug": {"check_numerics": self.train.check_numerics, "assert_inputs": self.train.assert_inputs,
                              "run_eagerly": self.train.run_eagerly},
                    "input": self.meter.summary() | data_inputs.skipped_records(self.inputs.splits)}
+        if self.inputs.splits.stream:  # class names, counts and the scan, kept in the run folder (train.json)
+            details["data"] = self.inputs.splits.summary()
         from tfship.pipeline.training.model import without_recompute
 
         details["recompute"] = list(self.inputs.config.model.recompute)

@@ -46,11 +46,12 @@ def _all_ids(split) -> list[int]:
     return [int(v) for x, _ in split.dataset(64, training=False, seed=0) for v in x.numpy()[:, 0]]
 
 
-def test_gzip_shards_stream_every_record_once_in_a_stable_hash_split(tmp_path):
+@pytest.mark.parametrize(("compression", "suffix"), [("GZIP", ".gz"), ("ZLIB", ".zz")])
+def test_compressed_shards_stream_every_record_once_in_a_stable_hash_split(tmp_path, compression, suffix):
     for shard in range(6):
-        _write(tmp_path / f"part-{shard:03d}.tfrecord.gz",
-               [_example((float(shard * 100 + i), 1.0), i % 3) for i in range(40)], "GZIP")
-    config = _config(str(tmp_path / "part-*.tfrecord.gz"), batch_size=16)
+        _write(tmp_path / f"part-{shard:03d}.tfrecord{suffix}",
+               [_example((float(shard * 100 + i), 1.0), i % 3) for i in range(40)], compression)
+    config = _config(str(tmp_path / f"part-*.tfrecord{suffix}"), batch_size=16)
     splits = load_split_arrays(config, seed=0)
     ids = [_all_ids(part) for part in (splits.train, splits.validation, splits.test)]
     assert sorted(sum(ids, [])) == sorted(s * 100 + i for s in range(6) for i in range(40))
@@ -183,3 +184,60 @@ def test_worker_shards_are_disjoint_and_cover_the_split(tmp_path, files, by, cap
         assert len(ids) == len(set(ids)) == 30
     assert not seen[0] & seen[1] and len(seen[0] | seen[1]) == 60
     assert ("sharded by record" in caplog.text) == (by == "record")
+
+
+def test_split_key_keeps_records_sharing_a_key_in_one_split(tmp_path):
+    records = [_example((float(i), float(i // 5)), i % 2, key=i // 5) for i in range(300)]  # 60 keys, 5 each
+    _write(tmp_path / "data.tfrecord", records)
+    spec = SPEC | {"key": {"dtype": "int64", "shape": []}}
+    config = DataSection(source="tfrecord", path=tmp_path / "data.tfrecord", feature_spec=spec, features=("x",),
+                         split_key="key")
+    splits = load_split_arrays(config, seed=0)
+    keys = [{int(k) for x, _ in part.dataset(64, training=False, seed=0) for k in x.numpy()[:, 1]}
+            for part in (splits.train, splits.validation, splits.test)]
+    assert not (keys[0] & keys[1] or keys[0] & keys[2] or keys[1] & keys[2])
+    assert len(keys[0] | keys[1] | keys[2]) == 60 and all(keys)
+    assert len(splits.train) % 5 == 0 and splits.stream["split"] == "hash of 'key'"
+    by_bytes = load_split_arrays(config.model_copy(update={"split_key": None}), seed=0)
+    assert len(by_bytes.train) % 5 != 0 or len(by_bytes.test) != len(splits.test)  # not the same split
+    with pytest.raises(DatasetError, match=r"data\.split_key: 'x' needs a scalar entry"):
+        load_split_arrays(config.model_copy(update={"split_key": "x"}), seed=0)
+
+
+def test_the_samples_are_bounded_by_sample_size(tmp_path):
+    _write(tmp_path / "data.tfrecord", [_example((float(i), 0.0), i % 2) for i in range(400)])
+    splits = load_split_arrays(_config(tmp_path / "data.tfrecord", sample_size=25), seed=0)
+    assert len(splits.test) > 25 and splits.test.images.shape == (25, 2) and splits.test.labels.shape == (25,)
+    assert splits.train.images.shape == (25, 2)  # normalisation adapts on this sample
+    assert _all_ids(splits.test)[:25] == splits.test.images[:, 0].astype(int).tolist()  # the first, in file order
+
+
+def _csv(path, lines, header="a,b,colour,kind"):
+    path.write_text(header + "\n" + "\n".join(lines) + "\n")
+    return path
+
+
+def test_csv_streams_typed_columns_with_categories_found_by_the_scan(tmp_path):
+    lines = [f"{i},{i * 0.5},{('red', 'blue', 'green')[i % 3]},{('x', 'y')[i % 2]}" for i in range(200)]
+    _csv(tmp_path / "one.csv", lines[:100])
+    _csv(tmp_path / "two.csv", lines[100:])
+    config = DataSection(source="csv", path=str(tmp_path / "*.csv"), label="kind", categorical={"colour": ()})
+    splits = load_split_arrays(config, seed=0)
+    assert splits.class_names == ("x", "y") and len(splits.train) + len(splits.validation) + len(splits.test) == 200
+    assert splits.feature_names == ("a", "b", "colour=blue", "colour=green", "colour=red")
+    rows = np.concatenate([x.numpy() for x, _ in splits.test.dataset(32, training=False, seed=0)])
+    for row in rows:
+        i = int(row[0])
+        assert row[1] == pytest.approx(i * 0.5) and row[2:].tolist() == [float(c == ("red", "blue", "green")[i % 3])
+                                                                          for c in ("blue", "green", "red")]
+
+
+def test_csv_bad_value_and_unknown_category_name_file_and_line(tmp_path):
+    _csv(tmp_path / "bad.csv", ["1,2,red,x", "3,oops,red,y", "5,6,red,x"])
+    with pytest.raises(DatasetError, match=r"bad\.csv: line 3 '3,oops,red,y': .*not a valid float: oops"):
+        load_split_arrays(DataSection(source="csv", path=tmp_path / "bad.csv", features=("a", "b"), label="kind"),
+                          seed=0)
+    _csv(tmp_path / "colour.csv", ["1,2,red,x", "3,4,pink,y"])
+    with pytest.raises(DatasetError, match=r"colour\.csv: line 3 '3,4,pink,y': column 'colour': a category outside \['red', 'blue'\]\.?$"):
+        load_split_arrays(DataSection(source="csv", path=tmp_path / "colour.csv", features=("a", "colour"),
+                                      label="kind", categorical={"colour": ("red", "blue")}), seed=0)

@@ -158,3 +158,37 @@ def test_our_saved_model_loader_prints_no_deprecation_notice(tmp_path):
     ours, theirs = done.stderr.split("LOADED-OURS")
     assert "is deprecated" not in ours
     assert "is deprecated" in theirs
+
+
+@pytest.mark.slow
+def test_two_workers_train_on_streamed_shards_each_reading_its_own_files(shards, tmp_path):
+    """multi_worker on 8 TFRecord shards: two `tfship train` processes on loopback, each reading 4 of the files
+    (by file: files >= workers), train together to the same model quality as one process."""
+    import json
+    import socket
+
+    sockets = [socket.socket() for _ in range(2)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    workers = [f"127.0.0.1:{s.getsockname()[1]}" for s in sockets]
+    for s in sockets:
+        s.close()
+    settings = ["--set", "train.strategy=multi_worker", "--set", "train.epochs=4", "--set", "train.tensorboard=false",
+                "--set", "data.source=tfrecord", "--set", f"data.path={shards}", "--set", "data.input_name=image",
+                "--set", "data.features=[\"image\"]", "--set", "model.kind=mlp", "--set", "model.hidden_units=[64]",
+                "--set", 'data.feature_spec={image = {dtype = "float32", shape = [64]}}']
+    processes = []
+    for index in range(2):
+        tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+        env = {**os.environ, "TF_CONFIG": json.dumps(tf_config), "TF_CPP_MIN_LOG_LEVEL": "3", "COLUMNS": "300"}
+        command = [str(Path(sys.executable).with_name("tfship")), "train", *settings,
+                   "--runs-dir", str(tmp_path / f"worker{index}")]
+        processes.append(subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True))
+    outputs = [p.communicate(timeout=900)[0] for p in processes]
+    assert [p.returncode for p in processes] == [0, 0], "\n".join(o[-3000:] for o in outputs)
+    assert not any("sharded by record" in o for o in outputs)  # 8 files for 2 workers: by file
+    (chief,) = [p for p in (tmp_path / "worker0").iterdir() if not p.name.startswith(".")]
+    train = json.loads((chief / "train.json").read_text())
+    assert train["strategy"] == "multi_worker" and train["replicas"] == 2 and train["global_batch"] == 128
+    assert train["train_step_traces"] == 1 and train["test_accuracy"] > 0.8

@@ -1,7 +1,6 @@
 """Model factories that take named input specs (`InputSpec`), not one input shape: `tabular` and `recommender`.
 
-Both are Keras 3 functional models of built-in layers only (so a `.keras` file reloads without custom
-objects), with one named input per spec (the exported signature's inputs) and a head per task
+Both are Keras 3 functional models with one named input per spec (the exported signature's inputs) and a head per task
 (`core.tasks`): classification logits float32 [B, C] (`logits`), binary a sigmoid probability float32
 [B, 1] (`probability`), regression float32 [B, 1] (`prediction`).
 
@@ -11,9 +10,11 @@ objects), with one named input per spec (the exported signature's inputs) and a 
   pooled over the non-padding ids, by masked mean (`GlobalAveragePooling1D`) or by attention with a
   query (the recommender's candidate item: Keras' dot-product `Attention`, padding masked).
 
-`Embedding` looks rows up with a gather, so its gradient is a `tf.IndexedSlices` holding only the rows a
-batch touched; a plain SGD update applies it row by row (`ResourceScatterSub`), so a step's cost does not
-grow with the table (Adam's moment update is dense in Keras 3 and touches every row).
+Ids go through `SparseEmbedding` (`pipeline/training/sparse_embedding.py`): a gather on the table variable
+itself, so a step reads only the batch's rows, its gradient is a `tf.IndexedSlices` of those rows, and a
+plain SGD update applies it row by row (`ResourceScatterSub`): a step's cost does not grow with the table
+(Adam's moment update is dense in Keras 3 and touches every row). Built-in layers otherwise, so a `.keras`
+file reloads once that module is imported (it registers the layer).
 """
 
 from __future__ import annotations
@@ -36,10 +37,9 @@ def _inputs(specs):
 
 
 def _embed(spec, tensor, dim: int):
-    import keras
+    from tfship.pipeline.training.sparse_embedding import SparseEmbedding
 
-    table = keras.layers.Embedding(spec.num_ids, dim, mask_zero=spec.kind == "sequence",
-                                   name=f"{spec.name}_embedding")
+    table = SparseEmbedding(spec.num_ids, dim, mask_zero=spec.kind == "sequence", name=f"{spec.name}_embedding")
     return table(tensor)
 
 

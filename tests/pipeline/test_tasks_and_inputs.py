@@ -200,3 +200,43 @@ def test_tabular_heads_follow_the_task(task, output, width):
     assert task_loss(task) is not None
     with pytest.raises(ValueError, match="expected one of"):
         tabular(specs, "ranking")
+
+
+def _traced_ops(layer_class) -> set[str]:
+    import keras
+    import tensorflow as tf
+
+    ids = keras.Input((), dtype="int64", name="user_id")
+    model = keras.Model(ids, keras.layers.Dense(1)(layer_class(1000, 4, name="table")(ids)))
+    optimizer = keras.optimizers.SGD(0.1)
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(model(x, training=True) ** 2)
+        optimizer.apply(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
+        return loss
+
+    graph = step.get_concrete_function(tf.TensorSpec([None], tf.int64)).graph.as_graph_def()
+    return {node.op for node in [*graph.node, *(n for f in graph.library.function for n in f.node_def)]}
+
+
+def test_sparse_embedding_reads_and_writes_only_the_batch_rows_and_reloads(tmp_path):
+    import keras
+
+    from tfship.pipeline.training.sparse_embedding import SparseEmbedding
+
+    ours, keras_own = _traced_ops(SparseEmbedding), _traced_ops(keras.layers.Embedding)
+    assert {"ResourceGather", "ResourceScatterSub"} <= ours
+    assert "ResourceGather" not in keras_own  # Keras' own lookup reads the whole table (then copies it on write)
+    ids = keras.Input((3,), dtype="int64", name="history")
+    model = keras.Model(ids, SparseEmbedding(50, 4, mask_zero=True, name="table")(ids))
+    plain = keras.layers.Embedding(50, 4, mask_zero=True)
+    plain.build((None, 3))
+    plain.set_weights(model.get_layer("table").get_weights())
+    batch = np.array([[1, 2, 0], [49, 0, 0]])
+    np.testing.assert_array_equal(model.predict(batch, verbose=0), plain(batch).numpy())
+    np.testing.assert_array_equal(model.get_layer("table").compute_mask(batch).numpy(), batch != 0)
+    model.save(tmp_path / "m.keras")
+    np.testing.assert_array_equal(keras.models.load_model(tmp_path / "m.keras").predict(batch, verbose=0),
+                                  model.predict(batch, verbose=0))

@@ -169,6 +169,12 @@ bench-input: setup
 bench-recommender: setup
 	$(PY) -m bench.train.recommender --out bench/results $(BENCH_RECOMMENDER_ARGS)
 
+# 1 M records from 8 shards: trained one epoch, AUC vs planted, shipped (SavedModel, ONNX, TFLite), served, and a
+# multi-input Predict over gRPC and REST from every artifact. bench/results/recommender-e2e-latest.{json,md}.
+.PHONY: bench-recommender-e2e
+bench-recommender-e2e: setup
+	$(PY) -m bench.train.recommender_e2e --out bench/results $(BENCH_RECOMMENDER_ARGS)
+
 # TensorBoard over every run's events (<run>/tensorboard); installs the viewer on first use.
 tensorboard: setup
 	@$(PY) -c "import tensorboard" 2>/dev/null || $(PY) -m pip install --quiet --disable-pip-version-check "tensorboard==2.21.0"

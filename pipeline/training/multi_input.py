@@ -7,7 +7,7 @@ Both are Keras 3 functional models with one named input per spec (the exported s
 * dense input [B, *shape] float32: flattened;
 * categorical input [B] int64: an `Embedding(num_ids, embedding_dim)` row [B, embedding_dim];
 * sequence input [B, length] int64 (0 = padding): an `Embedding(num_ids, embedding_dim, mask_zero=True)`
-  pooled over the non-padding ids, by masked mean (`GlobalAveragePooling1D`) or by attention with a
+  pooled over the non-padding ids, by masked mean (`MaskedMean`: 0 for an all-padding row) or by attention with a
   query (the recommender's candidate item: Keras' dot-product `Attention`, padding masked).
 
 Ids go through `SparseEmbedding` (`pipeline/training/sparse_embedding.py`): a gather on the table variable
@@ -41,6 +41,12 @@ def _embed(spec, tensor, dim: int):
 
     table = SparseEmbedding(spec.num_ids, dim, mask_zero=spec.kind == "sequence", name=f"{spec.name}_embedding")
     return table(tensor)
+
+
+def _masked_mean(name: str):
+    from tfship.pipeline.training.sparse_embedding import MaskedMean
+
+    return MaskedMean(name=name)
 
 
 def _head(hidden, task: str, num_classes: int):
@@ -89,8 +95,7 @@ def tabular(specs, task: str = "classification", num_classes: int = 2, *, embedd
         elif spec.kind == "categorical":
             parts.append(_embed(spec, tensor, embedding_dim))
         else:
-            parts.append(keras.layers.GlobalAveragePooling1D(name=f"{spec.name}_pool")(
-                _embed(spec, tensor, embedding_dim)))
+            parts.append(_masked_mean(f"{spec.name}_pool")(_embed(spec, tensor, embedding_dim)))
     return keras.Model(inputs, _head(_tower(parts, hidden_units, dropout), task, num_classes), name=name)
 
 
@@ -128,7 +133,7 @@ def recommender(specs, task: str = "binary", num_classes: int = 2, *, user: str 
         attended = keras.layers.Attention(name="history_attention")([query, history_vectors])
         pooled = keras.layers.Flatten(name="history_pooled")(attended)
     else:
-        pooled = keras.layers.GlobalAveragePooling1D(name="history_pooled")(history_vectors)
+        pooled = _masked_mean("history_pooled")(history_vectors)
     parts = [user_vector, item_vector, pooled, keras.layers.Dot(axes=1, name="user_item_dot")([user_vector,
                                                                                             item_vector])]
     for spec in specs:

@@ -32,22 +32,32 @@ WORK = ROOT / "bench" / "work" / "input"
 BATCH = 256
 
 
-def _rate(dataset) -> tuple[float, int]:
-    started, count = time.perf_counter(), 0
+def _rate(dataset) -> tuple[float, float, int]:
+    """(records per wall second, records per CPU second of this process's threads, records) of one full read."""
+    started, cpu, count = time.perf_counter(), time.process_time(), 0
     for inputs, *_ in dataset:
         count += int(inputs.shape[0])
-    return count / (time.perf_counter() - started), count
+    return count / (time.perf_counter() - started), count / max(time.process_time() - cpu, 1e-9), count
 
 
 def _median_rates(pipelines: dict, repeats: int) -> dict:
+    """Each pipeline read to its end `repeats` times, the pipelines interleaved (round-robin, the order rotated
+    each round so none always runs first); medians of records/s (wall) and records per CPU second. On a machine
+    shared with other jobs the wall rates swing with their load; CPU seconds count only the work done."""
     rates: dict[str, list[float]] = {name: [] for name in pipelines}
+    per_cpu: dict[str, list[float]] = {name: [] for name in pipelines}
     counts: dict[str, int] = {}
-    for _ in range(repeats):
-        for name, build in pipelines.items():
-            rate, counts[name] = _rate(build())
+    names = list(pipelines)
+    for round_index in range(repeats):
+        shift = round_index % len(names)
+        for name in names[shift:] + names[:shift]:
+            rate, cpu_rate, counts[name] = _rate(pipelines[name]())
             rates[name].append(rate)
+            per_cpu[name].append(cpu_rate)
     return {name: {"records_per_second": round(statistics.median(values)), "all": [round(v) for v in values],
-                   "records": counts[name]} for name, values in rates.items()}
+                   "records_per_cpu_second": round(statistics.median(per_cpu[name])),
+                   "all_per_cpu": [round(v) for v in per_cpu[name]], "records": counts[name]}
+            for name, values in rates.items()}
 
 
 def _tfship_split(fmt, files, classes, records):
@@ -135,8 +145,12 @@ seed = 42
 
 
 def _train(config: Path, label: str) -> dict:
+    """`tfship train --config` under the RSS sampler, its scan cache removed first (the run scans its data)."""
+    import shutil
+
     from bench.memory import run_sampled
 
+    shutil.rmtree(WORK / "runs" / ".data-scan", ignore_errors=True)
     log = WORK / f"{label}.log"
     env = os.environ | {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
     command = [sys.executable, "-m", "tfship.pipeline.cli", "train", "--config", str(config)]
@@ -200,11 +214,20 @@ shape = [8, 8, 1]''', cnn)
 
 
 def _ratio(rows: dict, ours: str, reference: str) -> dict:
-    """Ours / reference: of the medians, and the median of the per-round ratios (each round runs both back to
-    back, so a busy spell on this shared machine hits both alike)."""
+    """Ours / reference: of the median wall rates, the median of the per-round wall ratios (each round runs both
+    back to back, so a busy spell hits both alike), and of the median records per CPU second."""
     paired = [a / b for a, b in zip(rows[ours]["all"], rows[reference]["all"], strict=True)]
     return {"of_medians": round(rows[ours]["records_per_second"] / rows[reference]["records_per_second"], 3),
-            "median_paired": round(statistics.median(paired), 3), "paired": [round(r, 3) for r in paired]}
+            "median_paired": round(statistics.median(paired), 3), "paired": [round(r, 3) for r in paired],
+            "per_cpu_second": round(rows[ours]["records_per_cpu_second"] / rows[reference]["records_per_cpu_second"],
+                                    3)}
+
+
+def _carried(part: dict) -> list[str]:
+    run = part.get("carried_from")
+    if not run:
+        return []
+    return [f"(From an earlier run: `{run['command']}` at commit {run['host']['git_commit']}.)", ""]
 
 
 def write_report(results: dict, out: Path) -> list[Path]:
@@ -221,15 +244,19 @@ def write_report(results: dict, out: Path) -> list[Path]:
         if not part:
             continue
         lines += [f"## Throughput, {kind} ({part['records']:,} records, batch {BATCH}, median of "
-                  f"{results['repeats']})", "", "| pipeline | records/s | runs |", "| --- | ---: | --- |"]
-        lines += [f"| {name} | {row['records_per_second']:,} | {', '.join(f'{v:,}' for v in row['all'])} |"
-                  for name, row in part["rates"].items()]
-        lines += ["", "Ratios (target >= 0.9), median of the per-round ratios (of the medians; each round): " + "; ".join(
-            f"{k}: **{v['median_paired']}** ({v['of_medians']}; {', '.join(map(str, v['paired']))})"
-            for k, v in part["ratios"].items()), ""]
+                  f"{len(next(iter(part['rates'].values()))['all'])})", "", *_carried(results["throughput"]),
+                  "| pipeline | records/s | each run | records per CPU second |",
+                  "| --- | ---: | --- | ---: |"]
+        lines += [f"| {name} | {row['records_per_second']:,} | {', '.join(f'{v:,}' for v in row['all'])} | "
+                  f"{row['records_per_cpu_second']:,} |" for name, row in part["rates"].items()]
+        lines += ["", "| ratio (target >= 0.9) | median of per-round wall ratios | of median wall rates | each round "
+                  "| per CPU second |", "| --- | ---: | ---: | --- | ---: |"]
+        lines += [f"| {k} | **{v['median_paired']}** | {v['of_medians']} | {', '.join(map(str, v['paired']))} | "
+                  f"{v['per_cpu_second']} |" for k, v in part["ratios"].items()]
+        lines.append("")
     if "memory" in results:
         mem = results["memory"]
-        lines += ["## Peak resident memory of `tfship train` (process tree)", "",
+        lines += ["## Peak resident memory of `tfship train` (process tree)", "", *_carried(mem),
                   "| records | peak RSS MiB | wall s | steps | train records/s | input wait |",
                   "| ---: | ---: | ---: | ---: | ---: | ---: |"]
         for total, row in mem["runs"].items():
@@ -238,11 +265,11 @@ def write_report(results: dict, out: Path) -> list[Path]:
                          f"| {figures.get('records_per_second')} | {figures.get('input_wait_share')} |")
         lines += ["", f"10x records / 1x records peak: **{mem['ratio_large_to_small']}** (target {mem['target']}).", ""]
     if "input_wait" in results:
-        lines += ["## Input wait of the digits CNN (train.json `input`)", "",
+        lines += ["## Input wait of the digits CNN (train.json `input`)", "", *_carried(results["input_wait"]),
                   "| data | input-wait share | train records/s | steps | test accuracy | wall s |",
                   "| --- | ---: | ---: | ---: | ---: | ---: |"]
         for name, row in results["input_wait"].items():
-            if isinstance(row, dict):
+            if isinstance(row, dict) and "input" in row:
                 figures = row["input"] or {}
                 lines.append(f"| {name} | {figures.get('input_wait_share')} | {figures.get('records_per_second')} | "
                              f"{row['steps']} | {row['test_accuracy']:.4f} | {row['seconds']} |")
@@ -286,6 +313,14 @@ def main(argv: list[str] | None = None) -> int:
         results["input_wait"] = input_wait(args.epochs)
         print(json.dumps(results["input_wait"], indent=1), flush=True)
     results["seconds"] = round(time.perf_counter() - started, 1)
+    previous = args.out / "input-latest.json"
+    if previous.is_file():  # parts not run this time are kept from the last report, marked with its run
+        earlier = json.loads(previous.read_text())
+        for key in ("throughput", "memory", "input_wait"):
+            if key not in results and key in earlier:
+                results[key] = earlier[key] | {"carried_from": earlier.get("carried_from_run")
+                                               or {"command": earlier["command"], "host": earlier["host"]}}
+    results["carried_from_run"] = {"command": results["command"], "host": results["host"]}
     for path in write_report(results, args.out):
         print(f"wrote {path}")
     return 0

@@ -195,6 +195,14 @@ def _clock(seconds: float) -> str:
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
+def live_figures(meter: InputMeter) -> str:
+    """The progress bar's input figures so far in the run (" 12,345 rec/s wait 3%"); empty before any step."""
+    if not meter.steps:
+        return ""
+    summary = meter.summary()
+    return f" {summary['records_per_second']:,.0f} rec/s wait {summary['input_wait_share']:.0%}"
+
+
 def board_scalars(meter: InputMeter) -> dict[str, float]:
     """TensorBoard's input scalars: records/s and input-wait share so far (`InputMeter.summary`)."""
     summary = meter.summary()

@@ -387,7 +387,7 @@ class _Loop:
                            self.model.trainable_variables)
             if self.progress is not None:
                 self.progress.update(task, advance=1, description=f"train step {step}/{self.total_steps} "
-                                     f"loss {sums[0] / sums[2]:.4f}")
+                                     f"loss {sums[0] / sums[2]:.4f}{data_inputs.live_figures(self.meter)}")
             stop = False
             if step % self.steps_per_epoch == 0:
                 stop = self._end_epoch(steps, board, history, sums, step)

@@ -50,8 +50,10 @@ def _config(shards, **extra):
 
 
 def test_streamed_training_reports_input_figures_and_progress_lines(shards, tmp_path):
-    config = _config(shards, **{"train.progress_every_s": 0.001, "train.assert_inputs": True})
+    config = _config(shards, **{"train.progress_every_s": 0.001, "train.assert_inputs": True,
+                                "model.normalize": True, "data.sample_size": 300})
     splits = load_split_arrays(config.data, config.run.seed)
+    assert len(splits.train) > 300 and splits.train.images.shape == (300, 64)
     lines: list[str] = []
     result = train_model(TrainInputs(config, splits, tmp_path / "checkpoints", tmp_path / "tensorboard",
                                      log=lines.append))
@@ -61,6 +63,8 @@ def test_streamed_training_reports_input_figures_and_progress_lines(shards, tmp_
     assert figures["steps_measured"] == result.steps - 1 and figures["skipped_records"] == 0
     assert result.steps == 3 * (len(splits.train) // 64)
     assert result.test_accuracy > 0.85  # a 64-unit MLP on digits, 3 epochs: ~0.9-0.95
+    normalize = result.model.get_layer("normalize")  # adapted on the 300-record train sample, not the split
+    np.testing.assert_allclose(normalize.mean.numpy().ravel(), splits.train.images.mean(axis=0), atol=1e-5)
     progress = [line for line in lines if line.startswith("train: step ")]
     assert progress and all("records/s" in line and "input wait" in line and "ETA" in line for line in progress)
     assert progress[-1].startswith(f"train: step {result.steps}/{result.steps} epoch 3 loss ")
@@ -192,3 +196,30 @@ def test_two_workers_train_on_streamed_shards_each_reading_its_own_files(shards,
     train = json.loads((chief / "train.json").read_text())
     assert train["strategy"] == "multi_worker" and train["replicas"] == 2 and train["global_batch"] == 128
     assert train["train_step_traces"] == 1 and train["test_accuracy"] > 0.8
+
+
+def test_query_samples_of_a_streamed_config_come_from_the_test_split(shards, tmp_path):
+    """`tfship query`'s rows (`held_out_digits`) for a TFRecord config: the bounded test-split sample, read
+    through the scan cached beside the runs (a second call reads no data again)."""
+    from tfship.pipeline.data.splits import held_out_digits
+
+    config = tmp_path / "streamed.toml"
+    config.write_text(f"""[run]
+runs_dir = "{tmp_path / 'runs'}"
+[data]
+source = "tfrecord"
+path = "{shards}"
+features = ["image"]
+input_name = "image"
+sample_size = 40
+[data.feature_spec.image]
+dtype = "float32"
+shape = [8, 8, 1]
+""")
+    images, labels = held_out_digits(1000, config)
+    assert images.shape == (40, 8, 8, 1) and labels.shape == (40,) and set(labels.tolist()) <= set(range(10))
+    (cached,) = (tmp_path / "runs" / ".data-scan").glob("*.json")
+    stamp = cached.stat().st_mtime_ns
+    again, _ = held_out_digits(5, config)
+    np.testing.assert_array_equal(again, images[:5])
+    assert cached.stat().st_mtime_ns == stamp

@@ -265,3 +265,42 @@ def test_an_all_padding_sequence_trains_without_nan():
     x = {"price": np.ones((4, 2), np.float32), "clicks": np.array([[1, 2, 0], [0, 0, 0], [3, 0, 0], [0, 0, 0]])}
     model.fit(x, np.arange(4, dtype=np.float32), epochs=2, verbose=0)
     assert all(np.isfinite(w).all() for w in model.get_weights())
+
+
+def test_a_saved_multi_input_model_loads_in_a_fresh_process(tmp_path):
+    """`tfship run --model m.keras` (and a resumed ship) loads tfship's own layers without --custom-objects."""
+    import subprocess
+    import sys
+
+    from tfship.pipeline.training.multi_input import tabular
+
+    specs = input_specs(_data(store={"dtype": "int64", "kind": "categorical", "num_ids": 5},
+                              clicks={"dtype": "int64", "kind": "sequence", "num_ids": 9, "length": 3}))
+    tabular(specs, "binary").save(tmp_path / "m.keras")
+    code = ("import sys; from tfship.pipeline.export_only.user_model import load_user_model; "
+            "print(sorted(t.name for t in load_user_model(sys.argv[1]).inputs))")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "m.keras")], capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "['clicks', 'store']"
+
+
+def test_export_alone_loads_a_trained_text_model_in_a_fresh_process(tmp_path):
+    """`tfship export` after `tfship train` reads `<run>/model.keras`; the text model's `SparseEmbedding` loads."""
+    import subprocess
+    import sys
+
+    from tfship.pipeline.config import ModelSection
+    from tfship.pipeline.training.model import build_model
+
+    model = build_model(ModelSection(kind="text", vocab_size=50, embedding_dim=4), (6,), 2, 0, input_name="tokens",
+                        input_dtype="int32")
+    assert type(model.get_layer("embedding")).__name__ == "SparseEmbedding"
+    model.save(tmp_path / "model.keras")
+    code = ("import sys, keras; from pathlib import Path; from tfship.pipeline.orchestration import steps; "
+            "from tfship.pipeline.config import PipelineConfig; from tfship.pipeline.orchestration.stages import "
+            "RunFolder\ntry:\n    steps.export_stage(PipelineConfig(), RunFolder(Path(sys.argv[1])), None)\n"
+            "except Exception as err:\n    print(type(err).__name__, str(err)[:300])")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert "Could not locate class" not in done.stdout + done.stderr, done.stdout[-2000:] + done.stderr[-2000:]

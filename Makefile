@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup tfjs-setup pipeline test test-heavy test-fast serve query inspect clean lint
+.PHONY: setup tfjs-setup pipeline test test-heavy test-fast serve query inspect clean lint recommender-data
 
 setup: $(STAMP)
 
@@ -56,7 +56,11 @@ serve: setup
 	$(TFSHIP) serve --repository $(REPOSITORY) --model-name $(MODEL_NAME) --port $(GRPC_PORT) --rest-port $(REST_PORT)
 
 query: setup
-	$(TFSHIP) query --target 127.0.0.1:$(GRPC_PORT) --model-name $(MODEL_NAME) --config $(CONFIG)
+	$(TFSHIP) query --target 127.0.0.1:$(GRPC_PORT) --model-name $(MODEL_NAME) --config $(CONFIG) $(if $(RUN),--run $(RUN))
+
+# Synthetic recommender shards (docs/training.md, "recommender"): make recommender-data RECORDS=1000000 SHARDS=8
+recommender-data: setup
+	$(TFSHIP) make-recommender-data --out $(or $(DATA_OUT),bench/work/recommender) --records $(or $(RECORDS),100000) --shards $(or $(SHARDS),8)
 
 inspect: setup
 	$(TFSHIP) inspect $(REPOSITORY)/$(MODEL_NAME)
@@ -194,6 +198,19 @@ bench-train: setup
 .PHONY: bench-input
 bench-input: setup
 	$(PY) -m bench.input.run_bench --out bench/results $(BENCH_INPUT_ARGS)
+
+# The recommender (issue 34): eager / tf.function / XLA x float32 / bfloat16 step time, input-wait share, 50 k vs
+# 5 M-row user table, AUC against the planted signal. Data in bench/work/recommender (kept).
+# bench/results/recommender-latest.{json,md}. BENCH_RECOMMENDER_ARGS="--records 50000" for a quicker run.
+.PHONY: bench-recommender
+bench-recommender: setup
+	$(PY) -m bench.train.recommender --out bench/results $(BENCH_RECOMMENDER_ARGS)
+
+# 1 M records from 8 shards: trained one epoch, AUC vs planted, shipped (SavedModel, ONNX, TFLite), served, and a
+# multi-input Predict over gRPC and REST from every artifact. bench/results/recommender-e2e-latest.{json,md}.
+.PHONY: bench-recommender-e2e
+bench-recommender-e2e: setup
+	$(PY) -m bench.train.recommender_e2e --out bench/results $(BENCH_RECOMMENDER_ARGS)
 
 # TensorBoard over every run's events (<run>/tensorboard); installs the viewer on first use.
 tensorboard: setup

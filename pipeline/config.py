@@ -43,6 +43,12 @@ class FeatureSpecSection(_Section):
 
     dtype: Literal["float32", "int64", "string"] = Field("float32", description="Feature dtype in the tf.Example.")
     shape: tuple[int, ...] = Field((), description="Fixed feature shape per example; [] is a scalar.")
+    kind: Literal["dense", "categorical", "sequence"] = Field("dense", description="Input kind (training.input_specs).")
+    vocabulary: tuple[str, ...] = Field((), description="String ids: known values (id 1 + index; 0: pad/unknown).")
+    num_ids: int | None = Field(None, ge=2, description="int64 ids lie in [0, num_ids) (embedding rows).")
+    length: int | None = Field(None, ge=1, description="Sequence: padded (or cut) to this many ids.")
+    ragged: bool = Field(False, description="Sequence: a ragged input of any length instead of padding.")
+    input_name: str | None = Field(None, pattern=r"^[A-Za-z][A-Za-z0-9_]{0,63}$", description="Model input name.")
 
 
 class DataSection(_Section):

@@ -131,8 +131,12 @@ def add_query_arguments(parser: argparse.ArgumentParser) -> None:
     a("--version", type=int)
     a("--count", type=int, default=20, help="held-out digits to send (default: 20)")
     a("--config", type=cli_path, help="pipeline TOML (tfship query: locates the held-out split)")
-    a("--samples", type=cli_path, help=".npz with arrays 'image' and 'label' to send (default under tfship: the "
-      "pipeline's held-out digits)")
+    a("--samples", type=cli_path, help=".npz with the inputs and labels to send: 'image' and 'label', one array "
+      "per input name and 'y', or a golden set (default under tfship: the run's or the config's held-out rows)")
+    a("--run", type=cli_path, help="tfship query: send this run's held-out rows with their named inputs (a run "
+      "folder, a run id under run.runs_dir, or 'latest')")
+    a("--task", default="auto", choices=["auto", "classification", "binary", "regression"],
+      help="the metric reported (accuracy, AUC, MAE); auto: from the labels and outputs")
     a("--timeout-s", type=float, default=30.0)
 
 
@@ -196,25 +200,27 @@ def check_artifact(settings) -> None:
 
 
 def run_query(args: argparse.Namespace) -> int:
-    """Send labelled images to a running server and print predicted vs true labels (no TensorFlow).
+    """Send labelled rows (named inputs) to a running server; print predicted vs true labels and the task's
+    metric (no TensorFlow).
 
-    The images come from `--samples`, else from the loader the embedding CLI registered (`tfship query`: the
-    pipeline's held-out digits).
+    The rows come from `--samples`, else from the loader the embedding CLI registered (`tfship query`: the
+    held-out rows of `--run`, or of `--config`'s data).
 
     Raises:
-        ConfigError: neither `--samples` nor a registered loader.
+        ConfigError: neither `--samples` nor a registered loader, or rows no output of the model fits.
     """
-    from tfship.serving.query import query_digits, samples_from_file
+    from tfship.serving.query import query_rows, samples_from_file
 
     if args.samples is not None:
-        images, labels = samples_from_file(args.samples, args.count)
+        inputs, labels = samples_from_file(args.samples, args.count)
     elif getattr(args, "held_out", None) is not None:
-        images, labels = args.held_out(args.count, args.config)
+        inputs, labels = args.held_out(args.count, args.config, getattr(args, "run", None))
     else:
-        raise ConfigError("query: give --samples FILE.npz (arrays 'image' and 'label'); `tfship query` sends the "
-                          "pipeline's held-out digits instead")
-    return query_digits(args.target, args.model_name, images, labels, signature_name=args.signature_name,
-                        version=args.version, timeout_s=args.timeout_s)
+        raise ConfigError("query: give --samples FILE.npz (inputs and labels); `tfship query` sends the run's or "
+                          "the config's held-out rows instead")
+    query_rows(args.target, args.model_name, inputs, labels, task=args.task, signature_name=args.signature_name,
+               version=args.version, timeout_s=args.timeout_s)
+    return 0
 
 
 def register(subparsers, held_out=None) -> None:
@@ -222,13 +228,13 @@ def register(subparsers, held_out=None) -> None:
 
     Args:
         subparsers: from `ArgumentParser.add_subparsers`.
-        held_out: `(count, config_path) -> (images, labels)`, the samples `query` sends without `--samples`
+        held_out: `(count, config_path, run) -> (named inputs, labels)`, the rows `query` sends without `--samples`
             (the pipeline CLI passes its held-out digits; serving itself knows no data set).
     """
     serve = subparsers.add_parser("serve", help="serve models over TF Serving's gRPC and REST APIs")
     add_serve_arguments(serve)
     serve.set_defaults(func=run_serve)
-    query = subparsers.add_parser("query", help="send held-out digits to a server and report accuracy")
+    query = subparsers.add_parser("query", help="send held-out rows to a server and report the task's metric")
     add_query_arguments(query)
     query.set_defaults(func=run_query, held_out=held_out)
 

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from tfship.core.errors import ConfigError
+from tfship.pipeline.api.data_forms import model_input_names, named_arrays
 from tfship.pipeline.api.results import ShipResult
 from tfship.pipeline.config import PipelineConfig, load_config
 from tfship.pipeline.conversion.artifacts import check_required
@@ -127,23 +128,15 @@ def _model_spec(model: Any, runs_dir: Path) -> str:
     return str(path)
 
 
-def _data_path(data: Any, runs_dir: Path) -> Path:
-    """A file or folder as given; arrays written to `data.npz`: a dict (input name -> array, plus `y`), a tuple
-    `(x, y)` or one array `x`.
+def _data_path(data: Any, runs_dir: Path, input_names: tuple[str, ...] | None = None) -> Path:
+    """A file or folder as given; in-memory data (`pipeline.api.data_forms`: `(x, y)` with x an array, a list
+    or a dict, a tf.data.Dataset of `(x, y)` batches, a dict of arrays or an array) written to `data.npz`.
     """
     if isinstance(data, (str, Path)):
         return Path(data)
-    if isinstance(data, tuple) and len(data) == 2:
-        arrays = {"x": data[0], "y": data[1]}
-    elif isinstance(data, Mapping):
-        arrays = dict(data)
-    elif isinstance(data, np.ndarray):
-        arrays = {"x": data}
-    else:
-        raise ConfigError(f"ship: data is a {type(data).__name__}; expected a path (NPZ, CSV, image folder), a "
-                          "dict of arrays, an (x, y) tuple or an array")
+    arrays = named_arrays(data, input_names)
     path = _inputs_folder(runs_dir) / "data.npz"
-    np.savez(path, **{str(k): np.asarray(v) for k, v in arrays.items()})
+    np.savez(path, **arrays)
     return path
 
 
@@ -159,8 +152,10 @@ def ship(model: Any = None, data: Any = None, *, repository: Path | str | None =
             factory returning a `keras.Model`). None: the config's built-in data and training (digits by
             default) run first.
         data: validation and int8 calibration data for `model`: an NPZ / CSV file or image folder (see
-            docs/bring-your-own-model.md), a dict {input name: [N, ...] array, optional "y": [N] labels}, an
-            `(x, y)` tuple or an `x` array. Required with `model`, ignored without.
+            docs/bring-your-own-model.md), `(x, y)` with `x` an array, a list of arrays (model input order)
+            or a dict {input name: [N, ...] array}, a finite `tf.data.Dataset` of `(x, y)` batches, a dict
+            {input name: array, optional "y": [N] labels} or an `x` array (`pipeline.api.data_forms`).
+            Required with `model`, ignored without.
         repository: the model repository, `<repository>/<model_name>/<version>/` (default: the config's
             `publish.repository`, `models`).
         config: pipeline TOML (default: the bundled `configs/digits.toml`).
@@ -194,6 +189,9 @@ def ship(model: Any = None, data: Any = None, *, repository: Path | str | None =
     resolved = configure(config, extra, **settings)
     request = None
     if model is not None and resume is None:
+        names = None if isinstance(model, (str, Path)) else model_input_names(model)
+        # Data is checked before anything is written: a refused form leaves no saved model behind.
+        data = data if isinstance(data, (str, Path)) else named_arrays(data, names)
         spec = _model_spec(model, resolved.run.runs_dir)
         if model_name is None and config is None and "run.model_name" not in extra:
             name = getattr(model, "name", None) if not isinstance(model, (str, Path)) else None

@@ -21,15 +21,15 @@ from tfship.core.locations import cli_location, cli_path
 from tfship.core.scratch import remove_orphaned_scratch
 from tfship.pipeline.cli import commands
 from tfship.pipeline.cli.arguments import add_config_arguments, add_run_folder_argument
-from tfship.pipeline.data.splits import held_out_digits
+from tfship.pipeline.orchestration.held_out import held_out_rows
 from tfship.serving import cli as serving_cli
 from tfship.serving import shadow_cli
 from tfship.serving.shadow_cli import DEFAULT_SERVER
 
 
-def _held_out_digits(count: int, config: Path | None):
-    """`tfship query`'s samples: the pipeline's held-out test split (data read only when the command runs)."""
-    return held_out_digits(count, config)
+def _held_out_rows(count: int, config: Path | None, run: Path | None = None):
+    """`tfship query`'s rows (data read only when the command runs): {input name: [count, ...]} and labels."""
+    return held_out_rows(count, config, run)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -82,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     promote.add_argument("--config", type=cli_path, help="pipeline TOML whose held-out split is the task data")
     promote.add_argument("--max-metric-drop", type=float, default=0.01, help="how much lower (absolute accuracy) "
                          "the candidate may score than stable (TFX change_threshold); default 0.01")
+    promote.add_argument("--task", choices=["classification", "binary", "regression"], default="classification",
+                         help="the metric judged (core.tasks): accuracy, AUC or MAE; --max-metric-drop is in its unit")
     promote.add_argument("--force", action="store_true", help="move the label even when the evidence refuses "
                          "(recorded as forced)")
     promote.add_argument("--evidence", choices=["offline", "shadow"], default="offline", help="offline: golden set "
@@ -95,7 +97,16 @@ def build_parser() -> argparse.ArgumentParser:
                          "bound, 0..1 (default 0: a retrained candidate differs in value by design)")
     promote.set_defaults(func=commands.cmd_promote)
     shadow_cli.register(sub)
-    serving_cli.register(sub, held_out=_held_out_digits)
+    synth = sub.add_parser("make-recommender-data", help="write synthetic recommender tf.Examples (user, item, "
+                           "history, dense, 0/1 label with a planted signal) in TFRecord shards")
+    synth.add_argument("--out", type=cli_path, required=True, help="folder for the shards and manifest.json")
+    for flag, default, text in (("records", 100_000, "records in all"), ("shards", 8, "TFRecord files"),
+                                ("users", 50_000, "user ids"), ("items", 50_000, "item ids"),
+                                ("history-length", 20, "most recent item ids per record"),
+                                ("clusters", 16, "taste groups of the planted signal"), ("seed", 0, "seed")):
+        synth.add_argument(f"--{flag}", type=int, default=default, help=f"{text} (default {default:,})")
+    synth.set_defaults(func=commands.cmd_make_recommender_data)
+    serving_cli.register(sub, held_out=_held_out_rows)
     deploy.register(sub)
     _no_abbreviations(parser)
     return parser

@@ -260,20 +260,41 @@ def cmd_promote(args: argparse.Namespace) -> int:
         shadow = ShadowEvidence(load_report(args.model, source), source, args.min_pairs, args.min_top1_agreement,
                                 args.min_value_agreement)
     elif args.data is not None:
-        with np.load(args.data) as data:
-            if not {"x", "y"} <= set(data.files):
-                raise ConfigError(f"--data {args.data}: needs arrays 'x' and 'y', has {sorted(data.files)}")
-            held_out = (data["x"], data["y"])
+        with np.load(args.data, allow_pickle=False) as data:
+            if "y" not in data.files or len(data.files) < 2:
+                raise ConfigError(f"--data {args.data}: needs 'y' and 'x' (or one array per input name), has "
+                                  f"{sorted(data.files)}")
+            named = {name: data[name] for name in data.files if name != "y"}
+            held_out = (named["x"] if list(named) == ["x"] else named, data["y"])
     elif args.label == "stable":
         from tfship.pipeline.data.splits import held_out_digits
 
         held_out = held_out_digits(1_000_000, args.config)
     record = promote(args.repository, args.model, args.version, args.label, held_out=held_out,
-                     max_metric_drop=args.max_metric_drop, force=args.force, shadow=shadow)
+                     max_metric_drop=args.max_metric_drop, force=args.force, shadow=shadow, task=args.task)
     evidence = record["evidence"]
     console.print(f"{args.model} v{args.version} is now {args.label!r} in {args.repository}"
                   + (f" (was v{record['previous']})" if record["previous"] is not None else "")
                   + (" [bold red]FORCED[/]" if record["forced"] else ""))
     if evidence:
         console.print(f"evidence: {evidence['summary']}")
+    return 0
+
+
+def cmd_make_recommender_data(args: argparse.Namespace) -> int:
+    """`tfship make-recommender-data --out DIR`: synthetic recommender shards with a planted signal
+    (`pipeline.data.recommender_data`); prints the manifest's planted AUC and the data.feature_spec to use.
+    """
+    from tfship.pipeline.data.recommender_data import (
+        RecommenderDataSpec,
+        recommender_feature_spec,
+        write_recommender_data,
+    )
+
+    spec = RecommenderDataSpec(records=args.records, shards=args.shards, users=args.users, items=args.items,
+                               history_length=args.history_length, clusters=args.clusters, seed=args.seed)
+    manifest = write_recommender_data(args.out, spec, say=lambda line: console.print(line, highlight=False))
+    console.print(f"{spec.records:,} records in {spec.shards} shards under {args.out}; planted AUC on the held-out "
+                  f"shard {manifest['planted_auc']} (positives {manifest['positive_share']:.1%}); feature spec: "
+                  f"{json.dumps(recommender_feature_spec(spec))}", highlight=False)
     return 0

@@ -96,6 +96,8 @@ def load_user_model(spec: str, custom_objects: tuple[str, ...] = ()):
     """
     import keras
 
+    import tfship.pipeline.training.sparse_embedding  # noqa: F401  (registers tfship's own layers for .keras files)
+
     import_custom_objects(tuple(custom_objects))
     path = Path(spec)
     if path.is_dir():

@@ -141,6 +141,9 @@ def load_run_data(config: PipelineConfig, run: RunFolder):
 
         return load_user_data(Path(stored["export_only"]["data"]), steps.read_contract(run),
                               config.convert.representative_samples, config.run.seed, config.data.classes)
+    from tfship.pipeline.training.input_specs import check_trainable
+
+    check_trainable(config)  # before any data is read: a config that cannot train stops here
     return load_split_arrays(config.data, config.run.seed, scan_cache_dir(config))
 
 
@@ -167,7 +170,9 @@ def _data(ctx: StageContext) -> Any:
         ctx.model = load_user_model(ctx.request.model, ctx.request.custom_objects)
         return ctx.model
     from tfship.pipeline.data.splits import load_split_arrays, scan_cache_dir
+    from tfship.pipeline.training.input_specs import check_trainable
 
+    check_trainable(ctx.config)  # before any data is read: a config that cannot train stops here
     ctx.data = load_split_arrays(ctx.config.data, ctx.config.run.seed, scan_cache_dir(ctx.config))
     return ctx.data
 

@@ -34,6 +34,7 @@ from tfship.core import protocol
 from tfship.core.errors import ConfigError, StageError
 from tfship.core.locations import BucketUrl, Location
 from tfship.core.scratch import scratch_folder
+from tfship.core.tasks import primary, task_metrics, worse_by
 from tfship.pipeline.orchestration.shadow_evidence import ShadowEvidence
 from tfship.serving.dataplane.model_config import check_model_name
 from tfship.serving.runtimes import REGISTRY, RuntimeOptions
@@ -62,12 +63,14 @@ class Evidence:
     stable_metric: float | None
     max_metric_drop: float
     rows: int
+    task: str = "classification"
 
     @property
     def passed(self) -> bool:
+        """The candidate is worse than stable on the task's metric (`core.tasks.worse_by`) by at most the drop."""
         if self.candidate_metric is None or self.stable_metric is None:
             return True
-        return self.candidate_metric >= self.stable_metric - self.max_metric_drop
+        return worse_by(self.task, self.candidate_metric, self.stable_metric) <= self.max_metric_drop
 
     def summary(self) -> str:
         metric = (f"{self.metric} {self.candidate_metric:.4f} vs stable v{self.stable_version} "
@@ -143,9 +146,26 @@ def _decisions(outputs: dict[str, np.ndarray]) -> np.ndarray | None:
     return None
 
 
+def _task_score(task: str, outputs: dict[str, np.ndarray], labels: np.ndarray) -> float | None:
+    """The task's judged metric (`core.tasks`) of one version's outputs: accuracy of the class decisions, AUC of
+    the one-column score output (binary), MAE of the float output shaped like the labels (regression).
+    """
+    if task == "classification":
+        decided = _decisions(outputs)
+        return None if decided is None else float(np.mean(decided == labels))
+    rows = len(labels)
+    for value in outputs.values():
+        fits = value.shape in ((rows,), (rows, 1)) if task == "binary" else value.size == np.asarray(labels).size
+        if value.dtype.kind == "f" and fits:
+            return task_metrics(task, value, labels)[primary(task).name]
+    return None
+
+
 def gather_evidence(candidate: Path, stable: Path, stable_version: int, held_out: tuple | None,
-                    max_metric_drop: float) -> Evidence:
-    """Run both versions on the candidate's golden set and on `held_out` (x, y) and compare."""
+                    max_metric_drop: float, task: str = "classification") -> Evidence:
+    """Run both versions on the candidate's golden set and on `held_out` (x, y) and compare; `x` is one array
+    (the single input) or a dict {input name: array}; the metric is `task`'s (`core.tasks.primary`).
+    """
     from tfship.pipeline.orchestration.publish import read_golden_set
 
     inputs, _ = read_golden_set(candidate)
@@ -160,18 +180,18 @@ def gather_evidence(candidate: Path, stable: Path, stable_version: int, held_out
     held_rows = 0
     if held_out is not None:
         x, y = held_out
-        name = next(iter(inputs))
-        decided = [_decisions(_run(folder, {name: x})) for folder in (candidate, stable)]
-        if all(d is not None for d in decided):
-            cand_metric, stable_metric = (float(np.mean(d == y)) for d in decided)
+        named = dict(x) if isinstance(x, dict) else {next(iter(inputs)): x}
+        scores = [_task_score(task, _run(folder, named), y) for folder in (candidate, stable)]
+        if all(score is not None for score in scores):
+            cand_metric, stable_metric = scores
             held_rows = len(y)
-    return Evidence(stable_version, rows, diffs, agreement, "accuracy", cand_metric, stable_metric,
-                    max_metric_drop, held_rows)
+    return Evidence(stable_version, rows, diffs, agreement, primary(task).name, cand_metric, stable_metric,
+                    max_metric_drop, held_rows, task)
 
 
 def promote(repository: Location, model: str, version: int, label: str, *, held_out: tuple | None = None,
             max_metric_drop: float = 0.01, force: bool = False, who: str | None = None,
-            shadow: ShadowEvidence | None = None) -> dict[str, Any]:
+            shadow: ShadowEvidence | None = None, task: str = "classification") -> dict[str, Any]:
     """Point `label` at `version` of `model` in `<repository>/models.config`; returns the promotion record.
 
     Raises:
@@ -202,7 +222,7 @@ def promote(repository: Location, model: str, version: int, label: str, *, held_
                                             "(--force to move it anyway)")
         elif label == "stable" and stable is not None and stable != version:
             evidence = gather_evidence(candidate, _version_folder(repository, model, stable, scratch), stable,
-                                       held_out, max_metric_drop)
+                                       held_out, max_metric_drop, task)
             if not evidence.passed and not force:
                 raise PromotionRefusedError(f"promote: {model} v{version} is worse than stable v{stable}: "
                                             f"{evidence.summary()}; nothing moved (--force to move it anyway)")

@@ -202,6 +202,8 @@ def export_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits, 
     import keras
 
     if model is None:
+        import tfship.pipeline.training.sparse_embedding  # noqa: F401  (registers the text model's layer)
+
         model_path = run.root / "model.keras"
         if not model_path.is_file():
             raise StageError(f"export: {model_path} does not exist; run the train stage first")

@@ -47,8 +47,10 @@ def _mlp_body(config: ModelSection, hidden, policy):
 def _text_body(config: ModelSection, hidden, policy):
     import keras
 
-    hidden = keras.layers.Embedding(config.vocab_size, config.embedding_dim, mask_zero=True, name="embedding",
-                                    dtype=policy)(hidden)
+    from tfship.pipeline.training.sparse_embedding import SparseEmbedding  # reads only the batch's rows
+
+    hidden = SparseEmbedding(config.vocab_size, config.embedding_dim, mask_zero=True, name="embedding",
+                             dtype=policy)(hidden)
     pooling = keras.layers.GlobalAveragePooling1D if config.pooling == "mean" else keras.layers.GlobalMaxPooling1D
     hidden = pooling(name="pool", dtype=policy)(hidden)
     return keras.layers.Dense(config.dense_units, activation="relu", name="hidden", dtype=policy)(hidden)

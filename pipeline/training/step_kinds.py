@@ -334,6 +334,8 @@ def _load_teacher(path: Path | None, num_classes: int):
 
     if path is None or not Path(path).is_file():
         raise ConfigError(f"train.step.teacher: distillation needs a .keras teacher file; got {path!r}")
+    import tfship.pipeline.training.sparse_embedding  # noqa: F401  (a text teacher's layer)
+
     try:
         teacher = keras.models.load_model(path, compile=False)
     except Exception as err:

@@ -106,7 +106,7 @@ def test_query_prints_table_and_accuracy(server):
     images, labels = held_out_digits(5)
     assert query_digits(server.grpc_target, MODEL, images, labels, console=Console(file=buffer, width=100)) == 0
     text = buffer.getvalue()
-    assert "predicted" in text and "accuracy:" in text and "/5)" in text
+    assert "predicted" in text and "accuracy:" in text and "on 5 rows" in text
 
 
 def test_environment_overrides_defaults_but_not_flags(monkeypatch):

@@ -1,0 +1,72 @@
+"""docs/training.md's "several inputs" and "recommender" recipes, run as written (in a temporary folder; the
+query runs against a server on free ports instead of the page's 8500)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tfship
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ENV = os.environ | {"TF_CPP_MIN_LOG_LEVEL": "2"}
+pytestmark = pytest.mark.slow
+
+
+def recipe_blocks() -> dict[str, str]:
+    """{name: code} of the fenced blocks marked `<!-- inputs-recipe: name -->` in docs/training.md."""
+    text = (REPO_ROOT / "docs" / "training.md").read_text()
+    return {m.group(1): m.group(2) for m in re.finditer(r"<!-- inputs-recipe: (\S+) -->\n```\w*\n(.*?)```", text,
+                                                         re.S)}
+
+
+def _python(tmp_path: Path, name: str, code: str) -> str:
+    (tmp_path / name).write_text(code)
+    done = subprocess.run([sys.executable, name], cwd=tmp_path, capture_output=True, text=True, timeout=900, env=ENV)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def _tfship(tmp_path: Path, line: str) -> str:
+    words = line.split("#")[0].split()
+    assert words[0] == "tfship"
+    done = subprocess.run([str(Path(sys.executable).with_name("tfship")), *words[1:]], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600, env=ENV | {"COLUMNS": "200"})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def test_several_inputs_recipe_ships_and_query_reports_the_regression_metric(tmp_path):
+    blocks = recipe_blocks()
+    assert set(blocks) == {"several_inputs.py", "query", "make-data", "recommender.py"}
+    out = _python(tmp_path, "several_inputs.py", blocks["several_inputs.py"])
+    assert "published ['saved_model', 'onnx', 'tflite_float32']" in out, out
+    serve_line, query_line = blocks["query"].strip().splitlines()
+    assert serve_line.startswith("tfship serve --repository models --model-name prices")
+    with tfship.serve(tmp_path / "models", "prices") as served:
+        query = query_line.replace("127.0.0.1:8500", served.grpc)
+        printed = re.search(r"mae: (\d+\.\d{4}) on 500 rows", _tfship(tmp_path, query))
+        rows = {name: value[:500] for name, value in np.load(next((tmp_path / "runs").rglob("data.npz"))).items()}
+        labels = rows.pop("y")
+        predicted = served.client("grpc").predict(rows)["prediction"][:, 0]
+    assert printed, "no mae line"
+    assert float(printed.group(1)) == pytest.approx(np.mean(np.abs(predicted - labels)), abs=1e-4)
+
+
+def test_recommender_recipe_learns_the_signal_and_ships(tmp_path):
+    blocks = recipe_blocks()
+    _tfship(tmp_path, blocks["make-data"].strip())
+    out = _python(tmp_path, "recommender.py", blocks["recommender.py"])
+    found = re.search(r"held-out AUC (\d\.\d+), planted (\d\.\d+)", out)
+    assert found, out
+    auc, planted = float(found.group(1)), float(found.group(2))
+    # 15,000 held-out rows: AUC's standard error is about 0.005, so 0.6 is far beyond chance (0.5); no model
+    # can beat the planted logit the labels were drawn from by more than that noise.
+    assert 0.6 < auc <= planted + 0.02, (auc, planted)
+    assert "published ['saved_model', 'onnx', 'tflite_float32']" in out, out

@@ -124,7 +124,7 @@ def _no_abbreviations(parser: argparse.ArgumentParser) -> None:
 # Top-level modules only the `pipeline` extra installs (pyproject.toml): a command that needs one of them in the
 # TF-free install says which install it needs instead of a traceback.
 PIPELINE_ONLY_MODULES = frozenset({"tensorflow", "keras", "tf2onnx", "onnxslim", "onnx", "tensorflow_serving",
-                                   "sklearn", "matplotlib"})
+                                   "sklearn", "scipy", "matplotlib"})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,7 @@ import pytest
 from tfship.core.contract import Signature, TensorSpec
 from tfship.core.errors import InvalidRequestError
 from tfship.serving.dataplane.contract import validate_inputs
-from tfship.serving.dataplane.service import _check_output_filter
+from tfship.serving.dataplane.answer_checks import check_output_filter
 from tfship.serving.tfs.rest_json import parse_body, request_inputs
 
 SIGNATURE = Signature("serving_default", inputs={"x": TensorSpec("float32", (None, 2)), "k": TensorSpec("int64", (None,))},
@@ -53,9 +53,9 @@ def test_output_filter():
     """predict_util.cc PreProcessPrediction (:138-149): `output tensor alias not found in signature: w Outputs
     expected to be in the set {y,z}.` and `duplicate output tensor alias: y` (predict_util_test.cc :294, :306)."""
     assert "output tensor alias not found in signature: w Outputs expected to be in the set {y,z}." in _message(
-        lambda: _check_output_filter(SIGNATURE, ("y", "w")))
-    assert "duplicate output tensor alias: y" in _message(lambda: _check_output_filter(SIGNATURE, ("y", "z", "y")))
-    _check_output_filter(SIGNATURE, ("z", "y"))  # a good filter passes
+        lambda: check_output_filter(SIGNATURE, ("y", "w")))
+    assert "duplicate output tensor alias: y" in _message(lambda: check_output_filter(SIGNATURE, ("y", "z", "y")))
+    check_output_filter(SIGNATURE, ("z", "y"))  # a good filter passes
 
 
 @pytest.mark.parametrize(("body", "phrase"), [

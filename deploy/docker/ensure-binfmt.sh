@@ -32,9 +32,26 @@ if [[ "$ARCH" == "$HOST_ARCH" ]]; then
   exit 0
 fi
 [[ "$(id -u)" == "0" ]] || { echo "ensure-binfmt: registering with binfmt_misc needs root" >&2; exit 1; }
-[[ -f "$CONF" ]] || {
-  echo "ensure-binfmt: no $CONF; install Debian's emulators: apt-get install -y qemu-user-static binfmt-support" >&2
-  exit 1; }
+
+# Debian's qemu-user-static, from the release's backports suite when the release's own QEMU is older than 8.1
+# (bookworm: 7.2). The backports entry is this machine's own Debian source with the suite renamed, so it uses
+# whatever mirror the machine is set up with.
+install_emulators() {
+  command -v apt-get >/dev/null || { echo "ensure-binfmt: no apt-get; install QEMU >= 8.1 user emulation" >&2; exit 1; }
+  local codename target=()
+  codename="$(. /etc/os-release && echo "${VERSION_CODENAME:-}")"
+  if [[ "$codename" == "bookworm" ]]; then
+    local backports=/etc/apt/sources.list.d/tfship-backports.sources main=/etc/apt/sources.list.d/debian.sources
+    if [[ ! -f "$backports" && -f "$main" ]]; then
+      awk -v suite="$codename-backports" 'BEGIN{RS=""; ORS="\n\n"} /Suites:[^\n]*'"$codename"'( |\n|$)/ && !/security/ {
+        sub(/Suites:[^\n]*/, "Suites: " suite); print; exit}' "$main" >"$backports"
+    fi
+    target=(-t "$codename-backports")
+  fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${target[@]}" qemu-user-static binfmt-support
+}
+[[ -f "$CONF" ]] || install_emulators
 
 # The package's own entry (the `:name:type:offset:magic:mask:interpreter:flags` line), with F added if missing.
 line="$(grep -v '^#' "$CONF" | head -n 1)"
@@ -42,6 +59,11 @@ interpreter="$(echo "$line" | cut -d: -f7)"
 emulator="$(command -v "qemu-$QEMU-static" || command -v "qemu-$QEMU" || echo "$interpreter")"
 version="$("$emulator" --version | sed -n 's/.*version \([0-9]*\)\.\([0-9]*\).*/\1 \2/p' | head -n 1)"
 read -r major minor <<<"${version:-0 0}"
+if (( major < 8 || (major == 8 && minor < 1) )); then
+  install_emulators
+  version="$("$emulator" --version | sed -n 's/.*version \([0-9]*\)\.\([0-9]*\).*/\1 \2/p' | head -n 1)"
+  read -r major minor <<<"${version:-0 0}"
+fi
 if (( major < 8 || (major == 8 && minor < 1) )); then
   echo "ensure-binfmt: $emulator is QEMU $major.$minor; the edge image needs 8.1 or later (emulated" \
        "/proc/cpuinfo, else ONNX Runtime crashes at import): apt-get install -t bookworm-backports qemu-user-static" >&2

@@ -38,6 +38,7 @@ from pathlib import Path
 from tfship.core.errors import ConfigError, TfshipError
 from tfship.core.files import write_json_atomic
 from tfship.core.parity import PairBound, compare_pair
+from tfship.core.processes import pid_alive
 from tfship.serving.dataplane.shadow_report import ShadowReport, merge
 from tfship.serving.dataplane.types import ModelRef
 
@@ -265,15 +266,6 @@ def remove_dead_parts(report_dir: Path) -> None:
     """Remove parts written by processes no longer alive (a previous run's): a report is one run's."""
     for path in Path(report_dir).glob("*.*.json"):
         pid = path.name.rsplit(".", 2)[-2]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             path.unlink(missing_ok=True)
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -12,8 +12,8 @@ import pytest
 
 from tfship.core.contract import Signature, TensorSpec
 from tfship.core.errors import InvalidRequestError
-from tfship.serving.dataplane.contract import validate_inputs
 from tfship.serving.dataplane.answer_checks import check_output_filter
+from tfship.serving.dataplane.contract import validate_inputs
 from tfship.serving.tfs.rest_json import parse_body, request_inputs
 
 SIGNATURE = Signature("serving_default", inputs={"x": TensorSpec("float32", (None, 2)), "k": TensorSpec("int64", (None,))},

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 
 import numpy as np
@@ -56,9 +57,45 @@ def parse_error_reason(error: Exception) -> str:
 PARSE_ERRORS = (ValueError, RecursionError)  # what `loads` raises for a body that is not JSON it can hold
 
 
+class LoneSurrogateError(ValueError):
+    """A `\\uD800`-`\\uDFFF` escape with no partner: RapidJSON (TF Serving's parser) refuses it with
+    kParseErrorStringUnicodeSurrogateInvalid; `json.loads` would keep it as a string no UTF-8 can encode.
+    """
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # the escape's text, before decoding (bytes or str)
+_SURROGATE = re.compile("[\ud800-\udfff]")  # a decoded surrogate left alone (pairs decode to one code point)
+
+
 def loads(raw: bytes | str):
-    """`json.loads` with literals beyond float64 marked (`OutOfRangeNumber`); raises as `json.loads`."""
-    return json.loads(raw, parse_float=parse_float)
+    """`json.loads` with literals beyond float64 marked (`OutOfRangeNumber`).
+
+    Raises:
+        LoneSurrogateError: a string or key holds an unpaired UTF-16 surrogate escape ("The surrogate pair in
+            string is invalid.", RapidJSON's words).
+        ValueError, RecursionError: as `json.loads`.
+    """
+    parsed = json.loads(raw, parse_float=parse_float)
+    text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
+    if _SURROGATE_ESCAPE.search(text) and _holds_lone_surrogate(parsed):
+        raise LoneSurrogateError("The surrogate pair in string is invalid. (an unpaired \\uD800-\\uDFFF escape)")
+    return parsed
+
+
+def _holds_lone_surrogate(value) -> bool:
+    """Whether any string or key in the decoded document holds a surrogate code point (iterative: no recursion)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def first_out_of_range(values: list, array: np.ndarray) -> tuple[int, str] | None:

@@ -56,7 +56,9 @@ def error_response(message: str, status: int) -> web.Response:
     the last line.
     """
     text = '{\n    "error": ' + json.dumps(message, ensure_ascii=False) + "\n}"
-    return web.Response(text=text, status=status, content_type="application/json")
+    # a message echoing what no UTF-8 can hold (a lone surrogate) is sent escaped, never a failed answer
+    body = text.encode("utf-8", "backslashreplace")
+    return web.Response(body=body, status=status, content_type="application/json", charset="utf-8")
 
 
 def _error_middleware(policy: AccessPolicy, gate: RequestGate | None = None,

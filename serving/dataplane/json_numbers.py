@@ -58,7 +58,7 @@ PARSE_ERRORS = (ValueError, RecursionError)  # what `loads` raises for a body th
 
 
 class LoneSurrogateError(ValueError):
-    """A `\\uD800`-`\\uDFFF` escape with no partner: RapidJSON (TF Serving's parser) refuses it with
+    """A UTF-16 surrogate escape (D800-DFFF) with no partner: RapidJSON (TF Serving's parser) refuses it with
     kParseErrorStringUnicodeSurrogateInvalid; `json.loads` would keep it as a string no UTF-8 can encode.
     """
 

@@ -75,11 +75,19 @@ def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float:
     return float(u_statistic / (positives * negatives))
 
 
+def _probability_rows(outputs: np.ndarray) -> bool:
+    """Whether [N, C] scores are already probabilities: every value in [0, 1] and every row summing to 1 within
+    float32 rounding over C terms (C * 2**-23, at least 1e-5)."""
+    tolerance = max(1e-5, outputs.shape[1] * 2.0 ** -23)
+    return bool(np.all((outputs >= 0.0) & (outputs <= 1.0)) and np.all(np.abs(outputs.sum(axis=1) - 1.0) <= tolerance))
+
+
 def task_metrics(task: str, outputs: np.ndarray, labels: np.ndarray) -> dict[str, float]:
     """Every figure of `task` for model `outputs` against `labels` (shapes in the module docstring).
 
     Returns:
-        classification: {"accuracy", "loss"}; binary: {"auc", "accuracy", "loss"} (loss: mean binary
+        classification: {"accuracy", "loss"} (loss: mean cross-entropy, nats, of the softmax of logits or of
+        the given probability rows); binary: {"auc", "accuracy", "loss"} (loss: mean binary
         cross-entropy of the logits, nats; omitted for probability outputs); regression: {"mae", "rmse",
         "loss"} (loss: mean squared error).
 
@@ -95,8 +103,11 @@ def task_metrics(task: str, outputs: np.ndarray, labels: np.ndarray) -> dict[str
         if len(labels) and (labels.min() < 0 or labels.max() >= outputs.shape[1]):
             raise ValueError(f"class labels must lie in [0, {outputs.shape[1]}) for {outputs.shape[1]} scores; got "
                              f"{int(labels.min())}..{int(labels.max())}")
-        shifted = outputs - outputs.max(axis=1, keepdims=True)
-        log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+        if _probability_rows(outputs):  # a softmax's output: its own log, not a second softmax
+            log_probs = np.log(np.clip(outputs, np.finfo(np.float32).tiny, None))
+        else:
+            shifted = outputs - outputs.max(axis=1, keepdims=True)
+            log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
         return {"accuracy": float(np.mean(outputs.argmax(axis=1) == labels)),
                 "loss": float(-log_probs[np.arange(len(labels)), labels.astype(np.int64)].mean())}
     if task == "binary":

@@ -38,6 +38,11 @@ def test_task_metrics_and_which_way_is_worse():
     assert figures["accuracy"] == 0.75
     assert figures["loss"] == pytest.approx(-np.mean(np.log(np.exp(logits[[0, 1, 2, 3], labels]) /
                                                             np.exp(logits).sum(axis=1))))
+    probabilities = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)  # a softmax head: no second one
+    assert task_metrics("classification", probabilities, labels)["loss"] == pytest.approx(figures["loss"])
+    near_one_hot = np.array([[0.999, 0.001], [0.001, 0.999], [0.999, 0.001], [0.999, 0.001]])
+    assert task_metrics("classification", near_one_hot, labels)["loss"] == pytest.approx(-np.log(0.001) / 4 +
+                                                                                       -np.log(0.999) * 3 / 4)
     binary = task_metrics("binary", np.array([[0.9], [0.8], [0.3], [0.1]]), labels)  # probabilities
     assert binary["auc"] == 0.5 and binary["accuracy"] == 0.5 and "loss" not in binary
     assert task_metrics("binary", np.array([-2.0, 3.0, 1.0, -1.0]), labels)["auc"] == 1.0  # logits

@@ -77,7 +77,8 @@ def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float:
 
 def _probability_rows(outputs: np.ndarray) -> bool:
     """Whether [N, C] scores are already probabilities: every value in [0, 1] and every row summing to 1 within
-    float32 rounding over C terms (C * 2**-23, at least 1e-5)."""
+    float32 rounding over C terms (C * 2**-23, at least 1e-5).
+    """
     tolerance = max(1e-5, outputs.shape[1] * 2.0 ** -23)
     return bool(np.all((outputs >= 0.0) & (outputs <= 1.0)) and np.all(np.abs(outputs.sum(axis=1) - 1.0) <= tolerance))
 

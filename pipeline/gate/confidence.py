@@ -24,8 +24,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scipy.stats import beta
-
 __all__ = ["REFUSED", "PASSED", "UNDECIDED", "Decision", "clopper_pearson", "decide_drop", "decide_share",
            "rows_to_decide"]
 
@@ -39,6 +37,8 @@ def clopper_pearson(successes: int, trials: int, one_sided: float) -> tuple[floa
     """
     if trials <= 0:
         return 0.0, 1.0
+    from scipy.stats import beta  # here, not at import: the TF-free CLI imports the gate's modules to name its extra
+
     tail = 1.0 - one_sided
     low = 0.0 if successes <= 0 else float(beta.ppf(tail, successes, trials - successes + 1))
     high = 1.0 if successes >= trials else float(beta.ppf(one_sided, successes + 1, trials - successes))

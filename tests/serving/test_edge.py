@@ -65,7 +65,7 @@ def test_edge_server_serves_and_answers_query(edge_python, repository, backend, 
                                 "--model-name", MODEL, "--samples", str(samples)], capture_output=True, text=True,
                                check=False, cwd=tmp_path, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
         assert query.returncode == 0, query.stderr
-        assert "accuracy: 100.00% (5/5)" in query.stdout
+        assert "accuracy: 1.0000 on 5 rows" in query.stdout
     assert server.returncode == 0
 
 

@@ -22,6 +22,7 @@ import numpy as np
 from bench.reliability.common import MODEL, Row, images
 from tfship.core.errors import TfshipError
 from tfship.core.locations import BucketUrl
+from tfship.core.manifest import VersionManifest
 from tfship.core.processes import die_with_parent_command
 from tfship.pipeline.orchestration.promote import promote
 from tfship.pipeline.orchestration.publish import publish_version
@@ -88,7 +89,7 @@ def bucket_under_load(source: Path, work: Path, rounds: int) -> Row:
                 number = max(published) + 1
                 fs.put(str(folder), f"{base}/{number}", recursive=True)  # partial: no manifest
                 time.sleep(0.8)
-                good = json.loads(fs.cat_file(f"{base}/{published[-1]}/manifest.json"))
+                good = VersionManifest.from_json(fs.cat_file(f"{base}/{published[-1]}/manifest.json")).to_json()
                 bad = {**good, "files": [dict(r, sha256="0" * 64) for r in good["files"]]}
                 fs.pipe_file(f"{base}/{number}/manifest.json", json.dumps(bad).encode())  # corrupt
                 time.sleep(0.8)

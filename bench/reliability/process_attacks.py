@@ -4,7 +4,6 @@ victim's tree survives, no half-written version is visible, and the next publish
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -17,6 +16,7 @@ import time
 from pathlib import Path
 
 from bench.reliability.common import MODEL, ROOT, Row, descendants, wait_gone
+from tfship.core.manifest import VersionManifest
 from tfship.pipeline.orchestration.publish import publish_version
 from tfship.serving.launcher import ServerProcess
 
@@ -48,10 +48,10 @@ def _versions_complete(model_root: Path) -> str:
         manifest = folder / "manifest.json"
         if not manifest.is_file():
             return f"version {folder.name} has no manifest.json"
-        for entry in json.loads(manifest.read_text())["files"]:
-            path = folder / entry["path"]
-            if not path.is_file() or path.stat().st_size != entry["size_bytes"]:
-                return f"version {folder.name}: {entry['path']} missing or truncated"
+        for entry in VersionManifest.read(folder).files:
+            path = folder / entry.path
+            if not path.is_file() or path.stat().st_size != entry.size_bytes:
+                return f"version {folder.name}: {entry.path} missing or truncated"
     return ""
 
 

@@ -6,11 +6,11 @@ also its status and every artifact's outcome (published, or left out and why) fr
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from tfship.core.errors import ConfigError
+from tfship.core.manifest import MANIFEST_FILE, ManifestError, VersionManifest
 from tfship.core.saved_model import read_signatures
 from tfship.pipeline.api.results import Inspection
 from tfship.tflite.inspect import describe_tflite
@@ -27,14 +27,13 @@ def _resolve(path: Path) -> Path:
 
 def _outcomes(version_dir: Path) -> dict[str, Any]:
     """A published version's status and per-artifact outcomes from its `manifest.json` ({} without one)."""
-    manifest = version_dir / "manifest.json"
-    if not manifest.is_file():
+    if not (version_dir / MANIFEST_FILE).is_file():
         return {}
     try:
-        data = json.loads(manifest.read_text(encoding="utf-8"))
-    except ValueError as err:
-        raise ConfigError(f"inspect: {manifest} is not valid JSON: {err}") from err
-    return {"status": data.get("status"), "artifacts": data.get("artifacts", [])}
+        manifest = VersionManifest.read(version_dir)
+    except ManifestError as err:
+        raise ConfigError(f"inspect: {err}") from err
+    return {"status": manifest.status, "artifacts": [row.model_dump(mode="json") for row in manifest.artifacts]}
 
 
 def describe(path: Path) -> dict[str, Any]:

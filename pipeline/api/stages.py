@@ -32,7 +32,7 @@ def stage_fields(name: str, value: Any) -> dict[str, Any]:
     if name == "publish":
         checked, published = value
         return {"serve_check": checked.served, "left_out": checked.left_out, "version": published.version,
-                "path": str(published.version_dir), "status": published.manifest["status"]}
+                "path": str(published.version_dir), "status": published.manifest.status}
     return value.to_json() if hasattr(value, "to_json") else dict(enumerate(value))
 
 

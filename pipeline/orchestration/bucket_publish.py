@@ -18,16 +18,15 @@ those whose publisher is gone (same host, pid not alive) or that are older than 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import secrets
 import socket
 import time
 from pathlib import Path
-from typing import Any
 
 from tfship.core.errors import StageError
 from tfship.core.locations import BucketUrl
+from tfship.core.manifest import VersionManifest
 from tfship.core.processes import pid_alive
 from tfship.serving.storage.filesystem import key_path, open_filesystem
 from tfship.serving.storage.mirror import MARKER
@@ -102,9 +101,10 @@ def remove_stale(fs, base: str) -> list[str]:
 
 
 def publish_to_bucket(candidate_dir: Path, repository: BucketUrl, model_name: str,
-                      manifest: dict[str, Any]) -> tuple[int, BucketUrl, dict[str, Any]]:
+                      manifest: VersionManifest) -> tuple[int, BucketUrl, VersionManifest]:
     """Upload `candidate_dir` (a checked version folder holding `manifest.json`) as the next version of
-    `model_name` under `repository`; returns (version, its URL, the manifest written).
+    `model_name` under `repository`; returns (version, its URL, the manifest written: `manifest` with
+    `model_name`, `version` and `repository` set; its `files` must already list the candidate's files).
 
     Raises:
         StageError: an upload or check failed; no manifest was written, so no server serves the version.
@@ -136,8 +136,8 @@ def publish_to_bucket(candidate_dir: Path, repository: BucketUrl, model_name: st
             relative = path.relative_to(candidate_dir).as_posix()
             fs.copy(f"{staging}/{relative}", f"{target}/{relative}")
             _check_object(fs, f"{target}/{relative}", path)
-        final = {**manifest, "model_name": model_name, "version": version, "repository": str(repository)}
-        fs.pipe_file(f"{target}/{MARKER}", json.dumps(final, indent=2).encode())  # last: the version is complete
+        final = manifest.stamped(model_name=model_name, version=version, repository=str(repository))
+        fs.pipe_file(f"{target}/{MARKER}", final.to_bytes())  # last: the version is complete
         fs.rm(claim)
         return version, repository / model_name / str(version), final
     except StageError:

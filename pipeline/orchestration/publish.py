@@ -17,6 +17,7 @@ import secrets
 import shutil
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from tfship.core.errors import StageError
-from tfship.core.files import write_json_atomic
 from tfship.core.locations import BucketUrl, Location
+from tfship.core.manifest import MANIFEST_FILE, VersionManifest
 from tfship.core.processes import pid_alive
 from tfship.pipeline.orchestration.bucket_publish import publish_to_bucket
 from tfship.pipeline.orchestration.outcomes import ArtifactOutcome
@@ -44,7 +45,7 @@ class PublishResult:
 
     version: int
     version_dir: Location  # a folder, or the version's s3:// prefix
-    manifest: dict[str, Any]
+    manifest: VersionManifest
     outcomes: tuple[ArtifactOutcome, ...] = ()
 
 
@@ -139,22 +140,25 @@ def remove_stale_staging(model_root: Path) -> list[Path]:
 
 
 def publish_version(candidate_dir: Path, repository: Location, model_name: str,
-                    manifest: dict[str, Any]) -> PublishResult:
+                    manifest: VersionManifest | Mapping[str, Any]) -> PublishResult:
     """Copy a checked candidate version folder into the repository under the next version number.
 
     Args:
         candidate_dir: a complete version folder (SavedModel at its root, other artifacts beside it).
         repository: a folder (renamed into place) or an s3:// prefix (`bucket_publish.publish_to_bucket`).
-        manifest: everything but `version`, `published_at` and `files`, which are filled in here.
+        manifest: the version's manifest but `model_name`, `version`, `published_at` and `files`, which are
+            filled in here (a mapping is read as a `VersionManifest`'s fields).
 
     Raises:
         StageError: when the candidate has no `saved_model.pb` or the copy fails (no version appears).
+        ManifestError: `manifest` is a mapping with a field of the wrong type (naming it).
     """
     if not (candidate_dir / "saved_model.pb").is_file():
         raise StageError(f"publish: {candidate_dir} holds no saved_model.pb; nothing was published")
+    draft = manifest if isinstance(manifest, VersionManifest) else \
+        VersionManifest.from_json({"files": [], **manifest}, "publish_version(manifest=...)")
     if isinstance(repository, BucketUrl):  # uploaded in checked steps, manifest last (bucket_publish)
-        final = {**manifest, "published_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                 "files": [row for row in file_inventory(candidate_dir) if row["path"] != "manifest.json"]}
+        final = draft.with_files(file_inventory(candidate_dir)).stamped(published_at=_now())
         version, url, final = publish_to_bucket(candidate_dir, repository, model_name, final)
         return PublishResult(version, url, final)
     model_root = Path(repository) / model_name
@@ -163,12 +167,12 @@ def publish_version(candidate_dir: Path, repository: Location, model_name: str,
     staging = model_root / f".staging-{os.getpid()}-{secrets.token_hex(4)}"  # the pid tells a live publish
     try:
         shutil.copytree(candidate_dir, staging)
+        (staging / MANIFEST_FILE).unlink(missing_ok=True)
+        listed = draft.with_files(file_inventory(staging))
         for _attempt in range(5):
             version = next_version(model_root)
-            final = {**manifest, "model_name": model_name, "version": version,
-                     "published_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                     "files": file_inventory(staging)}
-            write_json_atomic(staging / "manifest.json", final)
+            final = listed.stamped(model_name=model_name, version=version, published_at=_now())
+            final.write(staging)
             target = model_root / str(version)
             if target.exists():
                 continue  # another publisher took this number meanwhile; try the next one
@@ -178,3 +182,7 @@ def publish_version(candidate_dir: Path, repository: Location, model_name: str,
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")

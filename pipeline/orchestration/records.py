@@ -26,6 +26,7 @@ from typing import Any, Generic, TypeVar
 
 from tfship.core.errors import StageError
 from tfship.core.locations import parse_location
+from tfship.core.manifest import MANIFEST_FILE, VersionManifest
 from tfship.pipeline.conversion.convert import ConvertResult
 from tfship.pipeline.gate.serve_check import ServeCheckResult
 from tfship.pipeline.gate.validate import ParityReport
@@ -173,8 +174,8 @@ def _read_publish(run: RunFolder) -> PublishResult:
     """
     summary = read_json(run, "summary.json")
     version_dir = parse_location(summary["published"], "summary.json: published")
-    manifest_path = version_dir / "manifest.json" if isinstance(version_dir, Path) else None
-    manifest = json.loads(manifest_path.read_text()) if manifest_path is not None and manifest_path.is_file() else {}
+    local = isinstance(version_dir, Path) and (version_dir / MANIFEST_FILE).is_file()
+    manifest = VersionManifest.read(version_dir) if local else VersionManifest(files=())
     outcomes = tuple(ArtifactOutcome.from_json(row) for row in summary.get("artifacts") or ())
     return PublishResult(int(summary["version"]), version_dir, manifest, outcomes)
 

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from tfship.core.errors import ConfigError
+from tfship.core.manifest import MANIFEST_FILE, ManifestError, VersionManifest
 
-MANIFEST_FILE = "manifest.json"
 PUBLISHED = "published"  # `ArtifactOutcome.status` of an artifact that passed the gate
 FLAG = "--artifact"
 
@@ -50,30 +49,26 @@ class PublishedArtifact:
     sha256: str
 
 
-def read_manifest(version_dir: Path) -> dict:
-    """The version's `manifest.json` as a dict.
+def read_manifest(version_dir: Path) -> VersionManifest:
+    """The version's `manifest.json` (`core.manifest.VersionManifest.read`, the one reader).
 
     Raises:
-        ArtifactNotPublishedError: no manifest (not a version published by tfship) or one that does not parse.
+        ArtifactNotPublishedError: no manifest (not a version published by tfship), or one the reader refuses
+            (naming the file and field).
     """
-    path = Path(version_dir) / MANIFEST_FILE
-    try:
-        manifest = json.loads(path.read_text())
-    except FileNotFoundError:
+    if not (Path(version_dir) / MANIFEST_FILE).exists():
         raise ArtifactNotPublishedError(
             f"{FLAG}: {version_dir} has no {MANIFEST_FILE}, so it names no published artifact (serve versions "
-            "published by `tfship run`, or choose the file with --backend/--tflite-file)") from None
-    except (OSError, ValueError) as err:
-        raise ArtifactNotPublishedError(f"{FLAG}: cannot read {path}: {err}") from err
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("artifacts"), list):
-        raise ArtifactNotPublishedError(f"{FLAG}: {path} has no 'artifacts' list (not a tfship manifest)")
-    return manifest
+            "published by `tfship run`, or choose the file with --backend/--tflite-file)")
+    try:
+        return VersionManifest.read(Path(version_dir))
+    except ManifestError as err:
+        raise ArtifactNotPublishedError(f"{FLAG}: {err}") from err
 
 
-def published_names(manifest: Mapping) -> list[str]:
+def published_names(manifest: VersionManifest) -> list[str]:
     """The artifacts a manifest lists as published, sorted."""
-    return sorted(str(row.get("artifact")) for row in manifest["artifacts"]
-                  if isinstance(row, dict) and row.get("status") == PUBLISHED)
+    return manifest.published_names()
 
 
 def resolve_artifact(version_dir: Path, name: str, backends: Mapping[str, type]) -> PublishedArtifact:
@@ -94,13 +89,13 @@ def resolve_artifact(version_dir: Path, name: str, backends: Mapping[str, type])
     manifest = read_manifest(version_dir)
     where = version_dir / MANIFEST_FILE
     published = published_names(manifest)
-    row = next((r for r in manifest["artifacts"] if isinstance(r, dict) and r.get("artifact") == name), None)
-    if row is None or row.get("status") != PUBLISHED:
+    row = manifest.artifact(name)
+    if row is None or row.status != PUBLISHED:
         why = ("does not list it" if row is None else
-               f"lists it as {row.get('status')!r} ({row.get('stage') or '?'}: {row.get('reason') or 'no reason'})")
+               f"lists it as {row.status!r} ({row.stage or '?'}: {row.reason or 'no reason'})")
         raise ArtifactNotPublishedError(f"{FLAG} {name}: {where} {why}; published there: {published}")
-    file = str(row.get("file") or "")
-    listed = {str(f.get("path")): f for f in manifest.get("files", []) if isinstance(f, dict)}
+    file = row.file
+    listed = {f.path: {"size_bytes": f.size_bytes, "sha256": f.sha256} for f in manifest.files}
     path = version_dir / file
     if not file or Path(file).name != file or file not in listed:
         raise ArtifactNotPublishedError(f"{FLAG} {name}: {where} gives file {file!r}, which is not a file of the "

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import logging
 import os
 import secrets
@@ -26,15 +25,16 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from tfship.core.locations import BucketUrl
+from tfship.core.manifest import MANIFEST_FILE, ManifestError, VersionManifest
 from tfship.core.processes import pid_alive
 from tfship.serving.storage.filesystem import key_path, open_filesystem
 
 log = logging.getLogger(__name__)
 
-MARKER = "manifest.json"
+MARKER = MANIFEST_FILE
 DIGEST_FILE = ".tfship-manifest-sha256"  # in each cached version: which publish of that version it holds
 
 
@@ -47,7 +47,7 @@ class RemoteVersion:
     """A complete version in the bucket: its number, its manifest and the manifest's sha256 (its identity)."""
 
     version: int
-    manifest: dict
+    manifest: VersionManifest
     digest: str
 
 
@@ -60,21 +60,6 @@ def default_cache_root() -> Path:
 def _slug(url: BucketUrl) -> str:
     readable = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{url.bucket}_{url.key}")[-80:]
     return f"{readable}-{hashlib.sha256(url.encode()).hexdigest()[:10]}"
-
-
-def _manifest_files(manifest: dict) -> list[dict]:
-    """The manifest's file rows, each with a safe relative path; ValueError otherwise."""
-    files = manifest.get("files")
-    if not isinstance(files, list):
-        raise ValueError("manifest has no 'files' list")
-    for row in files:
-        path = PurePosixPath(str(row.get("path", "")))
-        if not row.get("path") or path.is_absolute() or ".." in path.parts or path.name == MARKER:
-            raise ValueError(f"manifest file path {str(row.get('path'))[:200]!r} is not a relative path inside "
-                             "the version")
-        if not isinstance(row.get("sha256"), str) or not isinstance(row.get("size_bytes"), int):
-            raise ValueError(f"manifest row for {str(path)[:200]!r} lacks sha256 or size_bytes")
-    return files
 
 
 def _sha256(path: Path) -> str:
@@ -128,9 +113,8 @@ class BucketMirror:
             except FileNotFoundError:
                 continue  # no marker: an upload in progress or a killed one
             try:
-                manifest = json.loads(raw)
-                _manifest_files(manifest)
-            except ValueError as err:
+                manifest = VersionManifest.from_json(raw, f"{self.url}/{name}/{MARKER}")
+            except ManifestError as err:
                 log.error("%s/%s/%s is not a usable manifest (%s); version not served", self.url, name, MARKER,
                           str(err)[:300])
                 continue
@@ -169,7 +153,7 @@ class BucketMirror:
                 shutil.rmtree(target)  # the bucket holds a different publish of this number now
             os.replace(partial, target)
             log.info("%s/%d fetched into %s (%d files, verified)", self.url, remote.version, target,
-                     len(remote.manifest["files"]))
+                     len(remote.manifest.files))
             return True
         except (VersionCorruptError, FileNotFoundError) as err:
             self._refused[remote.version] = remote.digest
@@ -184,19 +168,19 @@ class BucketMirror:
 
     def _fetch(self, remote: RemoteVersion, partial: Path) -> None:
         base = f"{key_path(self.url)}/{remote.version}"
-        for row in _manifest_files(remote.manifest):
-            dest = partial / row["path"]
+        for row in remote.manifest.files:
+            dest = partial / row.path
             dest.parent.mkdir(parents=True, exist_ok=True)
             try:
-                self.fs.get_file(f"{base}/{row['path']}", str(dest))
+                self.fs.get_file(f"{base}/{row.path}", str(dest))
             except FileNotFoundError as err:
-                raise VersionCorruptError(f"{row['path']!r} is listed in its manifest but missing") from err
+                raise VersionCorruptError(f"{row.path!r} is listed in its manifest but missing") from err
             size = dest.stat().st_size
-            if size != row["size_bytes"]:
-                raise VersionCorruptError(f"{row['path']!r} is {size} bytes, its manifest says {row['size_bytes']}")
-            if _sha256(dest) != row["sha256"]:
-                raise VersionCorruptError(f"{row['path']!r} does not match the sha256 in its manifest")
-        (partial / MARKER).write_text(json.dumps(remote.manifest, indent=2))
+            if size != row.size_bytes:
+                raise VersionCorruptError(f"{row.path!r} is {size} bytes, its manifest says {row.size_bytes}")
+            if _sha256(dest) != row.sha256:
+                raise VersionCorruptError(f"{row.path!r} does not match the sha256 in its manifest")
+        remote.manifest.write(partial)
         (partial / DIGEST_FILE).write_text(remote.digest)
 
     def _remove_dead_partials(self) -> None:

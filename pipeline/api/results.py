@@ -15,6 +15,7 @@ from typing import Any
 
 from tfship.pipeline.api.tables import Table, render_html, render_markdown, render_rich
 from tfship.pipeline.orchestration.outcomes import ArtifactOutcome, OutcomeStatus
+from tfship.pipeline.orchestration.run_config import RunConfig
 from tfship.pipeline.orchestration.stages import RunFolder, StageRecord, StageStatus
 
 SAVED_MODEL = "saved_model"
@@ -116,8 +117,7 @@ class ShipResult:
         stored = folder.root / "stages.json"
         records = [StageRecord(r["name"], StageStatus(r["status"]), r["seconds"], r["reason"], r["summary"])
                    for r in (json.loads(stored.read_text(encoding="utf-8")) if stored.is_file() else [])]
-        config = json.loads((folder.root / "config.json").read_text(encoding="utf-8"))
-        return cls.from_summary(config.get("run", {}).get("model_name", ""), folder, summary, records)
+        return cls.from_summary(RunConfig.read(folder).config.run.model_name, folder, summary, records)
 
     def tables(self) -> list[Table]:
         """The artifacts table and the stages table."""

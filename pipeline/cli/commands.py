@@ -22,6 +22,7 @@ from tfship.pipeline.orchestration.outcomes import RunStatus
 from tfship.pipeline.orchestration.report import summary_tables
 from tfship.pipeline.orchestration.resume import resolve_run, stored_config
 from tfship.pipeline.orchestration.run import latest_run
+from tfship.pipeline.orchestration.run_config import CONFIG_FILE, RunConfig
 from tfship.pipeline.orchestration.stages import RunFolder, StageRecord, StageStatus
 from tfship.pipeline.training.workers import launch_workers, worst_exit_code
 
@@ -121,10 +122,9 @@ def stage_config(args: argparse.Namespace, config, run: RunFolder):
     Raises:
         ConfigError: the stored config with the flags is invalid (naming the file, key and value).
     """
-    stored = run.root / "config.json"
-    if args.config is not None or not stored.is_file():
+    if args.config is not None or not RunConfig.exists(run.root):
         return config
-    return with_overrides(stored_config(run), overrides_from_args(args), str(stored))
+    return with_overrides(stored_config(run), overrides_from_args(args), str(run.root / CONFIG_FILE))
 
 
 def _stage_command(args: argparse.Namespace, name: str) -> int:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tfship.core.errors import StageError
+from tfship.core.errors import ConfigError, StageError
 from tfship.pipeline.config import PipelineConfig
 from tfship.pipeline.conversion.convert import ConvertResult
 from tfship.pipeline.gate.serve_check import ServeCheckResult
@@ -46,6 +46,7 @@ from tfship.pipeline.orchestration.records import (
     TrainRecord,
     read_json,
 )
+from tfship.pipeline.orchestration.run_config import RunConfig
 from tfship.pipeline.orchestration.stages import RunFolder, StageRecord
 
 RESUMED = {"skipped": "outputs complete and valid in the resumed run; not rerun"}
@@ -136,10 +137,10 @@ def load_run_data(config: PipelineConfig, run: RunFolder):
     from tfship.pipeline.data.splits import load_split_arrays, scan_cache_dir
 
     stored = stored_run_config(run)
-    if "export_only" in stored:
+    if stored is not None and stored.export_only is not None:
         from tfship.pipeline.export_only.user_model import load_user_data
 
-        return load_user_data(Path(stored["export_only"]["data"]), steps.read_contract(run),
+        return load_user_data(Path(stored.export_only.data), steps.read_contract(run),
                               config.convert.representative_samples, config.run.seed, config.data.classes)
     from tfship.pipeline.training.input_specs import check_trainable
 
@@ -147,15 +148,14 @@ def load_run_data(config: PipelineConfig, run: RunFolder):
     return load_split_arrays(config.data, config.run.seed, scan_cache_dir(config))
 
 
-def stored_run_config(run: RunFolder) -> dict[str, Any]:
-    """The run's `config.json` as written when it started ({} when unreadable): the config and, for an
-    export-only run, its `export_only` request.
+def stored_run_config(run: RunFolder) -> RunConfig | None:
+    """The run's `config.json` as written when it started (None when missing or unreadable): the config and,
+    for an export-only run, its request (`pipeline.orchestration.run_config.RunConfig`).
     """
     try:
-        stored = read_json(run, "config.json")
-    except (OSError, ValueError):
-        return {}
-    return stored if isinstance(stored, dict) else {}
+        return RunConfig.read(run)
+    except ConfigError:
+        return None
 
 
 def _passed(run: RunFolder, record: RecordFile) -> bool:

@@ -7,12 +7,12 @@ reruns, every later stage reruns too. Training continues from the latest checkpo
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
-from tfship.core.errors import ConfigError, StageError
+from tfship.core.errors import StageError
 from tfship.pipeline.config import PipelineConfig
+from tfship.pipeline.orchestration.run_config import RunConfig
 from tfship.pipeline.orchestration.stages import RunFolder, StageRecord
 
 
@@ -27,7 +27,7 @@ def resolve_run(reference: str | Path, runs_dir: Path) -> RunFolder:
     if str(reference) == "latest":
         return latest_run(runs_dir)
     for candidate in (Path(reference), Path(runs_dir) / str(reference)):
-        if (candidate / "config.json").is_file():
+        if RunConfig.exists(candidate):
             return RunFolder(candidate.resolve())
     raise StageError(f"resume: no run folder {reference!r} (looked for {reference}/config.json and "
                      f"{Path(runs_dir) / str(reference)}/config.json)")
@@ -39,13 +39,7 @@ def stored_config(run: RunFolder) -> PipelineConfig:
     Raises:
         ConfigError: the stored config is missing or no longer valid.
     """
-    path = run.root / "config.json"
-    try:
-        tree = json.loads(path.read_text(encoding="utf-8"))
-        tree = {k: v for k, v in tree.items() if k in PipelineConfig.model_fields or k == "validate"}
-        return PipelineConfig.model_validate(tree)
-    except (OSError, ValueError) as err:
-        raise ConfigError(f"{path}: cannot resume with this stored config: {err}") from err
+    return RunConfig.read(run).config
 
 
 def resume_pipeline(reference: str | Path, config: PipelineConfig, progress=None,
@@ -63,19 +57,12 @@ def resume_pipeline(reference: str | Path, config: PipelineConfig, progress=None
     Raises:
         TfshipError: the failing stage's error (its record, report.json and report.md are already written).
     """
-    from tfship.pipeline.export_only.user_model import ExportOnlyRequest
     from tfship.pipeline.orchestration.chain import StageContext
     from tfship.pipeline.orchestration.run import execute
 
     run = resolve_run(reference, config.run.runs_dir)
-    config = stored_config(run)
-    stored = json.loads((run.root / "config.json").read_text(encoding="utf-8"))
-    request = None
-    if "export_only" in stored:
-        stored_request = stored["export_only"]
-        request = ExportOnlyRequest(stored_request["model"], Path(stored_request["data"]),
-                                    tuple(stored_request.get("tags", ("serve",))),
-                                    tuple(stored_request.get("custom_objects", ())))
+    stored = RunConfig.read(run)
+    config, request = stored.config, stored.export_only
     ctx = StageContext(config, run, config.publish.repository, request=request, progress=progress,
                        resume_training=True)
     return execute(ctx, on_stage, resume=True)

@@ -31,6 +31,7 @@ from tfship.pipeline.orchestration.chain import (
 from tfship.pipeline.orchestration.outcomes import RunStatus, run_status, signature_carriers, status_line
 from tfship.pipeline.orchestration.publish import PublishResult
 from tfship.pipeline.orchestration.records import read_json
+from tfship.pipeline.orchestration.run_config import EXPORT_ONLY, RunConfig
 from tfship.pipeline.orchestration.stages import RunFolder, StageRecord, StageStatus
 
 T = TypeVar("T")
@@ -183,9 +184,9 @@ def reported_failure(ctx: StageContext, extra: dict[str, Any]):
 
 def _extras(ctx: StageContext) -> dict[str, Any]:
     stored = stored_run_config(ctx.run)
-    if "export_only" in stored:
+    if stored is not None and stored.export_only is not None:
         contract = steps.read_contract(ctx.run).to_json() if ctx.export is not None else None
-        return {"train": None, "export_only": stored["export_only"], "contract": contract}
+        return {"train": None, "export_only": stored.to_json()[EXPORT_ONLY], "contract": contract}
     return {"train": dict(ctx.train.summary) if ctx.train is not None else None}
 
 
@@ -213,9 +214,7 @@ def run_export_only(config: PipelineConfig, repository: Path, request: ExportOnl
         TfshipError: the failing stage's error (its record, report.json and report.md are already written).
     """
     run = RunFolder.create(config.run.runs_dir, config.run.model_name)
-    run.write_json("config.json", config.model_dump(mode="json", by_alias=True)
-                   | {"export_only": {"model": request.model, "data": str(Path(request.data).resolve()),
-                                      "tags": list(request.tags), "custom_objects": list(request.custom_objects)}})
+    RunConfig(config, request).write(run)
     return execute(StageContext(config, run, repository, request=request), on_stage)
 
 
@@ -227,7 +226,7 @@ def run_pipeline(config: PipelineConfig, repository: Path, progress=None,
         TfshipError: the failing stage's error (its record, report.json and report.md are already written).
     """
     run = RunFolder.create(config.run.runs_dir, config.run.model_name)
-    run.write_json("config.json", config.model_dump(mode="json", by_alias=True))
+    RunConfig(config).write(run)
     return execute(StageContext(config, run, repository, progress=progress), on_stage)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from tfship.core.errors import StageError
 from tfship.core.manifest import ArtifactEntry, VersionManifest
@@ -17,7 +18,13 @@ from tfship.pipeline.data.splits import DatasetSplits
 from tfship.pipeline.export_only.user_model import EvalData
 from tfship.pipeline.gate.serve_check import ServeCheckResult
 from tfship.pipeline.gate.validate import ParityReport
-from tfship.pipeline.orchestration.outcomes import ArtifactOutcome, artifact_outcomes, run_status, signature_carriers
+from tfship.pipeline.orchestration.outcomes import (
+    PUBLISHED,
+    ArtifactOutcome,
+    artifact_outcomes,
+    run_status,
+    signature_carriers,
+)
 from tfship.pipeline.orchestration.publish import PublishResult, git_commit, library_versions, publish_version
 from tfship.pipeline.orchestration.records import CONVERT, EXPORT, SERVE_CHECK, VALIDATE, ExportRecord
 from tfship.pipeline.orchestration.stage_inputs import read_contract, reference_artifact
@@ -46,19 +53,24 @@ def signatures_carried(run: RunFolder, outcomes: list, converted: ConvertResult 
     return carried
 
 
-def artifact_entries(outcomes: list[ArtifactOutcome], carried: dict[str, SignatureCarriage]
-                     ) -> tuple[ArtifactEntry, ...]:
+def artifact_entries(outcomes: list[ArtifactOutcome], carried: dict[str, SignatureCarriage],
+                     carriers: dict[str, dict[str, Any]]) -> tuple[ArtifactEntry, ...]:
     """Each outcome as the manifest's artifact row: its outcome, its kind's backend and tolerance family
-    (`saved_model`, `float32` for the SavedModel) and the signatures its files answer; size and sha256 are filled
-    in from the version's files when it is published (`VersionManifest.with_files`).
+    (`saved_model`, `float32` for the SavedModel) and its signatures: for a published artifact those the
+    manifest's `signatures` map (`carriers`, `outcomes.signature_carriers`) lists it under, for a left-out one
+    those its files answer (`carried`). Size and sha256 are filled in from the version's files when it is
+    published (`VersionManifest.with_files`).
     """
     kinds, rows = artifact_kinds(), []
     for outcome in outcomes:
         kind = kinds.get(outcome.artifact)
         backend, family = (kind.backend, kind.mode) if kind is not None else ("saved_model", "float32")
-        carriage = carried.get(outcome.artifact)
+        if outcome.status == PUBLISHED:
+            names = [name for name, row in carriers.items() if outcome.artifact in row["artifacts"]]
+        else:
+            names = list(carried[outcome.artifact].files) if outcome.artifact in carried else []
         rows.append(ArtifactEntry(**outcome.to_json(), backend=backend, family=str(family),
-                                  signatures=tuple(sorted(carriage.files)) if carriage is not None else ()))
+                                  signatures=tuple(sorted(names))))
     return tuple(rows)
 
 
@@ -71,13 +83,14 @@ def version_manifest(run: RunFolder, splits: DatasetSplits | EvalData, metrics: 
     """
     signatures = read_signatures(run.artifacts)
     carried = signatures_carried(run, outcomes, converted, parity)
+    carriers = signature_carriers(sorted(signatures), read_contract(run).name, outcomes, served, carried)
     return VersionManifest(
         status=run_status(outcomes).value,
-        artifacts=artifact_entries(outcomes, carried),
+        artifacts=artifact_entries(outcomes, carried, carriers),
         run=str(run.root),
         git_commit=git_commit(Path(__file__).parent),
         signature_def={name: signature.to_json() for name, signature in sorted(signatures.items())},
-        signatures=signature_carriers(sorted(signatures), read_contract(run).name, outcomes, served, carried),
+        signatures=carriers,
         class_names=tuple(splits.class_names),
         data=splits.summary(),
         metrics=metrics,

@@ -22,7 +22,8 @@ from tfship.pipeline.conversion.convert import ConvertResult
 from tfship.pipeline.gate.compare import OutputParity
 from tfship.pipeline.gate.serve_check import ServeCheckResult
 from tfship.pipeline.gate.validate import ArtifactParity, ParityReport, ReferenceNoise
-from tfship.pipeline.orchestration import outcomes, steps
+from tfship.core.manifest import VersionManifest
+from tfship.pipeline.orchestration import outcomes, stage_publish, steps
 from tfship.pipeline.orchestration.chain import CHAIN, StageContext
 from tfship.pipeline.orchestration.publish import PublishResult
 from tfship.pipeline.orchestration.records import ExportRecord, TrainRecord
@@ -105,7 +106,7 @@ def counted(monkeypatch):
         calls.append(args)
         return decide(*args, **kwargs)
 
-    monkeypatch.setattr(steps, "artifact_outcomes", counting)
+    monkeypatch.setattr(stage_publish, "artifact_outcomes", counting)
     return calls
 
 
@@ -127,7 +128,14 @@ def test_a_resumed_run_reads_typed_records_and_decides_outcomes_once(tmp_path, c
         "saved_model": ("published", ""), "onnx": ("published", ""), "tflite_float32": ("left out", "validate"),
         "tflite_int8": ("left out", "convert")}
     manifest = json.loads((result.published.version_dir / "manifest.json").read_text())
-    assert manifest["artifacts"] == decided and result.summary["artifacts"] == decided
+    assert [{k: row[k] for k in decided[0]} for row in manifest["artifacts"]] == decided
+    assert result.summary["artifacts"] == decided
+    assert VersionManifest.read(result.published.version_dir) == ctx.publish.manifest  # one writer, one reader
+    onnx = ctx.publish.manifest.artifact("onnx")
+    assert (onnx.backend, onnx.family, onnx.signatures) == ("onnx", "float32", ("serving_default",))
+    reference, listed = ctx.publish.manifest.artifact("saved_model"), ctx.publish.manifest.file("saved_model.pb")
+    assert (reference.backend, reference.family) == ("saved_model", "float32")
+    assert (reference.size_bytes, reference.sha256) == (listed.size_bytes, listed.sha256) and listed.size_bytes > 0
     assert manifest["metrics"]["test_accuracy"] == 0.93 and manifest["serve_check"] == _as_json(SERVED.to_json())
     assert result.summary["status"] == "partial" and _as_json(result.summary["parity"]) == _as_json(PARITY.to_json())
     write_report(run, result.summary)

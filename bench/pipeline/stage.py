@@ -70,7 +70,7 @@ def run_stage(stage: str, run_dir: Path, model: Path, data: Path, repository: Pa
         detail = {"passed": steps.validate_stage(cfg, run, _data(cfg, run, data)).passed}
     elif stage == "serve_check":
         checked = steps.serve_check_stage(cfg, run, _data(cfg, run, data))
-        detail = {"passed": checked.passed, "artifacts": {name: {k: row.get(k) for k in ("backend", "passed", "reason")}
+        detail = {"passed": checked.passed, "artifacts": {name: {"backend": row.backend, "passed": row.passed, "reason": row.reason}
                                                           for name, row in checked.artifacts.items()}}
     elif stage == "publish":
         published = steps.publish_stage(cfg, run, _data(cfg, run, data), repository, {})

@@ -66,9 +66,59 @@ class ServeTarget:
 
 
 @dataclass(frozen=True)
+class SignatureAnswer:
+    """One other signature asked on an artifact's server: its verdict, why not passed ("" when passed) and the
+    Predict requests sent.
+    """
+
+    passed: bool
+    reason: str = ""
+    requests: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"passed": self.passed, "reason": self.reason, "requests": self.requests}
+
+    @classmethod
+    def from_json(cls, row: dict[str, Any]) -> SignatureAnswer:
+        """Inverse of `to_json` (raises KeyError, TypeError on a row that is not one)."""
+        return cls(bool(row["passed"]), str(row.get("reason", "")), int(row.get("requests", 0)))
+
+
+@dataclass(frozen=True)
+class ServeCheckRow:
+    """One artifact served by our server: the backend and flags it ran with, its verdict and why not passed,
+    the requests sent, the largest absolute difference from the expected answers (output units), the seconds
+    taken, and each other signature asked on it (`SignatureAnswer` by name).
+    """
+
+    passed: bool
+    reason: str = ""
+    backend: str = ""
+    flags: tuple[str, ...] = ()
+    requests: int = 0
+    max_abs_error: float = 0.0
+    seconds: float = 0.0
+    signatures: dict[str, SignatureAnswer] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"backend": self.backend, "flags": list(self.flags), "passed": self.passed, "reason": self.reason,
+                "requests": self.requests, "max_abs_error": self.max_abs_error, "seconds": self.seconds,
+                "signatures": {name: answer.to_json() for name, answer in self.signatures.items()}}
+
+    @classmethod
+    def from_json(cls, row: dict[str, Any]) -> ServeCheckRow:
+        """Inverse of `to_json`; fields a record did not write take their defaults (raises KeyError, TypeError
+        on a row without `passed`).
+        """
+        return cls(bool(row["passed"]), str(row.get("reason", "")), str(row.get("backend", "")),
+                   tuple(row.get("flags", ())), int(row.get("requests", 0)), float(row.get("max_abs_error", 0.0)),
+                   float(row.get("seconds", 0.0)),
+                   {name: SignatureAnswer.from_json(answer) for name, answer in row.get("signatures", {}).items()})
+
+
+@dataclass(frozen=True)
 class ServeCheckResult:
-    """Per artifact: backend, passed, reason, requests sent, max abs error against the SavedModel, seconds, and
-    `signatures` ({name: passed, reason, requests}) for each other signature probed.
+    """Per artifact, its `ServeCheckRow` (rows given as `to_json` dicts are read into one).
 
     required: artifacts whose failure fails the stage (`convert.required`; the SavedModel always);
     signatures_unchecked: {artifact: {signature: why it was not asked}}.
@@ -76,35 +126,41 @@ class ServeCheckResult:
     `to_json` is the serve-check stage's record (`serve_check.json`); `from_json` reads it back.
     """
 
-    artifacts: dict[str, dict[str, Any]]
+    artifacts: dict[str, ServeCheckRow]
     required: tuple[str, ...] = ()
     signatures_unchecked: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "artifacts", {name: row if isinstance(row, ServeCheckRow)
+                                               else ServeCheckRow.from_json(row)
+                                               for name, row in self.artifacts.items()})
 
     def verdict(self, artifact: str) -> tuple[bool, str] | None:
         """(passed, reason) of `artifact`'s check, or None when it was not served."""
         row = self.artifacts.get(artifact)
-        return None if row is None else (bool(row["passed"]), row["reason"])
+        return None if row is None else (row.passed, row.reason)
 
     def signature_verdict(self, artifact: str, signature: str) -> tuple[bool, str] | None:
         """(passed, reason) of `signature` asked on `artifact`'s server, or None when it was not asked."""
-        row = self.artifacts.get(artifact, {}).get("signatures", {}).get(signature)
-        return None if row is None else (bool(row["passed"]), row["reason"])
+        row = self.artifacts.get(artifact)
+        answer = row.signatures.get(signature) if row is not None else None
+        return None if answer is None else (answer.passed, answer.reason)
 
     @property
     def passed(self) -> bool:
         """The SavedModel and every required artifact answered correctly."""
-        return all(row["passed"] for name, row in self.artifacts.items()
+        return all(row.passed for name, row in self.artifacts.items()
                    if name == SAVED_MODEL or name in self.required)
 
     @property
     def left_out(self) -> dict[str, str]:
         """{artifact: reason} for every artifact whose check failed."""
-        return {name: row["reason"] for name, row in self.artifacts.items() if not row["passed"]}
+        return {name: row.reason for name, row in self.artifacts.items() if not row.passed}
 
     @property
     def served(self) -> list[str]:
         """Artifacts that answered correctly."""
-        return [name for name, row in self.artifacts.items() if row["passed"]]
+        return [name for name, row in self.artifacts.items() if row.passed]
 
     def with_unchecked(self, unchecked: dict[str, dict[str, str]]) -> ServeCheckResult:
         """This result with the signatures that were not asked, and why."""
@@ -112,7 +168,8 @@ class ServeCheckResult:
 
     def to_json(self) -> dict[str, Any]:
         return {"passed": self.passed, "left_out": self.left_out, "required": list(self.required),
-                "artifacts": self.artifacts, "signatures_unchecked": self.signatures_unchecked}
+                "artifacts": {name: row.to_json() for name, row in self.artifacts.items()},
+                "signatures_unchecked": self.signatures_unchecked}
 
     @classmethod
     def from_json(cls, payload: dict[str, Any]) -> ServeCheckResult:
@@ -125,17 +182,18 @@ class ServeCheckResult:
         required = payload.get("required")
         if required is None:
             required = () if payload["passed"] else tuple(payload.get("left_out", {}))
-        return cls(dict(payload["artifacts"]), tuple(required), dict(payload.get("signatures_unchecked", {})))
+        return cls({name: ServeCheckRow.from_json(row) for name, row in payload["artifacts"].items()},
+                   tuple(required), dict(payload.get("signatures_unchecked", {})))
 
 
 def _check_one(repository: Path, model_name: str, version: int, target: ServeTarget, inputs: dict[str, np.ndarray],
-               expected: dict[str, np.ndarray], batch_sizes: tuple[int, ...]) -> dict[str, Any]:
+               expected: dict[str, np.ndarray], batch_sizes: tuple[int, ...]) -> ServeCheckRow:
     from tfship.serving.launcher import ServerProcess
     from tfship.serving.tfs.client import PredictClient
 
     started = time.perf_counter()
     worst, problems, answers, offset = 0.0, [], [], 0
-    signatures: dict[str, dict[str, Any]] = {}
+    signatures: dict[str, SignatureAnswer] = {}
     try:
         with ServerProcess(repository, model_name, backend=target.backend, extra_args=target.serve_flags) as server:
             with PredictClient(server.grpc_target, timeout_s=CALL_DEADLINE_S) as client:
@@ -154,17 +212,16 @@ def _check_one(repository: Path, model_name: str, version: int, target: ServeTar
         worst = max([worst, *(r.max_abs_error for r in rows if not r.exact)])
     except Exception as err:  # noqa: BLE001 - any server or RPC failure is this artifact's verdict, with its cause
         problems.append(f"{type(err).__name__}: {err}")
-    problems += [f"signature '{name}': {row['reason']}" for name, row in signatures.items() if not row["passed"]]
+    problems += [f"signature '{name}': {row.reason}" for name, row in signatures.items() if not row.passed]
     requests = len(answers)
     served = " ".join((target.backend, *target.serve_flags))
-    return {"backend": target.backend, "flags": list(target.serve_flags), "passed": not problems,
-            "reason": f"serve-check [{served}]: {'; '.join(problems)}" if problems else "",
-            "requests": requests, "max_abs_error": worst, "seconds": round(time.perf_counter() - started, 2),
-            "signatures": signatures}
+    return ServeCheckRow(not problems, f"serve-check [{served}]: {'; '.join(problems)}" if problems else "",
+                         target.backend, tuple(target.serve_flags), requests, worst,
+                         round(time.perf_counter() - started, 2), signatures)
 
 
 def _probe(client, model_name: str, version: int, probe: SignatureProbe, tolerance: Tolerance,
-           batch_sizes: tuple[int, ...]) -> dict[str, Any]:
+           batch_sizes: tuple[int, ...]) -> SignatureAnswer:
     """Ask signature `probe.name` at each batch size and compare with its in-process answers."""
     answers, offset = [], 0
     try:
@@ -177,7 +234,7 @@ def _probe(client, model_name: str, version: int, probe: SignatureProbe, toleran
                                             tolerance, noise=probe.noise))
     except Exception as err:  # noqa: BLE001 - an RPC failure is this signature's verdict, with its cause
         problems = [f"{type(err).__name__}: {err}"]
-    return {"passed": not problems, "reason": "; ".join(problems), "requests": len(answers)}
+    return SignatureAnswer(not problems, "; ".join(problems), len(answers))
 
 
 def serve_check(repository: Path, model_name: str, version: int, inputs: dict[str, np.ndarray],

@@ -46,8 +46,8 @@ def test_serve_check_tolerance_follows_the_output_range(tmp_path):
     target = ServeTarget("onnx", "onnx", tolerance_for("float32", load_config().parity))
     close = serve_check(tmp_path / "repo", "m", 1, inputs, {"logits": served + 1.3e-5}, [target],
                         batch_sizes=(1, 7, 32))
-    assert close.passed and close.artifacts["onnx"]["requests"] == 3
-    assert 1.2e-5 < close.artifacts["onnx"]["max_abs_error"] < 1.5e-5
+    assert close.passed and close.artifacts["onnx"].requests == 3
+    assert 1.2e-5 < close.artifacts["onnx"].max_abs_error < 1.5e-5
     far = serve_check(tmp_path / "repo", "m", 1, inputs, {"logits": served + 2e-3}, [target], required=("onnx",))
     assert not far.passed and set(far.left_out) == {"onnx"}
     assert "output 'logits'" in far.left_out["onnx"] and "atol 1e-05*12.7" in far.left_out["onnx"]

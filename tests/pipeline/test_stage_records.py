@@ -14,6 +14,7 @@ import pytest
 
 from tfship.core import protocol
 from tfship.core.contract import Signature, TensorSpec
+from tfship.core.manifest import VersionManifest
 from tfship.core.saved_model import to_signature_def
 from tfship.pipeline.api.results import ShipResult
 from tfship.pipeline.config import load_config
@@ -22,8 +23,7 @@ from tfship.pipeline.conversion.convert import ConvertResult
 from tfship.pipeline.gate.compare import OutputParity
 from tfship.pipeline.gate.serve_check import ServeCheckResult
 from tfship.pipeline.gate.validate import ArtifactParity, ParityReport, ReferenceNoise
-from tfship.core.manifest import VersionManifest
-from tfship.pipeline.orchestration import outcomes, stage_publish, steps
+from tfship.pipeline.orchestration import outcomes, stage_publish
 from tfship.pipeline.orchestration.chain import CHAIN, StageContext
 from tfship.pipeline.orchestration.publish import PublishResult
 from tfship.pipeline.orchestration.records import ExportRecord, TrainRecord

@@ -40,7 +40,7 @@ class SignatureProbe:
     """Another signature of the served artifact to ask: its name, the inputs ({name: [N, ...]}), the answers
     expected on them (the artifact's own, in process, request by request at the check's batch sizes) and the
     SavedModel's own largest difference per float output on that signature (allowed on top, as on
-    `serving_default`; `pipeline.gate.signatures.recorded_noise`).
+    `serving_default`; the validate record's `ParityReport.signature_noise`).
     """
 
     name: str

@@ -196,6 +196,7 @@ class ExportSection(_Section):
 class ConvertSection(_Section):
     """Artifact conversion."""
 
+    onnx: bool = Field(True, description="Produce the ONNX file (model.onnx, tf2onnx; onnx_format/).")
     onnx_opset: int = Field(17, ge=13, le=21, description="ONNX opset passed to tf2onnx (pinned default 17).")
     onnx_simplify: bool = Field(False, description="Run onnxslim on the ONNX file, then re-check it (needs the "
                                 "`onnxslim` package; the parity gate judges the simplified file).")

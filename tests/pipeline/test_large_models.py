@@ -13,13 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tfship.pipeline.conversion.large_models import (
-    FLATBUFFER_LIMIT_NAME,
-    has_external_data,
-    onnx_needs_external_data,
-    saved_model_weight_bytes,
-    tflite_refusal,
-)
+from tfship.core.saved_model import saved_model_weight_bytes
+from tfship.onnx_format.large_models import has_external_data, onnx_needs_external_data
+from tfship.tflite.size_limit import FLATBUFFER_LIMIT_NAME, tflite_refusal
 
 
 @pytest.fixture(scope="module")

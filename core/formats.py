@@ -173,6 +173,8 @@ class ArtifactFormat:
         separate_signature_files: each signature other than `serving_default` is a file of its own (ONNX), run
             and set aside on its own by the gate.
         one_signature_reason: why it carries no other signature when its converter gave no reason.
+        describe: `tfship inspect`'s description of a file with its file name's suffix (`format`, `path`,
+            `signatures`: {name: {"inputs", "outputs"}}); None when `inspect` does not read this format.
     """
 
     name: str
@@ -191,6 +193,7 @@ class ArtifactFormat:
     signature_files: Callable[[Path], dict[str, str]] = one_signature
     separate_signature_files: bool = False
     one_signature_reason: str = ""
+    describe: Callable[[Path], dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "family", ToleranceFamily(self.family))
@@ -204,6 +207,11 @@ class ArtifactFormat:
     def runtime_options(self) -> dict[str, Any]:
         """`serving.runtimes.RuntimeOptions` fields that make its backend load this format's file."""
         return {self.file_option: self.filename} if self.file_option else {}
+
+    @property
+    def suffix(self) -> str:
+        """The suffix of its file name (`.tflite`, `.onnx`; "" for a folder): what `tfship inspect` recognises."""
+        return Path(self.filename).suffix
 
     @property
     def files(self) -> tuple[str, ...]:

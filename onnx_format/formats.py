@@ -9,7 +9,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+from tfship.core.contract import DEFAULT_SIGNATURE
 from tfship.core.errors import TfshipError
 from tfship.core.formats import MIB, ArtifactFormat, ConversionJob, PeakModel, ToleranceFamily, VariantOutcome
 from tfship.core.statuses import ConversionStatus
@@ -46,6 +48,26 @@ def onnx_signature_files(path: Path) -> dict[str, str]:
     return {name: file.name for name, file in sorted(signature_files(Path(path).parent).items())}
 
 
+def describe_onnx_file(path: Path) -> dict[str, Any]:
+    """`tfship inspect`'s view of an `.onnx` file: its opsets and its graph's inputs and outputs (name, numpy dtype,
+    shape with -1 for dynamic dimensions) as `serving_default`. Weights are not loaded.
+    """
+    import onnx  # the pipeline extra's, not in the TensorFlow-free install
+
+    model = onnx.load(str(path), load_external_data=False)
+
+    def spec(value) -> dict[str, Any]:
+        tensor = value.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else -1 for d in tensor.shape.dim]
+        return {"name": value.name, "dtype": onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type).name,
+                "shape": dims}
+
+    return {"format": "onnx", "path": str(path),
+            "opset": {o.domain or "ai.onnx": o.version for o in model.opset_import},
+            "signatures": {DEFAULT_SIGNATURE: {"inputs": [spec(v) for v in model.graph.input],
+                                               "outputs": [spec(v) for v in model.graph.output]}}}
+
+
 ONNX = ArtifactFormat(
     "onnx", package="onnx", backend="onnx", family=ToleranceFamily.FLOAT32, filename=FILENAME, enable_key="onnx",
     convert=convert_onnx,
@@ -53,7 +75,7 @@ ONNX = ArtifactFormat(
     peak=PeakModel(900 * MIB, 15.0),
     # external weights past 2 GiB; the other signatures' files and theirs
     companions=("model.onnx.data", "model.*.onnx", "model.*.onnx.data"),
-    signature_files=onnx_signature_files, separate_signature_files=True)
+    signature_files=onnx_signature_files, separate_signature_files=True, describe=describe_onnx_file)
 FORMATS = (ONNX,)
 
-__all__ = ["FORMATS", "ONNX", "convert_onnx", "onnx_signature_files"]
+__all__ = ["FORMATS", "ONNX", "convert_onnx", "describe_onnx_file", "onnx_signature_files"]

@@ -203,6 +203,9 @@ class ConvertSection(_Section):
     tfjs_modes: tuple[Literal["float32", "float16", "uint8"], ...] = Field(
         (), description="TF.js graph models to produce (tfjs/, tfjs_float16/, tfjs_uint8/; weights as float32, "
         "float16 or uint8), each proven in Node.js; empty: none (the converter needs .venv-tfjs and Node.js >= 20).")
+    formats: tuple[str, ...] = Field((), description="Further registered artifact formats to produce, by name: "
+                                     "a format with no [convert] key of its own (a plug-in's; enable_key 'formats'). "
+                                     "Names are checked against the registry (`pipeline.conversion.registry`).")
     timeout_seconds: float = Field(300.0, gt=0.0, description="Per-conversion time limit, seconds.")
     max_workers: int = Field(0, ge=0, description="Conversions that do not depend on each other run side by side, "
                              "each in its own child process with its time limit: at most this many at once; 0 = the "

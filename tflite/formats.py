@@ -55,6 +55,21 @@ def tflite_signature_files(path: Path) -> dict[str, str]:
         else one_signature(path)
 
 
+def describe_tflite_file(path: Path) -> dict:
+    """`tfship inspect`'s view of a `.tflite` file: its SignatureDefs' tensors (name, dtype, shape signature with
+    -1 for dynamic dimensions, quantization), plus `tflite.inspect.describe_tflite`'s other fields.
+    """
+    from tfship.tflite.inspect import describe_tflite
+
+    info = describe_tflite(path)
+    info["signatures"] = {
+        key: {side: [{"name": name, "dtype": t["dtype"], "shape": t["shape_signature"],
+                      "quantization": t["quantization"]} for name, t in signature[side].items()]
+              for side in ("inputs", "outputs")}
+        for key, signature in info["signatures"].items()}
+    return {"format": "tflite"} | info
+
+
 def tflite_converter(mode: str):
     """The converter of one TFLite mode (`tflite.convert.convert_tflite`, child processes), with the recipes
     for recurrent layers: the SavedModel as exported (`default`), else its unrolled copy (`unrolled`).
@@ -102,10 +117,10 @@ def tflite_format(mode: str) -> ArtifactFormat:
         f"tflite_{mode}", package="tflite", backend="tflite", family=ToleranceFamily(mode), filename=filename,
         enable_key="tflite_modes", enable_value=mode, convert=tflite_converter(mode), peak=PEAKS[TfliteMode(mode)],
         file_option="tflite_file", serve_flags=("--tflite-file", filename),
-        signature_files=tflite_signature_files)
+        signature_files=tflite_signature_files, describe=describe_tflite_file)
 
 
 FORMATS = tuple(tflite_format(mode) for mode in TFLITE_MODES)
 
 __all__ = ["FORMATS", "FUSED_LSTM_NOTE", "TENSOR_LIST_FAILURE", "tflite_converter", "tflite_filename",
-           "tflite_format", "tflite_signature_files"]
+           "tflite_format", "tflite_signature_files", "describe_tflite_file"]

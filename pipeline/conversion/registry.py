@@ -66,11 +66,16 @@ def format_for(artifact: Artifact) -> ArtifactFormat | None:
 
 
 def check_required(settings) -> None:
-    """Refuse a `convert.required` entry that names no registered format, or a format the config does not enable.
+    """Refuse a `convert.formats` or `convert.required` entry that names no registered format, or a required format
+    the config does not enable.
 
     Raises:
         ConfigError: naming the key, the value and the known artifacts (or the key that enables it).
     """
+    for name in settings.formats:
+        if name not in ARTIFACT_KINDS:
+            raise ConfigError(f"key 'convert.formats': unknown artifact format {name!r}; registered: "
+                              f"{list(ARTIFACT_KINDS)}")
     for name in settings.required:
         if name == SAVED_MODEL:
             continue

@@ -57,7 +57,7 @@ def test_onnx_past_the_limit_is_written_and_served_with_external_data(small_save
     import tensorflow as tf
 
     from tfship.core.saved_model import read_signatures
-    from tfship.pipeline.conversion.onnx_convert import convert_to_onnx
+    from tfship.onnx_format.convert import convert_to_onnx
     from tfship.serving.runtimes import REGISTRY, RuntimeOptions
 
     contract = read_signatures(small_saved_model)["serving_default"]

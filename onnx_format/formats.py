@@ -15,9 +15,9 @@ from tfship.core.contract import DEFAULT_SIGNATURE
 from tfship.core.errors import TfshipError
 from tfship.core.formats import MIB, ArtifactFormat, ConversionJob, PeakModel, ToleranceFamily, VariantOutcome
 from tfship.core.statuses import ConversionStatus
-from tfship.serving.runtimes.onnx import signature_files
+from tfship.serving.runtimes.onnx import OnnxRuntime, signature_files
 
-FILENAME = "model.onnx"
+FILENAME = OnnxRuntime.FILE  # model.onnx: the file the `onnx` backend serves as serving_default
 
 
 def convert_onnx(job: ConversionJob) -> VariantOutcome:
@@ -74,7 +74,7 @@ ONNX = ArtifactFormat(
     # Fitted on measured child peaks (ResNet50 as exported: 104 MB of weights; docs/benchmarks.md), rounded up.
     peak=PeakModel(900 * MIB, 15.0),
     # external weights past 2 GiB; the other signatures' files and theirs
-    companions=("model.onnx.data", "model.*.onnx", "model.*.onnx.data"),
+    companions=(f"{FILENAME}.data", "model.*.onnx", "model.*.onnx.data"),
     signature_files=onnx_signature_files, separate_signature_files=True, describe=describe_onnx_file)
 FORMATS = (ONNX,)
 

@@ -25,6 +25,7 @@ from tfship.core.formats import (
     one_signature,
 )
 from tfship.core.statuses import ConversionStatus
+from tfship.serving.runtimes.base import RuntimeOptions
 from tfship.tflite.modes import TFLITE_MODES, TfliteMode
 
 # What the converter's error says when it cannot lower a recurrent layer's TensorList ops to builtins.
@@ -41,9 +42,14 @@ PEAKS = {
 }
 
 
+# The file the `tflite` backend serves when no `--tflite-file` names another (`model.tflite`): float32's.
+DEFAULT_FILE = RuntimeOptions().tflite_file
+
+
 def tflite_filename(mode: str) -> str:
     """`model.tflite` for float32 (the file servers pick by default), `model_<mode>.tflite` otherwise."""
-    return "model.tflite" if TfliteMode(mode) is TfliteMode.FLOAT32 else f"model_{TfliteMode(mode).value}.tflite"
+    stem, suffix = DEFAULT_FILE.rsplit(".", 1)
+    return DEFAULT_FILE if TfliteMode(mode) is TfliteMode.FLOAT32 else f"{stem}_{TfliteMode(mode).value}.{suffix}"
 
 
 def tflite_signature_files(path: Path) -> dict[str, str]:

@@ -207,3 +207,15 @@ def test_the_kind_branch_scan_finds_a_planted_branch(tmp_path):
     assert [hit.split(": ", 1)[1].split()[0] for hit in found].count("compares") == 1, found
     assert any("keyed by 'onnx'" in hit for hit in found) and any("'model_{}.tflite'" in hit for hit in found)
     assert any("'model_int8.tflite'" in hit for hit in found), found
+
+
+def test_the_report_compares_sizes_within_a_format_package():
+    from tfship.pipeline.orchestration.report import _size_ratio
+
+    rows = [{"artifact": "saved_model", "size_bytes": 500}, {"artifact": "onnx", "size_bytes": 120},
+            {"artifact": "tflite_float32", "size_bytes": 100}, {"artifact": "tflite_int8", "size_bytes": 26},
+            {"artifact": "tfjs_uint8", "size_bytes": 30}]
+    assert _size_ratio(rows[3], rows) == "26.0% of tflite_float32"
+    assert [_size_ratio(row, rows) for row in (rows[0], rows[1], rows[2], rows[4])] == ["-"] * 4  # no own float32
+    with_tfjs = [*rows, {"artifact": "tfjs", "size_bytes": 120}]
+    assert _size_ratio(rows[4], with_tfjs) == "25.0% of tfjs"

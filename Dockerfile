@@ -44,6 +44,7 @@ COPY pipeline /src/pipeline
 COPY signatures /src/signatures
 COPY tflite /src/tflite
 COPY tfjs /src/tfjs
+COPY onnx_format /src/onnx_format
 COPY deploy /src/deploy
 
 # Stage order matters for the classic builder, which builds every stage above its target:

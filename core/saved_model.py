@@ -141,3 +141,13 @@ def to_signature_def(signature: Signature):
                 for dim in spec.shape:
                     info.tensor_shape.dim.add(size=-1 if dim is None else dim)
     return proto
+
+
+def saved_model_weight_bytes(saved_model_dir: Path) -> int:
+    """Bytes of the SavedModel's weights: `variables/` files plus `saved_model.pb` (which holds any constants).
+
+    What the format converters' size limits (`convert.size_limit_bytes`) and peak-memory models are judged by.
+    """
+    root = Path(saved_model_dir)
+    files = [root / "saved_model.pb", *(p for p in (root / "variables").glob("*") if p.is_file())]
+    return sum(p.stat().st_size for p in files if p.is_file())

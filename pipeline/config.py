@@ -10,10 +10,13 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BeforeValidator, Field, ValidationError, field_validator
 
 from tfship.core.errors import ConfigError
 from tfship.core.locations import Location, pydantic_validator
+from tfship.pipeline.config_section import Section as _Section
+from tfship.pipeline.config_validate import TOP1_AGREEMENT_FLOORS as TOP1_AGREEMENT_FLOORS  # re-exported
+from tfship.pipeline.config_validate import ValidateSection, refuse_moved_keys
 from tfship.tflite.modes import TFLITE_MODES
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "digits.toml"
@@ -21,12 +24,6 @@ DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "digits.to
 LocalPath = Annotated[Path, BeforeValidator(pydantic_validator("path", buckets=False))]
 # A repository: a local folder or an s3:// bucket prefix (core.locations); other URL schemes refused.
 RepositoryLocation = Annotated[Any, BeforeValidator(pydantic_validator("repository", buckets=True))]
-# validate.min_top1_agreement's defaults (% of rows), per artifact mode.
-TOP1_AGREEMENT_FLOORS = {"float32": 99.0, "float16": 99.0, "dynamic_range": 95.0, "int8": 90.0}
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False)
 
 
 class RunSection(_Section):
@@ -196,6 +193,7 @@ class ExportSection(_Section):
 class ConvertSection(_Section):
     """Artifact conversion."""
 
+    onnx: bool = Field(True, description="Produce the ONNX file (model.onnx, tf2onnx; onnx_format/).")
     onnx_opset: int = Field(17, ge=13, le=21, description="ONNX opset passed to tf2onnx (pinned default 17).")
     onnx_simplify: bool = Field(False, description="Run onnxslim on the ONNX file, then re-check it (needs the "
                                 "`onnxslim` package; the parity gate judges the simplified file).")
@@ -205,6 +203,9 @@ class ConvertSection(_Section):
     tfjs_modes: tuple[Literal["float32", "float16", "uint8"], ...] = Field(
         (), description="TF.js graph models to produce (tfjs/, tfjs_float16/, tfjs_uint8/; weights as float32, "
         "float16 or uint8), each proven in Node.js; empty: none (the converter needs .venv-tfjs and Node.js >= 20).")
+    formats: tuple[str, ...] = Field((), description="Further registered artifact formats to produce, by name: "
+                                     "a format with no [convert] key of its own (a plug-in's; enable_key 'formats'). "
+                                     "Names are checked against the registry (`pipeline.conversion.registry`).")
     timeout_seconds: float = Field(300.0, gt=0.0, description="Per-conversion time limit, seconds.")
     max_workers: int = Field(0, ge=0, description="Conversions that do not depend on each other run side by side, "
                              "each in its own child process with its time limit: at most this many at once; 0 = the "
@@ -228,78 +229,6 @@ class ConvertSection(_Section):
         "[\"onnx\", \"tflite_float32\"]; the SavedModel always is. Any other artifact that fails is left out "
         "with its reason and the rest is published. Names are checked against the registered artifact kinds "
         "(`pipeline.conversion.artifacts.check_required`).")
-
-
-class ValidateSection(_Section):
-    """Parity gate between artifacts and the SavedModel."""
-
-    atol: float = Field(1e-5, ge=0.0, description="Absolute tolerance for float32 artifacts.")
-    rtol: float = Field(1e-5, ge=0.0, description="Relative tolerance for float32 artifacts.")
-    max_accuracy_drop_points: float = Field(0.5, ge=0.0,
-                                            description="Allowed accuracy loss of float artifacts, percentage points.")
-    float16_tolerance: float = Field(1e-2, gt=0.0, description="atol and rtol for float16 TFLite (scaled to range).")
-    dynamic_range_tolerance: float = Field(
-        2e-2, gt=0.0, description="Dynamic-range TFLite: largest |artifact - SavedModel| of every float output, as "
-        "a fraction of max(1, max |SavedModel output|).")
-    int8_tolerance: float = Field(
-        1e-1, gt=0.0, description="Full-int8 TFLite: largest |artifact - SavedModel| of every float output, as a "
-        "fraction of max(1, max |SavedModel output|).")
-    quantized_outlier_fraction: float = Field(
-        1e-3, ge=0.0, lt=0.1, description="Dynamic-range and int8: share of an output's elements allowed beyond its "
-        "bound (held-out values a little outside the calibrated range), e.g. 0.001 = 0.1 %.")
-    quantized_max_accuracy_drop_points: float = Field(
-        1.0, ge=0.0, description="Allowed accuracy loss of dynamic-range and int8 artifacts, percentage points.")
-    noise_multiplier: float = Field(
-        2.0, ge=1.0, description="Every float bound also allows this many times the largest difference the "
-        "SavedModel shows against itself on that output (between the configured batch sizes and across repeated "
-        "calls), so a difference the SavedModel shows against itself never fails anything.")
-    implementation_noise_multiplier: float = Field(
-        4.0, ge=0.0, description="Float32 artifacts (ONNX, TFLite float32) also allow this many times the "
-        "SavedModel's own float32 rounding error on each float output (max |SavedModel - the same graph in "
-        "float64| on the held-out rows): a second correct float32 implementation may round differently "
-        "(docs/pipeline.md, Parity tolerances).")
-    confidence: float = Field(
-        0.95, gt=0.5, lt=1.0, description="Confidence of the decisions taken from counts of rows (accuracy drop, "
-        "flipped decisions): exact binomial (Clopper-Pearson) bounds; a refusal and a pass are each wrong at most "
-        "1 - confidence of the time (docs/pipeline.md, Parity tolerances).")
-    undecided: Literal["publish", "leave_out"] = Field(
-        "publish", description="What an artifact whose accuracy drop or flips too few held-out rows can decide "
-        "(neither refused nor passed at validate.confidence) gets; every value bound still holds. The report "
-        "gives the bounds and the rows that would decide.")
-    binary_threshold: float | None = Field(
-        None, description="Decision threshold of a one-column score output ([N, 1] or [N]): none = 0.5 when "
-        "every SavedModel value lies in [0, 1] (a sigmoid probability), else 0 (a logit).")
-    min_top1_agreement: dict[Literal[TFLITE_MODES], float] = Field(
-        dict(TOP1_AGREEMENT_FLOORS), description="Per mode: the least top-1 agreement (% of rows) of a float "
-        "[N, C] output whose value bound is vacuous for it (at least half its median row spread, e.g. 10 % of the "
-        "range against the probabilities of a 1,000-class softmax); keys given replace those defaults one by one.")
-    max_tie_share: float = Field(
-        0.05, ge=0.0, le=1.0, description="Largest share of rows whose SavedModel top two scores lie within the "
-        "artifact's error (ties): beyond it a vacuously bounded output, or a task metric excusing its flips as "
-        "ties, is too flat to judge and fails.")
-    batch_sizes: tuple[int, ...] = Field((1, 7, 64), min_length=1, description="Batch sizes each artifact is run at.")
-    task: Literal["auto", "classification", "regression"] = Field(
-        "auto", description="Task metric for quantized artifacts: auto picks from the labels' dtype "
-        "(integer: classification accuracy; float: regression MAE).")
-    prediction_output: str | None = Field(None, description="Output the task metric scores; none: picked "
-                                          "from the contract (first index output, else first score output).")
-    regression_max_error_increase: float = Field(
-        0.02, ge=0.0, description="Allowed MAE increase of quantized artifacts, as a fraction of the labels' "
-        "standard deviation (regression tasks).")
-
-    @field_validator("min_top1_agreement")
-    @classmethod
-    def _floors(cls, value: dict[str, float]) -> dict[str, float]:
-        if any(not 0.0 <= floor <= 100.0 for floor in value.values()):
-            raise ValueError("every top-1 agreement floor is a percentage in [0, 100]")
-        return TOP1_AGREEMENT_FLOORS | dict(value)
-
-    @field_validator("batch_sizes")
-    @classmethod
-    def _positive(cls, value: tuple[int, ...]) -> tuple[int, ...]:
-        if any(size < 1 for size in value):
-            raise ValueError("every batch size must be >= 1")
-        return value
 
 
 class PublishSection(_Section):
@@ -399,6 +328,7 @@ def _overridden(tree: dict[str, Any], overrides: dict[str, Any], source: str) ->
     """`tree` (a config's sections) with dotted-key `overrides` set, validated; ConfigError names `source`."""
     for dotted, value in overrides.items():
         _set_dotted(tree, dotted, value)
+    refuse_moved_keys(tree, source)
     try:
         return PipelineConfig.model_validate(tree)
     except ValidationError as err:

@@ -23,10 +23,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-TENSOR_LIST_FAILURE = "tensor list"
-FUSED_LSTM_NOTE = ("TFLite's fused-LSTM path needs TF2 Keras' experimental_implements LSTM annotation, which "
-                   "Keras 3 layers do not carry")
-
 
 def recurrent_layers(model) -> dict[str, int | None]:
     """{layer name: time steps (None when dynamic)} for every `keras.layers.RNN` in `model` (LSTM, GRU, ...)."""

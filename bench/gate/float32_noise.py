@@ -5,7 +5,7 @@ SavedModel, against how far the SavedModel itself strays from its own float64 ev
 
 Per member (`bench.zoo.members`, keras.applications, random weights, BatchNorm statistics from synthetic
 photographs): the Keras model is exported (`model.export`, the export route), converted to TFLite float32
-(`tflite.convert.convert_tflite`) and ONNX (`pipeline.conversion.onnx_convert.convert_to_onnx`), then for each
+(`tflite.convert.convert_tflite`) and ONNX (`onnx_format.convert.convert_to_onnx`), then for each
 seed of held-out photographs: the SavedModel's batch noise (batch 1 and 7 against the full batch, and a repeat,
 `pipeline.gate.noise.reference_noise`), its float32 error against float64 (`pipeline.gate.float64`), each
 file's error against the SavedModel and against float64 (through the serving runtimes, XNNPACK LiteRT and ONNX
@@ -33,7 +33,7 @@ from tfship.pipeline.gate.validate import check_artifact, run_batched
 
 
 def _convert(saved_model: Path, folder: Path, sample: dict[str, np.ndarray]) -> list[Artifact]:
-    from tfship.pipeline.conversion.onnx_convert import convert_to_onnx
+    from tfship.onnx_format.convert import convert_to_onnx
     from tfship.tflite.convert import convert_tflite
     from tfship.tflite.modes import TfliteMode, TfliteOptions
 

@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     import keras
 
     from bench.serve.models import _save_keras
-    from tfship.pipeline.conversion.onnx_convert import onnx_command
+    from tfship.onnx_format.convert import onnx_command
 
     keras.utils.set_random_seed(0)
     model = keras.applications.ResNet50(weights=None, input_shape=(224, 224, 3))

@@ -92,9 +92,9 @@ def _record_outcome(run, stage: str, detail: dict, seconds: float) -> None:
 
 
 def _one_conversion(stage: str, cfg, run, data) -> dict:
-    from tfship.pipeline.conversion.convert import tflite_filename
-    from tfship.pipeline.conversion.onnx_convert import convert_to_onnx
+    from tfship.onnx_format.convert import convert_to_onnx
     from tfship.pipeline.orchestration import steps
+    from tfship.tflite.formats import tflite_filename
 
     contract = steps.read_contract(run)
     if stage == "onnx":

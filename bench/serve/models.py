@@ -82,7 +82,7 @@ def _convert(version_dir: Path, alias: str, shape: tuple[int, ...]) -> None:
     """tf2onnx + TFLiteConverter from the SavedModel, then compare both with TF (atol 1e-4); raises on mismatch."""
     import tensorflow as tf
 
-    from tfship.pipeline.conversion.onnx_convert import onnx_command
+    from tfship.onnx_format.convert import onnx_command
 
     subprocess.run(
         onnx_command(version_dir, version_dir / "model.onnx", "serving_default", 17),

@@ -13,7 +13,7 @@ from tfship.core.errors import ConfigError
 from tfship.core.manifest import MANIFEST_FILE, ManifestError, VersionManifest
 from tfship.core.saved_model import read_signatures
 from tfship.pipeline.api.results import Inspection
-from tfship.tflite.inspect import describe_tflite
+from tfship.pipeline.conversion.registry import artifact_kinds
 
 
 def _resolve(path: Path) -> Path:
@@ -47,29 +47,10 @@ def describe(path: Path) -> dict[str, Any]:
         contracts = read_signatures(path)
         return {"format": "saved_model", "path": str(path),
                 "signatures": {k: c.to_json() for k, c in contracts.items()}} | _outcomes(path)
-    if path.suffix == ".tflite" and path.is_file():
-        info = describe_tflite(path)
-        info["signatures"] = {
-            key: {kind: [{"name": name, "dtype": t["dtype"], "shape": t["shape_signature"],
-                          "quantization": t["quantization"]} for name, t in signature[kind].items()]
-                  for kind in ("inputs", "outputs")}
-            for key, signature in info["signatures"].items()}
-        return {"format": "tflite"} | info
-    if path.suffix == ".onnx" and path.is_file():
-        import onnx  # the pipeline extra's, not in the TensorFlow-free install
-
-        model = onnx.load(str(path), load_external_data=False)
-
-        def spec(value) -> dict[str, Any]:
-            tensor = value.type.tensor_type
-            dims = [d.dim_value if d.HasField("dim_value") else -1 for d in tensor.shape.dim]
-            return {"name": value.name, "dtype": onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type).name,
-                    "shape": dims}
-
-        return {"format": "onnx", "path": str(path),
-                "opset": {o.domain or "ai.onnx": o.version for o in model.opset_import},
-                "signatures": {"serving_default": {"inputs": [spec(v) for v in model.graph.input],
-                                                   "outputs": [spec(v) for v in model.graph.output]}}}
+    described = next((spec.describe for spec in artifact_kinds().values()
+                      if spec.describe is not None and spec.suffix and path.suffix == spec.suffix), None)
+    if described is not None and path.is_file():
+        return described(path)
     raise ConfigError(f"inspect: {path} is not a SavedModel folder, a .tflite or an .onnx file")
 
 

@@ -77,7 +77,7 @@ def _pipeline_command(args: argparse.Namespace, config, started: float) -> int:
     if getattr(args, "resume", None) and ignored:
         console.print(f"[yellow]tfship run --resume: {', '.join(ignored)} ignored: a resumed run keeps the "
                       "config it started with (config.json); to change a setting of one stage, run that stage "
-                      "alone, e.g. tfship validate --run <run> --set validate.float16_tolerance=0.05[/yellow]",
+                      "alone, e.g. tfship validate --run <run> --set validate.float16.atol=0.05[/yellow]",
                       soft_wrap=True)
     with _progress() as progress:
         result = ship_configured(config, request, getattr(args, "resume", None), progress, _print_stage)

@@ -1,3 +1,3 @@
-"""Conversion: the SavedModel to ONNX (tf2onnx) and the TFLite variants, each in a child process, each checked."""
-
-from tfship.pipeline.conversion import artifact_kinds as _builtin_kinds  # noqa: F401 - registers the built-in kinds
+"""Conversion: the SavedModel into every enabled artifact format (`registry`: ONNX, TFLite, TF.js), each in a child
+process, each checked.
+"""

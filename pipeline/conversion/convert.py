@@ -1,5 +1,5 @@
-"""Convert stage: every enabled artifact kind (`pipeline.conversion.artifact_kinds`: ONNX, the TFLite modes), each
-checked, none blocking the others.
+"""Convert stage: every enabled artifact format (`pipeline.conversion.registry`: ONNX, the TFLite and TF.js modes),
+each checked, none blocking the others.
 
 Each conversion is an outcome of its own (`produced`, `refused` or `crashed`, with the reason). Only
 the kinds listed in `convert.required` stop the run when they are not produced; every other kind that
@@ -18,8 +18,8 @@ import numpy as np
 
 from tfship.core.contract import Signature
 from tfship.core.errors import ConversionError
+from tfship.core.saved_model import saved_model_weight_bytes
 from tfship.pipeline.config import ConvertSection
-from tfship.pipeline.conversion.artifact_kinds import tflite_filename
 from tfship.pipeline.conversion.artifacts import (
     ConversionJob,
     ConversionStatus,
@@ -27,10 +27,9 @@ from tfship.pipeline.conversion.artifacts import (
     artifact_kinds,
     enabled_kinds,
 )
-from tfship.pipeline.conversion.large_models import saved_model_weight_bytes
 from tfship.pipeline.conversion.memory_budget import MemoryPlan, memory_budget, own_rss_bytes, run_within_budget
 
-__all__ = ["ConvertResult", "VariantOutcome", "convert_artifacts", "raise_if_required_missing", "tflite_filename"]
+__all__ = ["ConvertResult", "VariantOutcome", "convert_artifacts", "raise_if_required_missing"]
 
 
 @dataclass(frozen=True)

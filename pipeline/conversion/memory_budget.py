@@ -5,11 +5,12 @@ says is available when the stage starts (`MemAvailable`). It covers the stage's 
 the room left for converter children is the budget less this process's own resident memory.
 
 Prediction: each conversion's peak resident memory is predicted from the SavedModel's weight bytes,
-`base + per_weight_byte x weights` per artifact kind (`PEAK_MODELS`, fitted on ResNet50 and wide MLPs of 1 to
-300 MB, docs/benchmarks.md). As conversions finish, their measured peaks (the kernel's high-water mark of
-each child, `core.child_memory`) refine the prediction of the rest of the same family (onnx, tflite,
-tfjs): every later prediction is scaled by the largest measured/predicted ratio seen in that family
-(never below 1).
+`base + per_weight_byte x weights`, the `peak` model of each format (`core.formats.ArtifactFormat.peak`, declared by
+its package: `tflite/formats.py`, `onnx_format/formats.py`; fitted on ResNet50 and wide MLPs of 1 to 300 MB,
+docs/benchmarks.md; `DEFAULT_PEAK` for a format not fitted). As conversions finish, their measured peaks (the
+kernel's high-water mark of each child, `core.child_memory`) refine the prediction of the rest of the same
+converter family (the format's `package`: onnx, tflite, tfjs): every later prediction is scaled by the largest
+measured/predicted ratio seen in that family (never below 1).
 
 Scheduling: in registration order, first fit: a conversion starts when fewer than `workers` run and its
 prediction fits in the room beside those running; one that fits nowhere runs alone (it is never refused
@@ -27,37 +28,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfship.core.child_memory import available_memory_bytes
-
-MIB = 2**20
-
-
-@dataclass(frozen=True)
-class PeakModel:
-    """Predicted peak bytes of one conversion's children: `base_bytes + per_weight_byte x weight bytes`."""
-
-    base_bytes: int
-    per_weight_byte: float
-
-    def predict(self, weight_bytes: int) -> int:
-        """Predicted peak resident bytes for a SavedModel holding `weight_bytes` of weights."""
-        return int(self.base_bytes + self.per_weight_byte * weight_bytes)
+from tfship.core.formats import DEFAULT_PEAK, MIB, PeakModel
+from tfship.pipeline.conversion.registry import format_of
 
 
-# Fitted on measured child peaks (ResNet50 as exported by the pipeline: 104 MB of SavedModel weights; its
-# figures are in docs/benchmarks.md), rounded up.
-PEAK_MODELS: dict[str, PeakModel] = {
-    "onnx": PeakModel(900 * MIB, 15.0),
-    "tflite_float32": PeakModel(900 * MIB, 6.0),
-    "tflite_float16": PeakModel(900 * MIB, 32.0),  # its peak varies run to run: 2.6 and 4.1 GB on ResNet50
-    "tflite_dynamic_range": PeakModel(900 * MIB, 5.0),
-    "tflite_int8": PeakModel(900 * MIB, 8.0),
-}
-DEFAULT_PEAK = PeakModel(1000 * MIB, 10.0)  # a kind not fitted here (TF.js, a new registration)
+def peak_model(name: str) -> PeakModel:
+    """The peak-memory model of the registered format `name` (`DEFAULT_PEAK` for a name not registered)."""
+    spec = format_of(name)
+    return spec.peak if spec is not None else DEFAULT_PEAK
 
 
 def family(name: str) -> str:
-    """The converter family of an artifact kind name: `onnx`, `tflite`, `tfjs` or the name itself."""
-    return name.split("_", 1)[0]
+    """The converter family of a format name (its package: `onnx`, `tflite`, `tfjs`), or the name itself."""
+    spec = format_of(name)
+    return spec.package if spec is not None else name
 
 
 def own_rss_bytes() -> int:
@@ -140,7 +124,7 @@ def run_within_budget(names: Sequence[str], convert: Callable[[int], Any], plan:
     """Run `convert(i)` for every index of `names` under the plan (see the module docstring).
 
     Args:
-        names: artifact kind names, in registration order.
+        names: artifact format names, in registration order.
         convert: runs conversion i and returns its outcome (never raises for a failed conversion).
         plan: the budget and weights; its rows are filled in here.
         peak_of: the measured peak bytes of an outcome (0 when unknown).
@@ -148,7 +132,7 @@ def run_within_budget(names: Sequence[str], convert: Callable[[int], Any], plan:
     Returns:
         The outcomes in the order of `names`.
     """
-    models = [PEAK_MODELS.get(name, DEFAULT_PEAK) for name in names]
+    models = [peak_model(name) for name in names]
     plan.rows = [PlannedRow(name, m.predict(plan.weight_bytes)) for name, m in zip(names, models)]
     ratios: dict[str, float] = {}
     results: list[Any] = [None] * len(names)
@@ -201,5 +185,5 @@ def run_within_budget(names: Sequence[str], convert: Callable[[int], Any], plan:
 
 
 
-__all__ = ["DEFAULT_PEAK", "PEAK_MODELS", "Budget", "MemoryPlan", "PeakModel", "PlannedRow", "family",
-           "memory_budget", "own_rss_bytes", "run_within_budget"]
+__all__ = ["DEFAULT_PEAK", "MIB", "Budget", "MemoryPlan", "PeakModel", "PlannedRow", "family", "memory_budget",
+           "own_rss_bytes", "peak_model", "run_within_budget"]

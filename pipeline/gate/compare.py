@@ -179,8 +179,8 @@ def _decision_details(got: np.ndarray, want: np.ndarray, tolerance: Tolerance,
     if judged is not None and judged.verdict == REFUSED:  # the floor is shown missed, not merely on a few rows
         details.append(f"top-1 agreement {excused:.1f} % (ties counted as agreeing; {flips} of {len(want)} rows "
                        f"flip, {agreement:.1f} % agree) below the "
-                       f"{tolerance.mode or 'mode'} floor {floor:g} % (validate.min_top1_agreement."
-                       f"{tolerance.mode or '<mode>'}; non-tie flips {judged.describe('', '% of rows')[1:]}); the "
+                       f"{tolerance.mode or 'mode'} floor {floor:g} % (validate.{tolerance.mode or '<family>'}"
+                       f".min_top1_agreement; non-tie flips {judged.describe('', '% of rows')[1:]}); the "
                        f"value bound {bound:.3g} is vacuous against this {classes}-class output")
     return details, agreement, tie_share
 
@@ -197,7 +197,7 @@ def _multi_label_details(got: np.ndarray, want: np.ndarray, tolerance: Tolerance
         return []
     return [judged.describe("multi-label decisions at 0.5: rows with a flipped label", "% of rows")
             + f" ({int(ties.sum())} of them only within the artifact's error; "
-            f"validate.min_top1_agreement.{tolerance.mode})"]
+            f"validate.{tolerance.mode}.min_top1_agreement)"]
 
 
 def _compare_floats(name: str, got: np.ndarray, want: np.ndarray, tolerance: Tolerance,
@@ -281,7 +281,7 @@ def _integer_agreement(name: str, got: np.ndarray, want: np.ndarray, tolerance: 
     """
     rows = np.any((got != want).reshape(len(want), -1), axis=1)
     judged = decide_share(int(rows.sum()), len(want), tolerance.integer_share, tolerance.confidence)
-    detail = judged.describe("rows differing", "% of rows") + f" (validate.min_top1_agreement.{tolerance.mode})"
+    detail = judged.describe("rows differing", "% of rows") + f" (validate.{tolerance.mode}.min_top1_agreement)"
     return OutputParity(name, max_abs, 0.0, f"agreement (rows differing at most {100 * tolerance.integer_share:g} %)",
                         judged.verdict != REFUSED, detail if judged.verdict == REFUSED else "", histogram, exact=True)
 

@@ -8,7 +8,7 @@ bfloat16 of a mixed-precision model) stay as they are. Float32 inputs are fed wi
 sees exactly the values the float32 one saw. A graph with an op that has no float64 kernel (e.g.
 `FusedBatchNormV3`), a resource it cannot freeze (lookup tables) or a graph too large to hold as one
 protobuf is not evaluated: `float64_outputs` returns (None, why) and the float32 bound falls back to
-`validate.atol`/`validate.rtol` plus the batch noise.
+`validate.float32.atol`/`rtol` plus the batch noise.
 """
 
 from __future__ import annotations

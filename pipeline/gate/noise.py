@@ -54,7 +54,7 @@ class ImplementationNoise:
 
     max_abs: max |SavedModel (float32) - the same graph in float64| over the held-out rows (the output's unit);
     method: how it was measured (`FLOAT64_METHOD`), or why it was not ("" max_abs 0: not measured, the
-    float32 bound is then `validate.atol`/`validate.rtol` and the batch noise alone).
+    float32 bound is then `validate.float32.atol`/`.rtol` and the batch noise alone).
     """
 
     max_abs: float
@@ -136,5 +136,6 @@ def noise_hint(noise: ReferenceNoise | None, tolerance, implementation: Implemen
         text += f"; {implementation.describe()}"
         text += (f", allowed {tolerance.implementation_multiplier:g}x (validate.implementation_noise_multiplier)"
                  if implementation.max_abs else "")
-    return (f"{text}; to accept a larger difference raise {tolerance.setting or 'validate.atol'} (now {current:g})"
+    setting = tolerance.setting or "validate.float32.atol"
+    return (f"{text}; to accept a larger difference raise {setting} (now {current:g})"
             + (" or validate.noise_multiplier" if measured else ""))

@@ -3,7 +3,7 @@
 A SavedModel carries every signature (TF Serving serves them all); a TFLite file carries the ones its
 converter wrote (`tflite.worker.carried_signatures`: all but int8's); the ONNX artifact carries one file per
 signature (`model.onnx` for `serving_default`, `model.<signature>.onnx` for each other one,
-`pipeline.conversion.onnx_signatures`); a TF.js graph model carries `serving_default` alone. Every signature an
+`onnx_format.signatures`); a TF.js graph model carries `serving_default` alone. Every signature an
 artifact does not carry is named with the reason (`signature_carriage`). The parity gate judges
 `serving_default` (`pipeline.gate.validate`); this judges
 every other signature a converted artifact carries against the SavedModel's same signature, on the same
@@ -25,37 +25,29 @@ from typing import Any
 import numpy as np
 
 from tfship.core.contract import DEFAULT_SIGNATURE, Signature
+from tfship.core.formats import one_signature
 from tfship.core.saved_model import read_signatures
 from tfship.pipeline.config import ValidateSection
-from tfship.pipeline.conversion.artifacts import Artifact, RuntimeRunner, SignatureCarriage, artifact_kinds
+from tfship.pipeline.conversion.artifacts import SAVED_MODEL, Artifact, RuntimeRunner, SignatureCarriage, format_for
 from tfship.pipeline.gate.compare import compare_outputs
 from tfship.pipeline.gate.float64 import float64_outputs
 from tfship.pipeline.gate.noise import ImplementationNoise, implementation_noise
 from tfship.pipeline.gate.validate import ReferenceNoise, noise_hint, reference_noise, run_batched, tolerance_for
-from tfship.serving.runtimes.onnx import signature_files as onnx_files
 
 SET_ASIDE = ".signatures_left_out"  # in the version folder: signature files that missed (hidden: never published)
 
 
 def signature_files(artifact: Artifact) -> dict[str, str]:
     """{signature: the file (name in the version folder) that answers it} for `artifact`: every `signature_def`
-    key of a SavedModel (`saved_model.pb`), a TFLite file's own SignatureDefs, each ONNX signature file present
-    (`serving.runtimes.onnx.signature_files`), `serving_default` alone for any other kind.
+    key of the SavedModel (`saved_model.pb`), else what its format says it holds (`ArtifactFormat.signature_files`:
+    a TFLite file's own SignatureDefs, each ONNX signature file present), `serving_default` alone for an
+    artifact of no registered format.
     """
     path = Path(artifact.path)
-    if artifact.kind == "saved_model":
+    if artifact.kind == SAVED_MODEL:
         return {name: "saved_model.pb" for name in sorted(read_signatures(path))}
-    if artifact.kind == "tflite" and path.is_file():
-        from tfship.tflite.inspect import signature_keys
-
-        return {name: path.name for name in sorted(signature_keys(path.read_bytes()))}
-    if artifact.kind == "onnx":
-        return {name: file.name for name, file in sorted(onnx_files(path.parent).items())}
-    return {DEFAULT_SIGNATURE: path.name}
-
-
-# Why an artifact of a kind carries no other signature when its converter recorded no reason (by backend).
-_ONE_SIGNATURE = {"": "a TF.js graph model holds one signature (serving_default)"}
+    spec = format_for(artifact)
+    return spec.signature_files(path) if spec is not None else one_signature(path)
 
 
 def signature_carriage(artifact: Artifact, signatures: list[str], conversion: dict[str, Any] | None = None,
@@ -76,7 +68,9 @@ def signature_carriage(artifact: Artifact, signatures: list[str], conversion: di
         elif recorded:
             left_out[name] = recorded
         else:
-            left_out[name] = _ONE_SIGNATURE.get(artifact.kind, f"the {artifact.name} file does not hold it")
+            spec = format_for(artifact)
+            left_out[name] = (spec.one_signature_reason if spec is not None else "") \
+                or f"the {artifact.name} file does not hold it"
     return SignatureCarriage(files, left_out)
 
 
@@ -86,8 +80,11 @@ def carried_signatures(artifact: Artifact) -> tuple[str, ...]:
 
 
 def _own_file(artifact: Artifact, name: str) -> Path | None:
-    """The file of `artifact` that holds signature `name` alone (ONNX's `model.<signature>.onnx`), else None."""
-    if artifact.kind != "onnx" or name == DEFAULT_SIGNATURE:
+    """The file of `artifact` that holds signature `name` alone (a format with `separate_signature_files`: ONNX's
+    `model.<signature>.onnx`), else None.
+    """
+    spec = format_for(artifact)
+    if spec is None or not spec.separate_signature_files or name == DEFAULT_SIGNATURE:
         return None
     file = signature_files(artifact).get(name)
     return Path(artifact.path).parent / file if file else None
@@ -124,8 +121,7 @@ def signature_feed(signature: Signature, inputs: dict[str, np.ndarray]) -> tuple
 
 def runner_for(artifact: Artifact, signature_name: str) -> RuntimeRunner:
     """The serving runtime of `artifact` bound to `signature_name` (raises `RuntimeLoadError`)."""
-    kind = artifact_kinds().get(artifact.name)
-    return RuntimeRunner(artifact, kind.runtime_options if kind else None, signature_name=signature_name)
+    return RuntimeRunner(artifact, signature_name=signature_name)
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,12 @@ output at its threshold, `task_metric.TaskMetric.threshold`):
   the artifact's measured error (the 99th percentile of |artifact - SavedModel| on the score output);
 * the **accuracy drop** is judged from the discordant rows (ties counted as agreeing): rows only the
   SavedModel gets right against rows only the artifact gets right (`confidence.decide_drop`), allowed
-  `validate.max_accuracy_drop_points` (float modes) or `validate.quantized_max_accuracy_drop_points`;
+  `validate.<family>.max_accuracy_drop_points` (0.5 float32 and float16, 1 dynamic_range and int8);
 * the **flips**, ties included, are judged as a share of rows (`confidence.decide_share`), allowed 100 %
-  minus the mode's top-1 floor (`validate.min_top1_agreement`: 1 % float, 5 % dynamic range, 10 % int8),
+  minus the mode's top-1 floor (`validate.<family>.min_top1_agreement`: 1 % float, 5 % dynamic range, 10 % int8),
   whatever the value tolerances (and `validate.max_tie_share`) are set to: ties excuse a flip from the
   accuracy drop, not from this count, since a file wrong by a lot makes every flip a "tie" of its own large
-  error; a file that flips 38 % of the decisions is refused even with `validate.int8_tolerance = 1.0`;
+  error; a file that flips 38 % of the decisions is refused even with `validate.int8.atol = 1.0`;
 * either refused fails the artifact; undecided (too few rows) publishes or leaves it out as
   `validate.undecided` says, with the bounds and the rows that would decide.
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tfship.pipeline.config import ValidateSection
-from tfship.pipeline.conversion.artifacts import FLOAT_MODES, Artifact
+from tfship.pipeline.conversion.artifacts import Artifact
 from tfship.pipeline.gate.confidence import PASSED, REFUSED, UNDECIDED, Decision, decide_drop, decide_share
 from tfship.pipeline.gate.task_metric import TaskMetric
 
@@ -42,8 +42,7 @@ def max_loss(artifact: Artifact, task: TaskMetric, settings: ValidateSection) ->
     """The allowed loss: accuracy points (classification) or MAE increase in label std (regression)."""
     if task.kind == "regression":
         return settings.regression_max_error_increase
-    return settings.max_accuracy_drop_points if artifact.mode in FLOAT_MODES \
-        else settings.quantized_max_accuracy_drop_points
+    return settings.family(artifact.mode).max_accuracy_drop_points
 
 
 def score_output(task: TaskMetric, reference: dict[str, np.ndarray], scores: dict[str, str]) -> str | None:
@@ -152,7 +151,7 @@ class TaskJudgement:
         return out
 
     def _decisions(self, task: TaskMetric) -> tuple[tuple[Decision | None, str, str], ...]:
-        floor = "validate.min_top1_agreement"
+        floor = "validate.<family>.min_top1_agreement"
         return ((self.drop, f"accuracy drop on output '{task.prediction}'", "points"),
                 (self.flips_decision, f"decisions flipped on output '{task.prediction}' ({floor})", "% of rows"))
 

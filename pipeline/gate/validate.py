@@ -1,33 +1,32 @@
 """Validate stage: the parity gate between every artifact and the SavedModel, for any contract.
 
 Outputs are matched by name, never by position, and judged by the one comparison
-(`pipeline.gate.compare.compare_outputs`) with the artifact's mode's tolerance (`tolerance_for`), scaled to each
+(`pipeline.gate.compare.compare_outputs`) with its tolerance family's table (`tolerance_for`), scaled to each
 output's range (scale = max(1, max |SavedModel output|)), plus `validate.noise_multiplier` times the largest
 difference the SavedModel shows against itself on that output (`reference_noise`: between the configured batch
 sizes and across two identical calls), so the SavedModel's own noise never fails anything:
 
-| mode | bound on every element of every float output |
+| family (`core.formats.ToleranceFamily`) | bound on every element of every float output |
 |---|---|
-| float32 (SavedModel, ONNX, TFLite float32) | `validate.atol` * scale + `validate.rtol` * |ref| |
-| float16 | `validate.float16_tolerance` (as atol and rtol) |
-| dynamic_range | `validate.dynamic_range_tolerance` * scale |
-| int8 | `validate.int8_tolerance` * scale |
+| float32 (SavedModel, ONNX, TFLite float32) | `validate.float32.atol` * scale + `validate.float32.rtol` * |ref| |
+| float16 | `validate.float16.atol` * scale + `validate.float16.rtol` * |ref| |
+| dynamic_range | `validate.dynamic_range.atol` * scale |
+| int8 | `validate.int8.atol` * scale |
 
-The numbers are `pipeline.config.ValidateSection`'s defaults, tabled in docs/pipeline.md (checked by a test).
-Quantized modes: at most `validate.quantized_outlier_fraction` of an output's elements may lie beyond the bound.
+The numbers are `pipeline.config_validate.FAMILY_DEFAULTS`, tabled in docs/pipeline.md (checked by a test). At most
+`validate.<family>.outlier_fraction` of an output's elements may lie beyond the bound (quantized families).
 A float [N, C] output whose bound is vacuous is judged by its decision too (top-1 agreement at least
-`validate.min_top1_agreement[mode]`; too flat to judge beyond `validate.max_tie_share` ties).
+`validate.<family>.min_top1_agreement`; too flat to judge beyond `validate.max_tie_share` ties).
 
 Integer outputs are equal (index outputs judged by the values they select), strings equal; an output pinned at a
 quantization limit the reference goes beyond is `saturated` and fails. Then the task metric
-(`pipeline.gate.task_metric`): accuracy may drop at most `max_accuracy_drop_points` (float modes) or
-`quantized_max_accuracy_drop_points` (quantized), or MAE rise by `regression_max_error_increase` label std. For
-classification, a row whose predicted class differs from the SavedModel's (a flip) is a *tie* when the
-SavedModel's margin between the two classes is within twice the artifact's measured error bound on that score
-output (the 99th percentile of |artifact - SavedModel|): ties are reported (`flips`, `tie_flips`) and do not count
-as regressions, so one near-tie row of a 70-row set (1.43 points) does not decide the verdict; ties excusing more
-than `validate.max_tie_share` of the rows make the scores too flat to judge (a failure). NaN/Inf or a missing
-output fails.
+(`pipeline.gate.task_metric`): accuracy may drop at most `validate.<family>.max_accuracy_drop_points`, or MAE rise
+by `regression_max_error_increase` label std. For classification, a row whose predicted class differs from the
+SavedModel's (a flip) is a *tie* when the SavedModel's margin between the two classes is within twice the artifact's
+measured error bound on that score output (the 99th percentile of |artifact - SavedModel|): ties are reported
+(`flips`, `tie_flips`) and do not count as regressions, so one near-tie row of a 70-row set (1.43 points) does not
+decide the verdict; ties excusing more than `validate.max_tie_share` of the rows make the scores too flat to judge
+(a failure). NaN/Inf or a missing output fails.
 
 Every artifact runs at every configured batch size, through the serving runtime that serves it
 (`pipeline.conversion.artifacts.open_runner`). An artifact that fails is left out of the version with its reason; the
@@ -45,7 +44,8 @@ import numpy as np
 
 from tfship.core.contract import Signature
 from tfship.core.errors import ParityError
-from tfship.pipeline.config import TOP1_AGREEMENT_FLOORS, ValidateSection
+from tfship.core.formats import ToleranceFamily
+from tfship.pipeline.config import ValidateSection
 from tfship.pipeline.conversion.artifacts import SAVED_MODEL, Artifact, Runner, open_runner
 from tfship.pipeline.gate.compare import OutputParity, Tolerance, compare_outputs
 from tfship.pipeline.gate.float64 import float64_outputs
@@ -80,24 +80,21 @@ def run_batched(runner: Runner, inputs: dict[str, np.ndarray], batch_size: int) 
 
 
 def tolerance_for(mode: str, settings: ValidateSection) -> Tolerance:
-    """The bound an artifact of `mode` is held to (table in the module docstring), with the setting that
-    loosens it, the reference-noise multiplier and the mode's top-1 floor for vacuously bounded outputs.
+    """The bound an artifact of tolerance family `mode` is held to: its `[validate.<family>]` table (module
+    docstring), the shared reference-noise multiplier, and, for the float32 family (a second float32
+    implementation), the implementation-noise multiplier; integer outputs of the other families may differ on
+    100 % minus the family's top-1 floor of the rows.
+
+    Raises:
+        ValueError: `mode` is no tolerance family.
     """
-    floor = settings.min_top1_agreement.get(mode)
-    common = {"noise_multiplier": settings.noise_multiplier, "mode": mode, "max_tie_share": settings.max_tie_share,
-              "min_top1_agreement": floor, "confidence": settings.confidence,
-              "integer_share": None if mode == "float32" or floor is None else (100.0 - floor) / 100.0}
-    if mode == "float16":
-        return Tolerance(settings.float16_tolerance, settings.float16_tolerance,
-                         setting="validate.float16_tolerance", **common)
-    if mode == "dynamic_range":
-        return Tolerance(settings.dynamic_range_tolerance, 0.0, settings.quantized_outlier_fraction,
-                         setting="validate.dynamic_range_tolerance", **common)
-    if mode == "int8":
-        return Tolerance(settings.int8_tolerance, 0.0, settings.quantized_outlier_fraction,
-                         setting="validate.int8_tolerance", **common)
-    return Tolerance(settings.atol, settings.rtol, setting="validate.atol",
-                     implementation_multiplier=settings.implementation_noise_multiplier, **common)
+    family = ToleranceFamily(mode)
+    table, key = settings.family(family), f"validate.{family.value}"
+    exact = family is ToleranceFamily.FLOAT32
+    return Tolerance(table.atol, table.rtol, table.outlier_fraction, settings.noise_multiplier, family.value,
+                     f"{key}.atol", table.min_top1_agreement, settings.max_tie_share,
+                     settings.implementation_noise_multiplier if exact else 0.0,
+                     None if exact else (100.0 - table.min_top1_agreement) / 100.0, settings.confidence)
 
 
 def _worse(kept: OutputParity | None, new: OutputParity) -> OutputParity:
@@ -142,7 +139,7 @@ def check_artifact(artifact: Artifact, runner: Runner, inputs: dict[str, np.ndar
     wanted = {name: reference[name] for name in contract.output_names()}
     rows: dict[str, OutputParity] = {}
     worst, errors = TaskJudgement(), None
-    floor = settings.min_top1_agreement.get(artifact.mode, TOP1_AGREEMENT_FLOORS["float32"])
+    floor = settings.family(artifact.mode).min_top1_agreement
     allowed = (_max_loss(artifact, task, settings) / 100.0, (100.0 - floor) / 100.0)
     total = len(next(iter(inputs.values())))
     for batch_size in sorted({min(size, total) for size in settings.batch_sizes}):

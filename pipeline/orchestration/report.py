@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tfship.core.formats import ToleranceFamily
+from tfship.pipeline.conversion.registry import format_of
 from tfship.pipeline.gate.parity_lines import judgement_lines
 from tfship.pipeline.orchestration.outcomes import OutcomeStatus
 from tfship.pipeline.orchestration.reasons import first_line, table_cell
@@ -115,19 +117,32 @@ def _flips_text(row: dict[str, Any]) -> str:
     return f"{row['flips']} ({row.get('tie_flips') or 0} ties)"
 
 
+def _size_ratio(row: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    """`row`'s size as a share of the float32 artifact of its own format package (`tflite_int8` against
+    `tflite_float32`, `tfjs_uint8` against `tfjs`), e.g. `26.3% of tflite_float32`; "-" for that artifact itself,
+    the SavedModel, or when its package's float32 artifact was not judged.
+    """
+    spec = format_of(row["artifact"])
+    if spec is None or spec.family is ToleranceFamily.FLOAT32:
+        return "-"
+    baseline = next((r for r in rows if (other := format_of(r["artifact"])) is not None
+                     and other.package == spec.package and other.family is ToleranceFamily.FLOAT32), None)
+    if baseline is None or not baseline["size_bytes"]:
+        return "-"
+    return f"{100 * row['size_bytes'] / baseline['size_bytes']:.1f}% of {baseline['artifact']}"
+
+
 def _artifact_lines(summary: dict[str, Any], parity: dict[str, Any]) -> list[str]:
     rows, metric = parity["artifacts"], parity.get("metric", "accuracy_%")
     outcomes = {o["artifact"]: o for o in summary.get("artifacts", [])}
-    lines = ["", f"| artifact | mode | size | size vs tflite float32 | {metric} | agreement % | flips (ties) "
+    lines = ["", f"| artifact | mode | size | size vs its format's float32 | {metric} | agreement % | flips (ties) "
              "| latency b1 ms | worst float output (max abs err) | integer/string outputs | verdict | outcome |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    float32_size = next((r["size_bytes"] for r in rows if r["artifact"] == "tflite_float32"), None)
     for row in rows:
         worst = max((o for o in row["outputs"] if not o.get("exact")), key=lambda o: o["max_abs_error"], default=None)
         worst_text = f"{worst['output']} ({worst['max_abs_error']:.2e})" if worst else "-"
         exact_text = "; ".join(f"{o['output']}: {o['detail'] or 'equal'}" for o in row["outputs"] if o.get("exact"))
-        ratio = (f"{100 * row['size_bytes'] / float32_size:.1f}% of tflite float32"
-                 if float32_size and row["kind"] == "tflite" else "-")
+        ratio = _size_ratio(row, rows)
         agreement = "-" if row["top1_agreement"] is None else f"{row['top1_agreement']:.2f}"
         lines.append(f"| {row['artifact']} | {row['mode']} | {_human_bytes(row['size_bytes'])} | {ratio} "
                      f"| {row['metric']:.4g} | {agreement} | {_flips_text(row)} | {row['latency_ms_batch1']:.3f} "

@@ -72,8 +72,8 @@ def recommender(tmp_path_factory):
             "keras_accuracy": 100.0 * float(keras_accuracy.result())}
 
 
-def _judge(recommender, **settings):
-    parity = load_config().parity.model_copy(update=settings)
+def _judge(recommender, overrides=None, **settings):
+    parity = load_config(None, overrides or {}).parity.model_copy(update=settings)
     reference = Artifact("saved_model", "saved_model", "float32", recommender["reference"])
     return validate_artifacts(reference, [Artifact("copy", "saved_model", "float32", recommender["reference"]),
                                           Artifact("tflite_int8", "saved_model", "int8", recommender["planted"])],
@@ -92,7 +92,7 @@ def test_a_sigmoid_column_is_recognised_and_scored_as_keras_scores_it(recommende
 def test_a_file_flipping_38_percent_is_refused_whatever_the_tolerances(recommender):
     """int8 value bound at 100 % of the range and every tie excused: the flips alone refuse it; the correct
     copy passes with 0 flips."""
-    report = _judge(recommender, int8_tolerance=1.0, max_tie_share=1.0)
+    report = _judge(recommender, {"validate.int8.atol": 1.0}, max_tie_share=1.0)
     copy, planted = report.rows[1], report.rows[2]
     assert copy.passed and copy.flips == 0 and copy.top1_agreement == 100.0, copy.reason
     assert not planted.passed

@@ -13,7 +13,7 @@ def test_bundled_config_loads_with_documented_defaults():
     assert config.run.model_name == "digits"
     assert config.data.source == "digits"
     assert set(config.convert.tflite_modes) == {"float32", "float16", "dynamic_range", "int8"}
-    assert config.parity.atol == 1e-5 and config.parity.rtol == 1e-5
+    assert config.parity.float32.atol == 1e-5 and config.parity.float32.rtol == 1e-5
 
 
 def test_override_changes_one_field():
@@ -38,8 +38,8 @@ def test_bad_value_names_key_value_and_allowed(tmp_path):
 
 
 def test_negative_tolerance_is_refused():
-    with pytest.raises(ConfigError, match="validate.atol"):
-        load_config(None, {"validate.atol": -1.0})
+    with pytest.raises(ConfigError, match="validate.float32.atol"):
+        load_config(None, {"validate.float32.atol": -1.0})
 
 
 def test_bad_toml_and_missing_file_are_named(tmp_path):
@@ -65,8 +65,8 @@ def test_a_folder_as_config_is_named(tmp_path):
 
 
 def test_infinite_tolerance_is_refused():
-    with pytest.raises(ConfigError, match="validate.atol"):
-        load_config(None, {"validate.atol": float("inf")})
+    with pytest.raises(ConfigError, match="validate.float32.atol"):
+        load_config(None, {"validate.float32.atol": float("inf")})
 
 
 def test_abbreviated_flags_are_refused(capsys):

@@ -45,7 +45,7 @@ def _source_model(folder):
 
 @pytest.fixture(scope="module")
 def version_dir(tmp_path_factory):
-    from tfship.pipeline.conversion.onnx_convert import convert_to_onnx
+    from tfship.onnx_format.convert import convert_to_onnx
     from tfship.signatures.audit import audit_saved_model, raise_if_failed
     from tfship.signatures.export import build_savedmodel_module, export_saved_model
     from tfship.tflite.convert import convert_tflite

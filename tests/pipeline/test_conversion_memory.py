@@ -4,7 +4,7 @@
   and kills one that runs past its limit.
 - `pipeline.conversion.memory_budget.run_within_budget` runs conversions side by side only while their
   predicted peaks fit, one after another otherwise, never drops one, and learns from measured peaks.
-- `pipeline.conversion.tf2onnx_lean` writes the same bytes as plain tf2onnx (a small conv + BatchNorm
+- `onnx_format.tf2onnx_lean` writes the same bytes as plain tf2onnx (a small conv + BatchNorm
   SavedModel, the kind of graph whose constants tf2onnx's optimizers fold) in less memory.
 """
 
@@ -103,7 +103,7 @@ def test_lean_tf2onnx_writes_plain_tf2onnx_bytes(tmp_path: Path):
     model.export(str(tmp_path / "sm"), verbose=False)
     common = ["--saved-model", str(tmp_path / "sm"), "--tag", "serve", "--signature_def", "serving_default",
               "--opset", "17", "--output"]
-    for module, name in (("tf2onnx.convert", "plain.onnx"), ("tfship.pipeline.conversion.tf2onnx_lean", "lean.onnx")):
+    for module, name in (("tf2onnx.convert", "plain.onnx"), ("tfship.onnx_format.tf2onnx_lean", "lean.onnx")):
         subprocess.run([sys.executable, "-m", module, *common, str(tmp_path / name)], check=True,
                        capture_output=True, timeout=300)
     assert (tmp_path / "lean.onnx").read_bytes() == (tmp_path / "plain.onnx").read_bytes()

@@ -62,7 +62,7 @@ def _judge(tmp_path: Path, inputs: dict[str, np.ndarray], **settings):
     weights = np.eye(CLASSES + 1, CLASSES)
     weights[CLASSES, 1] = 2.0
     candidate = _linear_onnx(tmp_path / "candidate", weights, np.zeros(CLASSES))
-    parity = load_config().parity.model_copy(update={"int8_tolerance": 10.0, **settings})  # value bound vacuous
+    parity = load_config(None, {"validate.int8.atol": 10.0}).parity.model_copy(update=settings)  # bound vacuous
     labels = np.zeros(len(inputs["x"]), np.int64)  # the reference is right on every row
     report = validate_artifacts(Artifact("saved_model", "onnx", "float32", reference),
                                 [Artifact("tflite_int8", "onnx", "int8", candidate)], _contract(CLASSES + 1, CLASSES),
@@ -124,8 +124,8 @@ def test_an_integer_head_is_judged_by_agreement_in_quantized_files(tmp_path):
     reference = _counting_onnx(tmp_path / "reference" / "model.onnx", weights, np.zeros(4))
     near = _counting_onnx(tmp_path / "near" / "model.onnx", weights + 0.01 * rng.normal(size=(4, 4)), np.zeros(4))
     shifted = _counting_onnx(tmp_path / "shifted" / "model.onnx", weights, np.full(4, 0.6))
-    parity = load_config().parity.model_copy(update={"task": "regression", "prediction_output": "scores",
-                                                     "int8_tolerance": 10.0})
+    parity = load_config(None, {"validate.int8.atol": 10.0}).parity.model_copy(
+        update={"task": "regression", "prediction_output": "scores"})
     report = validate_artifacts(Artifact("saved_model", "onnx", "float32", reference),
                                 [Artifact("tflite_int8", "onnx", "int8", near),
                                  Artifact("int8_shifted", "onnx", "int8", shifted),

@@ -116,9 +116,9 @@ def test_int8_files_carry_serving_default_alone_and_the_carriers_say_so():
 def test_the_int8_conversion_names_each_signature_its_file_does_not_carry(tmp_path):
     from tfship.core.saved_model import read_signatures
     from tfship.pipeline.config import ConvertSection
-    from tfship.pipeline.conversion.artifact_kinds import tflite_converter
     from tfship.pipeline.conversion.artifacts import Artifact, ConversionJob, ConversionStatus
     from tfship.pipeline.gate.signatures import signature_carriage
+    from tfship.tflite.formats import tflite_converter
     from tfship.tflite.worker import INT8_SIGNATURES_NOTE
 
     module = TwoSignatures()

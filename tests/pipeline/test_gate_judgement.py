@@ -67,7 +67,7 @@ def test_the_savedmodels_own_batch_noise_never_fails_it_and_is_reported(wave):
     assert not report.rows[1].passed
     reason = report.rows[1].reason
     assert reason.startswith("output 'wave'") and "between batch 1 and batch 64" in reason, reason
-    assert "raise validate.atol (now 1e-05)" in reason and "validate.noise_multiplier" in reason, reason
+    assert "raise validate.float32.atol (now 1e-05)" in reason and "validate.noise_multiplier" in reason, reason
 
 
 @pytest.mark.slow
@@ -160,13 +160,14 @@ def test_a_vacuous_bound_hands_the_verdict_to_top1_agreement():
     assert tolerance.min_top1_agreement == TOP1_AGREEMENT_FLOORS["int8"]
     (row,) = compare_outputs({"p": got}, {"p": want}, tolerance)
     assert not row.passed and row.top1_agreement == pytest.approx(70.0), row.detail
-    assert "top-1 agreement 70.0 %" in row.detail and "validate.min_top1_agreement.int8" in row.detail
+    assert "top-1 agreement 70.0 %" in row.detail and "validate.int8.min_top1_agreement" in row.detail
     (same,) = compare_outputs({"p": want}, {"p": want}, tolerance)
     assert same.passed and same.top1_agreement == 100.0
-    floors = load_config(None, {"validate.min_top1_agreement": {"int8": 60.0}}).parity.min_top1_agreement
-    assert floors["int8"] == 60.0 and floors["float32"] == TOP1_AGREEMENT_FLOORS["float32"]
-    (lowered,) = compare_outputs({"p": got}, {"p": want}, tolerance_for("int8", load_config(
-        None, {"validate.min_top1_agreement": {"int8": 60.0}}).parity))
+    lowered_floor = load_config(None, {"validate.int8.min_top1_agreement": 60.0}).parity
+    assert lowered_floor.int8.min_top1_agreement == 60.0
+    assert lowered_floor.float32.min_top1_agreement == TOP1_AGREEMENT_FLOORS["float32"]
+    assert lowered_floor.int8.atol == load_config().parity.int8.atol  # the rest of the table keeps int8's defaults
+    (lowered,) = compare_outputs({"p": got}, {"p": want}, tolerance_for("int8", lowered_floor))
     assert lowered.passed, lowered.detail
 
 

@@ -55,7 +55,7 @@ def test_serve_check_tolerance_follows_the_output_range(tmp_path):
 
 def test_quantized_modes_bound_every_float_output_by_its_range():
     """A dynamic-range output 0.75 off on values around 12 for 2,644 of 65,536 values fails its 2 % bound."""
-    settings = load_config(None, {"validate.atol": 1.0}).parity  # a loosened float32 atol changes nothing here
+    settings = load_config(None, {"validate.float32.atol": 1.0}).parity  # a loosened float32 atol changes nothing here
     rng = np.random.default_rng(1)
     want = rng.uniform(11.0, 12.5, (64, 1024)).astype(np.float32)
     got = want.copy()
@@ -147,7 +147,7 @@ def test_int8_log_softmax_saturation_is_named_even_with_perfect_top1(tmp_path):
     assert done.status == "produced", done.reason
     contract = Signature.of("serving_default", (TensorSpec(name="x", dtype="float32", shape=(None, 4)),),
                             (TensorSpec(name="log_probs", dtype="float32", shape=(None, 5)),))
-    settings = load_config(None, {"validate.int8_tolerance": 10.0}).parity  # even a very loose bound
+    settings = load_config(None, {"validate.int8.atol": 10.0}).parity  # even a very loose bound
     report = validate_artifacts(Artifact("saved_model", "saved_model", "float32", saved_model),
                                 [Artifact("tflite_int8", "tflite", "int8", done.path)], contract, {"x": x}, None,
                                 settings)

@@ -13,13 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tfship.pipeline.conversion.large_models import (
-    FLATBUFFER_LIMIT_NAME,
-    has_external_data,
-    onnx_needs_external_data,
-    saved_model_weight_bytes,
-    tflite_refusal,
-)
+from tfship.core.saved_model import saved_model_weight_bytes
+from tfship.onnx_format.large_models import has_external_data, onnx_needs_external_data
+from tfship.tflite.size_limit import FLATBUFFER_LIMIT_NAME, tflite_refusal
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +57,7 @@ def test_onnx_past_the_limit_is_written_and_served_with_external_data(small_save
     import tensorflow as tf
 
     from tfship.core.saved_model import read_signatures
-    from tfship.pipeline.conversion.onnx_convert import convert_to_onnx
+    from tfship.onnx_format.convert import convert_to_onnx
     from tfship.serving.runtimes import REGISTRY, RuntimeOptions
 
     contract = read_signatures(small_saved_model)["serving_default"]

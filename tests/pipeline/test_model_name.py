@@ -68,13 +68,13 @@ def test_a_stage_run_alone_keeps_the_run_s_model_name_and_repository(tmp_path):
     parser = build_parser()
     for command, expected in (
             (["publish", "--run", str(run)], ("mobilenetv2_0.35_96", str(tmp_path / "cli"), 1e-2)),
-            (["validate", "--run", str(run), "--set", "validate.float16_tolerance=0.05"],
+            (["validate", "--run", str(run), "--set", "validate.float16.atol=0.05"],
              ("mobilenetv2_0.35_96", str(tmp_path / "cli"), 0.05)),
             (["publish", "--run", str(run), "--repository", str(tmp_path / "elsewhere")],
              ("mobilenetv2_0.35_96", str(tmp_path / "elsewhere"), 1e-2))):
         args = parser.parse_args(command)
         config = stage_config(args, config_from_args(args), RunFolder(run))
-        assert (config.run.model_name, str(config.publish.repository), config.parity.float16_tolerance) == expected
-    with pytest.raises(ConfigError, match="validate.float16_tolerance"):
-        args = parser.parse_args(["validate", "--run", str(run), "--set", "validate.float16_tolerance=-1"])
+        assert (config.run.model_name, str(config.publish.repository), config.parity.float16.atol) == expected
+    with pytest.raises(ConfigError, match="validate.float16.atol"):
+        args = parser.parse_args(["validate", "--run", str(run), "--set", "validate.float16.atol=-1"])
         stage_config(args, config_from_args(args), RunFolder(run))

@@ -165,5 +165,5 @@ def _bound(report) -> float:
     noise = report.noise["scores"].max_abs
     implementation = report.implementation_noise["scores"].max_abs
     scale = float(report.rows[0].outputs[0].tolerance.split("*")[1].split()[0])
-    return (settings.atol * scale + settings.rtol * scale + settings.noise_multiplier * noise
+    return (settings.float32.atol * scale + settings.float32.rtol * scale + settings.noise_multiplier * noise
             + settings.implementation_noise_multiplier * implementation)

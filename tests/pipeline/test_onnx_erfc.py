@@ -1,7 +1,7 @@
 """ONNX conversion of TensorFlow's `Erfc` and the reasons a failed conversion gives.
 
 - Exact GELU (`keras.activations.gelu(approximate=False)`, ConvNeXt's) lowers to `Erfc`, which tf2onnx 1.17
-  cannot convert; `pipeline.conversion.tf2onnx_lean` writes it as `1 - Erf(x)`. A Dense + exact GELU model's
+  cannot convert; `onnx_format.tf2onnx_lean` writes it as `1 - Erf(x)`. A Dense + exact GELU model's
   ONNX file is proven against its SavedModel by the parity gate's own comparison and float32 tolerance.
 - A conversion that fails names the artifact's own file, never its temporary staging name
   (`.model.<hex>.onnx`), in the error and in the left-out reason's first line.
@@ -15,9 +15,9 @@ import tensorflow as tf
 
 from tfship.core.errors import ConversionError
 from tfship.core.saved_model import read_signatures
+from tfship.onnx_format.convert import convert_to_onnx
 from tfship.pipeline.config import ValidateSection
 from tfship.pipeline.conversion.artifacts import SAVED_MODEL, Artifact, open_runner
-from tfship.pipeline.conversion.onnx_convert import convert_to_onnx
 from tfship.pipeline.gate.compare import compare_outputs, failures
 from tfship.pipeline.gate.validate import tolerance_for
 from tfship.pipeline.orchestration.reasons import first_line

@@ -47,7 +47,7 @@ class ThreeSignatures(tf.Module):
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
     from tfship.core.saved_model import read_signatures
-    from tfship.pipeline.conversion.artifact_kinds import convert_onnx
+    from tfship.onnx_format.formats import convert_onnx
 
     version = tmp_path_factory.mktemp("three") / "1"
     module = ThreeSignatures()

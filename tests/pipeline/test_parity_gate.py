@@ -10,9 +10,9 @@ import pytest
 from onnx import numpy_helper
 
 from tfship.core.errors import ParityError
+from tfship.onnx_format.convert import convert_to_onnx
 from tfship.pipeline.config import load_config
 from tfship.pipeline.conversion.artifacts import Artifact
-from tfship.pipeline.conversion.onnx_convert import convert_to_onnx
 from tfship.pipeline.gate.validate import raise_if_failed, validate_artifacts
 
 

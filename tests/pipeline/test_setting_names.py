@@ -1,5 +1,5 @@
 """Every message that names a config setting names one that exists: the string literals of the
-pipeline, signatures and tflite packages are scanned for `section.key` names of the `[section]`
+pipeline, signatures and format packages are scanned for `section.key` names of the `[section]`
 tables (and for `--set section.key`), and each is checked against the pydantic config schema."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from tfship.pipeline.config import PipelineConfig, load_config
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("pipeline", "signatures", "tflite")
+PACKAGES = ("pipeline", "signatures", "tflite", "tfjs", "onnx_format")
 # `model.keras`, `model.tflite`, ... are file names, not the [model] table's keys.
 FILE_SUFFIXES = {"keras", "h5", "onnx", "tflite", "json", "npz", "pb", "png", "md", "log", "toml", "inputs",
                  "outputs", "weights", "layers", "name", "output", "input", "variables", "trainable_variables",

@@ -21,7 +21,7 @@ from tfship.pipeline.gate.signatures import recorded_noise, runner_for, validate
 from tfship.pipeline.gate.validate import run_batched, tolerance_for
 
 WEIGHTS = np.linspace(-1.0, 1.0, 12, dtype=np.float32).reshape(4, 3)
-WOBBLE = 3e-4  # per step of (batch size mod 3): 30x validate.atol
+WOBBLE = 3e-4  # per step of (batch size mod 3): 30x validate.float32.atol
 
 
 class BatchWobble(tf.Module):
@@ -78,4 +78,4 @@ def test_a_miss_beyond_the_noise_names_it_the_batch_sizes_and_the_settings(tmp_p
     assert not verdict["passed"] and verdict["max_abs_error"] > 9e-3, verdict
     reason = verdict["reason"]
     assert "output 'score'" in reason and "the SavedModel itself differs by up to" in reason, reason
-    assert "between batch" in reason and "validate.atol" in reason and "validate.noise_multiplier" in reason, reason
+    assert "between batch" in reason and "validate.float32.atol" in reason and "validate.noise_multiplier" in reason, reason

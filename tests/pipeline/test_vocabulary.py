@@ -1,5 +1,6 @@
 """One source for the artifact vocabulary and the gate's numbers: the TFLite modes come from `tflite.modes`,
-the tolerances from `pipeline.config`'s defaults, and docs/pipeline.md's tolerance table states exactly those."""
+the tolerances from the family tables' defaults (`pipeline.config_validate`), and docs/pipeline.md's tolerance
+table states exactly those."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from tfship.core.formats import ToleranceFamily
 from tfship.pipeline.config import TOP1_AGREEMENT_FLOORS, ConvertSection, ExportSection, ValidateSection
-from tfship.pipeline.conversion.artifact_kinds import TFLITE_MODES as REGISTERED_MODES
-from tfship.pipeline.conversion.artifacts import FLOAT_MODES, QUANTIZED_MODES, artifact_kinds
+from tfship.pipeline.conversion.artifacts import artifact_kinds
 from tfship.tflite.modes import TFLITE_MODES, TfliteMode
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "pipeline.md"
@@ -22,10 +23,10 @@ def _row(mode: str) -> str:
 
 
 def test_one_list_of_tflite_modes():
-    assert TFLITE_MODES == tuple(m.value for m in TfliteMode) and REGISTERED_MODES is TFLITE_MODES
-    assert set(FLOAT_MODES) | set(QUANTIZED_MODES) == set(TFLITE_MODES)
+    assert TFLITE_MODES == tuple(m.value for m in TfliteMode)
+    assert set(TFLITE_MODES) == {family.value for family in ToleranceFamily}  # one TFLite mode per family
     assert {f"tflite_{m}" for m in TFLITE_MODES} <= set(artifact_kinds())
-    assert set(TOP1_AGREEMENT_FLOORS) == set(TFLITE_MODES)
+    assert set(TOP1_AGREEMENT_FLOORS) == {family.value for family in ToleranceFamily}
     ConvertSection(tflite_modes=TFLITE_MODES)  # the config accepts exactly these
     with pytest.raises(ValueError):
         ConvertSection(tflite_modes=("int4",))
@@ -33,18 +34,21 @@ def test_one_list_of_tflite_modes():
 
 def test_the_docs_tolerance_table_states_the_config_defaults():
     v = ValidateSection()
-    float32, float16, dynamic, int8 = (_row(m) for m in TFLITE_MODES)
-    assert f"atol = {v.atol:g} (`validate.atol`)" in float32 and f"rtol = {v.rtol:g} (`validate.rtol`)" in float32
-    assert f"atol = rtol = {v.float16_tolerance:g} (`validate.float16_tolerance`)" in float16
-    assert f"≤ {v.dynamic_range_tolerance:g}·scale" in dynamic and f"≤ {v.int8_tolerance:g}·scale" in int8
-    for row in (float32, float16):
-        assert f"accuracy drop ≤ {v.max_accuracy_drop_points:g} points" in row
-    for row in (dynamic, int8):
-        assert f"accuracy drop ≤ {v.quantized_max_accuracy_drop_points:g} points" in row
-    for mode, row in zip(TFLITE_MODES, (float32, float16, dynamic, int8), strict=True):
-        assert row.rstrip().endswith(f"| {v.min_top1_agreement[mode]:g} % |"), row
+    float32, float16, dynamic, int8 = (_row(family) for family in ToleranceFamily)
+    assert (f"atol = {v.float32.atol:g} (`validate.float32.atol`)" in float32
+            and f"rtol = {v.float32.rtol:g} (`validate.float32.rtol`)" in float32)
+    assert v.float16.atol == v.float16.rtol
+    assert f"atol = rtol = {v.float16.atol:g} (`validate.float16.atol`, `validate.float16.rtol`)" in float16
+    assert f"≤ {v.dynamic_range.atol:g}·scale" in dynamic and f"≤ {v.int8.atol:g}·scale" in int8
+    assert v.dynamic_range.rtol == v.int8.rtol == 0.0  # the quantized rows state no relative part
+    for family, row in zip(ToleranceFamily, (float32, float16, dynamic, int8), strict=True):
+        table = v.family(family)
+        assert f"accuracy drop ≤ {table.max_accuracy_drop_points:g} points" in row, row
+        assert row.rstrip().endswith(f"| {table.min_top1_agreement:g} % |"), row
+    assert v.float32.outlier_fraction == v.float16.outlier_fraction == 0.0
+    assert v.dynamic_range.outlier_fraction == v.int8.outlier_fraction
     text = " ".join(DOC.read_text(encoding="utf-8").split())
-    assert f"at most {100 * v.quantized_outlier_fraction:g} % of an output's elements" in text
+    assert f"at most {100 * v.int8.outlier_fraction:g} % of an output's elements" in text
     assert f"(`validate.noise_multiplier`, default {v.noise_multiplier:g})" in text
     assert f"k = {v.implementation_noise_multiplier:g} (`validate.implementation_noise_multiplier`)" in float32
     assert f"(`validate.implementation_noise_multiplier`, default {v.implementation_noise_multiplier:g}" in text

@@ -158,8 +158,8 @@ def test_the_audit_names_the_layer_of_a_must_compile_call(tmp_path):
 
 def test_a_grouped_conv_keras_export_converts_to_onnx_once_re_exported(tmp_path):
     """tf2onnx does not inline a must-compile function: `No Op registered for StatefulPartitionedCall`."""
+    from tfship.onnx_format.convert import convert_to_onnx
     from tfship.pipeline.conversion.artifacts import Artifact, open_runner
-    from tfship.pipeline.conversion.onnx_convert import convert_to_onnx
 
     model = _grouped_conv()
     model.export(str(tmp_path / "source"), verbose=False)

@@ -1,6 +1,6 @@
-"""`python -m tfship.pipeline.conversion.tf2onnx_lean ARGS`: tf2onnx's own command line, in bounded memory.
+"""`python -m tfship.onnx_format.tf2onnx_lean ARGS`: tf2onnx's own command line, in bounded memory.
 
-Run only in the ONNX converter's child process (`pipeline.conversion.onnx_convert`); the arguments are
+Run only in the ONNX converter's child process (`onnx_format.convert`); the arguments are
 tf2onnx's (`python -m tf2onnx.convert --help`) and its unchanged `main()` does the conversion. Three
 things differ, none of them in what is written (the `.onnx` file is byte-identical to plain tf2onnx's,
 checked on ResNet50 and in tests/pipeline/test_onnx_memory.py), and one op is added (4.):

@@ -1,7 +1,7 @@
 """ONNX files for a SavedModel's other signatures: one file each, beside `model.onnx`.
 
 An ONNX file holds one graph, so each signature besides `serving_default` (e.g. `score` of a `tf.Module` saved
-with two) is converted on its own by the same route as `model.onnx` (`onnx_convert.convert_to_onnx`: tf2onnx's
+with two) is converted on its own by the same route as `model.onnx` (`onnx_format.convert.convert_to_onnx`: tf2onnx's
 `--signature_def <name>` in a child process, the same checks, its own reproduce script) into
 `model.<signature>.onnx` (`serving.runtimes.onnx.signature_file_name`, e.g. `model.score.onnx`), which the
 `onnx` serving backend serves under that signature name. A signature that cannot be converted or checked is
@@ -21,7 +21,7 @@ import numpy as np
 from tfship.core.contract import DEFAULT_SIGNATURE
 from tfship.core.errors import TfshipError
 from tfship.core.saved_model import read_signatures
-from tfship.pipeline.conversion.onnx_convert import convert_to_onnx
+from tfship.onnx_format.convert import convert_to_onnx
 from tfship.serving.runtimes.onnx import signature_file_name
 
 
@@ -43,7 +43,7 @@ def convert_other_signatures(version_dir: Path, opset: int, sample: dict[str, np
 
     Args:
         version_dir: the version folder holding the SavedModel; the files are written beside it.
-        opset, simplify, size_limit_bytes: as `onnx_convert.convert_to_onnx`.
+        opset, simplify, size_limit_bytes: as `onnx_format.convert.convert_to_onnx`.
         sample: one real batch by input name ({name: [B, ...]}); each file is run on the arrays its
             signature takes, and a signature whose inputs it lacks is not converted (nothing could check it).
         timeout_s: seconds for each signature's conversion.

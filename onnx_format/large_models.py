@@ -1,12 +1,12 @@
-"""Models past the 2 GiB file limits of protobuf (ONNX) and FlatBuffers (TFLite), decided before converting.
+"""Models past the 2 GiB file limit of protobuf (ONNX), decided before converting.
 
 A protobuf message cannot be serialised past 2 GiB (2^31 - 1 bytes), so an ONNX file holding a larger
 model's weights inline cannot exist: tf2onnx's large-model path (`--large_model`) keeps the weights as
 external tensors, which `repack_external_data` turns into TF Serving-style `model.onnx` + one
 `model.onnx.data` file (ONNX's external-data format; ONNX Runtime and `onnx.checker` load it by path).
-A TFLite FlatBuffer has the same 2 GiB limit (32-bit offsets) and no external-data form in the
-converter, so such a model is refused by name before the converter starts. The limit is
-`convert.size_limit_bytes`, lowered in tests to exercise both paths with small models.
+(A TFLite FlatBuffer has the same 2 GiB limit and no external-data form: `tflite.size_limit` refuses such a
+model by name before its converter starts.) The limit is `convert.size_limit_bytes`, lowered in tests to
+exercise both paths with small models.
 """
 
 from __future__ import annotations
@@ -15,30 +15,12 @@ import shutil
 import zipfile
 from pathlib import Path
 
-FLATBUFFER_LIMIT_NAME = ("TFLite's FlatBuffer format stops at 2 GiB (32-bit offsets; LiteRT has no "
-                         "external-weights form)")
-
-
-def saved_model_weight_bytes(saved_model_dir: Path) -> int:
-    """Bytes of the SavedModel's weights: `variables/` files plus `saved_model.pb` (which holds any constants)."""
-    root = Path(saved_model_dir)
-    files = [root / "saved_model.pb", *(p for p in (root / "variables").glob("*") if p.is_file())]
-    return sum(p.stat().st_size for p in files if p.is_file())
+from tfship.core.saved_model import saved_model_weight_bytes
 
 
 def onnx_needs_external_data(saved_model_dir: Path, limit_bytes: int) -> bool:
     """True when the weights alone would put an inline ONNX file past `limit_bytes`."""
     return saved_model_weight_bytes(saved_model_dir) > limit_bytes
-
-
-def tflite_refusal(saved_model_dir: Path, limit_bytes: int) -> str | None:
-    """The refusal reason when the weights would put a `.tflite` file past `limit_bytes`, else None."""
-    weights = saved_model_weight_bytes(saved_model_dir)
-    if weights <= limit_bytes:
-        return None
-    return (f"model too large for TFLite: its weights take {weights} bytes, above the {limit_bytes}-byte limit "
-            f"(convert.size_limit_bytes); {FLATBUFFER_LIMIT_NAME}. The converter was not started; serve the "
-            "SavedModel or the ONNX file (written with external data) instead")
 
 
 def repack_external_data(archive: Path, output: Path) -> list[Path]:
@@ -76,5 +58,4 @@ def has_external_data(path: Path) -> bool:
     return any(uses_external_data(t) for t in model.graph.initializer)
 
 
-__all__ = ["FLATBUFFER_LIMIT_NAME", "has_external_data", "onnx_needs_external_data", "repack_external_data",
-           "saved_model_weight_bytes", "tflite_refusal"]
+__all__ = ["has_external_data", "onnx_needs_external_data", "repack_external_data"]

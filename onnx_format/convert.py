@@ -23,7 +23,7 @@ import numpy as np
 from tfship.core.contract import Signature
 from tfship.core.errors import ConversionError
 from tfship.core.processes import run_converter_child
-from tfship.pipeline.conversion.large_models import onnx_needs_external_data, repack_external_data
+from tfship.onnx_format.large_models import onnx_needs_external_data, repack_external_data
 
 
 @dataclass(frozen=True)
@@ -42,9 +42,9 @@ class OnnxResult:
 
 def onnx_command(saved_model_dir: Path, output: Path, signature: str, opset: int) -> list[str]:
     """The exact tf2onnx command line that converts `saved_model_dir` (used and written to disk): tf2onnx's
-    own arguments, run through `pipeline.conversion.tf2onnx_lean` (same file, a fraction of the memory).
+    own arguments, run through `onnx_format.tf2onnx_lean` (same file, a fraction of the memory).
     """
-    return [sys.executable, "-m", "tfship.pipeline.conversion.tf2onnx_lean", "--saved-model", str(saved_model_dir),
+    return [sys.executable, "-m", "tfship.onnx_format.tf2onnx_lean", "--saved-model", str(saved_model_dir),
             "--tag", "serve", "--signature_def", signature, "--opset", str(opset), "--output", str(output)]
 
 
@@ -135,7 +135,7 @@ def convert_to_onnx(saved_model_dir: Path, output: Path, contract: Signature, op
     rewrites the checked file (second child process, same time budget) and every check runs again.
     When the SavedModel's weights exceed `size_limit_bytes` (protobuf's 2 GiB by default), tf2onnx's
     large-model path is taken and the result is `output` + `<output>.data` (ONNX external data,
-    `pipeline.conversion.large_models`), checked and loaded that way.
+    `onnx_format.large_models`), checked and loaded that way.
 
     Raises:
         ConversionError: the converter failed, crashed (naming the signal) or timed out (seconds),
@@ -179,7 +179,7 @@ def convert_to_onnx(saved_model_dir: Path, output: Path, contract: Signature, op
 
 
 def _large_command(saved_model_dir: Path, archive: Path, signature: str, opset: int) -> list[str]:
-    """tf2onnx's command line with `--large_model` (through `pipeline.conversion.tf2onnx_lean`)."""
+    """tf2onnx's command line with `--large_model` (through `onnx_format.tf2onnx_lean`)."""
     return [*onnx_command(saved_model_dir, archive, signature, opset), "--large_model"]
 
 

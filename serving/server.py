@@ -254,7 +254,7 @@ async def run_server(settings: ServerSettings) -> int:
     await server.start()
     await health.overall()
 
-    from tfship.serving.tfs.rest import start_metrics, start_rest
+    from tfship.serving.rest_port import start_metrics, start_rest
 
     # REST on its own loop and thread, gRPC and the data plane on this one: neither protocol starves the other
     cores.join()  # this thread serves gRPC; the REST thread joins it on the same core

@@ -10,6 +10,7 @@ import numpy as np
 
 from tfship.core.contract import Signature
 from tfship.core.echo import clip
+from tfship.serving.runtimes.published import PublishedArtifact
 
 
 @dataclass(frozen=True)
@@ -60,12 +61,17 @@ class InferenceResponse:
 
 @dataclass(frozen=True)
 class ModelMetadata:
-    """GetModelMetadata result: the served version and its signatures by name."""
+    """GetModelMetadata result: the served version and its signatures by name.
+
+    `artifact`: the published artifact that answers (`serving.runtimes.published.PublishedArtifact`: name,
+    file, backend, sha256) when the server runs `--artifact NAME`; None when the backend and file flags chose.
+    """
 
     model_name: str
     version: int
     signatures: Mapping[str, Signature]
     backend: str = ""  # the runtime's registry name (`saved_model`, `onnx`, `tflite`)
+    artifact: PublishedArtifact | None = None
 
 
 class VersionState(enum.Enum):

@@ -16,7 +16,6 @@ from tfship.serving.dataplane.model_config import (
     from_repository,
     parse_model_server_config,
 )
-from tfship.serving.dataplane.types import ModelRef, VersionState
 from tfship.serving.operations.metrics import Metrics
 from tfship.serving.settings import ServerSettings
 from tfship.serving.storage.filesystem import read_text
@@ -132,8 +131,7 @@ def check_shadow_targets(manager: ModelManager, targets: dict) -> None:
         try:
             manager.resolve(ref)
         except TfshipError as err:
-            loaded = [s.version for s in manager.statuses(ModelRef(model)) if s.state is VersionState.AVAILABLE]
             target = ref.version if ref.version is not None else ref.label
-            raise ConfigError(f"--shadow {model}={target} names no loaded version of model {model} ({err}); "
-                              f"loaded versions: {loaded}; shadow one of them, or a label (e.g. canary) that "
-                              "models.config moves to the candidate once it loads") from None
+            raise ConfigError(f"--shadow {model}={target} names no loaded version of model {model}: {err}; shadow a "
+                              "loaded version, or a label (e.g. canary) that models.config moves to the candidate "
+                              "once it loads") from None

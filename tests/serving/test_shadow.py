@@ -254,9 +254,9 @@ def test_workers_write_one_report(lin_repo: Path) -> None:
 @pytest.mark.parametrize(("flag", "named"), [
     ("other=canary", "--shadow names model(s) ['other'] that are not served; served: ['lin']"),
     # version 9 is in no folder and no version policy: it never loads, so the start is refused, naming it
-    ("lin=9", "--shadow lin=9 names no loaded version of model lin (Servable not found for request: "
-              "Specific(lin, 9); available versions: [1, 2, 3, 4, 5]); loaded versions: [1, 2, 3, 4, 5]"),
-    ("lin=beta", "--shadow lin=beta names no loaded version of model lin"),
+    ("lin=9", "--shadow lin=9 names no loaded version of model lin: Servable not found for request: "
+              "Specific(lin, 9); available versions: [1, 2, 3]"),  # 4 and 5 need the test's `faulty` backend
+    ("lin=beta", "--shadow lin=beta names no loaded version of model lin: "),
 ])
 def test_bad_shadow_setting_stops_the_start(lin_repo: Path, flag: str, named: str) -> None:
     done = subprocess.run([sys.executable, "-m", "tfship.serving", "serve", "--model-config-file",

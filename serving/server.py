@@ -24,12 +24,13 @@ from grpc_health.v1 import health_pb2
 from tfship.core.errors import ConfigError
 from tfship.core.scratch import remove_own_scratch
 from tfship.serving.affinity import CoreShare
-from tfship.serving.dataplane.manager import ModelManager, check_config
+from tfship.serving.dataplane.manager import ModelManager
 from tfship.serving.dataplane.model_config import (
     ModelConfig,
 )
 from tfship.serving.dataplane.service import DataPlane
 from tfship.serving.dataplane.types import ServerLimits
+from tfship.serving.dataplane.version_folders import check_config
 from tfship.serving.kserve.grpc_service import add_inference_service
 from tfship.serving.loops import LoopBridge, TransportLoop, watch_lag
 from tfship.serving.operations import tracing

@@ -55,7 +55,7 @@ class ServedVersion:
     def status(self) -> VersionStatus:
         """This version as a GetModelStatus entry."""
         if self.error is None:
-            return VersionStatus(self.version, self.state)
+            return VersionStatus(self.version, self.state, artifact=getattr(self.runtime, "published", None))
         return VersionStatus(self.version, self.state, self.error.grpc_code, str(self.error))
 
 

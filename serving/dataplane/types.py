@@ -87,12 +87,15 @@ class VersionState(enum.Enum):
 
 @dataclass(frozen=True)
 class VersionStatus:
-    """GetModelStatus entry: state plus the error (gRPC code name and message) if loading failed."""
+    """GetModelStatus entry: state plus the error (gRPC code name and message) if loading failed; `artifact`:
+    the published artifact the version serves under `--artifact` (None otherwise, or before it loaded).
+    """
 
     version: int
     state: VersionState
     error_code: str = "OK"
     error_message: str = ""
+    artifact: PublishedArtifact | None = None
 
 
 @dataclass(frozen=True)

@@ -155,7 +155,11 @@ class _TfsRoutes:
 
     async def status(self, request: web.Request) -> web.Response:
         statuses = await self.dataplane.model_status(_ref(request))
-        return web.json_response(_proto_json(converters.status_response(statuses)))
+        body = _proto_json(converters.status_response(statuses))
+        for entry, status in zip(body.get("model_version_status", []), statuses, strict=True):
+            if status.artifact is not None:  # `tfship serve --artifact`: a key TF Serving's clients do not read
+                entry["artifact"] = artifact_json(status.artifact)
+        return web.json_response(body)
 
     async def metadata(self, request: web.Request) -> web.Response:
         meta = await self.dataplane.metadata(_ref(request))

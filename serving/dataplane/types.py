@@ -5,12 +5,15 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tfship.core.contract import Signature
 from tfship.core.echo import clip
-from tfship.serving.runtimes.published import PublishedArtifact
+
+if TYPE_CHECKING:  # the request types import only core at run time
+    from tfship.serving.runtimes.published import PublishedArtifact
 
 
 @dataclass(frozen=True)

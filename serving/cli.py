@@ -50,6 +50,14 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     def a(*flags, **options) -> None:
         actions.append(parser.add_argument(*flags, **options))
 
+    for group in (_model_flags, _port_flags, _security_flags, _operation_flags, _shadow_flags):
+        group(a)
+    _env_defaults(parser, actions)
+    add_tf_serving_flags(parser)  # TF Serving's spellings (--model_name, --rest_api_port, ...); the rest refused
+
+
+def _model_flags(a) -> None:
+    """`serve` flags: the models and how they are served; `a` adds one (argparse's add_argument)."""
     a("--repository", type=cli_location, help="model repository: <repository>/<model_name>/<version>/")
     a("--model-name", help="model to serve from --repository")
     a("--model-config-file", type=cli_location, help="TF Serving ModelServerConfig (text format): a file or "
@@ -58,6 +66,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     a("--tflite-file", default="model.tflite", help="TFLite artifact for the tflite backend")
     a("--artifact", help="serve this published artifact of each version (e.g. tflite_int8, onnx): the backend and "
       "file its manifest.json lists; refused where the gate did not publish it")
+
+def _port_flags(a) -> None:
+    """`serve` flags: ports, polls, threads and limits; `a` adds one (argparse's add_argument)."""
     a("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     a("--port", type=int, default=8500, help="gRPC port; 0 = any free port (default: 8500)")
     a("--rest-port", type=int, default=8501, help="REST port; 0 = any free, -1 = off (default: 8501)")
@@ -80,6 +91,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
       help="REST: headers and body must arrive within this time; idle connections close after it (TF Serving's "
            "--rest_api_timeout_in_ms; default 30000)")
     a("--grace-period-s", type=float, default=10.0, help="SIGTERM: seconds in-flight requests get to finish")
+
+def _security_flags(a) -> None:
+    """`serve` flags: TLS and tokens; `a` adds one (argparse's add_argument)."""
     a("--tls-cert", type=cli_path, help="server certificate (PEM); enables TLS")
     a("--tls-key", type=cli_path, help="server private key (PEM)")
     a("--tls-client-ca", type=cli_path, help="client CA (PEM); enables mutual TLS")
@@ -91,6 +105,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     a("--admin-token-env", help="env var with admin tokens, comma-separated")
     a("--enable-admin-api", action="store_true",
       help="allow admin calls on a server without tokens (trusted network only)")
+
+def _operation_flags(a) -> None:
+    """`serve` flags: logs, leniency, request log, threads and processes; `a` adds one (add_argument)."""
     a("--json-logs", action="store_true", help="log one JSON object per line")
     a("--lenient-fixed-dimensions", action="store_true",
       help="feed the model an input sent at its declared rank whose size contradicts a fixed dimension (a "
@@ -104,6 +121,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     a("--num-processes", type=int, default=1,
       help="server processes sharing the gRPC/REST ports via SO_REUSEPORT (use the host's cores); default 1")
     a("--reuse-port", action="store_true", help="bind the REST port with SO_REUSEPORT (set for each worker)")
+
+def _shadow_flags(a) -> None:
+    """`serve` flags: shadow traffic (`serving.dataplane.shadow`); `a` adds one (argparse's add_argument)."""
     a("--shadow", action="append", default=[], metavar="MODEL=TARGET",
       help="also run a sampled share of MODEL's Predicts on TARGET (a version or a label such as canary) and "
            "report how the answers agree (repeatable; docs/serving.md, Shadow a candidate)")
@@ -117,9 +137,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     a("--shadow-keep-inputs", action="store_true", help="keep request inputs in the worst-disagreement sample")
     a("--shadow-atol", type=float, default=1e-5, help="value bound: atol * max(1, max|primary|) (default 1e-5)")
     a("--shadow-rtol", type=float, default=1e-5, help="value bound: + rtol * |primary| (default 1e-5)")
-    a("--shadow-report-dir", type=cli_path, help="folder each process writes its shadow report part to")
-    _env_defaults(parser, actions)
-    add_tf_serving_flags(parser)  # TF Serving's spellings (--model_name, --rest_api_port, ...); the rest refused
+    a("--shadow-report-dir", type=cli_path, help="folder each process writes its shadow report part to "
+      "(default: <temp>/tfship-shadow/<grpc port>, removed at stop)")
 
 
 def add_query_arguments(parser: argparse.ArgumentParser) -> None:

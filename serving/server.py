@@ -15,23 +15,22 @@ import logging
 import os
 import signal
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2
 
-from tfship.core.errors import ConfigError, TfshipError
+from tfship.core.errors import ConfigError
 from tfship.core.scratch import remove_own_scratch
 from tfship.serving.affinity import CoreShare
-from tfship.serving.dataplane.manager import ModelManager, check_config
+from tfship.serving.dataplane.manager import ModelManager
 from tfship.serving.dataplane.model_config import (
     ModelConfig,
-    check_model_name,
-    from_repository,
-    parse_model_server_config,
 )
 from tfship.serving.dataplane.service import DataPlane
 from tfship.serving.dataplane.types import ServerLimits
+from tfship.serving.dataplane.version_folders import check_config
 from tfship.serving.kserve.grpc_service import add_inference_service
 from tfship.serving.loops import LoopBridge, TransportLoop, watch_lag
 from tfship.serving.operations import tracing
@@ -46,7 +45,7 @@ from tfship.serving.operations.security import (
     warn_readable_secrets,
 )
 from tfship.serving.settings import ServerSettings
-from tfship.serving.storage.filesystem import read_text
+from tfship.serving.startup import model_configs, poll_model_config_file, runtime_wrapper, start_shadows
 from tfship.serving.tfs.grpc_service import AccessInterceptor, add_services
 from tfship.serving.unix_socket import bind_unix_socket
 
@@ -56,90 +55,6 @@ DRAIN_LINGER_S = 0.25  # after the last admitted request: time to answer request
 UNLOAD_TIMEOUT_S = 1.0  # unloading after the drain (at most a quarter of the grace period): the process exits anyway
 CLOSE_RESERVE_S = 1.0  # of the grace period, kept for closing the ports after the last request
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
-
-
-def model_configs(settings: ServerSettings) -> list[ModelConfig]:
-    """Models to serve: `--model-config-file`, else `--repository` + `--model-name`; raises `ConfigError`."""
-    if settings.model_config_file:
-        try:
-            text = read_text(settings.model_config_file)
-        except (OSError, UnicodeDecodeError) as err:
-            raise ConfigError(f"cannot read --model-config-file {settings.model_config_file}: {err}") from err
-        return parse_model_server_config(text, str(settings.model_config_file))
-    if settings.model_base_path:  # TF Serving's --model_name + --model_base_path (the model's own folder)
-        check_model_name(settings.model_name)
-        return [ModelConfig(name=settings.model_name, base_path=settings.model_base_path)]
-    if settings.repository and settings.model_name:
-        return from_repository(settings.repository, settings.model_name)
-    raise ConfigError("give --model-config-file, --model_base_path (and --model_name), or --repository and "
-                      "--model-name")
-
-
-async def poll_model_config_file(settings: ServerSettings, manager: ModelManager) -> None:
-    """Re-read `--model-config-file` every `--model_config_file_poll_wait_seconds` and apply it when its text
-    changed (TF Serving's behaviour); a file that does not parse is logged and the running config kept.
-    """
-    path, interval = settings.model_config_file, settings.model_config_file_poll_wait_seconds
-    try:
-        last = await asyncio.to_thread(read_text, path)
-    except (OSError, UnicodeDecodeError):
-        last = ""
-    while True:
-        await asyncio.sleep(interval)
-        try:
-            text = await asyncio.to_thread(read_text, path)  # a file, or an s3:// object (a network call)
-        except (OSError, UnicodeDecodeError) as err:
-            log.error("cannot read --model-config-file %s; the running config stays: %s", path, err)
-            continue
-        if text == last:
-            continue
-        last = text  # a bad file is reported once, not on every poll
-        try:
-            configs = parse_model_server_config(text, str(path))
-            await manager.apply_config(configs)
-        except TfshipError as err:
-            log.error("--model-config-file %s not applied; the running config stays: %s", path, err)
-            continue
-        log.info("applied the changed --model-config-file %s: models %s", path, [c.name for c in configs])
-
-
-def _runtime_wrapper(settings: ServerSettings, metrics: Metrics):
-    if not (settings.enable_batching or settings.batching_parameters_file):
-        return None
-    from tfship.serving.dataplane.batching import Batched, BatchingParameters
-
-    params = (BatchingParameters.from_file(settings.batching_parameters_file)
-              if settings.batching_parameters_file else BatchingParameters())
-    return lambda runtime: Batched(runtime, params, metrics)
-
-
-def _start_shadows(settings: ServerSettings, manager: ModelManager, metrics: Metrics, grpc_port: int):
-    """`serving.dataplane.shadow.Shadows` for `--shadow` (None without); its metrics join the registry.
-
-    Raises:
-        ConfigError: a bad --shadow value, or a shadow of a model that is not served.
-    """
-    if not settings.shadow:
-        return None
-    import tempfile
-
-    from tfship.core.parity import PairBound
-    from tfship.serving.dataplane.shadow import ShadowOptions, Shadows, parse_shadow
-    from tfship.serving.dataplane.shadow_metrics import ShadowCollector
-
-    targets = dict(parse_shadow(text) for text in settings.shadow)
-    unknown = sorted(m for m in targets if not manager.is_configured(m))
-    if unknown:
-        raise ConfigError(f"--shadow names model(s) {unknown} that are not served; served: {manager.model_names()}")
-    report_dir = settings.shadow_report_dir or Path(tempfile.gettempdir()) / "tfship-shadow" / str(grpc_port)
-    shadows = Shadows(manager, targets, ShadowOptions(
-        rate=settings.shadow_rate, queue_size=settings.shadow_queue_size, queue_bytes=settings.shadow_queue_bytes,
-        workers=settings.shadow_workers, timeout_s=settings.shadow_timeout_s, keep_inputs=settings.shadow_keep_inputs,
-        bound=PairBound(settings.shadow_atol, settings.shadow_rtol), report_dir=report_dir))
-    metrics.registry.register(ShadowCollector(shadows))
-    log.info("shadowing %s at rate %g; report parts in %s", {m: str(t) for m, t in targets.items()},
-             settings.shadow_rate, report_dir)
-    return shadows
 
 
 def _bind_grpc(server: grpc.aio.Server, settings: ServerSettings, credentials) -> int:
@@ -195,6 +110,127 @@ class _Health:
         await self.servicer.set("", SERVING if up else NOT_SERVING)
 
 
+@dataclass
+class _Core:
+    """What serves the models whatever the transport: the manager, the data plane, health and model threads."""
+
+    manager: ModelManager
+    dataplane: DataPlane
+    health: _Health
+    executors: tuple  # the model-load and predict thread pools
+
+    def shutdown_executors(self) -> None:
+        for executor in self.executors:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _build_core(settings: ServerSettings, configs: list[ModelConfig], metrics: Metrics, cores: CoreShare) -> _Core:
+    """The manager and data plane for `configs` (nothing loaded yet), with their thread pools and health."""
+    executor = cores.executor(settings.worker_threads, thread_name_prefix="tfship-model")  # loads: every core
+    # predicts hold the GIL around the model call: on the transports' core (a model's own thread pools, made
+    # while it loads, keep every core)
+    predict_executor = cores.executor(settings.worker_threads, thread_name_prefix="tfship-predict", pinned=True)
+    health = _Health([c.name for c in configs])
+    manager = ModelManager(settings.backend, settings.runtime_options(), executor, runtime_wrapper(settings, metrics),
+                           health.update, metrics)
+    limits = ServerLimits(settings.max_batch_per_request, settings.max_concurrent_requests, settings.default_deadline_s,
+                          settings.max_message_bytes, settings.max_request_memory_bytes)
+    dataplane = DataPlane(manager, predict_executor, limits, metrics, RequestLog(settings.request_log_sampling_rate))
+    dataplane.signature_method_name_check = settings.enable_signature_method_name_check
+    dataplane.checks.lenient_fixed_dimensions = settings.lenient_fixed_dimensions
+    health.names = manager.model_names
+    dataplane.request_log.served = manager.is_configured  # names not served are logged as the metrics label them
+    return _Core(manager, dataplane, health, (executor, predict_executor))
+
+
+@dataclass
+class _Ports:
+    """The open transports: the gRPC server, the REST runner (on its own loop) and the metrics runner."""
+
+    grpc: grpc.aio.Server
+    rest_loop: TransportLoop | None
+    rest: tuple | None  # (runner, port)
+    metrics: tuple | None  # (runner, port)
+
+    def closers(self) -> list:
+        """Each HTTP runner's cleanup, as a coroutine on its own loop."""
+        rest, rest_loop = self.rest, self.rest_loop
+        return ([lambda: rest_loop.run(rest[0].cleanup())] if rest else []) + (
+            [self.metrics[0].cleanup] if self.metrics else [])
+
+
+def _grpc_server(settings: ServerSettings, core: _Core, policy: LivePolicy) -> grpc.aio.Server:
+    """The gRPC server with both APIs' services (not bound yet); health's servicer joins `core.health`."""
+    # message limits, port sharing and --grpc_channel_arguments (ServerSettings.grpc_options)
+    server = grpc.aio.server(interceptors=[AccessInterceptor(policy), *tracing.grpc_interceptors()],
+                             options=settings.grpc_options())
+    core.health.servicer = add_services(server, core.dataplane, (add_inference_service(server, core.dataplane),),
+                                        tensor_content=settings.enable_serialization_as_tensor_content)
+    return server
+
+
+async def _open_ports(settings: ServerSettings, server: grpc.aio.Server, core: _Core, policy: LivePolicy, live_tls,
+                      ssl_ctx, metrics: Metrics, cores: CoreShare) -> _Ports:
+    """Bind gRPC (and its Unix socket), start the shadows, then REST and metrics; write `--port-file`.
+
+    Raises:
+        ConfigError: a port cannot be bound, or a bad `--shadow`.
+    """
+    credentials = (grpc.alts_server_credentials() if settings.use_alts_credentials
+                   else live_tls.grpc_credentials() if live_tls else None)
+    grpc_port = _bind_grpc(server, settings, credentials)
+    # workers share the port: one report folder
+    core.dataplane.shadow = start_shadows(settings, core.manager, metrics, grpc_port)
+    if settings.grpc_socket_path:  # TF Serving's Unix-socket listener beside TCP: same services and policy
+        bind_unix_socket(server, settings.grpc_socket_path, credentials)
+    await server.start()
+    await core.health.overall()
+
+    from tfship.serving.rest_port import start_metrics, start_rest
+
+    # REST on its own loop and thread, gRPC and the data plane on this one: neither protocol starves the other
+    cores.join()  # this thread serves gRPC; the REST thread joins it on the same core
+    rest_loop = TransportLoop("tfship-rest", cores.join) if settings.rest_port >= 0 else None
+    bridge = LoopBridge(core.dataplane, asyncio.get_running_loop())
+    rest = await _bind_http(rest_loop.run(start_rest(bridge, settings, policy, metrics, ssl_ctx))
+                            if rest_loop else None, settings, "--rest-port", settings.rest_port)
+    metrics_site = await _bind_http(start_metrics(metrics, settings, policy, ssl_ctx), settings, "--metrics-port",
+                                    settings.metrics_port)
+    ports = {"grpc": grpc_port, "rest": rest[1] if rest else None, "metrics": metrics_site[1] if metrics_site else None}
+    if settings.port_file:  # written once every port is open and every model up (a `--num-processes` parent
+        _write_port_file(settings.port_file, {**ports, "ready": True})  # waits for "ready")
+    log.info("listening: %s%s", ports, f" and unix:{settings.grpc_socket_path}" if settings.grpc_socket_path else "")
+    return _Ports(server, rest_loop, rest, metrics_site)
+
+
+def _start_polls(settings: ServerSettings, manager: ModelManager, secrets: SecretWatcher, metrics: Metrics,
+                 rest_loop: TransportLoop | None) -> tuple[list[asyncio.Task], object]:
+    """The background tasks of a running server: repository, config and secret polls, loop-lag watches.
+
+    Returns:
+        (tasks on this loop, the REST loop's lag watch as a concurrent future or None).
+    """
+    tasks = [asyncio.create_task(watch_lag(metrics.loop_lag.labels("grpc").observe))]
+    if settings.file_system_poll_wait_seconds > 0:
+        tasks.append(asyncio.create_task(manager.poll_forever(settings.file_system_poll_wait_seconds)))
+    if settings.model_config_file and settings.model_config_file_poll_wait_seconds > 0:
+        tasks.append(asyncio.create_task(poll_model_config_file(settings, manager)))
+    if secrets.watching:
+        tasks.append(asyncio.create_task(secrets.watch_forever()))
+    rest_lag = (asyncio.run_coroutine_threadsafe(watch_lag(metrics.loop_lag.labels("rest").observe), rest_loop.loop)
+                if rest_loop else None)
+    return tasks, rest_lag
+
+
+def _stop_event() -> asyncio.Event:
+    """An event set by SIGTERM, SIGINT or SIGHUP (SIGHUP drains too: nothing to reload)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
 async def run_server(settings: ServerSettings) -> int:
     """Serve until SIGTERM/SIGINT; return the exit code (0 after a clean drain)."""
     tracing.configure()  # OTEL_* variables (serving.operations.tracing): a bad value stops the start, named
@@ -208,95 +244,45 @@ async def run_server(settings: ServerSettings) -> int:
     secrets = SecretWatcher(settings, policy, live_tls)  # token and TLS files re-read when they change
     metrics = Metrics()
     cores = CoreShare(settings.pin_transport_threads)  # the transport threads' core (serving.affinity)
-    executor = cores.executor(settings.worker_threads, thread_name_prefix="tfship-model")  # loads: every core
-    # predicts hold the GIL around the model call: on the transports' core (a model's own thread pools, made
-    # while it loads, keep every core)
-    predict_executor = cores.executor(settings.worker_threads, thread_name_prefix="tfship-predict", pinned=True)
-    options = settings.runtime_options()
-    health = _Health([c.name for c in configs])
-    manager = ModelManager(settings.backend, options, executor, _runtime_wrapper(settings, metrics), health.update,
-                           metrics)
-    limits = ServerLimits(settings.max_batch_per_request, settings.max_concurrent_requests, settings.default_deadline_s,
-                          settings.max_message_bytes, settings.max_request_memory_bytes)
-    dataplane = DataPlane(manager, predict_executor, limits, metrics, RequestLog(settings.request_log_sampling_rate))
-    dataplane.signature_method_name_check = settings.enable_signature_method_name_check
-    dataplane.checks.lenient_fixed_dimensions = settings.lenient_fixed_dimensions
-    health.names = manager.model_names
-    dataplane.request_log.served = manager.is_configured  # names not served are logged as the metrics label them
-
-    # message limits, port sharing and --grpc_channel_arguments (ServerSettings.grpc_options)
-    server = grpc.aio.server(interceptors=[AccessInterceptor(policy), *tracing.grpc_interceptors()],
-                             options=settings.grpc_options())
-    health.servicer = add_services(server, dataplane, (add_inference_service(server, dataplane),),
-                                   tensor_content=settings.enable_serialization_as_tensor_content)
-
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # SIGHUP drains too (nothing to reload)
-        loop.add_signal_handler(sig, stop.set)
+    core = _build_core(settings, configs, metrics, cores)
+    server = _grpc_server(settings, core, policy)
+    stop = _stop_event()
 
     # TF Serving's order: load every configured model, then open the ports, so the first client to connect
     # finds each model AVAILABLE and health SERVING (a client polling the port never sees "loading")
-    await manager.apply_config(configs)
-    down = [name for name in manager.model_names() if not health.ok.get(name)]
+    await core.manager.apply_config(configs)
+    down = [name for name in core.manager.model_names() if not core.health.ok.get(name)]
     if down:  # TF Serving refuses to start when a configured model cannot be loaded
         log.error("no version of model(s) %s could be loaded; see the errors above; exiting", down)
-        await _bounded(manager.unload_all(), UNLOAD_TIMEOUT_S, "unloading models")
-        executor.shutdown(wait=False, cancel_futures=True)
-        predict_executor.shutdown(wait=False, cancel_futures=True)
+        await _bounded(core.manager.unload_all(), UNLOAD_TIMEOUT_S, "unloading models")
+        core.shutdown_executors()
         return 1
-    credentials = (grpc.alts_server_credentials() if settings.use_alts_credentials
-                   else live_tls.grpc_credentials() if live_tls else None)
-    grpc_port = _bind_grpc(server, settings, credentials)
-    dataplane.shadow = _start_shadows(settings, manager, metrics, grpc_port)  # workers share the port: one folder
-    if settings.grpc_socket_path:  # TF Serving's Unix-socket listener beside TCP: same services and policy
-        bind_unix_socket(server, settings.grpc_socket_path, credentials)
-    await server.start()
-    await health.overall()
-
-    from tfship.serving.tfs.rest import start_metrics, start_rest
-
-    # REST on its own loop and thread, gRPC and the data plane on this one: neither protocol starves the other
-    cores.join()  # this thread serves gRPC; the REST thread joins it on the same core
-    rest_loop = TransportLoop("tfship-rest", cores.join) if settings.rest_port >= 0 else None
-    rest = await _bind_http(rest_loop.run(start_rest(LoopBridge(dataplane, loop), settings, policy, metrics, ssl_ctx))
-                            if rest_loop else None, settings, "--rest-port", settings.rest_port)
-    metrics_site = await _bind_http(start_metrics(metrics, settings, policy, ssl_ctx), settings, "--metrics-port",
-                                    settings.metrics_port)
-    ports = {"grpc": grpc_port, "rest": rest[1] if rest else None, "metrics": metrics_site[1] if metrics_site else None}
-    if settings.port_file:  # written once every port is open and every model up (a `--num-processes` parent
-        _write_port_file(settings.port_file, {**ports, "ready": True})  # waits for "ready")
-    log.info("listening: %s%s", ports, f" and unix:{settings.grpc_socket_path}" if settings.grpc_socket_path else "")
-    poll = (asyncio.create_task(manager.poll_forever(settings.file_system_poll_wait_seconds))
-            if settings.file_system_poll_wait_seconds > 0 else None)
-    config_poll = (asyncio.create_task(poll_model_config_file(settings, manager))
-                   if settings.model_config_file and settings.model_config_file_poll_wait_seconds > 0 else None)
-    secrets_poll = asyncio.create_task(secrets.watch_forever()) if secrets.watching else None
-    grpc_lag = asyncio.create_task(watch_lag(metrics.loop_lag.labels("grpc").observe))
-    rest_lag = (asyncio.run_coroutine_threadsafe(watch_lag(metrics.loop_lag.labels("rest").observe), rest_loop.loop)
-                if rest_loop else None)
+    ports = await _open_ports(settings, server, core, policy, live_tls, ssl_ctx, metrics, cores)
+    polls, rest_lag = _start_polls(settings, core.manager, secrets, metrics, ports.rest_loop)
     await stop.wait()
 
     if rest_lag:
         rest_lag.cancel()
-    closers = ([lambda: rest_loop.run(rest[0].cleanup())] if rest else []) + (
-        [metrics_site[0].cleanup] if metrics_site else [])
-    polls = [t for t in (poll, config_poll, secrets_poll, grpc_lag) if t]
+    await _stop(settings, core, ports, polls)
+    return 0
+
+
+async def _stop(settings: ServerSettings, core: _Core, ports: _Ports, polls: list[asyncio.Task]) -> None:
+    """Drain, close the ports and unload, all within --grace-period-s; then end the shadows and tracing."""
+    loop = asyncio.get_running_loop()
     # the whole shutdown fits in --grace-period-s: the drain, then unloading in what is kept for it
     end = loop.time() + settings.grace_period_s
     unload_s = min(UNLOAD_TIMEOUT_S, settings.grace_period_s / 4)
-    await _drain(settings.grace_period_s - unload_s, health, dataplane, server, closers, polls)
-    if rest_loop:
-        rest_loop.stop()
-    await _bounded(manager.unload_all(), max(end - loop.time(), 0.05), "unloading models")
-    dataplane.offloader.close()
-    if dataplane.shadow is not None:
-        dataplane.shadow.close()
+    await _drain(settings.grace_period_s - unload_s, core.health, core.dataplane, ports.grpc, ports.closers(), polls)
+    if ports.rest_loop:
+        ports.rest_loop.stop()
+    await _bounded(core.manager.unload_all(), max(end - loop.time(), 0.05), "unloading models")
+    core.dataplane.offloader.close()
+    if core.dataplane.shadow is not None:
+        core.dataplane.shadow.close()
     tracing.shutdown()  # the spans still buffered are exported
-    executor.shutdown(wait=False, cancel_futures=True)
-    predict_executor.shutdown(wait=False, cancel_futures=True)
+    core.shutdown_executors()
     log.info("stopped")
-    return 0
 
 
 def serve_process(settings: ServerSettings) -> int:

@@ -90,7 +90,7 @@ class ServerSettings(BaseModel):
     shadow_atol: float = Field(1e-5, ge=0, description="Value bound, absolute part (the gate's float32 atol).")
     shadow_rtol: float = Field(1e-5, ge=0, description="Value bound, relative part (the gate's float32 rtol).")
     shadow_report_dir: Path | None = Field(None, description="Each process writes its report part here "
-                                           "(default <temp>/tfship-shadow/<grpc port>).")
+                                           "(default <temp>/tfship-shadow/<grpc port>, removed at stop).")
 
     # TF Serving's flags with TF Serving's meaning (serving.tfs.flags.ACTING; docs/tf-serving.md).
     grpc_socket_path: str | None = Field(None, description="Also serve gRPC on this Unix socket (TF Serving's "

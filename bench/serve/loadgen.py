@@ -22,15 +22,22 @@ import os
 import sys
 import time
 import urllib.parse
-import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import grpc
 import numpy as np
 
+from bench.serve.server_counters import (
+    batch_histogram,
+    host_cpu_ticks,
+    processes_cpu_s,
+    steal_share,
+    thread_counters,
+    thread_deltas,
+)
+
 PREDICT_METHOD = "/tensorflow.serving.PredictionService/Predict"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -70,91 +77,6 @@ class LevelResult:
     mean_batch_rows: float | None = None
     server_threads: dict[str, dict[str, float]] | None = None
     host_steal: float | None = None
-
-
-def host_cpu_ticks() -> tuple[int, int] | None:
-    """(steal, total) clock ticks of every CPU since boot, from the `cpu` line of /proc/stat (proc(5)); None
-    where it cannot be read or has no steal column (not Linux, or no hypervisor accounting)."""
-    try:
-        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-    except (OSError, ValueError):
-        return None
-    return (fields[7], sum(fields)) if len(fields) == 8 else None
-
-
-def steal_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
-    """Stolen share of the host's CPU ticks between two `host_cpu_ticks` readings (0..1), or None."""
-    if before is None or after is None or after[1] <= before[1]:
-        return None
-    return (after[0] - before[0]) / (after[1] - before[1])
-
-
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process `pid`, all its threads (from /proc/<pid>/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime: fields 14 and 15 of stat(5)
-
-
-def processes_cpu_s(pids: list[int]) -> float:
-    """Sum of `process_cpu_s` over `pids` (dead processes count 0), seconds."""
-    total = 0.0
-    for pid in pids:
-        try:
-            total += process_cpu_s(pid)
-        except (OSError, IndexError):
-            pass
-    return total
-
-
-def thread_counters(pids: list[int]) -> dict[str, list[float]]:
-    """Per thread group of `pids`: [CPU seconds, run-queue wait seconds, voluntary and involuntary context
-    switches], summed, from /proc/<pid>/task/<tid>/{schedstat,status}.
-
-    Groups: `main` (the thread whose tid is the pid: the event loop in tfship and the references), else the
-    thread's name (`event_engine`, `python` for grpc.aio's poller, `tfship-model_0`... digits dropped).
-    """
-    groups: dict[str, list[float]] = {}
-    for pid in pids:
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            base = f"/proc/{pid}/task/{tid}"
-            try:
-                run_ns, wait_ns, _slices = Path(f"{base}/schedstat").read_text().split()
-                status = Path(f"{base}/status").read_text()
-            except (OSError, ValueError):
-                continue
-            fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
-            name = "main" if tid == str(pid) else fields.get("Name", "?").strip().rstrip("0123456789_")
-            group = groups.setdefault(name, [0.0, 0.0, 0.0, 0.0])
-            group[0] += int(run_ns) / 1e9
-            group[1] += int(wait_ns) / 1e9
-            group[2] += int(fields.get("voluntary_ctxt_switches", "0"))
-            group[3] += int(fields.get("nonvoluntary_ctxt_switches", "0"))
-    return groups
-
-
-def thread_deltas(before: dict[str, list[float]], after: dict[str, list[float]]) -> dict[str, dict[str, float]]:
-    """`thread_counters` differences over a window: cpu_s, wait_s, voluntary, involuntary per group."""
-    keys = ("cpu_s", "wait_s", "voluntary", "involuntary")
-    zero = [0.0] * 4
-    return {name: dict(zip(keys, (a - b for a, b in zip(values, before.get(name, zero)))))
-            for name, values in after.items()}
-
-
-def batch_histogram(metrics_urls: list[str]) -> tuple[float, float]:
-    """(sum of rows, number of backend calls) of `tfship_batch_size` summed over the servers' /metrics."""
-    rows = calls = 0.0
-    for url in metrics_urls:
-        text = urllib.request.urlopen(f"{url}/metrics", timeout=5).read().decode()
-        for line in text.splitlines():
-            if line.startswith("tfship_batch_size_sum"):
-                rows += float(line.rsplit(" ", 1)[1])
-            elif line.startswith("tfship_batch_size_count"):
-                calls += float(line.rsplit(" ", 1)[1])
-    return rows, calls
 
 
 async def _worker(
@@ -258,30 +180,12 @@ async def run_level(
         for i in range(concurrency)
     ]
     await asyncio.sleep(max(start_w - time.perf_counter(), 0.0))
-    cpu0 = (processes_cpu_s(server_pids), time.process_time())
-    ticks0 = host_cpu_ticks()
-    threads0 = thread_counters(server_pids)
-    hist0 = await asyncio.to_thread(batch_histogram, metrics_urls)
+    before = await _ServerSample.take(server_pids, metrics_urls)
     await asyncio.sleep(max(end_w - time.perf_counter(), 0.0))
-    cpu1 = (processes_cpu_s(server_pids), time.process_time())
-    ticks1 = host_cpu_ticks()
-    threads1 = thread_counters(server_pids)
-    hist1 = await asyncio.to_thread(batch_histogram, metrics_urls)
-    calls = hist1[1] - hist0[1]
+    after = await _ServerSample.take(server_pids, metrics_urls)
     stop.set()
     await asyncio.gather(*tasks)
-    lat_ms = np.asarray(latencies) * 1e3
-    stats = (
-        {
-            "p50": float(np.percentile(lat_ms, 50)),
-            "p90": float(np.percentile(lat_ms, 90)),
-            "p99": float(np.percentile(lat_ms, 99)),
-            "mean": float(lat_ms.mean()),
-            "max": float(lat_ms.max()),
-        }
-        if lat_ms.size
-        else {}
-    )
+    backend_calls = after.batch[1] - before.batch[1]
     return LevelResult(
         concurrency=concurrency,
         window_s=window_s,
@@ -290,13 +194,39 @@ async def run_level(
         error_codes=errors,
         inferences_per_s=len(latencies) * rows / window_s,
         requests_per_s=len(latencies) / window_s,
-        latency_ms=stats,
-        server_cpu=(cpu1[0] - cpu0[0]) / window_s if server_pids else None,
-        loadgen_cpu=(cpu1[1] - cpu0[1]) / window_s,
-        mean_batch_rows=(hist1[0] - hist0[0]) / calls if calls else None,
-        server_threads=thread_deltas(threads0, threads1),
-        host_steal=steal_share(ticks0, ticks1),
+        latency_ms=latency_stats(latencies),
+        server_cpu=(after.server_cpu_s - before.server_cpu_s) / window_s if server_pids else None,
+        loadgen_cpu=(after.own_cpu_s - before.own_cpu_s) / window_s,
+        mean_batch_rows=(after.batch[0] - before.batch[0]) / backend_calls if backend_calls else None,
+        server_threads=thread_deltas(before.threads, after.threads),
+        host_steal=steal_share(before.ticks, after.ticks),
     )
+
+
+@dataclass(frozen=True)
+class _ServerSample:
+    """The counters read at one edge of the window: servers' and own CPU seconds, host ticks, thread groups,
+    and the batch-size histogram's (rows, calls)."""
+
+    server_cpu_s: float
+    own_cpu_s: float
+    ticks: tuple[int, int] | None
+    threads: dict[str, list[float]]
+    batch: tuple[float, float]
+
+    @classmethod
+    async def take(cls, server_pids: list[int], metrics_urls: list[str]) -> _ServerSample:
+        return cls(processes_cpu_s(server_pids), time.process_time(), host_cpu_ticks(), thread_counters(server_pids),
+                   await asyncio.to_thread(batch_histogram, metrics_urls))
+
+
+def latency_stats(latencies: list[float]) -> dict[str, float]:
+    """p50/p90/p99/mean/max of `latencies` (seconds) in milliseconds; {} when there are none."""
+    lat_ms = np.asarray(latencies) * 1e3
+    if not lat_ms.size:
+        return {}
+    return {"p50": float(np.percentile(lat_ms, 50)), "p90": float(np.percentile(lat_ms, 90)),
+            "p99": float(np.percentile(lat_ms, 99)), "mean": float(lat_ms.mean()), "max": float(lat_ms.max())}
 
 
 async def run_levels(

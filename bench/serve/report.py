@@ -48,7 +48,7 @@ def medians(rows: list[dict]) -> dict[tuple, dict]:
 
 
 def _thread_medians(rs: list[dict]) -> dict:
-    """Median per-request server thread figures of one case (`loadgen.thread_counters` deltas):
+    """Median per-request server thread figures of one case (`server_counters.thread_counters` deltas):
     main-thread and other-thread CPU (microseconds per request) and the main thread's involuntary
     context switches per request; {} when the rows carry no thread figures.
     """

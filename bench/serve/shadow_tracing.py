@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.serve.endpoints import THREAD_FLAGS, child_env
-from bench.serve.loadgen import process_cpu_s
+from bench.serve.server_counters import process_cpu_s
 
 MODEL, CLIENTS, WINDOW_S, ROUNDS = "m", 1, 1.5, 12
 SETTINGS = ("baseline", "shadow 10%", "shadow 100%", "tracing 1%", "tracing 100%")

@@ -114,6 +114,11 @@ class Batched(Runtime):
         return self.inner.backend
 
     @property
+    def published(self):
+        """The wrapped runtime's published artifact under `--artifact` (`Runtime.published`), else None."""
+        return getattr(self.inner, "published", None)
+
+    @property
     def model_judges_shapes(self) -> bool:
         """As the wrapped runtime (`Runtime.model_judges_shapes`)."""
         return self.inner.model_judges_shapes

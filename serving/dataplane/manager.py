@@ -18,7 +18,6 @@ import asyncio
 import dataclasses
 import gc
 import logging
-import os
 import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
@@ -26,11 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tfship.core.echo import clip, echo
-from tfship.core.errors import ConfigError, InvalidRequestError, ModelNotFoundError, TfshipError, UnavailableError
+from tfship.core.errors import InvalidRequestError, ModelNotFoundError, TfshipError, UnavailableError
 from tfship.core.locations import BucketUrl
 from tfship.serving.dataplane.memory import release_freed_memory
 from tfship.serving.dataplane.model_config import ModelConfig
 from tfship.serving.dataplane.types import ModelRef, VersionState, VersionStatus
+from tfship.serving.dataplane.version_folders import check_config, fingerprint, version_folders
 from tfship.serving.dataplane.warmup import warmup_predicts
 from tfship.serving.runtimes import REGISTRY, Runtime, RuntimeOptions
 from tfship.serving.storage.mirror import BucketMirrors
@@ -55,7 +55,7 @@ class ServedVersion:
     def status(self) -> VersionStatus:
         """This version as a GetModelStatus entry."""
         if self.error is None:
-            return VersionStatus(self.version, self.state)
+            return VersionStatus(self.version, self.state, artifact=getattr(self.runtime, "published", None))
         return VersionStatus(self.version, self.state, self.error.grpc_code, str(self.error))
 
 
@@ -169,9 +169,9 @@ class ModelManager:
                               model.config.base_path)
 
     async def _reconcile_model(self, name: str, model: _Model) -> None:
-        on_disk = _version_folders(model.config.base_path)
+        on_disk = version_folders(model.config.base_path)
         for version in [v for v, s in model.versions.items() if s.error is not None and (
-                v not in on_disk or s.fingerprint != _fingerprint(on_disk[v]))]:
+                v not in on_disk or s.fingerprint != fingerprint(on_disk[v]))]:
             del model.versions[version]  # gone or changed since it failed: forget the failure, try again
         failed = {v for v, s in model.versions.items() if s.error is not None}
         desired = set(model.config.policy.select([v for v in on_disk if v not in failed]))
@@ -192,7 +192,7 @@ class ModelManager:
         await self._on_change(name, self._available(model) != [])
 
     async def _load(self, model: _Model, version: int, path: Path) -> None:
-        served = model.versions[version] = ServedVersion(version, VersionState.LOADING, fingerprint=_fingerprint(path))
+        served = model.versions[version] = ServedVersion(version, VersionState.LOADING, fingerprint=fingerprint(path))
         loop = asyncio.get_running_loop()
         try:
             served.runtime = await loop.run_in_executor(self._executor, self._load_blocking, path)
@@ -326,96 +326,6 @@ class ModelManager:
     def model_names(self) -> list[str]:
         """Configured model names."""
         return sorted(self._models)
-
-
-def check_config(configs: list[ModelConfig]) -> None:
-    """Check every model of a new config against the disk before any of it is applied.
-
-    Each `base_path` must be a folder with at least one version the policy selects; `specific` versions
-    and `version_labels` must name versions present on disk (and, for labels, selected by the policy).
-
-    Raises:
-        ConfigError: naming the model, the field and the value.
-    """
-    for config in configs:
-        where = f"model {config.name!r}"
-        if isinstance(config.base_path, BucketUrl):
-            continue  # checked once mirrored (apply_config checks the localized config)
-        if not config.base_path.is_dir():
-            what = "is not a folder" if config.base_path.exists() else "does not exist"
-            raise ConfigError(f"{where}: base_path {str(config.base_path)!r} {what}")
-        on_disk = _versions_on_disk(config.base_path)
-        if not on_disk:
-            raise ConfigError(f"{where}: base_path {str(config.base_path)!r} holds no version folder "
-                              "(<base_path>/<positive integer>/)")
-        missing = sorted(set(config.policy.versions) - set(on_disk))
-        if config.policy.kind == "specific" and missing:
-            raise ConfigError(f"{where}: model_version_policy.specific.versions {missing} not found under "
-                              f"{str(config.base_path)!r}; versions on disk: {on_disk}")
-        selected = config.policy.select(on_disk)
-        for label, version in sorted(config.labels.items()):
-            if version not in selected:
-                raise ConfigError(f"{where}: version_labels {{{label!r}: {version}}} points at a version that "
-                                  f"is not served; served versions: {selected}")
-
-
-def _fingerprint(path: Path) -> tuple:
-    """(relative path, size, mtime_ns) of every file under `path`: changes when a copy progresses or is replaced."""
-    entries = []
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            full = os.path.join(root, name)
-            try:
-                stat = os.stat(full)
-            except OSError:  # removed while walking: the next poll sees the new state
-                continue
-            entries.append((os.path.relpath(full, path), stat.st_size, stat.st_mtime_ns))
-    return tuple(sorted(entries))
-
-
-MAX_VERSION = (1 << 63) - 1  # TF Serving's versions are int64
-
-
-def version_of(folder_name: str) -> int | None:
-    """The version a folder name stands for, as TF Serving parses it: ASCII digits only, in [1, 2^63-1]
-    (`0001` is version 1). Any other name (`v2`, `.tmp3`, `.staging-4`, `²`, fullwidth digits) is None.
-    """
-    if not (folder_name.isascii() and folder_name.isdigit()):
-        return None
-    version = int(folder_name)
-    return version if 1 <= version <= MAX_VERSION else None
-
-
-def _version_folders(base_path: Path) -> dict[int, Path]:
-    """Version -> folder under `base_path` (TF Serving's version folders). Never raises: an unreadable or
-    vanishing entry is skipped (the next poll sees it again). When two names give one version (`1`, `0001`)
-    the shortest name wins, with a warning.
-    """
-    found: dict[int, Path] = {}
-    try:
-        entries = list(os.scandir(base_path))
-    except OSError:
-        return found
-    for entry in entries:
-        version = version_of(entry.name)
-        try:
-            if version is None or not entry.is_dir():
-                continue
-        except OSError:
-            continue
-        other = found.get(version)
-        if other is not None:
-            log.warning("folders %s and %s are both version %d under %s; serving %s", other.name, entry.name,
-                        version, base_path, min(other.name, entry.name, key=lambda n: (len(n), n)))
-            if (len(other.name), other.name) <= (len(entry.name), entry.name):
-                continue
-        found[version] = Path(entry.path)
-    return found
-
-
-def _versions_on_disk(base_path: Path) -> list[int]:
-    """Versions present under `base_path`, ascending."""
-    return sorted(_version_folders(base_path))
 
 
 async def _ignore(name: str, available: bool) -> None:

@@ -170,7 +170,7 @@ class DataPlane:
             As `predict`, and whatever `decode` raises.
         """
         async def work(served) -> InferenceResponse:
-            meta = ModelMetadata(model.name, served.version, served.runtime.metadata(), served.runtime.backend)
+            meta = _metadata(model.name, served)
             with tracing.decode_span():
                 request = await decode(meta)
             return await self._predict(request, served.version, served.runtime)
@@ -297,7 +297,7 @@ class DataPlane:
         """TF Serving GetModelMetadata (`signature_def`): signatures of the targeted version."""
         served = self.manager.resolve(ref)
         note_request(version=str(served.version))
-        return ModelMetadata(ref.name, served.version, served.runtime.metadata(), served.runtime.backend)
+        return _metadata(ref.name, served)
 
     def server_ready(self) -> bool:
         """Open Inference Protocol ServerReady: not draining and every configured model has a version AVAILABLE."""
@@ -385,3 +385,10 @@ class DataPlane:
             else:
                 results.append(TaskResult(task, inference.regression(outputs, rows)))
         return tuple(results)
+
+
+def _metadata(name: str, served) -> ModelMetadata:
+    """The `ModelMetadata` of a held version: its signatures, backend and, under `--artifact`, the artifact."""
+    runtime = served.runtime
+    return ModelMetadata(name, served.version, runtime.metadata(), runtime.backend,
+                         getattr(runtime, "published", None))

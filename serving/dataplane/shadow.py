@@ -52,7 +52,9 @@ class ShadowOptions:
     queue_bytes: bytes of their inputs and outputs waiting at most (numeric arrays' buffers);
     workers: shadow calls at once; timeout_s: a shadow call's limit (the primary's deadline may end it sooner), s;
     keep_inputs: the worst-disagreement sample keeps inputs; bound: the value bound (the gate's float32 family
-    by default); report_dir: where each process writes its part.
+    by default); report_dir: where each process writes its part; remove_report_dir: the folder is the server's
+    own (the default `<temp>/tfship-shadow/<port>/`): each process removes its part at `close`, and the last one
+    the folder (and an empty `tfship-shadow` above it).
     """
 
     rate: float = 0.1
@@ -63,6 +65,7 @@ class ShadowOptions:
     keep_inputs: bool = False
     bound: PairBound = PairBound()
     report_dir: Path | None = None
+    remove_report_dir: bool = False
 
 
 def parse_shadow(text: str) -> tuple[str, ModelRef]:
@@ -229,10 +232,16 @@ class Shadows:
                 log.warning("cannot write the shadow report of %s to %s: %s", model, self.options.report_dir, err)
 
     def close(self) -> None:
-        """Stop the workers (a call still running is abandoned) and write the reports a last time."""
+        """Stop the workers (a call still running is abandoned) and write the reports a last time, or, with
+        `remove_report_dir`, remove this process's parts and the folder once no other part is left in it.
+        """
         self._stop.set()
         self._calls.shutdown(wait=False, cancel_futures=True)
-        self.write()
+        if self.options.remove_report_dir and self.options.report_dir is not None:
+            self._threads[-1].join(timeout=WRITE_EVERY_S * 2)  # the writer: no part written after its removal
+            remove_own_parts(self.options.report_dir)
+        else:
+            self.write()
 
 
 def read_parts(report_dir: Path, model: str) -> list[dict]:
@@ -269,3 +278,16 @@ def remove_dead_parts(report_dir: Path) -> None:
         if pid.isdigit() and not pid_alive(int(pid)):
             path.unlink(missing_ok=True)
 
+
+def remove_own_parts(report_dir: Path) -> None:
+    """Remove this process's report parts from `report_dir`, then the folder and its parent if they are empty
+    (another worker's part, or a file of someone else's, keeps them).
+    """
+    report_dir = Path(report_dir)
+    for path in report_dir.glob(f"*.{os.getpid()}.json"):
+        path.unlink(missing_ok=True)
+    for folder in (report_dir, report_dir.parent):
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (or gone): kept
+            return

@@ -5,11 +5,15 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tfship.core.contract import Signature
 from tfship.core.echo import clip
+
+if TYPE_CHECKING:  # the request types import only core at run time
+    from tfship.serving.runtimes.published import PublishedArtifact
 
 
 @dataclass(frozen=True)
@@ -60,12 +64,17 @@ class InferenceResponse:
 
 @dataclass(frozen=True)
 class ModelMetadata:
-    """GetModelMetadata result: the served version and its signatures by name."""
+    """GetModelMetadata result: the served version and its signatures by name.
+
+    `artifact`: the published artifact that answers (`serving.runtimes.published.PublishedArtifact`: name,
+    file, backend, sha256) when the server runs `--artifact NAME`; None when the backend and file flags chose.
+    """
 
     model_name: str
     version: int
     signatures: Mapping[str, Signature]
     backend: str = ""  # the runtime's registry name (`saved_model`, `onnx`, `tflite`)
+    artifact: PublishedArtifact | None = None
 
 
 class VersionState(enum.Enum):
@@ -81,12 +90,15 @@ class VersionState(enum.Enum):
 
 @dataclass(frozen=True)
 class VersionStatus:
-    """GetModelStatus entry: state plus the error (gRPC code name and message) if loading failed."""
+    """GetModelStatus entry: state plus the error (gRPC code name and message) if loading failed; `artifact`:
+    the published artifact the version serves under `--artifact` (None otherwise, or before it loaded).
+    """
 
     version: int
     state: VersionState
     error_code: str = "OK"
     error_message: str = ""
+    artifact: PublishedArtifact | None = None
 
 
 @dataclass(frozen=True)

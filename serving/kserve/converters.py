@@ -107,6 +107,17 @@ def model_info(meta: ModelMetadata, versions: list[int]) -> ModelInfo:
     )
 
 
+def artifact_parameters(artifact) -> dict[str, str]:
+    """The V2 model metadata `parameters` naming the published artifact that answers (`tfship serve --artifact`):
+    `artifact`, `artifact_backend`, `artifact_file` and `artifact_sha256` (V2 parameters hold scalars only).
+
+    Args:
+        artifact: `serving.runtimes.published.PublishedArtifact`.
+    """
+    return {"artifact": artifact.name, "artifact_backend": artifact.backend, "artifact_file": artifact.file,
+            "artifact_sha256": artifact.sha256}
+
+
 @dataclass(frozen=True)
 class ConfigTensor:
     """One input or output in Triton's model configuration: `TYPE_*` data type and dims (-1 variable)."""

@@ -1,7 +1,8 @@
 """REST transport for the Open Inference Protocol (KServe V2) under `/v2`, on the TF Serving REST port.
 
-Routes (added to the same aiohttp app as `/v1`, so the same middleware answers errors as
-`{"error": "..."}` with the error's HTTP status, and the same auth, TLS and body-size limit apply):
+Routes (added to the protocol-neutral host, `serving.http_calls`, which `serving.rest_port` shares with TF
+Serving's `/v1` routes, so the same middleware answers errors as `{"error": "..."}` with the error's HTTP status,
+and the same auth, TLS and body-size limit apply):
 
   GET  /v2/health/live                                  200 {"live": true}
   GET  /v2/health/ready                                 200 {"ready": true} | 503 {"ready": false}
@@ -22,7 +23,6 @@ request bodies (`Content-Encoding`) are accepted and responses compressed when `
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
 
 import numpy as np
 from aiohttp import web
@@ -35,10 +35,12 @@ from tfship.serving.dataplane import json_numbers
 from tfship.serving.dataplane.admission import check_declared
 from tfship.serving.dataplane.service import DataPlane
 from tfship.serving.dataplane.types import InferenceRequest, ModelMetadata, ModelRef
+from tfship.serving.http_calls import read_body
 from tfship.serving.kserve.codec import datatype_for, from_json, from_raw, to_json, to_raw
 from tfship.serving.kserve.converters import (
     EXTENSIONS,
     SERVER_NAME,
+    artifact_parameters,
     check_inputs,
     check_outputs,
     check_response_size,
@@ -53,6 +55,7 @@ from tfship.serving.kserve.converters import (
 )
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
+V2_PREFIX = "/v2/"  # the paths this API owns on the shared REST port
 _MODEL = r"/v2/models/{name}{sel:(/versions/[^/]+)?}"
 
 
@@ -213,88 +216,107 @@ def _config_tensors(items) -> list[dict]:
     return [{"name": t.name, "data_type": t.data_type, "dims": t.dims} for t in items]
 
 
-def add_v2_routes(app: web.Application, dataplane: DataPlane,
-                  read_body: Callable[[web.Request], Awaitable[bytes]] | None = None) -> None:
-    """Add the Open Inference Protocol's REST routes (see the module docstring) to `app`.
+class _V2Routes:
+    """The Open Inference Protocol's REST handlers over one data plane (see the module docstring)."""
 
-    `read_body`: how the app reads a request body (TF Serving's REST timeout applies); default: at once.
-    """
-    max_bytes = dataplane.limits.max_tensor_bytes
-    read = read_body or (lambda request: request.read())
+    def __init__(self, dataplane: DataPlane, timeout_s: float) -> None:
+        self.dataplane, self.timeout_s = dataplane, timeout_s
+        self.max_bytes = dataplane.limits.max_tensor_bytes
 
-    async def live(request: web.Request) -> web.Response:
+    async def live(self, request: web.Request) -> web.Response:
         return web.json_response({"live": True})
 
-    async def ready(request: web.Request) -> web.Response:
-        up = dataplane.server_ready()
+    async def ready(self, request: web.Request) -> web.Response:
+        up = self.dataplane.server_ready()
         return web.json_response({"ready": up}, status=200 if up else 503)
 
-    async def server_metadata(request: web.Request) -> web.Response:
+    async def server_metadata(self, request: web.Request) -> web.Response:
         return web.json_response({"name": SERVER_NAME, "version": server_version(), "extensions": list(EXTENSIONS)})
 
-    async def model_metadata(request: web.Request) -> web.Response:
+    async def model_metadata(self, request: web.Request) -> web.Response:
         ref = _ref(request)
-        info = model_info(await dataplane.metadata(ref), dataplane.available_versions(ModelRef(ref.name)))
-        return web.json_response({"name": info.name, "versions": info.versions, "platform": info.platform,
-                                  "inputs": _tensors(info.inputs), "outputs": _tensors(info.outputs)})
+        meta = await self.dataplane.metadata(ref)
+        info = model_info(meta, self.dataplane.available_versions(ModelRef(ref.name)))
+        body = {"name": info.name, "versions": info.versions, "platform": info.platform,
+                "inputs": _tensors(info.inputs), "outputs": _tensors(info.outputs)}
+        if meta.artifact is not None:  # which published artifact answers (`tfship serve --artifact`)
+            body["parameters"] = artifact_parameters(meta.artifact)
+        return web.json_response(body)
 
-    async def config(request: web.Request) -> web.Response:
-        info = model_config(await dataplane.metadata(_ref(request)), dataplane.limits.max_batch_per_request)
+    async def config(self, request: web.Request) -> web.Response:
+        info = model_config(await self.dataplane.metadata(_ref(request)), self.dataplane.limits.max_batch_per_request)
         return web.json_response({"name": info.name, "platform": info.platform, "backend": info.backend,
                                   "max_batch_size": info.max_batch_size, "input": _config_tensors(info.inputs),
                                   "output": _config_tensors(info.outputs)})
 
-    async def model_ready(request: web.Request) -> web.Response:
+    async def model_ready(self, request: web.Request) -> web.Response:
         ref = _ref(request)
-        up = dataplane.model_ready(ref)
+        up = self.dataplane.model_ready(ref)
         return web.json_response({"name": ref.name, "ready": up}, status=200 if up else 503)
 
-    async def infer(request: web.Request) -> web.Response:
-        raw_body = await read(request)
+    async def infer(self, request: web.Request) -> web.Response:
+        raw_body = await read_body(request, self.timeout_s)
         header = request.headers.get(HEADER_LENGTH)
-        limits = dataplane.limits
         checked = {}  # the body's answer options, the held version's signature and the outputs asked of it
 
         async def decode(meta: ModelMetadata | None) -> InferenceRequest | None:
             # parsed (and judged on its declared shapes) against the held version; a malformed body is answered
             # before a missing model, as before
-            body, decoded = await dataplane.offloader.run_if_large(
-                slow_bytes_of(header, raw_body), decode_body, header, raw_body, max_bytes,
+            limits = self.dataplane.limits
+            body, decoded = await self.dataplane.offloader.run_if_large(
+                slow_bytes_of(header, raw_body), decode_body, header, raw_body, self.max_bytes,
                 dict(meta.signatures) if meta else None, limits.max_batch_per_request, limits.max_request_memory_bytes)
-            params = _object(body.get("parameters", {}), "'parameters'")
-            default_binary = params.get("binary_data_output", False)
-            if not isinstance(default_binary, bool):
-                raise InvalidRequestError("parameter 'binary_data_output' must be true or false")
-            request_id = body.get("id")
-            if request_id is not None and not isinstance(request_id, str):
-                raise InvalidRequestError(f"'id' must be a string, got {echo_json(request_id, 100)}")
-            options = infer_options(params)
-            if meta is None:
-                return None
-            signature = signature_of(meta.signatures, options.signature_name)
-            names, binary = _requested_outputs(body, default_binary)
-            inputs, outputs = check_inputs(signature, decoded), check_outputs(signature, names)
-            checked.update(signature=signature, outputs=outputs, binary=binary, default_binary=default_binary,
-                           request_id=request_id)
-            return predict_request(meta, options, inputs, outputs)
+            return _checked_request(meta, body, decoded, checked)
 
-        result = await dataplane.predict_decoded(_ref(request), decode)  # one version: checked against, run on
+        result = await self.dataplane.predict_decoded(_ref(request), decode)  # one version: checked against, run on
         binary_choice, default_binary, request_id = checked["binary"], checked["default_binary"], checked["request_id"]
         tensors = ordered_outputs(result, checked["signature"], checked["outputs"])
-        check_response_size(tensors, max_bytes)
+        check_response_size(tensors, self.max_bytes)
         json_bytes = sum(a.nbytes for n, a in tensors if not binary_choice.get(n, default_binary)) * 4  # ~4x as text
-        header, blobs = await dataplane.offloader.run_if_large(json_bytes, encode_answer, result.model_name,
-                                                               result.version, tensors, binary_choice,
-                                                               default_binary, request_id)
+        header, blobs = await self.dataplane.offloader.run_if_large(json_bytes, encode_answer, result.model_name,
+                                                                    result.version, tensors, binary_choice,
+                                                                    default_binary, request_id)
         return _response(request, header, blobs)
 
-    app.router.add_get("/v2/health/live", live)
-    app.router.add_get("/v2/health/ready", ready)
-    app.router.add_get("/v2", server_metadata)
-    app.router.add_get(_MODEL, model_metadata)
-    app.router.add_get(_MODEL + "/ready", model_ready)
-    app.router.add_get(_MODEL + "/config", config)
-    app.router.add_post(_MODEL + "/infer", infer)
+
+def _checked_request(meta: ModelMetadata | None, body: dict, decoded: list, checked: dict
+                     ) -> InferenceRequest | None:
+    """The request a decoded V2 body asks of the held version (`meta`; None: the model was not found, answered
+    after the body's own errors); fills `checked` with the answer's options, signature and outputs.
+
+    Raises:
+        InvalidRequestError: bad parameters, id, inputs or outputs for the signature.
+    """
+    params = _object(body.get("parameters", {}), "'parameters'")
+    default_binary = params.get("binary_data_output", False)
+    if not isinstance(default_binary, bool):
+        raise InvalidRequestError("parameter 'binary_data_output' must be true or false")
+    request_id = body.get("id")
+    if request_id is not None and not isinstance(request_id, str):
+        raise InvalidRequestError(f"'id' must be a string, got {echo_json(request_id, 100)}")
+    options = infer_options(params)
+    if meta is None:
+        return None
+    signature = signature_of(meta.signatures, options.signature_name)
+    names, binary = _requested_outputs(body, default_binary)
+    inputs, outputs = check_inputs(signature, decoded), check_outputs(signature, names)
+    checked.update(signature=signature, outputs=outputs, binary=binary, default_binary=default_binary,
+                   request_id=request_id)
+    return predict_request(meta, options, inputs, outputs)
+
+
+def add_v2_routes(app: web.Application, dataplane: DataPlane, timeout_s: float = 30.0) -> None:
+    """Add the Open Inference Protocol's REST routes (see the module docstring) to `app` (a
+    `serving.http_calls.new_app` host); a request body must arrive within `timeout_s` seconds (else HTTP 408).
+    """
+    routes = _V2Routes(dataplane, timeout_s)
+    app.router.add_get("/v2/health/live", routes.live)
+    app.router.add_get("/v2/health/ready", routes.ready)
+    app.router.add_get("/v2", routes.server_metadata)
+    app.router.add_get(_MODEL, routes.model_metadata)
+    app.router.add_get(_MODEL + "/ready", routes.model_ready)
+    app.router.add_get(_MODEL + "/config", routes.config)
+    app.router.add_post(_MODEL + "/infer", routes.infer)
 
 
 def _response(request: web.Request, header: bytes, blobs: list[bytes]) -> web.Response:

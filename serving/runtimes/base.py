@@ -127,6 +127,7 @@ class Runtime(abc.ABC):
     # `serving.runtimes.published`): the manifest's file for an artifact picks the backend.
     artifact_files: tuple[str, ...] = ()
     artifact: str = ""  # the manifest's artifact this runtime serves (set by `--artifact`); "" otherwise
+    published = None  # its `published.PublishedArtifact` (name, file, backend, sha256) under `--artifact`
 
     def __init__(self, version_dir: Path, options: RuntimeOptions | None = None) -> None:
         self.version_dir = Path(version_dir)
@@ -272,6 +273,7 @@ class RuntimeRegistry:
         chosen = self.resolve_artifact(backend, version_dir, options.artifact)
         runtime = self.get(chosen.backend)(version_dir, replace(options, tflite_file=chosen.file, prefer=()))
         runtime.artifact = chosen.name
+        runtime.published = chosen
         log.info("%s: serving artifact %s (%s, sha256 %s as published in manifest.json) on the %s backend",
                  version_dir, chosen.name, chosen.file, chosen.sha256[:12], chosen.backend)
         return runtime

@@ -10,8 +10,10 @@ measured by `make bench-serve` (docs/benchmarks.md).
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 import numpy as np
+from google.protobuf import struct_pb2
 
 from tfship.core import protocol
 from tfship.core.contract import DEFAULT_SIGNATURE
@@ -179,16 +181,28 @@ def predict_response(response: InferenceResponse, tensor_content: bool = False):
     return proto
 
 
+ARTIFACT_FIELD = "artifact"  # tfship's metadata field: the published artifact that answers (`--artifact`)
+
+
 def metadata_request(proto) -> ModelRef:
-    """`GetModelMetadataRequest` -> `ModelRef`; only `signature_def` metadata exists (as in TF Serving)."""
+    """`GetModelMetadataRequest` -> `ModelRef`; `metadata_field` must hold `signature_def` (TF Serving's only
+    field), and may also hold tfship's `artifact` (`metadata_response`).
+
+    Raises:
+        InvalidRequestError: other fields, or `signature_def` missing or repeated; no model name.
+    """
     fields = list(proto.metadata_field)
-    if fields != ["signature_def"]:
-        raise InvalidRequestError(f"metadata_field must be ['signature_def'], got {echo_list(fields)}")
+    if sorted(fields) not in (["signature_def"], [ARTIFACT_FIELD, "signature_def"]):
+        raise InvalidRequestError(f"metadata_field must be ['signature_def'] (tfship also answers "
+                                  f"['signature_def', '{ARTIFACT_FIELD}']), got {echo_list(fields)}")
     return model_ref(proto.model_spec)
 
 
-def metadata_response(metadata: ModelMetadata):
-    """`ModelMetadata` -> `GetModelMetadataResponse` with `metadata["signature_def"]` = Any(SignatureDefMap)."""
+def metadata_response(metadata: ModelMetadata, fields: Sequence[str] = ("signature_def",)):
+    """`ModelMetadata` -> `GetModelMetadataResponse` with `metadata["signature_def"]` = Any(SignatureDefMap), and,
+    when `fields` asks for `artifact` and the server runs `--artifact`, `metadata["artifact"]` =
+    Any(google.protobuf.Struct {name, backend, file, sha256}); without `--artifact` that key is absent.
+    """
     proto = protocol.GetModelMetadataResponse()
     proto.model_spec.name = metadata.model_name
     proto.model_spec.version.value = metadata.version
@@ -196,6 +210,12 @@ def metadata_response(metadata: ModelMetadata):
     for name, signature in metadata.signatures.items():
         defs.signature_def[name].CopyFrom(to_signature_def(signature))
     proto.metadata["signature_def"].Pack(defs)
+    if ARTIFACT_FIELD in fields and metadata.artifact is not None:
+        artifact = metadata.artifact
+        proto.metadata[ARTIFACT_FIELD].Pack(struct_pb2.Struct(fields={
+            key: struct_pb2.Value(string_value=value) for key, value in (
+                ("name", artifact.name), ("backend", artifact.backend), ("file", artifact.file),
+                ("sha256", artifact.sha256))}))
     return proto
 
 

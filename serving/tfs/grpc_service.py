@@ -92,7 +92,8 @@ class PredictionServicer:
 
     @rpc
     async def GetModelMetadata(self, request, context):
-        return converters.metadata_response(await self._dp.metadata(converters.metadata_request(request)))
+        meta = await self._dp.metadata(converters.metadata_request(request))
+        return converters.metadata_response(meta, tuple(request.metadata_field))
 
     @rpc
     async def Classify(self, request, context):

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from bench.serve import mixed_load
-from bench.serve.loadgen import host_cpu_ticks, steal_share
+from bench.serve.server_counters import host_cpu_ticks, steal_share
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/stat is Linux's")

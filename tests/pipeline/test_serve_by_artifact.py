@@ -12,6 +12,7 @@ import json
 import shutil
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -60,13 +61,18 @@ def test_serves_the_int8_file_the_gate_published(version: Path, manifest: dict) 
     row = next(r for r in manifest["artifacts"] if r["artifact"] == "tflite_int8")
     assert row["status"] == "published" and row["file"] == "model_int8.tflite"
     inputs, _ = read_golden_set(version)
-    with ServerProcess(version.parent.parent, MODEL, extra_args=("--artifact", "tflite_int8", "--rest-port", "-1",
+    with ServerProcess(version.parent.parent, MODEL, extra_args=("--artifact", "tflite_int8",
                                                                  "--metrics-port", "-1")) as server:
         with PredictClient(server.grpc_target, timeout_s=30) as client:
             got = client.predict(MODEL, inputs)
+        with urllib.request.urlopen(f"{server.rest_url}/v1/models/{MODEL}/metadata", timeout=30) as answer:
+            metadata = json.loads(answer.read())
         log = server.stderr_tail(200)
     assert server.returncode == 0
     assert "serving artifact tflite_int8 (model_int8.tflite" in log and "tflite backend" in log, log
+    published = next(f for f in manifest["files"] if f["path"] == "model_int8.tflite")
+    assert metadata["artifact"] == {"name": "tflite_int8", "backend": "tflite", "file": "model_int8.tflite",
+                                    "sha256": published["sha256"]}  # the metadata names the file that answers
 
     own = _litert(version / "model_int8.tflite", inputs)
     for name, value in own.items():  # exactly the int8 file's answer ...

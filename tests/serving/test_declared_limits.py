@@ -34,9 +34,9 @@ from tfship.serving.dataplane.types import ServerLimits
 from tfship.serving.grpc_calls import LargeRequest
 from tfship.serving.kserve.grpc_service import add_inference_service
 from tfship.serving.operations.metrics import Metrics
+from tfship.serving.rest_port import build_app
 from tfship.serving.runtimes import RuntimeOptions
 from tfship.serving.tfs.grpc_service import add_services
-from tfship.serving.tfs.rest import build_app
 
 MAX_ROWS, MEMORY_CAP = 100, 2 << 20
 LARGE_ROWS = OFF_LOOP_BYTES // 16 + 1  # float32 [rows, 4]: above OFF_LOOP_BYTES on the wire

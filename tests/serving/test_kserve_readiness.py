@@ -17,8 +17,8 @@ from tfship.serving.dataplane.model_config import from_repository
 from tfship.serving.dataplane.service import DataPlane
 from tfship.serving.dataplane.types import ModelRef, ServerLimits
 from tfship.serving.operations.metrics import Metrics
+from tfship.serving.rest_port import build_app
 from tfship.serving.runtimes import RuntimeOptions
-from tfship.serving.tfs.rest import build_app
 
 
 def _publish(repository: Path, root: Path, version: int, broken: bool = False) -> None:

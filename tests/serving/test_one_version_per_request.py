@@ -28,8 +28,8 @@ from tfship.serving.dataplane.service import DataPlane
 from tfship.serving.dataplane.types import ModelRef, ServerLimits, VersionState
 from tfship.serving.kserve.grpc_service import add_inference_service
 from tfship.serving.operations.metrics import Metrics
+from tfship.serving.rest_port import build_app
 from tfship.serving.runtimes import RuntimeOptions
-from tfship.serving.tfs.rest import build_app
 
 SWAP_WAIT_S = 1.0  # how long the decode step lets the swap run (it cannot finish while the request holds v1)
 ROW = [0.5, 1.0, 1.5, 2.0]

@@ -20,8 +20,8 @@ from tfship.serving.dataplane.model_config import from_repository
 from tfship.serving.dataplane.service import DataPlane
 from tfship.serving.dataplane.types import ServerLimits
 from tfship.serving.operations.metrics import Metrics
+from tfship.serving.rest_port import build_app
 from tfship.serving.runtimes import RuntimeOptions
-from tfship.serving.tfs.rest import build_app
 
 PREDICT = f"/v1/models/{MODEL}:predict"
 INFER = f"/v2/models/{MODEL}/infer"

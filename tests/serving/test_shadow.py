@@ -251,13 +251,41 @@ def test_workers_write_one_report(lin_repo: Path) -> None:
     assert sum(json.loads(p.read_text())["pairs"] for p in parts) == PAIRS
 
 
-def test_bad_shadow_setting_stops_the_start(lin_repo: Path) -> None:
+@pytest.mark.parametrize(("flag", "named"), [
+    ("other=canary", "--shadow names model(s) ['other'] that are not served; served: ['lin']"),
+    # version 9 is in no folder and no version policy: it never loads, so the start is refused, naming it
+    ("lin=9", "--shadow lin=9 names no loaded version of model lin: Servable not found for request: "
+              "Specific(lin, 9); available versions: [1, 2, 3]"),  # 4 and 5 need the test's `faulty` backend
+    ("lin=beta", "--shadow lin=beta names no loaded version of model lin: "),
+])
+def test_bad_shadow_setting_stops_the_start(lin_repo: Path, flag: str, named: str) -> None:
     done = subprocess.run([sys.executable, "-m", "tfship.serving", "serve", "--model-config-file",
-                           str(lin_repo / "models.config"), "--port", "0", "--rest-port", "-1", "--shadow",
-                           "other=canary"], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                           str(lin_repo / "models.config"), "--port", "0", "--rest-port", "-1", "--metrics-port",
+                           "-1", "--shadow", flag], capture_output=True, text=True, timeout=120, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 2, done.stderr
-    assert "--shadow names model(s) ['other'] that are not served; served: ['lin']" in done.stderr
+    assert named in done.stderr, done.stderr
+
+
+def test_default_report_folder_is_removed_at_stop(lin_repo: Path, tmp_path: Path) -> None:
+    """Without --shadow-report-dir the parts go to `<temp>/tfship-shadow/<grpc port>/`, the server's own folder:
+    written while it runs, removed (with the empty `tfship-shadow`) when it stops. A given folder is kept
+    (`test_planted_fault_is_refused_with_its_figures` reads it after the stop)."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    server = ServerProcess(lin_repo, MODEL, module="tests.serving.shadow_models", env={**os.environ, "TMPDIR": str(temp)},
+                           extra_args=("--model-config-file", str(lin_repo / "models.config"),
+                                       "--file-system-poll-wait-seconds", "0", "--shadow-rate", "1",
+                                       "--shadow", f"{MODEL}=canary"))
+    with server:
+        folder = temp / "tfship-shadow" / server.grpc_target.rsplit(":", 1)[1]
+        _send_on_every_api(server, _inputs(4))
+        _report_when(server, lambda r: r["pairs"] >= 4)
+        end = time.monotonic() + 10
+        while not list(folder.glob(f"{MODEL}.*.json")) and time.monotonic() < end:  # written once a second
+            time.sleep(0.1)
+        assert len(list(folder.glob(f"{MODEL}.*.json"))) == 1
+    assert not (temp / "tfship-shadow").exists(), sorted(temp.rglob("*"))
 
 
 @pytest.mark.parametrize(("flag", "named"), [

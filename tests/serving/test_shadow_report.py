@@ -57,6 +57,24 @@ def test_quantiles_are_never_below_and_at_most_1_26x_above() -> None:
         assert true <= quantile(histogram, q) <= true * 10 ** 0.1 * (1 + 1e-9)
 
 
+def test_error_p99_never_shows_above_the_max() -> None:
+    """Every pair off by the same 0.0105: its histogram bin ends at 10**-1.9 = 0.0126, above any error seen, so the
+    bin's edge alone would report p99 1.2x the max; clamped, p99 is the max. A spread of errors keeps the
+    histogram's p99 below the max (the clamp changes nothing there)."""
+    same = ShadowReport("m", "canary")
+    want = np.zeros((4, 3), np.float32)
+    for _ in range(20):
+        same.record_pair(compare_pair({"y": want + np.float32(0.0105)}, {"y": want}, PairBound()), 1, 2, 0.01, 0.01)
+    figures = same.to_json()["figures"]["outputs"]["y"]
+    assert quantile(same.to_json()["outputs"]["y"]["errors"], 0.99) > figures["max_error"]  # the bin edge
+    assert figures["p99_error"] == figures["max_error"] == pytest.approx(0.0105, rel=1e-5)
+    spread = ShadowReport("m", "canary")
+    for error in [np.float32(0.01)] * 199 + [np.float32(1.0)]:  # one outlier: p99 is the bulk's bin, max the outlier
+        spread.record_pair(compare_pair({"y": want + error}, {"y": want}, PairBound()), 1, 2, 0.01, 0.01)
+    figures = spread.to_json()["figures"]["outputs"]["y"]
+    assert figures["p99_error"] == pytest.approx(0.01, rel=0.26) and figures["max_error"] == 1.0
+
+
 def _report(count: int, flip_every: int = 0, version: int = 2) -> dict:
     report = ShadowReport("m", "canary")
     _fill(report, [], count, flip_every, version)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import MODEL
 
-from tfship.serving.dataplane.manager import MAX_VERSION, version_of
+from tfship.serving.dataplane.version_folders import MAX_VERSION, version_of
 from tfship.serving.launcher import ServerProcess
 from tfship.serving.tfs.client import PredictClient
 

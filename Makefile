@@ -65,10 +65,16 @@ recommender-data: setup
 inspect: setup
 	$(TFSHIP) inspect $(REPOSITORY)/$(MODEL_NAME)
 
-# ruff (rules in pyproject.toml) and the import-linter contracts (the floors, docs/architecture.md).
+# ruff (rules in pyproject.toml) and the import-linter contracts (the floors, docs/architecture.md). import-linter
+# reads a package from its one folder, so it checks `tfship` as the wheel lays it out (pyproject's package-dir,
+# installed into LINT_VIEW with --target; no links), and `bench` from here.
+LINT_VIEW := build/lint-view
 lint: setup
 	$(VENV)/bin/ruff check .
-	PYTHONPATH=$(CURDIR) $(VENV)/bin/lint-imports
+	rm -rf $(LINT_VIEW) && $(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation \
+	  --target $(LINT_VIEW) .
+	cd $(LINT_VIEW) && PYTHONPATH=$(CURDIR)/$(LINT_VIEW):$(CURDIR) $(CURDIR)/$(VENV)/bin/lint-imports \
+	  --config $(CURDIR)/pyproject.toml
 
 clean:
 	rm -rf runs models .pytest_cache .hypothesis .venv-edge .venv-tfjs tfjs/node/node_modules bench/work

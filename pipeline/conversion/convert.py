@@ -18,6 +18,7 @@ import numpy as np
 
 from tfship.core.contract import Signature
 from tfship.core.errors import ConversionError
+from tfship.core.warm_children import warm_children
 from tfship.pipeline.config import ConvertSection
 from tfship.pipeline.conversion.artifact_kinds import tflite_filename
 from tfship.pipeline.conversion.artifacts import (
@@ -29,6 +30,10 @@ from tfship.pipeline.conversion.artifacts import (
 )
 from tfship.pipeline.conversion.large_models import saved_model_weight_bytes
 from tfship.pipeline.conversion.memory_budget import MemoryPlan, memory_budget, own_rss_bytes, run_within_budget
+
+# Families whose converter children are warm (`core.warm_children`, through `tflite.convert`): their conversions
+# run one at a time in one child, which pays TensorFlow's import once per stage instead of once per mode.
+WARM_FAMILIES = ("tflite",)
 
 __all__ = ["ConvertResult", "VariantOutcome", "convert_artifacts", "raise_if_required_missing", "tflite_filename"]
 
@@ -115,8 +120,9 @@ def convert_artifacts(version_dir: Path, contract: Signature, settings: ConvertS
     kinds = enabled_kinds(settings)
     plan = MemoryPlan(memory_budget(settings), own_rss_bytes(), saved_model_weight_bytes(version_dir),
                       conversion_workers(settings, len(kinds)))
-    outcomes = run_within_budget([kind.name for kind in kinds], lambda i: kinds[i].convert(job), plan,
-                                 lambda outcome: outcome.peak_memory_bytes)
+    with warm_children() as warm:  # TFLite's modes run in turn in one warm child (one TensorFlow start)
+        outcomes = run_within_budget([kind.name for kind in kinds], lambda i: kinds[i].convert(job), plan,
+                                     lambda outcome: outcome.peak_memory_bytes, WARM_FAMILIES, warm.idle_rss_bytes)
     outcomes = [replace(o, predicted_peak_bytes=row.predicted_bytes) for o, row in zip(outcomes, plan.rows)]
     return ConvertResult(tuple(outcomes), plan.to_json())
 

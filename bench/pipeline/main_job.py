@@ -25,6 +25,7 @@ def run_main_job(root: Path, work: Path, env: dict[str, str], uptime) -> dict:
     work.mkdir(parents=True)
     command = [str(Path(sys.executable).with_name("tfship")), "run", "--config", str(root / "configs" / "digits.toml"),
                "--repository", str(work / "models"), "--runs-dir", str(work / "runs")]
+    print("[bench-pipeline] main job: tfship run --config configs/digits.toml", flush=True)
     before, started = uptime(), time.monotonic()
     done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, check=False)
     record = {"command": "tfship run --config configs/digits.toml (make pipeline)", "returncode": done.returncode,

@@ -67,11 +67,12 @@ inspect: setup
 
 # ruff (rules in pyproject.toml) and the import-linter contracts (the floors, docs/architecture.md). import-linter
 # reads a package from its one folder, so it checks `tfship` as the wheel lays it out (pyproject's package-dir,
-# installed into LINT_VIEW with --target; no links), and `bench` from here.
+# installed into LINT_VIEW with --target; no links), and `bench` from here. build/ (setuptools' scratch) goes
+# first: its build/lib keeps files deleted from the sources, which would be checked as if they still existed.
 LINT_VIEW := build/lint-view
 lint: setup
 	$(VENV)/bin/ruff check .
-	rm -rf $(LINT_VIEW) && $(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation \
+	rm -rf build && $(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation \
 	  --target $(LINT_VIEW) .
 	cd $(LINT_VIEW) && PYTHONPATH=$(CURDIR)/$(LINT_VIEW):$(CURDIR) $(CURDIR)/$(VENV)/bin/lint-imports \
 	  --config $(CURDIR)/pyproject.toml

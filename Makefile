@@ -19,7 +19,7 @@ export PYTHONUNBUFFERED := 1
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml requirements.lock requirements-nodeps.lock
+$(STAMP): pyproject.toml setup.py requirements.lock requirements-nodeps.lock
 	@command -v $(PYTHON) >/dev/null || { echo "tfship needs $(PYTHON) on PATH"; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade "pip>=24"

@@ -5,7 +5,8 @@ machine; tfship must neither shadow it nor be shadowed (`tests/serving/test_edge
 Runtime and LiteRT backends), run once and cached by a stamp holding the hash of `pyproject.toml` and
 `requirements.lock`. tfship itself is installed as a copy (not a path to the source tree), so the tests run
 what the install put in `site-packages`; when the sources change, only tfship is reinstalled
-(`--no-deps`, seconds). Run directly to prebuild: `python3.11 tests/serving/edge_venv.py`.
+(`--no-deps`, seconds). Run directly to prebuild: `.venv/bin/python tests/serving/edge_venv.py` (an interpreter
+with tfship installed, which maps `tfship.core` to `core/`: docs/architecture.md, "One import name").
 """
 
 from __future__ import annotations

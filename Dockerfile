@@ -27,16 +27,17 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_CERT=${PIP_CERT} \
     PATH=/opt/venv/bin:${PATH}
 RUN python3 -m venv /opt/venv
-# What pip resolves the dependencies from: pyproject.toml and the lock, with an empty `tfship` package, so
-# the dependency layers stay cached until those two files change. The code goes in last (`source`).
-COPY pyproject.toml requirements.lock /tmp/deps/
+# What pip resolves the dependencies from: pyproject.toml (with setup.py, its package list) and the lock, with an
+# empty `tfship` package, so the dependency layers stay cached until those files change. The code goes in last
+# (`source`).
+COPY pyproject.toml setup.py requirements.lock /tmp/deps/
 RUN mkdir /tmp/deps/tfship && touch /tmp/deps/tfship/__init__.py /tmp/deps/README.md
 
-# The package's source tree (tfship/ links the top-level folders in), in /src of a base-image stage: the classic
-# builder's cache would hand an arm64 build the amd64 image of an identical FROM scratch stage and then refuse it
+# The package's source tree (pyproject.toml's package-dir maps `tfship.<name>` to the top-level folder <name>: one
+# COPY per folder), in /src of a base-image stage: the classic builder's cache would hand an arm64 build the amd64 image of an identical FROM scratch stage and then refuse it
 # ("does not match the specified platform"); on the base image the stage is per platform.
 FROM ${BASE_IMAGE} AS source
-COPY pyproject.toml README.md /src/
+COPY pyproject.toml setup.py README.md /src/
 COPY tfship /src/tfship
 COPY core /src/core
 COPY serving /src/serving

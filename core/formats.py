@@ -175,6 +175,8 @@ class ArtifactFormat:
         one_signature_reason: why it carries no other signature when its converter gave no reason.
         describe: `tfship inspect`'s description of a file with its file name's suffix (`format`, `path`,
             `signatures`: {name: {"inputs", "outputs"}}); None when `inspect` does not read this format.
+        warm_child: its converter runs in its package's one warm child (`core.warm_children`), so the convert
+            stage runs its package's conversions one at a time (`run_within_budget`'s `serial_families`).
     """
 
     name: str
@@ -194,6 +196,7 @@ class ArtifactFormat:
     separate_signature_files: bool = False
     one_signature_reason: str = ""
     describe: Callable[[Path], dict[str, Any]] | None = None
+    warm_child: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "family", ToleranceFamily(self.family))

@@ -1,6 +1,7 @@
 """Convert a SavedModel's `serving_default` to one TFLite variant, each step in a child process.
 
-Steps per variant, each a `python -m tfship.tflite.worker` child with the remaining time budget:
+Steps per variant, each a `python -m tfship.tflite.worker` child with the remaining time budget (inside the
+convert stage, a warm child that runs the modes' steps in turn: `core.warm_children`):
 1. `convert` (TensorFlow): float16 range warnings (`tflite.float16_check`), `TFLiteConverter.from_saved_model`,
    Flex retry.
 2. `smoke` (LiteRT only): load the artifact, check names and dynamic batch against the SavedModel
@@ -32,9 +33,9 @@ from typing import Any
 import numpy as np
 
 from tfship.core.errors import ConversionError
-from tfship.core.processes import run_converter_child
 from tfship.core.scratch import scratch_folder
 from tfship.core.statuses import ConversionStatus
+from tfship.core.warm_children import run_warm_or_cold
 from tfship.tflite.modes import TfliteMode, TfliteOptions
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -111,8 +112,8 @@ def _run_child(command: list[str], name: str, deadline: float, total_s: float) -
     if remaining <= 0:
         return _Step(None, f"timed out: the {total_s:g} s limit was spent before the {name} step")
     report_path = Path(command[command.index("--report") + 1])
-    done = run_converter_child(command, f"{name} worker", remaining, report=report_path, env=_child_env(),
-                               cwd=REPO_ROOT)
+    done = run_warm_or_cold(command, f"{name} worker", remaining, report=report_path, env=_child_env(),
+                            cwd=REPO_ROOT)  # a warm child inside the convert stage (`core.warm_children`)
     if done.returncode is None:
         return _Step(None, f"timed out after {total_s:g} s in the {name} step (worker killed with SIGKILL)",
                      done.peak_rss_bytes)

@@ -123,7 +123,7 @@ def tflite_format(mode: str) -> ArtifactFormat:
         f"tflite_{mode}", package="tflite", backend="tflite", family=ToleranceFamily(mode), filename=filename,
         enable_key="tflite_modes", enable_value=mode, convert=tflite_converter(mode), peak=PEAKS[TfliteMode(mode)],
         file_option="tflite_file", serve_flags=("--tflite-file", filename),
-        signature_files=tflite_signature_files, describe=describe_tflite_file)
+        signature_files=tflite_signature_files, describe=describe_tflite_file, warm_child=True)
 
 
 FORMATS = tuple(tflite_format(mode) for mode in TFLITE_MODES)

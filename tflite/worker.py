@@ -7,7 +7,9 @@ parent reports it as crashed. `convert` imports TensorFlow; `smoke` imports only
 
 Test hook (for tests of crash and timeout handling only): environment variable
 `TFSHIP_TFLITE_WORKER_TEST_HOOK` set to `abort-convert` / `abort-smoke` makes that step call `os.abort()`
-(SIGABRT) before doing anything; `hang-convert` / `hang-smoke` makes it sleep for an hour.
+(SIGABRT) before doing anything; `kill-<step>` sends it SIGKILL, `raise-<step>` raises RuntimeError;
+`hang-convert` / `hang-smoke` makes it sleep for an hour. `<hook>@<mode>` (e.g. `kill-convert@float16`)
+applies to that mode's convert step only.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import sys
 import time
 from pathlib import Path
@@ -37,10 +40,16 @@ _SELECT_OPS = re.compile(r"TF Select ops: ([\w, ]+)")
 _CUSTOM_OPS = re.compile(r"Custom ops: ([\w, ]+)")
 
 
-def _test_hook(step: str) -> None:
-    hook = os.environ.get(TEST_HOOK_ENV, "")
+def _test_hook(step: str, mode: str = "") -> None:
+    hook, _, only = os.environ.get(TEST_HOOK_ENV, "").partition("@")
+    if only and only != mode:
+        return
     if hook == f"abort-{step}":
         os.abort()
+    if hook == f"kill-{step}":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if hook == f"raise-{step}":
+        raise RuntimeError(f"test hook {hook!r}")
     if hook == f"hang-{step}":
         time.sleep(3600)
 
@@ -345,7 +354,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run one step; exit status 0 when a report was written (whatever its status)."""
     args = _parser().parse_args(argv)
-    _test_hook(args.step)
+    _test_hook(args.step, json.loads(args.options).get("mode", "") if args.step == "convert" else "")
     if args.step == "convert":
         options = TfliteOptions.from_mapping(json.loads(args.options))
         report = run_convert(args.saved_model, args.output, options, args.representative)

@@ -1,8 +1,10 @@
 """tfship: train, export, convert, prove and serve TensorFlow models.
 
 Everything tfship installs is importable under this one name; the repository's top-level folders are its
-subpackages (`tfship.core`, `tfship.serving`, `tfship.pipeline`, `tfship.signatures`, `tfship.tflite`,
-`tfship.tfjs`, `tfship.deploy`), linked here so the source tree and the installed package have one layout.
+subpackages (`tfship.core` is the folder `core/`, and likewise `tfship.serving`, `tfship.pipeline`,
+`tfship.signatures`, `tfship.tflite`, `tfship.tfjs`, `tfship.deploy`), mapped by pyproject.toml's
+`[tool.setuptools.package-dir]` with no links: the wheel holds them under `tfship/`, and the editable install
+(`make setup`) finds them through the same mapping (docs/architecture.md, "One import name").
 
 The Python API (`tfship.pipeline.api`) is re-exported here and loaded on first use, so `import tfship` imports
 neither TensorFlow nor the server:

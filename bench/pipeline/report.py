@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from bench.host import host_info, uptime
+from bench.pipeline.main_job import markdown_lines
 
 __all__ = ["host_info", "markdown", "plot", "uptime", "write"]
 MB = 1e6
@@ -141,6 +142,7 @@ def write(doc: dict, out: Path) -> list[Path]:
     text = json.dumps(doc, indent=1, default=str)
     for p in paths[:2]:
         p.write_text(text)
-    paths[2].write_text(markdown(doc))
+    main_job = "\n".join(markdown_lines(doc["main_job"])) + "\n" if doc.get("main_job") else ""
+    paths[2].write_text(markdown(doc) + main_job)
     plot(doc, paths[3])
     return paths

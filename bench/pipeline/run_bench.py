@@ -26,6 +26,7 @@ from pathlib import Path
 
 from bench.memory import rss_bytes, run_sampled
 from bench.pipeline import report
+from bench.pipeline.main_job import run_main_job
 
 ROOT = Path(__file__).resolve().parents[2]
 STAGES = ("export", "audit", "onnx", "tflite_float32", "tflite_float16", "tflite_dynamic_range", "tflite_int8",
@@ -147,6 +148,8 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     p.add_argument("--stages", default=os.environ.get("BENCH_STAGES") or ",".join(STAGES),
                    help=f"comma-separated stages to run, in order (default: all): {', '.join(STAGES)}")
+    p.add_argument("--no-main-job", dest="main_job", action="store_false",
+                   help="skip the main job (`tfship run` on digits, timed by stage; bench.pipeline.main_job)")
     p.add_argument("--timeout-s", type=float, default=float(os.environ.get("BENCH_STAGE_TIMEOUT_S", "600")),
                    help="per-conversion time limit (the pipeline's convert.timeout_seconds)")
     return p.parse_args(argv)
@@ -158,6 +161,7 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     started, before, sizes = time.time(), report.uptime(), [_size(s) for s in args.sizes.split(",")]
     records = []
+    main_job = run_main_job(ROOT, args.work / "main_job", _env(), report.uptime) if args.main_job else None
     for size in sizes:
         # A zoo architecture is there for its convert stage (every conversion side by side, within the memory
         # budget); each conversion's own peak is in that stage's memory plan, so they are not run alone too.
@@ -168,7 +172,7 @@ def main(argv=None) -> int:
                                 tuple(s for s in STAGES if s in args.stages.split(","))))
         doc = {"schema": "tfship.bench.pipeline/1", "started": started, "seconds": time.time() - started,
                "host": {**report.host_info(), "uptime_before": before, "uptime_after": report.uptime()},
-               "records": records}
+               "records": records, "main_job": main_job}
         paths = report.write(doc, args.out)  # after every size: an interrupted run keeps what it measured
     print(paths[2].read_text())
     print("\n".join(map(str, paths)))

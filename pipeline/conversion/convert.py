@@ -19,6 +19,7 @@ import numpy as np
 from tfship.core.contract import Signature
 from tfship.core.errors import ConversionError
 from tfship.core.saved_model import saved_model_weight_bytes
+from tfship.core.warm_children import warm_children
 from tfship.pipeline.config import ConvertSection
 from tfship.pipeline.conversion.artifacts import (
     ConversionJob,
@@ -114,8 +115,11 @@ def convert_artifacts(version_dir: Path, contract: Signature, settings: ConvertS
     kinds = enabled_kinds(settings)
     plan = MemoryPlan(memory_budget(settings), own_rss_bytes(), saved_model_weight_bytes(version_dir),
                       conversion_workers(settings, len(kinds)))
-    outcomes = run_within_budget([kind.name for kind in kinds], lambda i: kinds[i].convert(job), plan,
-                                 lambda outcome: outcome.peak_memory_bytes)
+    # A package whose formats share one warm child (TFLite's modes: one TensorFlow start) converts one at a time.
+    serial = {kind.package for kind in kinds if kind.warm_child}
+    with warm_children() as warm:
+        outcomes = run_within_budget([kind.name for kind in kinds], lambda i: kinds[i].convert(job), plan,
+                                     lambda outcome: outcome.peak_memory_bytes, serial, warm.idle_rss_bytes)
     outcomes = [replace(o, predicted_peak_bytes=row.predicted_bytes) for o, row in zip(outcomes, plan.rows)]
     return ConvertResult(tuple(outcomes), plan.to_json())
 

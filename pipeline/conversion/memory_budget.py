@@ -14,15 +14,18 @@ measured/predicted ratio seen in that family (never below 1).
 
 Scheduling: in registration order, first fit: a conversion starts when fewer than `workers` run and its
 prediction fits in the room beside those running; one that fits nowhere runs alone (it is never refused
-for memory: the budget orders the work, it does not drop any). Each outcome records its predicted and
-measured peak and whether it waited for memory; `MemoryPlan.to_json()` is the record for the report.
+for memory: the budget orders the work, it does not drop any). A family run by one warm child
+(`serial_families`, `core.warm_children`: TFLite's modes share one TensorFlow start) has one conversion
+running at a time, and the memory its idle warm children hold counts against the room (`held_bytes`).
+Each outcome records its predicted and measured peak and whether it waited for memory;
+`MemoryPlan.to_json()` is the record for the report.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -120,7 +123,8 @@ def _largest_overlap(rows: Sequence[PlannedRow]) -> int:
 
 
 def run_within_budget(names: Sequence[str], convert: Callable[[int], Any], plan: MemoryPlan,
-                      peak_of: Callable[[Any], int]) -> list[Any]:
+                      peak_of: Callable[[Any], int], serial_families: Collection[str] = (),
+                      held_bytes: Callable[[], int] = lambda: 0) -> list[Any]:
     """Run `convert(i)` for every index of `names` under the plan (see the module docstring).
 
     Args:
@@ -128,6 +132,9 @@ def run_within_budget(names: Sequence[str], convert: Callable[[int], Any], plan:
         convert: runs conversion i and returns its outcome (never raises for a failed conversion).
         plan: the budget and weights; its rows are filled in here.
         peak_of: the measured peak bytes of an outcome (0 when unknown).
+        serial_families: families whose conversions run one at a time (their warm child runs them in turn,
+            `core.warm_children`); first fit skips such a conversion while one of its family runs.
+        held_bytes: bytes held beside the running conversions (idle warm children), counted against the room.
 
     Returns:
         The outcomes in the order of `names`.
@@ -142,12 +149,18 @@ def run_within_budget(names: Sequence[str], convert: Callable[[int], Any], plan:
     def predicted(i: int) -> int:
         return int(plan.rows[i].predicted_bytes * max(1.0, ratios.get(family(names[i]), 1.0)))
 
+    def family_busy(i: int) -> bool:
+        return family(names[i]) in serial_families and any(family(names[j]) == family(names[i]) for j in running)
+
     def fits(i: int) -> bool:
+        if family_busy(i):
+            return False
         if not running:
             return True
         if len(running) >= plan.workers:
             return False
-        return not plan.room_bytes or sum(predicted(j) for j in running) + predicted(i) <= plan.room_bytes
+        together = sum(predicted(j) for j in running) + predicted(i) + held_bytes()
+        return not plan.room_bytes or together <= plan.room_bytes
 
     def work(i: int) -> None:
         try:
@@ -170,7 +183,7 @@ def run_within_budget(names: Sequence[str], convert: Callable[[int], Any], plan:
                 ready = next((i for i in pending if fits(i)), None)
                 if ready is None:
                     for i in pending:
-                        if len(running) < plan.workers:
+                        if len(running) < plan.workers and not family_busy(i):
                             plan.rows[i].waited_for_memory = True
                     condition.wait()
                     continue

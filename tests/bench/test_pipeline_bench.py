@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_every_stage_of_the_pipeline_benchmark_runs(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "bench.pipeline.run_bench", "--sizes", "0.2", "--work", str(tmp_path / "work"),
-           "--out", str(tmp_path / "out"), "--timeout-s", "300"]
+           "--out", str(tmp_path / "out"), "--timeout-s", "300", "--no-main-job"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"}
     done = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -38,3 +38,16 @@ def test_every_stage_of_the_pipeline_benchmark_runs(tmp_path: Path) -> None:
     plan = stages["convert"]["result"]["detail"]["memory_plan"]  # the convert stage's budget and child peaks
     assert plan["budget_bytes"] > 0 and all(row["measured_bytes"] > 0 for row in plan["rows"])
     assert "Convert stage at 0.2 MB" in text and "memory budget" in text
+
+
+def test_main_job_section_gives_the_verdict_against_the_target() -> None:
+    """The main job's section: PASS only for a run that exited 0 within the target; stage and conversion rows."""
+    from bench.pipeline.main_job import markdown_lines
+
+    record = {"returncode": 0, "seconds": 24.9, "target_s": 25.0, "uptime_before": "load 1", "uptime_after": "load 2",
+              "stages": {"train": 7.3, "convert": 8.1},
+              "conversions": [{"name": "tflite_int8", "start_s": 6.0, "end_s": 7.1, "measured_bytes": 700 * 2**20}]}
+    text = "\n".join(markdown_lines(record))
+    assert "**PASS**" in text and "| convert | 8.1 |" in text and "| tflite_int8 | 6.0 | 7.1 | 700 |" in text
+    assert "**MISS**" in "\n".join(markdown_lines({**record, "seconds": 25.1}))
+    assert "**MISS**" in "\n".join(markdown_lines({**record, "returncode": 1}))

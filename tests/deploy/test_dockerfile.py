@@ -97,7 +97,7 @@ def test_images_install_only_the_package_with_its_extras() -> None:
         named = set((match.group(1) or "").split(",")) - {""}
         assert named <= extras, f"{stage}: extras {sorted(named - extras)} are not in pyproject.toml"
     stand_in = " ".join(_stages()["builder"])
-    assert "COPY pyproject.toml requirements.lock /tmp/deps/" in stand_in
+    assert "COPY pyproject.toml setup.py requirements.lock /tmp/deps/" in stand_in
     assert "touch /tmp/deps/tfship/__init__.py" in stand_in, "the stand-in package must be empty"
     assert not list(ROOT.glob("deploy/requirements*")), "the images install the package, not a list of their own"
 

@@ -20,7 +20,14 @@ import pytest
 
 from tfship.core.child_memory import available_memory_bytes, run_measured
 from tfship.pipeline.config import load_config
-from tfship.pipeline.conversion.memory_budget import MIB, Budget, MemoryPlan, memory_budget, run_within_budget
+from tfship.pipeline.conversion.memory_budget import (
+    MIB,
+    PEAK_MODELS,
+    Budget,
+    MemoryPlan,
+    memory_budget,
+    run_within_budget,
+)
 
 
 def test_run_measured_reports_the_peak_and_kills_past_the_limit():
@@ -41,7 +48,7 @@ def test_budget_is_a_share_of_available_memory_or_the_setting():
     assert memory_budget(fixed) == Budget(123 * MIB, "convert.memory_budget_bytes")
 
 
-def _fake_conversions(names, plan, peak_bytes):
+def _fake_conversions(names, plan, peak_bytes, **scheduling):
     """Run `names` under `plan` with conversions that sleep 0.3 s; returns (outcomes, most at once)."""
     running, most, lock = set(), [0], threading.Lock()
 
@@ -54,7 +61,7 @@ def _fake_conversions(names, plan, peak_bytes):
             running.discard(i)
         return {"name": names[i], "peak": peak_bytes}
 
-    return run_within_budget(names, convert, plan, lambda outcome: outcome["peak"]), most[0]
+    return run_within_budget(names, convert, plan, lambda outcome: outcome["peak"], **scheduling), most[0]
 
 
 def test_conversions_that_do_not_fit_together_run_one_after_another():
@@ -68,6 +75,32 @@ def test_conversions_that_do_not_fit_together_run_one_after_another():
     roomy = MemoryPlan(Budget(64 * 2**30, "test"), 0, weights, workers=3)
     _, most = _fake_conversions(names, roomy, 0)
     assert most == 3 and not any(r.waited_for_memory for r in roomy.rows)
+
+
+def test_a_warm_family_runs_one_at_a_time_beside_the_others():
+    """`serial_families` (one warm child per family): its conversions never overlap each other, but do overlap
+    the other families'; a wait for the family is not a wait for memory."""
+    names = ["onnx", "tflite_float32", "tflite_float16", "tflite_int8"]
+    plan = MemoryPlan(Budget(64 * 2**30, "test"), 0, MIB, workers=4)
+    _, most = _fake_conversions(names, plan, 0, serial_families=("tflite",))
+    tflite = sorted((r for r in plan.rows if r.name.startswith("tflite")), key=lambda r: r.start_s)
+    assert all(later.start_s >= earlier.end_s for earlier, later in zip(tflite, tflite[1:]))
+    assert most == 2 and not any(r.waited_for_memory for r in plan.rows)  # onnx beside one tflite
+    free = MemoryPlan(Budget(64 * 2**30, "test"), 0, MIB, workers=4)
+    assert _fake_conversions(names, free, 0)[1] == 4  # without it, all at once: the check can tell
+
+
+def test_memory_held_by_idle_warm_children_counts_against_the_room():
+    """`held_bytes`: two conversions that fit side by side run one after another once idle children hold the
+    difference."""
+    names = ["onnx", "tflite_float32"]
+    weights = MIB
+    room = sum(PEAK_MODELS[name].predict(weights) for name in names) + 100 * MIB
+    fits = MemoryPlan(Budget(room, "test"), 0, weights, workers=2)
+    assert _fake_conversions(names, fits, 0, held_bytes=lambda: 50 * MIB)[1] == 2
+    held = MemoryPlan(Budget(room, "test"), 0, weights, workers=2)
+    assert _fake_conversions(names, held, 0, held_bytes=lambda: 200 * MIB)[1] == 1
+    assert held.rows[1].waited_for_memory
 
 
 def test_measured_peaks_refine_the_rest_of_the_family():

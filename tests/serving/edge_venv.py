@@ -5,7 +5,8 @@ machine; tfship must neither shadow it nor be shadowed (`tests/serving/test_edge
 Runtime and LiteRT backends), run once and cached by a stamp holding the hash of `pyproject.toml` and
 `requirements.lock`. tfship itself is installed as a copy (not a path to the source tree), so the tests run
 what the install put in `site-packages`; when the sources change, only tfship is reinstalled
-(`--no-deps`, seconds). Run directly to prebuild: `python3.11 tests/serving/edge_venv.py`.
+(`--no-deps`, seconds). Run directly to prebuild: `.venv/bin/python tests/serving/edge_venv.py` (an interpreter
+with tfship installed, which maps `tfship.core` to `core/`: docs/architecture.md, "One import name").
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script (the prebuild): the repository root holds `tfship`
@@ -25,7 +27,8 @@ VENV = ROOT / ".venv-edge"
 INSTALL = ("install", "-c", "requirements.lock", ".")
 # PyPI's `tflite` parser, installed before tfship: its import name is the one tfship's old layout took.
 TFLITE_PARSER = ("install", "-c", "requirements.lock", "tflite==2.18.0")
-SOURCES = ("core", "serving", "pipeline", "signatures", "tflite", "tfjs", "deploy")
+# The folders the package is built from: pyproject.toml's package-dir (`tfship/` and each mapped top-level folder).
+SOURCES = tuple(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].values())
 
 
 def _digest(paths) -> str:
@@ -36,7 +39,7 @@ def _digest(paths) -> str:
 
 
 def _source_files() -> list[Path]:
-    files = [ROOT / "pyproject.toml"]
+    files = [ROOT / "pyproject.toml", ROOT / "setup.py"]
     for folder in SOURCES:
         files += sorted(p for p in (ROOT / folder).rglob("*") if p.is_file() and "__pycache__" not in p.parts
                         and "node_modules" not in p.parts)

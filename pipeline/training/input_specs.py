@@ -95,23 +95,28 @@ def _one(name: str, feature) -> InputSpec:
 def check_trainable(config) -> tuple[InputSpec, ...]:
     """Refuse a config `tfship train` cannot train, before any data is read; return its named inputs.
 
-    The built-in models (cnn, mlp, text) and the train loop take one dense input and class-id labels; a
-    model with several named inputs is built with `pipeline.training.multi_input`, trained with Keras and
-    shipped with `tfship.ship(model, (x, y))` (docs/training.md, "several inputs").
+    A tabular or recommender model, or a task other than classification, goes through the named-input path
+    (`pipeline.training.named_data.check_named`: every input kind padded, every task). The built-in cnn, mlp
+    and text models and the custom loop take one dense input and class-id labels.
 
     Raises:
-        ConfigError: one line naming the key and the value: a feature spec that does not describe model
-            inputs (`input_specs`), or several inputs (or a categorical / sequence input) for `tfship train`.
+        ConfigError: one line naming the key and the value: what `check_named` refuses, a feature spec that
+            does not describe model inputs (`input_specs`), or several inputs (or a categorical / sequence
+            input) for a cnn, mlp or text model.
     """
+    from tfship.pipeline.training.named_data import check_named, is_named
+
+    if is_named(config):
+        return check_named(config)
     data, model = config.data, config.model
     if data.source != "tfrecord" or not data.feature_spec:
         return ()
     specs = input_specs(data)
     if len(specs) > 1 or any(spec.kind != "dense" for spec in specs):
         described = ", ".join(f"{spec.feature} ({spec.kind})" for spec in specs)
-        raise ConfigError(f"data.feature_spec: {len(specs)} model inputs [{described}]; model.kind = {model.kind!r} "
-                          "and the train loop take one dense input (list it in data.features); for several inputs see "
-                          "docs/training.md 'several inputs'")
+        raise ConfigError(f"model.kind = {model.kind!r}: data.feature_spec declares {len(specs)} model inputs "
+                          f"[{described}] and {model.kind} takes one dense input; set model.kind = 'tabular' (or "
+                          "'recommender') for several named inputs")
     return specs
 
 

@@ -221,3 +221,88 @@ def test_tfship_train_trains_each_task_and_train_json_carries_its_metric(tmp_pat
         assert train["test_auc"] > 0.85
     else:
         assert train["test_accuracy"] > 0.6  # 3 balanced classes: chance is 1/3
+
+
+# --- the whole run: the gate's metric, `tfship query --run` and `promote --task` --------------------------------
+
+QUERY_LINE = {"classification": r"accuracy[^\n]*?(\d+\.\d+)", "binary": r"auc: (\d+\.\d{4})",
+              "regression": r"mae: (\d+\.\d{4})"}
+
+
+def _gate_metric(run: Path) -> str:
+    """The parity report's task metric, by the task metric's name (the gate writes accuracy in percent)."""
+    return json.loads((run / "parity.json").read_text())["metric"].removesuffix("_%")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", [
+    "classification",
+    pytest.param("binary", marks=pytest.mark.xfail(
+        strict=True, reason="the gate on this branch judges a one-column sigmoid by accuracy at the threshold; "
+        "i30b makes its metric AUC, core.tasks.primary('binary')")),
+    "regression",
+])
+def test_tfship_run_gates_queries_and_promotes_on_the_task_metric(tmp_path, task):
+    import re
+
+    import tfship
+
+    write_examples(tmp_path / "data.tfrecord", 1200, task)
+    config_path = _config(tmp_path, task)
+    _tfship("run", "--config", str(config_path), cwd=tmp_path)
+    (good,) = (tmp_path / "runs").iterdir()
+    name, models = f"shops_{task}", tmp_path / "models"
+    held_out = good / "held_out.npz"
+    with np.load(held_out) as archive:
+        assert sorted(archive.files) == ["dense", "shop", "visits", "y"]  # named inputs, as served
+        rows = {k: archive[k] for k in archive.files}
+    labels = rows.pop("y")
+    with tfship.serve(models, name) as served:  # the published model, queried by the run's held-out rows
+        query = _tfship("query", "--target", served.grpc, "--model-name", name, "--run", str(good), "--config",
+                        str(config_path), "--count", "300", cwd=tmp_path).stdout
+        outputs = served.client("grpc").predict(rows)
+    metric = primary(task).name
+    served_value = task_metrics(task, next(iter(outputs.values())), labels)[metric]
+    printed = re.search(QUERY_LINE[task], query)
+    assert printed, query
+    scale = 100.0 if task == "classification" and float(printed.group(1)) > 1.0 else 1.0
+    assert float(printed.group(1)) / scale == pytest.approx(served_value, abs=1e-3)
+    _tfship("promote", name, "1", "--label", "stable", "--repository", str(models), cwd=tmp_path)
+    _tfship("run", "--config", str(config_path), "--set", "train.max_steps=1", "--set", "train.learning_rate=1e-5",
+            cwd=tmp_path)  # a barely trained candidate: v2
+    refused = _tfship("promote", name, "2", "--label", "stable", "--repository", str(models), "--data",
+                      str(held_out), "--task", task, cwd=tmp_path, expect=2)
+    assert f"{metric} " in refused.stderr and "worse than stable v1" in refused.stderr, refused.stderr
+    assert _gate_metric(good) == metric
+
+
+def test_the_text_model_pools_all_padding_rows_without_nan():
+    import tensorflow as tf
+
+    from tfship.pipeline.training.model import build_model
+    from tfship.pipeline.training.sparse_embedding import MaskedMean
+
+    config = load_config(None, {"model.kind": "text", "model.vocab_size": 20, "model.embedding_dim": 4})
+    model = build_model(config.model, (6,), 2, 0, input_name="tokens", input_dtype="int32")
+    assert isinstance(model.get_layer("pool"), MaskedMean)
+    tokens = np.array([[0] * 6, [3, 4, 0, 0, 0, 0]], np.int32)  # the first row is all padding
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(model(tokens, training=True))
+    gradients = tape.gradient(loss, model.trainable_variables)
+    values = [g.values if isinstance(g, tf.IndexedSlices) else g for g in gradients]
+    assert all(bool(tf.reduce_all(tf.math.is_finite(v))) for v in values)
+    pooled = keras_pool_gradient_is_nan()
+    assert pooled, "Keras' GlobalAveragePooling1D no longer gives NaN on an all-padding row: revisit MaskedMean"
+
+
+def keras_pool_gradient_is_nan() -> bool:
+    """Whether Keras' own masked GlobalAveragePooling1D gives a NaN gradient for an all-padding row (the reason
+    the text model pools with MaskedMean)."""
+    import keras
+    import tensorflow as tf
+
+    embedded = tf.Variable(tf.ones([1, 3, 2]))
+    with tf.GradientTape() as tape:
+        pooled = keras.layers.GlobalAveragePooling1D()(embedded, mask=tf.zeros([1, 3], tf.bool))
+        loss = tf.reduce_sum(pooled)
+    return bool(tf.reduce_any(tf.math.is_nan(tape.gradient(loss, embedded))))

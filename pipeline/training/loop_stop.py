@@ -5,6 +5,7 @@ and the one line naming a peer a collective lost.
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 
 import numpy as np
 
@@ -25,9 +26,7 @@ def lost_peer(loop, err) -> str:
     useful = [line for line in lines if not line.startswith(("Graph execution error", "Detected at node",
                                                                "File ", "[[", "Additional GRPC"))]
     first = (useful or lines or [""])[0][:160]
-    from tfship.pipeline.training.train import _checkpoint_step
-
-    last = _checkpoint_step(loop.inputs.checkpoint_dir)
+    last = checkpoint_step(loop.inputs.checkpoint_dir)
     resume = (f"the last checkpoint is step {last}" if last is not None else "no checkpoint was written yet")
     return (f"train: lost {who} at step {loop.watch.step + 1} ({type(err).__name__}: {first}); {resume}: "
             "restart every worker (with --resume to continue from it)")
@@ -61,3 +60,11 @@ def stop_agreed(loop) -> bool:
     loop._stopped_by = " and ".join(f"{signal.Signals(int(votes[i])).name} on {tasks[i].name}"
                                     for i in np.flatnonzero(votes > 0))
     return True
+
+
+def checkpoint_step(checkpoint_dir: Path) -> int | None:
+    """The step of the latest checkpoint in `checkpoint_dir` (saved as `ckpt-<step>`), None when there is none."""
+    import tensorflow as tf
+
+    latest = tf.train.latest_checkpoint(str(checkpoint_dir))
+    return None if latest is None else int(latest.rsplit("-", 1)[1])

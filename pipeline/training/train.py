@@ -28,6 +28,7 @@ import numpy as np
 from tfship.core.errors import StageError
 from tfship.pipeline.data.splits import make_dataset
 from tfship.pipeline.training import inputs as data_inputs
+from tfship.pipeline.training.loop_stop import checkpoint_step as _checkpoint_step
 from tfship.pipeline.training.train_records import (  # noqa: F401  (re-exported: callers import them from here)
     PARTIAL_BATCH,
     EpochMetrics,
@@ -82,14 +83,6 @@ def _console_line(log: Callable[[str], None] | None) -> Callable[[str], None]:
     import sys
 
     return lambda line: print(line, file=sys.stderr, flush=True)
-
-
-def _checkpoint_step(checkpoint_dir: Path) -> int | None:
-    """The step of the latest checkpoint in `checkpoint_dir` (saved as `ckpt-<step>`), None when there is none."""
-    import tensorflow as tf
-
-    latest = tf.train.latest_checkpoint(str(checkpoint_dir))
-    return None if latest is None else int(latest.rsplit("-", 1)[1])
 
 
 class _Loop:

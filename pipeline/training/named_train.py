@@ -73,23 +73,30 @@ def _train_updates(config, splits) -> int:
     return max(1, batches * train.epochs)
 
 
-class _Progress:
-    """A Keras callback: the rich progress bar's step count and loss, and the steps trained."""
+def _step_counter(progress, task):
+    """A Keras callback counting the steps trained (`.steps`) and moving the rich progress bar with the loss."""
+    import keras
 
-    def __new__(cls, progress, task):
-        import keras
+    class StepCounter(keras.callbacks.Callback):
+        steps = 0
 
-        class Callback(keras.callbacks.Callback):
-            steps = 0
+        def on_train_batch_end(self, batch, logs=None):
+            self.steps += 1
+            loss = (logs or {}).get("loss")
+            if progress is not None:
+                progress.update(task, advance=1, description=f"train step {self.steps}"
+                                + (f" loss {float(loss):.4f}" if loss is not None else ""))
 
-            def on_train_batch_end(self, batch, logs=None):
-                Callback.steps += 1
-                if progress is not None:
-                    loss = (logs or {}).get("loss")
-                    progress.update(task, advance=1, description=f"train step {Callback.steps} loss "
-                                    f"{float(loss):.4f}" if loss is not None else "train")
+    return StepCounter()
 
-        return Callback()
+
+def _traces(model) -> int | str:
+    """How many times Keras traced its train step (the tf.function inside `model.train_function`)."""
+    for cell in getattr(model.train_function, "__closure__", None) or ():
+        count = getattr(cell.cell_contents, "experimental_get_tracing_count", None)
+        if count is not None:
+            return int(count())
+    return "not counted"
 
 
 def train_named(inputs: TrainInputs, progress=None) -> TrainResult:
@@ -119,7 +126,7 @@ def train_named(inputs: TrainInputs, progress=None) -> TrainResult:
     if config.train.max_steps:
         train_data, epochs = train_data.repeat().take(config.train.max_steps), 1
     bar = progress.add_task("train", total=None) if progress is not None else None
-    counter = _Progress(progress, bar)
+    counter = _step_counter(progress, bar)
     started = time.perf_counter()
     try:
         fitted = model.fit(train_data, epochs=epochs, validation_data=splits.dataset("validation", 512), verbose=0,
@@ -140,8 +147,8 @@ def train_named(inputs: TrainInputs, progress=None) -> TrainResult:
         raise StageError(f"train: non-finite loss {[h.loss for h in history]} (model.task = {splits.task!r})")
     test = evaluate_named(model, splits)
     checkpoint = tf.train.Checkpoint(model=model).write(str(inputs.checkpoint_dir / "ckpt-final"))
-    return TrainResult(model, tuple(history), 1, test.get("accuracy"), inputs.checkpoint_dir / Path(checkpoint).name,
-                       seconds, counter.steps, jit, _details(config, splits, test, counter.steps, seconds))
+    return TrainResult(model, tuple(history), _traces(model), test.get("accuracy"), Path(checkpoint), seconds,
+                       counter.steps, jit, _details(config, splits, test, counter.steps, seconds))
 
 
 def _epochs(logs: dict, task: str, steps: int) -> list[TaskEpoch]:
@@ -191,5 +198,4 @@ def _details(config, splits, test: dict[str, float], steps: int, seconds: float)
             "trainer": "keras_fit", "model_kind": config.model.kind, "optimizer": config.train.optimizer,
             "schedule": config.train.schedule, "mixed_precision": config.train.mixed_precision,
             "global_batch": config.data.batch_size, "steps_per_second": round(steps / max(seconds, 1e-9), 2),
-            "inputs": [s.name for s in splits.specs], "data": splits.summary(), "partial_batch": PARTIAL_BATCH,
-            "train_step_traces": "not counted (Keras fit traces its own train function)"}
+            "inputs": [s.name for s in splits.specs], "data": splits.summary(), "partial_batch": PARTIAL_BATCH}

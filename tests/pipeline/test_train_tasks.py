@@ -210,6 +210,7 @@ def test_tfship_train_trains_each_task_and_train_json_carries_its_metric(tmp_pat
     train = json.loads((run / "train.json").read_text())
     metric = primary(task).name
     assert train["task"] == task and train["metric"] == metric
+    assert train["train_step_traces"] == 1  # Keras' train function, fed drop_remainder batches: traced once
     recomputed = _recomputed(run, task, load_config(config_path))
     assert train[f"test_{metric}"] == pytest.approx(recomputed[metric], abs=1e-5)
     history = train["history"]
@@ -221,6 +222,12 @@ def test_tfship_train_trains_each_task_and_train_json_carries_its_metric(tmp_pat
         assert train["test_auc"] > 0.85
     else:
         assert train["test_accuracy"] > 0.6  # 3 balanced classes: chance is 1/3
+
+
+def test_a_label_outside_the_task_range_stops_naming_the_label(tmp_path):
+    write_examples(tmp_path / "data.tfrecord", 300, "classification")  # class ids 0..2 given to a binary task
+    done = _tfship("train", "--config", str(_config(tmp_path, "binary")), cwd=tmp_path, expect=2)
+    assert "data.label 'label': a binary label outside [0, 2)" in done.stderr, done.stderr[-2000:]
 
 
 # --- the whole run: the gate's metric, `tfship query --run` and `promote --task` --------------------------------

@@ -104,7 +104,7 @@ class NamedSplits:
         if self.task == "regression":
             return inputs, tf.cast(labels, tf.float32)
         top = len(self.class_names) if self.task == "classification" else 2
-        message = f"data.label {self.label!r}: a {self.task} label outside [0, {top})"
+        message = f"data.label = {self.label}: a {self.task} label outside [0, {top})"  # no quotes: TF escapes them
         with tf.control_dependencies([tf.debugging.assert_non_negative(labels, message=message),
                                       tf.debugging.assert_less(labels, tf.constant(top, labels.dtype),
                                                                message=message)]):

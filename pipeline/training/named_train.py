@@ -188,8 +188,16 @@ def evaluate_named(model, splits, split: str = "test") -> dict[str, float]:
 
 
 def _data_error(splits, split: str, err) -> DatasetError:
+    """One line: the split, its first file and TensorFlow's own cause (our label check's message when it fired)."""
+    lines = [line.strip() for line in str(err.message).splitlines() if line.strip()]
+    label = [line for line in lines if "data.label" in line]
+    if label:  # our label check: its message and the values it saw
+        return DatasetError(f"{split} split ({splits.files[split.split('/')[0]][0]}, ...): "
+                            f"{label[0][label[0].index('data.label'):][:300]}")
+    useful = [line for line in lines if not line.startswith(("Graph execution error", "Detected at node", "File ",
+                                                              "[["))]
     first = split.split("/")[0]
-    return DatasetError(f"{split} split ({splits.files[first][0]}, ...): {err.message.strip().splitlines()[0]}")
+    return DatasetError(f"{split} split ({splits.files[first][0]}, ...): {(useful or lines or [''])[0][:300]}")
 
 
 def _details(config, splits, test: dict[str, float], steps: int, seconds: float) -> dict:

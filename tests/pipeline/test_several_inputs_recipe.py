@@ -100,9 +100,10 @@ def test_several_inputs_recipe_through_tfship_run(tmp_path):
     # Predicting the mean gives MAE = mean |y - mean y| (about 0.75 here): the model must do far better.
     assert train["test_mae"] < 0.3 * float(np.mean(np.abs(labels - labels.mean())))
     with tfship.serve(tmp_path / "models", "prices_run") as served:
-        printed = re.search(r"mae: (\d+\.\d{4}) on 500 rows", _tfship(
+        printed = re.search(r"mae: (\d+\.\d{4}) on (\d+) rows", _tfship(
             tmp_path, f"tfship query --target {served.grpc} --model-name prices_run --run latest --config "
             "prices.toml --count 500"))
         predicted = served.client("grpc").predict(rows)["prediction"][:, 0]
     assert printed, "no mae line"
+    assert int(printed.group(2)) == len(labels)  # the hash split's test rows (about 20 % of 2,000), all sent
     assert float(printed.group(1)) == pytest.approx(np.mean(np.abs(predicted - labels)), abs=1e-4)

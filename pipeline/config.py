@@ -91,7 +91,10 @@ class DataSection(_Section):
 class ModelSection(_Section):
     """Built-in model architecture, or a user factory `module:function` returning a keras.Model."""
 
-    kind: Literal["cnn", "mlp", "text"] = Field("cnn", description="Built-in model family.")
+    kind: Literal["cnn", "mlp", "text", "tabular", "recommender"] = Field(
+        "cnn", description="Built-in model family; tabular and recommender take data.feature_spec's named inputs.")
+    task: Literal["classification", "binary", "regression"] = Field(
+        "classification", description="Loss, head and judged metric (core.tasks): accuracy, AUC or MAE.")
     factory: str | None = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
                                 description="`module:function` called as f(input_shape=, num_classes=, **args).")
     factory_args: dict[str, Any] = Field({}, description="Keyword arguments passed to the factory.")

@@ -49,6 +49,7 @@ from tfship.pipeline.orchestration.records import (
 from tfship.pipeline.orchestration.run_config import RunConfig
 from tfship.pipeline.orchestration.stages import RunFolder, StageRecord
 
+HELD_OUT = "held_out.npz"  # a named-input run's held-out rows (export, gate, `tfship query --run`)
 RESUMED = {"skipped": "outputs complete and valid in the resumed run; not rerun"}
 
 
@@ -143,9 +144,27 @@ def load_run_data(config: PipelineConfig, run: RunFolder):
         return load_user_data(Path(stored.export_only.data), steps.read_contract(run),
                               config.convert.representative_samples, config.run.seed, config.data.classes)
     from tfship.pipeline.training.input_specs import check_trainable
+    from tfship.pipeline.training.named_data import is_named
 
     check_trainable(config)  # before any data is read: a config that cannot train stops here
+    if is_named(config):
+        return _named_run_data(config, run)
     return load_split_arrays(config.data, config.run.seed, scan_cache_dir(config))
+
+
+def _named_run_data(config: PipelineConfig, run: RunFolder):
+    """A named-input run's data: its held-out rows (`held_out.npz`, read for the exported contract) once the
+    export wrote them, else the streamed splits (`pipeline.training.named_data`).
+    """
+    from tfship.pipeline.training.named_data import named_splits
+
+    held_out = run.root / HELD_OUT
+    if held_out.is_file() and (run.artifacts / "saved_model.pb").is_file():
+        from tfship.pipeline.export_only.user_model import load_user_data
+
+        return load_user_data(held_out, steps.read_contract(run), config.convert.representative_samples,
+                              config.run.seed, config.data.classes if config.model.task == "classification" else ())
+    return named_splits(config)
 
 
 def stored_run_config(run: RunFolder) -> RunConfig | None:
@@ -171,8 +190,12 @@ def _data(ctx: StageContext) -> Any:
         return ctx.model
     from tfship.pipeline.data.splits import load_split_arrays, scan_cache_dir
     from tfship.pipeline.training.input_specs import check_trainable
+    from tfship.pipeline.training.named_data import is_named, named_splits
 
     check_trainable(ctx.config)  # before any data is read: a config that cannot train stops here
+    if is_named(ctx.config):
+        ctx.data = named_splits(ctx.config)
+        return ctx.data
     ctx.data = load_split_arrays(ctx.config.data, ctx.config.run.seed, scan_cache_dir(ctx.config))
     return ctx.data
 
@@ -200,9 +223,41 @@ def _export(ctx: StageContext) -> ExportRecord:
             raise StageError("export: the user's model is not loaded; run the data stage first")
         exported, ctx.data = steps.export_user_stage(ctx.config, ctx.run, ctx.model, ctx.request.data,
                                                      ctx.request.tags)
+    elif _is_named(ctx.config):  # named inputs: exported, gated and queried on the held-out rows, by name
+        exported, ctx.data = steps.export_user_stage(ctx.config, ctx.run, _trained_model(ctx), _held_out(ctx))
     else:
         exported = steps.export_stage(ctx.config, ctx.run, ctx.run_data(), ctx.model)
     return exported.record
+
+
+def _is_named(config: PipelineConfig) -> bool:
+    from tfship.pipeline.training.named_data import is_named
+
+    return is_named(config)
+
+
+def _trained_model(ctx: StageContext):
+    """The trained model: the train stage's, else `model.keras` (tfship's layers registered first)."""
+    if ctx.model is not None:
+        return ctx.model
+    import keras
+
+    import tfship.pipeline.training.sparse_embedding  # noqa: F401  (registers tfship's layers)
+
+    path = ctx.run.root / "model.keras"
+    if not path.is_file():
+        raise StageError(f"export: {path} does not exist; run the train stage first")
+    return keras.models.load_model(path)
+
+
+def _held_out(ctx: StageContext) -> Path:
+    """`held_out.npz`: the test split's first `data.sample_size` rows, one array per input and `y`."""
+    from tfship.pipeline.training.named_data import NamedSplits, named_splits, write_held_out
+
+    path = ctx.run.root / HELD_OUT
+    data = ctx.run_data()
+    write_held_out(data if isinstance(data, NamedSplits) else named_splits(ctx.config), path)
+    return path
 
 
 def _publish(ctx: StageContext) -> PublishResult:

@@ -81,7 +81,11 @@ def _plots(run: RunFolder, parity: dict[str, Any]) -> list[str]:
 
 
 def training_details(train: dict[str, Any] | None) -> list[str]:
-    """Report lines for the step kind, frozen layers, sparse gradients and debug switches (train.json)."""
+    """Report lines for the task, step kind, frozen layers, sparse gradients and debug switches (train.json)."""
+    if train and "task" in train:  # named inputs (pipeline.training.named_train): the task's judged metric
+        value = train["test_" + train["metric"]]
+        return [f"  - task: `{train['task']}`, {train['metric']} on the test split {value:.4f} "
+                f"(inputs {', '.join(train.get('inputs', []))}; Keras fit)"]
     if not train or "step_kind" not in train:
         return []
     kind = train["step_kind"]

@@ -92,26 +92,93 @@ def _one(name: str, feature) -> InputSpec:
                      num_ids, feature.ragged)
 
 
+NAMED_KINDS = ("tabular", "recommender")
+HASH_BUCKETS = 10_000
+# Settings of the custom loop that the named-input path (Keras `fit`) does not carry: key -> its default.
+LOOP_ONLY = {"train.strategy": "default", "train.step.kind": "standard", "train.accumulation_steps": 1,
+             "train.freeze": (), "train.early_stopping_patience": None, "train.check_numerics": False,
+             "train.assert_inputs": False, "model.recompute": (), "model.normalize": False, "model.factory": None,
+             "data.split_key": None, "data.skip_corrupt": False, "data.stream_cache": "none"}
+
+
+def is_named(config) -> bool:
+    """Whether `config` trains through the named-input path (a tabular or recommender model, or a task other
+    than classification).
+    """
+    return config.model.kind in NAMED_KINDS or config.model.task != "classification"
+
+
+def _setting(config, dotted: str):
+    value = config
+    for part in dotted.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def check_named(config) -> tuple[InputSpec, ...]:
+    """Refuse a named-input config this path cannot train, before any data is read; return its inputs.
+
+    Raises:
+        ConfigError: one line naming the key and the value: a task for a one-input built-in model, a source
+            other than tfrecord, no feature spec, a bad spec (`input_specs`), a ragged sequence, a string or
+            float label for a classifier, classification without `data.classes`, or a custom-loop setting.
+    """
+    model, data = config.model, config.data
+    if model.kind not in NAMED_KINDS:
+        raise ConfigError(f"model.task = {model.task!r}: model.kind = {model.kind!r} is a one-input classifier; set "
+                          "model.kind = 'tabular' (or 'recommender') with data.feature_spec")
+    if data.source != "tfrecord":
+        raise ConfigError(f"data.source = {data.source!r}: model.kind = {model.kind!r} reads named inputs from "
+                          "tf.Examples (data.source = 'tfrecord' with data.feature_spec)")
+    if not data.feature_spec:
+        raise ConfigError(f"data.feature_spec = {{}}: model.kind = {model.kind!r} needs its named inputs declared")
+    specs = input_specs(data)
+    for spec in specs:
+        if spec.ragged:
+            raise ConfigError(f"data.feature_spec.{spec.feature}.ragged = true: the {model.kind} model takes padded "
+                              f"sequences; declare data.feature_spec.{spec.feature}.length = N instead")
+    label = data.feature_spec.get(data.label)
+    label_dtype = label.dtype if label is not None else ("float32" if model.task == "regression" else "int64")
+    if label_dtype == "string" or (label_dtype == "float32" and model.task != "regression"):
+        raise ConfigError(f"data.feature_spec.{data.label}.dtype = {label_dtype!r}: model.task = {model.task!r} "
+                          "takes int64 labels (class ids; 0/1 for binary)")
+    if model.task == "classification" and len(data.classes) < 2:
+        raise ConfigError(f"data.classes = {list(data.classes)}: model.task = 'classification' with named inputs "
+                          "needs the class names declared (class id = index)")
+    if data.path is None and None in (data.train_path, data.validation_path, data.test_path):
+        raise ConfigError("data.path = None: give data.path (hash split) or all of data.train_path, "
+                          "data.validation_path and data.test_path")
+    for dotted, default in LOOP_ONLY.items():
+        value = _setting(config, dotted)
+        if value != default:
+            raise ConfigError(f"{dotted} = {value!r}: not available with model.kind = {model.kind!r} (named inputs "
+                              f"train with Keras fit in one process); leave it at {default!r}")
+    return specs
+
+
 def check_trainable(config) -> tuple[InputSpec, ...]:
     """Refuse a config `tfship train` cannot train, before any data is read; return its named inputs.
 
-    The built-in models (cnn, mlp, text) and the train loop take one dense input and class-id labels; a
-    model with several named inputs is built with `pipeline.training.multi_input`, trained with Keras and
-    shipped with `tfship.ship(model, (x, y))` (docs/training.md, "several inputs").
+    A tabular or recommender model, or a task other than classification, goes through the named-input path
+    (`check_named`: every input kind padded, every task). The built-in cnn, mlp
+    and text models and the custom loop take one dense input and class-id labels.
 
     Raises:
-        ConfigError: one line naming the key and the value: a feature spec that does not describe model
-            inputs (`input_specs`), or several inputs (or a categorical / sequence input) for `tfship train`.
+        ConfigError: one line naming the key and the value: what `check_named` refuses, a feature spec that
+            does not describe model inputs (`input_specs`), or several inputs (or a categorical / sequence
+            input) for a cnn, mlp or text model.
     """
+    if is_named(config):
+        return check_named(config)
     data, model = config.data, config.model
     if data.source != "tfrecord" or not data.feature_spec:
         return ()
     specs = input_specs(data)
     if len(specs) > 1 or any(spec.kind != "dense" for spec in specs):
         described = ", ".join(f"{spec.feature} ({spec.kind})" for spec in specs)
-        raise ConfigError(f"data.feature_spec: {len(specs)} model inputs [{described}]; model.kind = {model.kind!r} "
-                          "and the train loop take one dense input (list it in data.features); for several inputs see "
-                          "docs/training.md 'several inputs'")
+        raise ConfigError(f"model.kind = {model.kind!r}: data.feature_spec declares {len(specs)} model inputs "
+                          f"[{described}] and {model.kind} takes one dense input; set model.kind = 'tabular' (or "
+                          "'recommender') for several named inputs")
     return specs
 
 

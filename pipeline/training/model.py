@@ -47,11 +47,13 @@ def _mlp_body(config: ModelSection, hidden, policy):
 def _text_body(config: ModelSection, hidden, policy):
     import keras
 
-    from tfship.pipeline.training.sparse_embedding import SparseEmbedding  # reads only the batch's rows
+    # SparseEmbedding reads only the batch's rows; MaskedMean stays finite (value and gradient) on an
+    # all-padding row, where Keras' GlobalAveragePooling1D divides by a mask count of 0.
+    from tfship.pipeline.training.sparse_embedding import MaskedMean, SparseEmbedding
 
     hidden = SparseEmbedding(config.vocab_size, config.embedding_dim, mask_zero=True, name="embedding",
                              dtype=policy)(hidden)
-    pooling = keras.layers.GlobalAveragePooling1D if config.pooling == "mean" else keras.layers.GlobalMaxPooling1D
+    pooling = MaskedMean if config.pooling == "mean" else keras.layers.GlobalMaxPooling1D
     hidden = pooling(name="pool", dtype=policy)(hidden)
     return keras.layers.Dense(config.dense_units, activation="relu", name="hidden", dtype=policy)(hidden)
 

@@ -29,10 +29,10 @@ HEADS = {"classification": "logits", "binary": "probability", "regression": "pre
 def _inputs(specs):
     import keras
 
-    ragged = [spec.name for spec in specs if spec.ragged]
+    ragged = [spec.feature for spec in specs if spec.ragged]
     if ragged:
-        raise ValueError(f"inputs {ragged}: ragged sequences are parsed ragged; a Keras functional model takes them "
-                         "padded (declare `length`)")
+        raise ValueError(f"data.feature_spec.{ragged[0]}.ragged = true: the model takes padded sequences; declare "
+                         f"data.feature_spec.{ragged[0]}.length = N instead")
     return {spec.name: keras.Input(shape=spec.shape, name=spec.name, dtype=spec.dtype) for spec in specs}
 
 

@@ -18,87 +18,23 @@ from __future__ import annotations
 
 import json
 import math
-import signal
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from tfship.core.errors import StageError
-from tfship.pipeline.config import PipelineConfig
-from tfship.pipeline.data.splits import DatasetSplits, make_dataset
+from tfship.pipeline.data.splits import make_dataset
 from tfship.pipeline.training import inputs as data_inputs
-
-PARTIAL_BATCH = "dropped (training batches are drop_remainder=True; evaluation keeps all)"
-
-
-@dataclass(frozen=True)
-class TrainInputs:
-    """What the train stage needs.
-
-    Attributes:
-        config: the pipeline config.
-        splits: the data splits.
-        checkpoint_dir: CheckpointManager folder (`<run>/checkpoints`).
-        tensorboard_dir: TensorBoard folder (`<run>/tensorboard`); None writes no events.
-        resume: continue from the latest checkpoint in `checkpoint_dir`.
-        log: called with one line per notable event (XLA choice, checkpoints, early stop).
-    """
-
-    config: PipelineConfig
-    splits: DatasetSplits
-    checkpoint_dir: Path
-    tensorboard_dir: Path | None = None
-    resume: bool = False
-    log: Callable[[str], None] | None = None
-
-
-@dataclass(frozen=True)
-class EpochMetrics:
-    """One epoch: mean training loss (nats), training and validation accuracy (fractions in [0, 1]),
-    validation loss (nats) and the step the epoch ended at.
-    """
-
-    epoch: int
-    loss: float
-    train_accuracy: float
-    validation_accuracy: float
-    validation_loss: float = float("nan")
-    step: int = 0
-
-
-@dataclass(frozen=True)
-class TrainResult:
-    """The trained Keras model and what the loop measured (`details`: JSON-ready extras)."""
-
-    model: Any
-    history: tuple[EpochMetrics, ...]
-    train_step_traces: int
-    test_accuracy: float
-    checkpoint_path: Path
-    seconds: float
-    steps: int
-    jit_compile: bool
-    details: dict[str, Any] = field(default_factory=dict)
-
-    def summary(self) -> dict[str, Any]:
-        """JSON-ready summary (no model)."""
-        return {
-            "epochs": len(self.history),
-            "steps": self.steps,
-            "train_step_traces": self.train_step_traces,
-            "jit_compile": self.jit_compile,
-            "final_loss": self.history[-1].loss if self.history else None,
-            "validation_accuracy": self.history[-1].validation_accuracy if self.history else None,
-            "test_accuracy": self.test_accuracy,
-            "seconds": round(self.seconds, 3),
-            "checkpoint": str(self.checkpoint_path),
-            "partial_batch": PARTIAL_BATCH,
-            **self.details,
-        }
+from tfship.pipeline.training.loop_stop import checkpoint_step as _checkpoint_step
+from tfship.pipeline.training.train_records import (  # noqa: F401  (re-exported: callers import them from here)
+    PARTIAL_BATCH,
+    EpochMetrics,
+    TrainInputs,
+    TrainResult,
+)
 
 
 def train_model(inputs: TrainInputs, progress=None) -> TrainResult:
@@ -120,6 +56,12 @@ def train_model(inputs: TrainInputs, progress=None) -> TrainResult:
     train = inputs.config.train
     with training_runtime(train, inputs.config.run.seed), \
             handling_signals(StopRequest(interrupt_on_second=train.strategy != "multi_worker")) as stop:
+        from tfship.pipeline.training.named_data import NamedSplits
+
+        if isinstance(inputs.splits, NamedSplits):  # named inputs, any task: Keras fit (named_train)
+            from tfship.pipeline.training.named_train import train_named
+
+            return train_named(inputs, progress)
         if train.strategy != "multi_worker":
             return _Loop(inputs, progress, stop).run()
         from tfship.pipeline.training.agreement import fingerprints
@@ -141,14 +83,6 @@ def _console_line(log: Callable[[str], None] | None) -> Callable[[str], None]:
     import sys
 
     return lambda line: print(line, file=sys.stderr, flush=True)
-
-
-def _checkpoint_step(checkpoint_dir: Path) -> int | None:
-    """The step of the latest checkpoint in `checkpoint_dir` (saved as `ckpt-<step>`), None when there is none."""
-    import tensorflow as tf
-
-    latest = tf.train.latest_checkpoint(str(checkpoint_dir))
-    return None if latest is None else int(latest.rsplit("-", 1)[1])
 
 
 class _Loop:
@@ -288,25 +222,9 @@ class _Loop:
         return result
 
     def _lost_peer(self, err) -> str:
-        """One line naming the task a collective lost (from TensorFlow's message, else by probing the peers)."""
-        import re
+        from tfship.pipeline.training.loop_stop import lost_peer
 
-        from tfship.pipeline.training.cluster import describe_unreachable
-
-        cluster = self.runtime.cluster
-        named = {(m.group(1), int(m.group(2))) for m in re.finditer(r"/job:(\w+)/replica:\d+/task:(\d+)", str(err))}
-        lost = [t for t in cluster.peers if (t.job, t.index) in named]
-        unreachable = describe_unreachable(tuple(lost) or cluster.peers)
-        who = "; ".join(unreachable) if unreachable else ", ".join(f"{t.name} at {t.address}" for t in lost) \
-            or "a peer (every peer's port still answers)"
-        lines = [line.strip() for line in str(err.message).splitlines() if line.strip()]
-        useful = [line for line in lines if not line.startswith(("Graph execution error", "Detected at node",
-                                                                   "File ", "[[", "Additional GRPC"))]
-        first = (useful or lines or [""])[0][:160]
-        last = _checkpoint_step(self.inputs.checkpoint_dir)
-        resume = (f"the last checkpoint is step {last}" if last is not None else "no checkpoint was written yet")
-        return (f"train: lost {who} at step {self.watch.step + 1} ({type(err).__name__}: {first}); {resume}: "
-                "restart every worker (with --resume to continue from it)")
+        return lost_peer(self, err)
 
     def _run(self) -> TrainResult:
         from tfship.pipeline.training.tensorboard_log import TensorBoardLog
@@ -411,33 +329,10 @@ class _Loop:
         return False
 
     def _stop_agreed(self) -> bool:
-        """Whether to stop after this step: a signal here (one process), or on any worker (multi_worker: every
-        worker votes after every step, one tiny all-reduce, so all stop at the same step).
-        """
-        if self.runtime.cluster is None:
-            self._stopped_by = self.stop.signal_name
-            return self.stop.requested
-        import tensorflow as tf
+        """Whether to stop after this step (`loop_stop.stop_agreed`)."""
+        from tfship.pipeline.training.loop_stop import stop_agreed
 
-        if getattr(self, "_vote", None) is None:
-            strategy = self.runtime.strategy
-
-            @tf.function(input_signature=[tf.TensorSpec([self.runtime.num_workers], tf.float32)])
-            def vote(local):
-                return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(tf.identity, args=(local,)),
-                                       axis=None)
-
-            self._vote = vote
-        mine = np.zeros(self.runtime.num_workers, np.float32)
-        if self.stop.requested:  # the vote carries the signal's number, so every worker can name it
-            mine[self.runtime.cluster.rank] = float(signal.Signals[self.stop.signal_name].value)
-        votes = self._vote(tf.constant(mine)).numpy()
-        if not votes.any():
-            return False
-        tasks = self.runtime.cluster.tasks
-        self._stopped_by = " and ".join(f"{signal.Signals(int(votes[i])).name} on {tasks[i].name}"
-                                        for i in np.flatnonzero(votes > 0))
-        return True
+        return stop_agreed(self)
 
     def _frozen_summary(self) -> dict:
         from tfship.pipeline.training.freeze import frozen_weights, slots_for

@@ -49,6 +49,7 @@ from tfship.pipeline.config import TOP1_AGREEMENT_FLOORS, ValidateSection
 from tfship.pipeline.conversion.artifacts import SAVED_MODEL, Artifact, Runner, open_runner
 from tfship.pipeline.gate.compare import OutputParity, Tolerance, compare_outputs
 from tfship.pipeline.gate.float64 import float64_outputs
+from tfship.pipeline.gate.golden_size import golden_set
 from tfship.pipeline.gate.noise import (
     ImplementationNoise,
     ReferenceNoise,
@@ -173,8 +174,9 @@ def check_artifact(artifact: Artifact, runner: Runner, inputs: dict[str, np.ndar
                           worst.agreement, latency, tuple(rows[n] for n in contract.output_names()),
                           tuple(sorted(set(settings.batch_sizes))), not reasons, "; ".join(reasons),
                           worst.tie_metric, worst.flips, worst.ties, worst.bound, errors,
-                          asdict(worst.drop) if worst.drop else None,
-                          asdict(worst.flips_decision) if worst.flips_decision else None, worst.undecided_notes(task))
+                          asdict(worst.drop) if worst.drop and not task.auc else None,
+                          asdict(worst.flips_decision) if worst.flips_decision else None, worst.undecided_notes(task),
+                          asdict(worst.drop) if worst.drop and task.auc else None)
 
 
 def _not_loaded(artifact: Artifact, settings: ValidateSection, err: Exception) -> ArtifactParity:
@@ -227,7 +229,8 @@ def validate_artifacts(reference: Artifact, candidates: list[Artifact], contract
                                    settings, noise, None, implementation, truth))
         del runner
     return ParityReport(reference_metric, total, tuple(rows), task.name, task.prediction, task.label_source,
-                        tuple(required), noise, implementation_noise=implementation)
+                        tuple(required), noise, implementation_noise=implementation,
+                        golden_set=golden_set(total, {row.mode for row in rows}, task, settings))
 
 
 def raise_if_failed(report: ParityReport) -> ParityReport:

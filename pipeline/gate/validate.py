@@ -20,8 +20,9 @@ A float [N, C] output whose bound is vacuous is judged by its decision too (top-
 
 Integer outputs are equal (index outputs judged by the values they select), strings equal; an output pinned at a
 quantization limit the reference goes beyond is `saturated` and fails. Then the task metric
-(`pipeline.gate.task_metric`): accuracy may drop at most `max_accuracy_drop_points` (float modes) or
-`quantized_max_accuracy_drop_points` (quantized), or MAE rise by `regression_max_error_increase` label std. For
+(`pipeline.gate.task_metric`): accuracy (AUC for a binary output, `pipeline.gate.auc_drop`) may drop at most
+`max_accuracy_drop_points` (float modes) or `quantized_max_accuracy_drop_points` (quantized), decided with
+confidence (`pipeline.gate.task_judgement`), or MAE rise by `regression_max_error_increase` label std. For
 classification, a row whose predicted class differs from the SavedModel's (a flip) is a *tie* when the
 SavedModel's margin between the two classes is within twice the artifact's measured error bound on that score
 output (the 99th percentile of |artifact - SavedModel|): ties are reported (`flips`, `tie_flips`) and do not count

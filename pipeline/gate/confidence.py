@@ -24,10 +24,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["REFUSED", "PASSED", "UNDECIDED", "Decision", "clopper_pearson", "decide_drop", "decide_share",
-           "rows_to_decide"]
+__all__ = ["EXACT", "REFUSED", "PASSED", "UNDECIDED", "Decision", "clopper_pearson", "decide_drop", "decide_share",
+           "rows_to_decide", "verdict_of"]
 
 REFUSED, PASSED, UNDECIDED = "refused", "passed", "undecided"
+EXACT = "exact binomial (Clopper-Pearson)"
 MAX_ROWS = 10_000_000  # rows_to_decide gives up beyond this (the rates sit on the allowance)
 
 
@@ -51,7 +52,8 @@ class Decision:
 
     verdict: `refused`, `passed` or `undecided`; estimate, low, high: the loss and its bounds (shares of rows,
     0.01 = 1 point); allowed: the allowance (same unit); confidence: the level; rows: rows judged;
-    rows_to_decide: rows that would decide at the observed rates (None: no number would, or decided already).
+    rows_to_decide: rows that would decide at the observed rates (None: no number would, or decided already);
+    method: the rule that gave the bounds (exact binomial, or `auc_drop.DELONG` for a binary AUC drop).
     """
 
     verdict: str
@@ -62,6 +64,7 @@ class Decision:
     confidence: float
     rows: int
     rows_to_decide: int | None = None
+    method: str = EXACT
 
     def describe(self, what: str, unit: str = "points") -> str:
         """e.g. `accuracy drop 3.12 points (95 % bounds -10.81 to 16.22) on 32 rows: undecided against the
@@ -76,7 +79,8 @@ class Decision:
         return text
 
 
-def _verdict(low: float, high: float, allowed: float) -> str:
+def verdict_of(low: float, high: float, allowed: float) -> str:
+    """`refused` when `low` exceeds `allowed`, `passed` when `high` is within it, else `undecided`."""
     return REFUSED if low > allowed else PASSED if high <= allowed else UNDECIDED
 
 
@@ -96,7 +100,7 @@ def rows_to_decide(worse_rate: float, better_rate: float, allowed: float, confid
         worse, better = round(worse_rate * rows), round(better_rate * rows)
         low, high = (_drop_bounds(worse, better, rows, confidence) if paired
                      else clopper_pearson(worse, rows, confidence))
-        return _verdict(low, high, allowed) != UNDECIDED
+        return verdict_of(low, high, allowed) != UNDECIDED
 
     high = 16
     while not decided(high):
@@ -118,7 +122,7 @@ def decide_drop(worse: int, better: int, rows: int, allowed: float, confidence: 
         allowed: the allowed drop as a share of rows (0.005 = 0.5 points); confidence: e.g. 0.95.
     """
     low, high = _drop_bounds(worse, better, rows, confidence)
-    verdict = _verdict(low, high, allowed)
+    verdict = verdict_of(low, high, allowed)
     needed = rows_to_decide(worse / max(rows, 1), better / max(rows, 1), allowed, confidence) \
         if verdict == UNDECIDED else None
     return Decision(verdict, (worse - better) / max(rows, 1), low, high, allowed, confidence, rows, needed)
@@ -127,7 +131,7 @@ def decide_drop(worse: int, better: int, rows: int, allowed: float, confidence: 
 def decide_share(count: int, rows: int, allowed: float, confidence: float) -> Decision:
     """Judge a share of rows that went wrong (flipped decisions) against `allowed` (module docstring)."""
     low, high = clopper_pearson(count, rows, confidence)
-    verdict = _verdict(low, high, allowed)
+    verdict = verdict_of(low, high, allowed)
     needed = rows_to_decide(count / max(rows, 1), 0.0, allowed, confidence, paired=False) \
         if verdict == UNDECIDED else None
     return Decision(verdict, count / max(rows, 1), low, high, allowed, confidence, rows, needed)

@@ -60,12 +60,16 @@ def _decision_lines(parity: dict[str, Any]) -> list[str]:
     if not rows:
         return []
     confidence = next(r[k]["confidence"] for r in rows for k in ("accuracy_decision", "flips_decision") if r.get(k))
+    auc = parity.get("metric") == "auc"
+    drop = "AUC drop (points of AUC; DeLong's paired test)" if auc else "accuracy drop (points)"
     lines = ["", f"Decisions from {parity.get('samples')} rows at {100 * confidence:g} % confidence (exact binomial "
-             "bounds; undecided: too few rows, `validate.undecided` decides).", "",
-             "| artifact | accuracy drop (points) | flipped decisions (% of rows) |", "|---|---|---|"]
-    lines += [f"| {_cell(row['artifact'])} | {_cell(_decision_cell(row.get('accuracy_decision'), 'points'))} | "
+             f"bounds{', DeLong for the AUC drop' if auc else ''}; undecided: too few rows, `validate.undecided` "
+             "decides).", "", f"| artifact | {drop} | flipped decisions (% of rows) |", "|---|---|---|"]
+    lines += [f"| {_cell(row['artifact'])} | "
+              f"{_cell(_decision_cell(row.get('auc_decision') or row.get('accuracy_decision'), 'points'))} | "
               f"{_cell(_decision_cell(row.get('flips_decision'), '%'))} |" for row in rows]
-    return lines
+    note = (parity.get("golden_set") or {}).get("note")
+    return lines + (["", f"Golden set: {note}"] if note else [])
 
 
 def judgement_lines(parity: dict[str, Any]) -> list[str]:

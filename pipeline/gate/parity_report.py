@@ -27,8 +27,9 @@ class ArtifactParity:
     float64_errors: {float output: max |artifact - the SavedModel's graph in float64|} (None: not measured);
     accuracy_decision, flips_decision: the accuracy drop and the share of flipped rows decided with
     confidence (`pipeline.gate.confidence.Decision` as a dict: verdict, estimate, low, high, allowed,
-    confidence, rows, rows_to_decide; None for regression); undecided: the decisions too few rows could take,
-    described ("" when every decision was taken);
+    confidence, rows, rows_to_decide, method; None for regression; accuracy_decision is None for a binary
+    output judged by AUC, whose drop is auc_decision: DeLong's paired test, `pipeline.gate.auc_drop`);
+    undecided: the decisions too few rows could take, described ("" when every decision was taken);
     latency_ms_batch1: median ms per call at batch 1; outputs: per-output rows.
     """
 
@@ -51,21 +52,24 @@ class ArtifactParity:
     accuracy_decision: dict[str, Any] | None = None
     flips_decision: dict[str, Any] | None = None
     undecided: str = ""
+    auc_decision: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
 class ParityReport:
     """Every artifact's parity against the SavedModel on held-out data.
 
-    metric: `accuracy_%` or `mae`; metric_output: the output scored; label_source: `labels` or
-    `reference` (no labels given: the SavedModel's predictions are the labels); required: artifacts whose
-    failure fails the stage (`convert.required`; the SavedModel always); noise: the SavedModel's own
-    largest difference per float output (`reference_noise`), allowed on top of every bound; signatures:
-    {artifact: {signature: {passed, reason, ...}}} for the signatures besides `serving_default`
+    metric: `accuracy_%`, `auc` (a binary output, `core.tasks.primary("binary")`) or `mae`; metric_output: the
+    output scored; label_source: `labels` or `reference` (no labels given: the SavedModel's predictions are the
+    labels); required: artifacts whose failure fails the stage (`convert.required`; the SavedModel always);
+    noise: the SavedModel's own largest difference per float output (`reference_noise`), allowed on top of every bound;
+    signatures: {artifact: {signature: {passed, reason, ...}}} for the signatures besides `serving_default`
     (`with_other_signatures`); signature_noise: {signature: {float output: the SavedModel's own noise on it}};
     implementation_noise: the SavedModel's own float32 rounding error per float output
     (`pipeline.gate.noise.implementation_noise`), allowed `validate.implementation_noise_multiplier` times on top
-    of the float32 bound; signature_implementation_noise: the same per other signature.
+    of the float32 bound; signature_implementation_noise: the same per other signature; golden_set: the held-out
+    rows against the rows the count decisions need (`pipeline.gate.golden_size.golden_set`: rows, needed,
+    enough, decisions, note).
 
     `to_json` is the validate stage's record (`parity.json`); `from_json` reads it back.
     """
@@ -82,6 +86,7 @@ class ParityReport:
     signature_noise: dict[str, dict[str, ReferenceNoise]] = field(default_factory=dict)
     implementation_noise: dict[str, ImplementationNoise] = field(default_factory=dict)
     signature_implementation_noise: dict[str, dict[str, ImplementationNoise]] = field(default_factory=dict)
+    golden_set: dict[str, Any] = field(default_factory=dict)
 
     def row(self, artifact: str) -> ArtifactParity | None:
         """The row of `artifact`, or None when the gate did not check it."""
@@ -135,7 +140,8 @@ class ParityReport:
                                     for name, outputs in self.signature_noise.items()},
                 "signature_implementation_noise": {
                     name: {output: asdict(value) for output, value in outputs.items()}
-                    for name, outputs in self.signature_implementation_noise.items()}}
+                    for name, outputs in self.signature_implementation_noise.items()},
+                "golden_set": self.golden_set}
 
     @classmethod
     def from_json(cls, payload: dict[str, Any]) -> ParityReport:
@@ -158,4 +164,4 @@ class ParityReport:
                         for name, outputs in payload.get("signature_implementation_noise", {}).items()}
         return cls(payload["reference_metric"], payload["samples"], rows, payload["metric"], payload["metric_output"],
                    payload["label_source"], tuple(payload["required"]), noise, payload.get("signatures", {}),
-                   signature_noise, implementation, by_signature)
+                   signature_noise, implementation, by_signature, payload.get("golden_set", {}))

@@ -15,6 +15,9 @@ output at its threshold, `task_metric.TaskMetric.threshold`):
   whatever the value tolerances (and `validate.max_tie_share`) are set to: ties excuse a flip from the
   accuracy drop, not from this count, since a file wrong by a lot makes every flip a "tie" of its own large
   error; a file that flips 38 % of the decisions is refused even with `validate.int8.atol = 1.0`;
+* a binary output whose labels hold both classes (`TaskMetric.auc`) is judged by its **AUC drop** instead of
+  the accuracy drop: AUC is the metric `core.tasks` gives a binary task, decided by DeLong's paired test
+  (`auc_drop.decide_auc_drop`) against the same allowance in points of AUC; its flips are judged as above;
 * either refused fails the artifact; undecided (too few rows) publishes or leaves it out as
   `validate.undecided` says, with the bounds and the rows that would decide.
 
@@ -29,6 +32,7 @@ import numpy as np
 
 from tfship.pipeline.config import ValidateSection
 from tfship.pipeline.conversion.artifacts import Artifact
+from tfship.pipeline.gate.auc_drop import decide_auc_drop
 from tfship.pipeline.gate.confidence import PASSED, REFUSED, UNDECIDED, Decision, decide_drop, decide_share
 from tfship.pipeline.gate.task_metric import TaskMetric
 
@@ -39,7 +43,9 @@ _SEVERITY = {PASSED: 0, UNDECIDED: 1, REFUSED: 2}
 
 
 def max_loss(artifact: Artifact, task: TaskMetric, settings: ValidateSection) -> float:
-    """The allowed loss: accuracy points (classification) or MAE increase in label std (regression)."""
+    """The allowed loss: accuracy points (classification), AUC points (binary; the same settings) or MAE increase
+    in label std (regression).
+    """
     if task.kind == "regression":
         return settings.regression_max_error_increase
     return settings.family(artifact.mode).max_accuracy_drop_points
@@ -117,15 +123,20 @@ class TaskJudgement:
                 self.loss, self.metric = task.loss_vs(reference_metric, metric), metric
             return
         flips, ties, bound = tie_flips(task, outputs, reference, score_name)
-        predicted = task.predicted_class(outputs).copy()
-        predicted[ties] = task.predicted_class(reference)[ties]
-        adjusted = task.score_classes(predicted)
-        reference_right = task.predicted_class(reference) == task.labels
-        artifact_right = predicted == task.labels
         rows = len(flips)
-        self.drop = _more_severe(self.drop, decide_drop(int(np.sum(reference_right & ~artifact_right)),
-                                                        int(np.sum(~reference_right & artifact_right)), rows,
-                                                        allowed[0], confidence))
+        if task.auc:  # binary: the ranking's AUC, its drop decided by DeLong's paired test (no tie excuse)
+            adjusted = metric
+            self.drop = _more_severe(self.drop, decide_auc_drop(task.scores_of(reference), task.scores_of(outputs),
+                                                                task.labels, allowed[0], confidence))
+        else:
+            predicted = task.predicted_class(outputs).copy()
+            predicted[ties] = task.predicted_class(reference)[ties]
+            adjusted = task.score_classes(predicted)
+            reference_right = task.predicted_class(reference) == task.labels
+            artifact_right = predicted == task.labels
+            self.drop = _more_severe(self.drop, decide_drop(int(np.sum(reference_right & ~artifact_right)),
+                                                            int(np.sum(~reference_right & artifact_right)), rows,
+                                                            allowed[0], confidence))
         self.flips_decision = _more_severe(self.flips_decision,
                                            decide_share(int(np.sum(flips)), rows, allowed[1], confidence))
         agreement = 100.0 * float(np.mean(~flips))
@@ -152,7 +163,8 @@ class TaskJudgement:
 
     def _decisions(self, task: TaskMetric) -> tuple[tuple[Decision | None, str, str], ...]:
         floor = "validate.<family>.min_top1_agreement"
-        return ((self.drop, f"accuracy drop on output '{task.prediction}'", "points"),
+        drop = "AUC drop (DeLong)" if task.auc else "accuracy drop"
+        return ((self.drop, f"{drop} on output '{task.prediction}'", "points"),
                 (self.flips_decision, f"decisions flipped on output '{task.prediction}' ({floor})", "% of rows"))
 
     def undecided_notes(self, task: TaskMetric) -> str:

@@ -6,6 +6,10 @@
   (`validate.binary_threshold`; by default 0.5 when every SavedModel value lies in [0, 1], a sigmoid
   probability, else 0, a logit), never an argmax over one column. Higher is better; the gate allows a
   drop of N percentage points. 0/1 float labels with a one-column output are classes too.
+* binary (a one-column output whose labels hold both classes): ROC AUC of the scores against the labels
+  (`core.tasks.primary("binary")`, computed by `core.tasks.roc_auc`, a fraction), the metric `tfship query`
+  and `promote` judge a binary task by; its drop is decided by `auc_drop.decide_auc_drop`. The decisions at
+  the threshold still give agreement and flips. Name: `auc`.
 * regression: mean absolute error of a float prediction output against float labels of the same
   shape. Lower is better; the gate allows an increase of a fraction of the labels' standard deviation
   (so the bound has the labels' unit).
@@ -26,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tfship.core.errors import ParityError
+from tfship.core.tasks import primary, roc_auc
 
 
 @dataclass(frozen=True)
@@ -35,7 +40,8 @@ class TaskMetric:
     kind: `classification` or `regression`; prediction: the output scored; labels: [N] int (classes) or
     [N, ...] float (targets); label_source: `labels` (user's) or `reference` (SavedModel predictions);
     label_std: standard deviation of float labels (regression bound unit), 1.0 for classification;
-    threshold: the decision threshold of a one-column score output (None: argmax or an index output).
+    threshold: the decision threshold of a one-column score output (None: argmax or an index output);
+    auc: the one-column output is judged by ROC AUC (labels hold both classes), not by accuracy.
     """
 
     kind: str
@@ -44,11 +50,19 @@ class TaskMetric:
     label_source: str
     label_std: float = 1.0
     threshold: float | None = None
+    auc: bool = False
 
     @property
     def name(self) -> str:
-        """`accuracy_%` or `mae`."""
+        """`accuracy_%`, `auc` (`core.tasks.primary("binary").name`) or `mae`."""
+        if self.auc:
+            return primary("binary").name
         return "accuracy_%" if self.kind == "classification" else "mae"
+
+    def scores_of(self, outputs: Mapping[str, np.ndarray]) -> np.ndarray:
+        """[N] float64 scores of the one-column prediction output (binary tasks)."""
+        value = np.asarray(outputs[self.prediction], dtype=np.float64)
+        return value.reshape(len(value))
 
     def predicted_class(self, outputs: Mapping[str, np.ndarray]) -> np.ndarray:
         """[N] predicted classes (classification only)."""
@@ -62,7 +76,11 @@ class TaskMetric:
         return 100.0 * float(np.mean(np.asarray(predicted) == self.labels))
 
     def score(self, outputs: Mapping[str, np.ndarray]) -> float:
-        """Accuracy in % (classification) or mean absolute error in label units (regression)."""
+        """Accuracy in % (classification), ROC AUC as a fraction (binary, `auc`) or mean absolute error in label
+        units (regression).
+        """
+        if self.auc:
+            return roc_auc(self.scores_of(outputs), self.labels)
         if self.kind == "classification":
             return self.score_classes(self.predicted_class(outputs))
         value = np.asarray(outputs[self.prediction], dtype=np.float64).reshape(self.labels.shape)
@@ -229,7 +247,8 @@ def infer_task(reference: Mapping[str, np.ndarray], labels: np.ndarray | None, t
         metric = TaskMetric("classification", name, np.zeros(len(value), np.int64), source, threshold=cut)
         truth = np.asarray(labels).astype(np.int64).reshape(-1) if labels is not None else \
             metric.predicted_class(reference)
-        return TaskMetric("classification", name, truth, source, threshold=cut)
+        both = cut is not None and bool(np.any(truth == 0) and np.any(truth == 1))  # AUC needs both classes
+        return TaskMetric("classification", name, truth, source, threshold=cut, auc=both)
     truth = np.asarray(labels if labels is not None else reference[name], dtype=np.float64)
     if truth.size != reference[name].size:
         raise ParityError(f"validate: labels hold {truth.size} values, output '{name}' {reference[name].size}")

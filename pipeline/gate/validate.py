@@ -20,13 +20,15 @@ A float [N, C] output whose bound is vacuous is judged by its decision too (top-
 
 Integer outputs are equal (index outputs judged by the values they select), strings equal; an output pinned at a
 quantization limit the reference goes beyond is `saturated` and fails. Then the task metric
-(`pipeline.gate.task_metric`): accuracy may drop at most `validate.<family>.max_accuracy_drop_points`, or MAE rise
-by `regression_max_error_increase` label std. For classification, a row whose predicted class differs from the
-SavedModel's (a flip) is a *tie* when the SavedModel's margin between the two classes is within twice the artifact's
-measured error bound on that score output (the 99th percentile of |artifact - SavedModel|): ties are reported
-(`flips`, `tie_flips`) and do not count as regressions, so one near-tie row of a 70-row set (1.43 points) does not
-decide the verdict; ties excusing more than `validate.max_tie_share` of the rows make the scores too flat to judge
-(a failure). NaN/Inf or a missing output fails.
+(`pipeline.gate.task_metric`): accuracy (AUC for a binary output, `pipeline.gate.auc_drop`) may drop at most
+`validate.<family>.max_accuracy_drop_points`, decided with
+confidence (`pipeline.gate.task_judgement`), or MAE rise by `regression_max_error_increase` label std. For
+classification, a row whose predicted class differs from the SavedModel's (a flip) is a *tie* when the
+SavedModel's margin between the two classes is within twice the artifact's measured error bound on that score
+output (the 99th percentile of |artifact - SavedModel|): ties are reported (`flips`, `tie_flips`) and do not count
+as regressions, so one near-tie row of a 70-row set (1.43 points) does not decide the verdict; ties excusing more
+than `validate.max_tie_share` of the rows make the scores too flat to judge (a failure). NaN/Inf or a missing
+output fails.
 
 Every artifact runs at every configured batch size, through the serving runtime that serves it
 (`pipeline.conversion.artifacts.open_runner`). An artifact that fails is left out of the version with its reason; the
@@ -49,6 +51,7 @@ from tfship.pipeline.config import ValidateSection
 from tfship.pipeline.conversion.artifacts import SAVED_MODEL, Artifact, Runner, open_runner
 from tfship.pipeline.gate.compare import OutputParity, Tolerance, compare_outputs
 from tfship.pipeline.gate.float64 import float64_outputs
+from tfship.pipeline.gate.golden_size import golden_set
 from tfship.pipeline.gate.noise import (
     ImplementationNoise,
     ReferenceNoise,
@@ -170,8 +173,9 @@ def check_artifact(artifact: Artifact, runner: Runner, inputs: dict[str, np.ndar
                           worst.agreement, latency, tuple(rows[n] for n in contract.output_names()),
                           tuple(sorted(set(settings.batch_sizes))), not reasons, "; ".join(reasons),
                           worst.tie_metric, worst.flips, worst.ties, worst.bound, errors,
-                          asdict(worst.drop) if worst.drop else None,
-                          asdict(worst.flips_decision) if worst.flips_decision else None, worst.undecided_notes(task))
+                          asdict(worst.drop) if worst.drop and not task.auc else None,
+                          asdict(worst.flips_decision) if worst.flips_decision else None, worst.undecided_notes(task),
+                          asdict(worst.drop) if worst.drop and task.auc else None)
 
 
 def _not_loaded(artifact: Artifact, settings: ValidateSection, err: Exception) -> ArtifactParity:
@@ -224,7 +228,8 @@ def validate_artifacts(reference: Artifact, candidates: list[Artifact], contract
                                    settings, noise, None, implementation, truth))
         del runner
     return ParityReport(reference_metric, total, tuple(rows), task.name, task.prediction, task.label_source,
-                        tuple(required), noise, implementation_noise=implementation)
+                        tuple(required), noise, implementation_noise=implementation,
+                        golden_set=golden_set(total, {row.mode for row in rows}, task, settings))
 
 
 def raise_if_failed(report: ParityReport) -> ParityReport:

@@ -246,9 +246,7 @@ def _gate_metric(run: Path) -> str:
 @pytest.mark.slow
 @pytest.mark.parametrize("task", [
     "classification",
-    pytest.param("binary", marks=pytest.mark.xfail(
-        strict=True, reason="the gate on this branch judges a one-column sigmoid by accuracy at the threshold; "
-        "i30b makes its metric AUC, core.tasks.primary('binary')")),
+    "binary",
     "regression",
 ])
 def test_tfship_run_gates_queries_and_promotes_on_the_task_metric(tmp_path, task):

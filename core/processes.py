@@ -70,6 +70,21 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def pid_running(pid: int) -> bool:
+    """Whether process `pid` exists and has not exited: `pid_alive` minus zombies (an exited child its parent has
+    not reaped yet, state `Z` in Linux's `/proc/<pid>/stat`; elsewhere the same as `pid_alive`).
+    """
+    if not pid_alive(pid):
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(") ", 1)[1][:1] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    except OSError:
+        return True
+
+
 def die_with_parent_command(command: Sequence[str], sig: int = signal.SIGKILL) -> list[str]:
     """The argv running `command` so that it receives `sig` when this process dies (Linux; unchanged elsewhere).
 

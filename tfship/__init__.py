@@ -20,7 +20,15 @@ neither TensorFlow nor the server:
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from typing import Any
+
+# Imported from a checkout (the repository root on sys.path, e.g. a server started there by an interpreter whose
+# installed tfship this folder shadows): the subpackages are this folder's siblings, as pyproject.toml's
+# package-dir maps them. Only a checkout has them there; an installed tfship holds them inside this folder.
+_CHECKOUT = Path(__file__).resolve().parent.parent
+if (_CHECKOUT / "pyproject.toml").is_file() and (_CHECKOUT / "core" / "__init__.py").is_file():
+    __path__.append(str(_CHECKOUT))
 
 _EXPORTS = {
     "ship": "tfship.pipeline.api.ship",

@@ -3,7 +3,8 @@ memory; each image is read, decoded and resized inside tf.data (`tf.io.decode_im
 `tf.image.resize`), in parallel, after the shuffle and before the batch (images differ in size, so decoding
 is per image, then batching).
 
-A raw record is the text "<class id><TAB><file path>": the hash split works on it, and the scan reads no pixel
+A raw record is the text "<class id><TAB><path below data.path>": the hash split works on it (so moving or
+renaming the dataset's folder keeps every image in its split), and the scan reads no pixel
 (the classes are the folder names, or the declared `data.classes`). An image that does not decode stops the
 run naming the file (`locate_undecodable`), or is skipped under `skip_corrupt`.
 """
@@ -20,7 +21,7 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
 
 @dataclass(frozen=True)
 class ImageFormat:
-    """Records "<class id><TAB><path>"; decoded to float32 [height, width, channels] times `rescale`."""
+    """Records "<class id><TAB><path below `root`>"; decoded to float32 [height, width, channels] times `rescale`."""
 
     image_size: tuple[int, int]
     channels: int
@@ -34,6 +35,7 @@ class ImageFormat:
     dtype = "float32"
     label = "class"
     per_record = True
+    root: str = ""  # the image folder (data.path, resolved): record paths are below it
 
     @property
     def example_shape(self) -> tuple[int, ...]:
@@ -50,7 +52,8 @@ class ImageFormat:
         import tensorflow as tf
 
         parts = tf.strings.split(record, "\t", maxsplit=1)
-        image = tf.io.decode_image(tf.io.read_file(parts[1]), channels=self.channels, expand_animations=False)
+        path = tf.strings.join([self.root, parts[1]], separator="/")
+        image = tf.io.decode_image(tf.io.read_file(path), channels=self.channels, expand_animations=False)
         resized = tf.image.resize(tf.cast(image, tf.float32), self.image_size) * self.rescale
         label = tf.gather(tf.constant(list(self.class_names)), tf.strings.to_number(parts[0], tf.int32))
         return tf.ensure_shape(resized, self.example_shape), label
@@ -69,7 +72,7 @@ class ImageFormat:
 
 def image_file_sets(config, listing_dir: Path) -> tuple[dict[str, tuple[str, ...]], tuple[str, ...]]:
     """({"all": (listing file,)}, class names): the folder's images listed once into `listing_dir` (a text
-    file, one "<class id><TAB><path>" line per image, sorted), so the source is one text file to stream.
+    file, one "<class id><TAB><path below data.path>" line per image, sorted), so the source is one text file to stream.
 
     Raises:
         DatasetError: no folder, no image, a class folder outside the declared classes.
@@ -90,7 +93,7 @@ def image_file_sets(config, listing_dir: Path) -> tuple[dict[str, tuple[str, ...
         folder = root / name
         for file in sorted(folder.rglob("*")) if folder.is_dir() else []:
             if file.suffix.lower() in IMAGE_SUFFIXES and file.is_file():
-                lines.append(f"{class_id}\t{file.resolve()}")
+                lines.append(f"{class_id}\t{file.relative_to(root).as_posix()}")
     if not lines:
         raise DatasetError(f"{root}: no images ({', '.join(IMAGE_SUFFIXES)}) in class subfolders {list(names)}")
     text = "\n".join(lines) + "\n"
@@ -108,7 +111,7 @@ def image_format(config, class_names: tuple[str, ...], listing: str) -> ImageFor
     if config.image_size is None:
         raise DatasetError("data.image_size: required for data.source = 'image_folder' ([height, width])")
     return ImageFormat(tuple(config.image_size), 1 if config.color_mode == "grayscale" else 3, config.rescale,
-                       config.input_name or "image", listing, class_names)
+                       config.input_name or "image", listing, class_names, root=str(Path(config.path).resolve()))
 
 
 def locate_undecodable(split) -> str:
@@ -116,7 +119,7 @@ def locate_undecodable(split) -> str:
     import tensorflow as tf
 
     for record in split.format.read(split.files[0]):
-        path = record.numpy().decode().split("\t", 1)[1]
+        path = str(Path(split.format.root) / record.numpy().decode().split("\t", 1)[1])
         try:
             split.format.decode(record)
         except tf.errors.OpError as err:

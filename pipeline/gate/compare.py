@@ -156,11 +156,14 @@ def _compare_strings(name: str, got: np.ndarray, want: np.ndarray) -> OutputPari
 def vacuous(want: np.ndarray, tolerance: Tolerance, noise: float = 0.0, implementation: float = 0.0) -> bool:
     """Whether the bound cannot tell a row's values apart: a float [N, C] output (C > 1) whose absolute bound
     is at least `VACUOUS_SHARE` of the median spread (max - min) of a reference row (e.g. 10 % of the range
-    against softmax probabilities of a 1,000-class model).
+    against softmax probabilities of a 1,000-class model). A median spread of 0 (most rows hold equal scores,
+    no decision) is not vacuous: there is nothing but the values to judge.
     """
     if want.ndim != 2 or want.shape[1] < 2 or want.shape[0] == 0 or not np.all(np.isfinite(want)):
         return False
     spread = float(np.median(np.max(want, axis=1) - np.min(want, axis=1)))
+    if spread == 0.0:  # rows whose scores are all equal hold no decision to judge (an untrained model's
+        return False   # uniform softmax): the value bound judges them, and a file equal to them passes
     return tolerance.absolute(want, noise, implementation) >= VACUOUS_SHARE * spread
 
 

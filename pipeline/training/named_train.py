@@ -91,7 +91,7 @@ def _step_counter(progress, task):
 
 
 def _traces(model) -> int | str:
-    """How many times Keras traced its train step (the tf.function inside `model.train_function`)."""
+    """How many times Keras traced its train step (the tf.function inside the model's train function)."""
     for cell in getattr(model.train_function, "__closure__", None) or ():
         count = getattr(cell.cell_contents, "experimental_get_tracing_count", None)
         if count is not None:

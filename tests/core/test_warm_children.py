@@ -5,28 +5,18 @@ outlives the block. The probe worker is `tests/core/warm_probe.py`."""
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tfship.core.processes import run_converter_child
+from tfship.core.processes import pid_running, run_converter_child
 from tfship.core.warm_children import run_warm_or_cold, warm_children
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process groups and /proc are Linux's")
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = [sys.executable, "-m", "tests.core.warm_probe"]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().split(") ")[1][0] != "Z"
 
 
 def _run(*argv: str, report: Path | None = None, timeout_s: float = 60.0):
@@ -46,9 +36,9 @@ def test_good_jobs_share_one_child_and_a_crash_costs_only_its_job(tmp_path):
         assert "probe ok" not in killed.output  # and only this job's
         after = _run("ok", str(tmp_path / "3"), report=tmp_path / "3")
         assert after.failure == "" and int((tmp_path / "3").read_text()) != warm_pid  # restarted
-        assert pool.started == 2 and not _alive(warm_pid)
+        assert pool.started == 2 and not pid_running(warm_pid)
         living = pool.pids()
-    assert living and not any(_alive(pid) for pid in living)  # closing the block leaves no child
+    assert living and not any(pid_running(pid) for pid in living)  # closing the block leaves no child
 
 
 def test_a_hang_is_timed_out_and_killed_and_the_next_job_runs(tmp_path):
@@ -60,7 +50,7 @@ def test_a_hang_is_timed_out_and_killed_and_the_next_job_runs(tmp_path):
         assert 2.0 <= time.monotonic() - started < 10.0
         assert hung.returncode is None and hung.failure == (
             "timed out after 2 s in the probe worker (worker killed with SIGKILL)"), hung
-        assert not _alive(warm_pid)
+        assert not pid_running(warm_pid)
         assert _run("ok", str(tmp_path / "2"), report=tmp_path / "2").failure == ""
         assert pool.started == 2
 
@@ -123,11 +113,11 @@ def test_children_die_with_a_killed_parent(tmp_path):
     try:
         assert parent.stdout.readline().strip() == "ready"
         child = int((tmp_path / "pid").read_text())
-        assert _alive(child)
+        assert pid_running(child)
     finally:
         parent.kill()
         parent.wait()
     deadline = time.monotonic() + 5
-    while _alive(child) and time.monotonic() < deadline:
+    while pid_running(child) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(child)
+    assert not pid_running(child)

@@ -121,7 +121,7 @@ def test_architecture_cites_only_modules_that_exist():
     text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
     missing = []
     for span in re.findall(r"`([^`\n]+)`", text):
-        for dotted in re.findall(r"\b((?:tfship\.)?(?:%s)(?:\.\w+)+)" % "|".join(PACKAGES), span):
+        for dotted in re.findall(r"(?<![/\w])((?:tfship\.)?(?:%s)(?:\.\w+)+)" % "|".join(PACKAGES), span):
             parts = dotted.removeprefix("tfship.").split(".")
             for cut in range(len(parts), 0, -1):
                 if _module_exists(".".join(parts[:cut])):

@@ -22,10 +22,10 @@ from tfship.core.child_memory import available_memory_bytes, run_measured
 from tfship.pipeline.config import load_config
 from tfship.pipeline.conversion.memory_budget import (
     MIB,
-    PEAK_MODELS,
     Budget,
     MemoryPlan,
     memory_budget,
+    peak_model,
     run_within_budget,
 )
 
@@ -95,7 +95,7 @@ def test_memory_held_by_idle_warm_children_counts_against_the_room():
     difference."""
     names = ["onnx", "tflite_float32"]
     weights = MIB
-    room = sum(PEAK_MODELS[name].predict(weights) for name in names) + 100 * MIB
+    room = sum(peak_model(name).predict(weights) for name in names) + 100 * MIB
     fits = MemoryPlan(Budget(room, "test"), 0, weights, workers=2)
     assert _fake_conversions(names, fits, 0, held_bytes=lambda: 50 * MIB)[1] == 2
     held = MemoryPlan(Budget(room, "test"), 0, weights, workers=2)

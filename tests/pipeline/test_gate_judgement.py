@@ -216,6 +216,35 @@ def test_quantized_1000_class_softmax_is_judged_by_its_decision(tmp_path):
     assert int8.outputs[0].tie_share > load_config().parity.max_tie_share
 
 
+def test_a_model_with_equal_scores_everywhere_is_judged_by_its_values(tmp_path):
+    """An untrained head whose softmax is 0.1 for every class on every row (a keras.applications model with
+    weights=None does this) holds no decision: the SavedModel at other batch sizes and a dynamic-range file
+    pass by their values instead of being refused as "too flat to judge" (ties of margin 0 within error 0)."""
+    import tensorflow as tf
+
+    from tfship.tflite.convert import convert_tflite
+    from tfship.tflite.modes import TfliteMode, TfliteOptions
+
+    layer = tf.keras.layers.Dense(10, activation="softmax", kernel_initializer="zeros")
+    model = tf.keras.Sequential([tf.keras.Input((64,)), layer])
+    folder = tmp_path / "uniform"
+    archive = tf.keras.export.ExportArchive()
+    archive.track(model)
+    archive.add_endpoint("serving_default", lambda x: {"probabilities": model(x, training=False)},
+                         input_signature=[tf.TensorSpec([None, 64], tf.float32, name="x")])
+    archive.write_out(str(folder), verbose=False)
+    x = np.random.default_rng(1).standard_normal((64, 64)).astype(np.float32)
+    done = convert_tflite(folder, tmp_path / "model_dynamic_range.tflite", TfliteOptions(TfliteMode("dynamic_range")),
+                          {"x": x}, 240.0)
+    assert done.status == "produced", done.reason
+    contract = Signature.of("serving_default", (TensorSpec(name="x", dtype="float32", shape=(None, 64)),),
+                            (TensorSpec(name="probabilities", dtype="float32", shape=(None, 10)),))
+    reference = Artifact("saved_model", "saved_model", "float32", folder)
+    report = validate_artifacts(reference, [Artifact("tflite_dynamic_range", "tflite", "dynamic_range", done.path)],
+                                contract, {"x": x}, None, load_config().parity)
+    assert all(row.passed for row in report.rows), [row.reason for row in report.rows]
+
+
 def test_behaviour_checks_pass_float_rounding_and_name_the_setting(wave):
     """A row alone vs in a batch of 8 differs by the model's rounding (~5e-4 here): within
     export.batch_independence_tolerance it passes; a tolerance below it fails naming both batch sizes and the

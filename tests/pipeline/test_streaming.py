@@ -167,6 +167,23 @@ def test_image_folder_streams_decoded_resized_images(tmp_path):
     assert decoded == 24  # the broken one skipped
 
 
+def test_image_folder_split_survives_moving_the_folder(tmp_path):
+    """The hash split keys an image by its path below data.path, so the same folder moved elsewhere gives the
+    same images in the same splits (each image's brightness is its index: the splits' pixels name them)."""
+    for i in range(40):
+        _png(tmp_path / "a" / ("cat" if i % 2 else "dog") / f"{i:02d}.png", (4, 4), 3 * i)
+
+    def members(root):
+        splits = load_split_arrays(DataSection(source="image_folder", path=root, image_size=(4, 4), batch_size=8), 0)
+        return [sorted(round(float(v) * 255 / 3) for x, _ in part.dataset(8, training=False, seed=0)
+                       for v in x.numpy().reshape(len(x), -1)[:, 0])
+                for part in (splits.train, splits.validation, splits.test)]
+
+    before = members(tmp_path / "a")
+    (tmp_path / "a").rename(tmp_path / "elsewhere")
+    assert members(tmp_path / "elsewhere") == before and sorted(sum(before, [])) == list(range(40))
+
+
 @pytest.mark.parametrize(("files", "by"), [(6, "file"), (1, "record")])
 def test_worker_shards_are_disjoint_and_cover_the_split(tmp_path, files, by, caplog):
     """Two workers' shards of a split: by file when files >= workers, else by record (warned); no record read

@@ -4,12 +4,12 @@ mode, the others (and ONNX) are produced, nothing half-written stays, and no chi
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import pytest
 
+from tfship.core.processes import pid_running
 from tfship.core.saved_model import read_signatures
 from tfship.core.warm_children import warm_children
 from tfship.pipeline.config import ConvertSection
@@ -19,15 +19,6 @@ from tfship.tflite.modes import TfliteMode, TfliteOptions
 from tfship.tflite.worker import TEST_HOOK_ENV
 
 MODES = ("float32", "float16", "dynamic_range", "int8")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().split(") ")[1][0] != "Z"
 
 
 def _convert(tmp_path: Path, saved_model: Path, data) -> tuple[dict, Path]:
@@ -46,7 +37,7 @@ def test_modes_share_one_warm_child(tmp_path, digits_saved_model, digits_data):
     assert {name: o.status for name, o in outcomes.items()} == {"onnx": "produced", **{
         f"tflite_{mode}": "produced" for mode in MODES}}, outcomes
     assert started == 1, "eight worker steps (convert and LiteRT check per mode) in one child"
-    assert pids and not any(_alive(pid) for pid in pids)
+    assert pids and not any(pid_running(pid) for pid in pids)
 
 
 @pytest.mark.parametrize(("hook", "words"), [("kill", "died with SIGKILL (signal 9)"),
@@ -64,7 +55,7 @@ def test_a_crash_in_one_mode_costs_that_artifact_only(tmp_path, monkeypatch, dig
     assert not (version / "model_float16.tflite").exists() and not list(version.glob(".*"))
     for name in ("model.tflite", "model_dynamic_range.tflite", "model_int8.tflite", "model.onnx"):
         assert (version / name).is_file(), name
-    assert pids and not any(_alive(pid) for pid in pids)  # nothing outlives the stage
+    assert pids and not any(pid_running(pid) for pid in pids)  # nothing outlives the stage
 
 
 def test_a_hang_in_a_warm_child_is_timed_out(tmp_path, monkeypatch, digits_saved_model):
@@ -76,4 +67,4 @@ def test_a_hang_in_a_warm_child_is_timed_out(tmp_path, monkeypatch, digits_saved
     assert result.status == "crashed" and "timed out after 4 s" in result.reason, result.reason
     assert 4.0 <= result.seconds < 30.0
     assert not (tmp_path / "slow.tflite").exists()
-    assert not any(_alive(pid) for pid in pids)
+    assert not any(pid_running(pid) for pid in pids)

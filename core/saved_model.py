@@ -118,9 +118,11 @@ def _spec(alias: str, info) -> TensorSpec:
 
 
 def from_signature_def(name: str, signature_def) -> Signature:
-    """The contract of one `tensorflow.SignatureDef` message (inputs and outputs by alias)."""
-    return Signature(name=name, inputs={k: _spec(k, v) for k, v in signature_def.inputs.items()},
-                     outputs={k: _spec(k, v) for k, v in signature_def.outputs.items()},
+    """The contract of one `tensorflow.SignatureDef` message (inputs and outputs by alias, sorted by alias: a
+    protobuf map has no order, and the Python runtime's iteration order differs from process to process).
+    """
+    return Signature(name=name, inputs={k: _spec(k, v) for k, v in sorted(signature_def.inputs.items())},
+                     outputs={k: _spec(k, v) for k, v in sorted(signature_def.outputs.items())},
                      method_name=signature_def.method_name)
 
 

@@ -10,7 +10,7 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, Field, ValidationError, field_validator
 
 from tfship.core.errors import ConfigError
 from tfship.core.locations import Location, pydantic_validator
@@ -263,10 +263,23 @@ class PipelineConfig(_Section):
 def _describe(error: dict[str, Any]) -> str:
     key = ".".join(str(part) for part in error["loc"])
     if error["type"] == "extra_forbidden":
-        return f"unknown key '{key}'"
+        known = _known_keys(error["loc"][:-1])
+        return f"unknown key '{key}'" + (f" (known: {', '.join(known)})" if known else "")
     allowed = error.get("ctx", {}).get("expected")
     detail = f" (allowed: {allowed})" if allowed and str(allowed) not in error["msg"] else ""
     return f"key '{key}': {error['msg']}{detail}; got {error.get('input')!r}"
+
+
+def _known_keys(loc: tuple) -> list[str]:
+    """The keys of the config table at `loc` (a validation error's location), [] when it is not a table."""
+    model: Any = PipelineConfig
+    for part in loc:
+        fields = getattr(model, "model_fields", {})
+        field = fields.get(part) or next((f for f in fields.values() if f.alias == part), None)
+        model = field.annotation if field is not None else None
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return []
+    return sorted(f.alias or name for name, f in model.model_fields.items())
 
 
 def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
@@ -295,7 +308,8 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key.strip(), value
 
 
-def load_config(path: Path | str | None = None, overrides: dict[str, Any] | None = None) -> PipelineConfig:
+def load_config(path: Path | str | None = None, overrides: dict[str, Any] | None = None,
+                origin: str = "--set") -> PipelineConfig:
     """Read and validate a TOML config, then apply dotted-key overrides (CLI flags).
 
     Args:
@@ -315,7 +329,7 @@ def load_config(path: Path | str | None = None, overrides: dict[str, Any] | None
         raise ConfigError(f"{source}: cannot read the config file ({type(err).__name__}: {err})") from err
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{source}: not valid TOML: {err}") from err
-    return _overridden(tree, overrides or {}, str(source))
+    return _overridden(tree, overrides or {}, str(source), origin)
 
 
 def with_overrides(config: PipelineConfig, overrides: dict[str, Any], source: str) -> PipelineConfig:
@@ -327,22 +341,33 @@ def with_overrides(config: PipelineConfig, overrides: dict[str, Any], source: st
     return _overridden(config.model_dump(mode="json", by_alias=True), overrides, source)
 
 
-def _overridden(tree: dict[str, Any], overrides: dict[str, Any], source: str) -> PipelineConfig:
-    """`tree` (a config's sections) with dotted-key `overrides` set, validated; ConfigError names `source`."""
+def _overridden(tree: dict[str, Any], overrides: dict[str, Any], source: str,
+                origin: str = "--set") -> PipelineConfig:
+    """`tree` (a config's sections) with dotted-key `overrides` set, validated; ConfigError names `source`, and
+    `origin` (`--set` on the command line, `argument` from the Python API) with the override a problem came from.
+    """
     for dotted, value in overrides.items():
         _set_dotted(tree, dotted, value)
+    for dotted, value in overrides.items():  # a moved key given as an override is named as one
+        refuse_moved_keys(_tree_of(dotted, value), f"{source}: {origin} {dotted}={value!r}")
     refuse_moved_keys(tree, source)
     try:
         return PipelineConfig.model_validate(tree)
     except ValidationError as err:
-        problems = "; ".join(f"{_origin(item, overrides)}{_describe(item)}" for item in err.errors())
+        problems = "; ".join(f"{_origin(item, overrides, origin)}{_describe(item)}" for item in err.errors())
         raise ConfigError(f"{source}: {problems}") from err
 
 
-def _origin(error: dict[str, Any], overrides: dict[str, Any]) -> str:
-    """'--set KEY=VALUE: ' when the failing key came from a CLI override, else ''."""
+def _tree_of(dotted: str, value: Any) -> dict[str, Any]:
+    tree: dict[str, Any] = {}
+    _set_dotted(tree, dotted, value)
+    return tree
+
+
+def _origin(error: dict[str, Any], overrides: dict[str, Any], origin: str = "--set") -> str:
+    """'<origin> KEY=VALUE: ' when the failing key came from an override (or lies inside one), else ''."""
     key = ".".join(str(part) for part in error["loc"])
     for dotted, value in overrides.items():
-        if key == dotted or key.startswith(dotted + "."):
-            return f"--set {dotted}={value!r}: "
+        if key == dotted or key.startswith(dotted + ".") or dotted.startswith(key + "."):
+            return f"{origin} {dotted}={value!r}: "
     return ""

@@ -56,7 +56,7 @@ def configure(config: Path | str | None = None, overrides: Mapping[str, Any] | N
         if not isinstance(values, Mapping):
             raise ConfigError(f"setting {section}={values!r}: expected a dict of that section's keys")
         dotted |= {f"{section}.{key}": value for key, value in values.items()}
-    resolved = load_config(config, dotted | dict(overrides or {}))
+    resolved = load_config(config, dotted | dict(overrides or {}), origin="argument")
 
     check_required(resolved.convert)
     return resolved

@@ -69,7 +69,7 @@ def _decision_lines(parity: dict[str, Any]) -> list[str]:
               f"{_cell(_decision_cell(row.get('auc_decision') or row.get('accuracy_decision'), 'points'))} | "
               f"{_cell(_decision_cell(row.get('flips_decision'), '%'))} |" for row in rows]
     note = (parity.get("golden_set") or {}).get("note")
-    return lines + (["", f"Golden set: {note}"] if note else [])
+    return lines + (["", note] if note else [])
 
 
 def judgement_lines(parity: dict[str, Any]) -> list[str]:

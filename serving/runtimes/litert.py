@@ -9,6 +9,7 @@ for quantized tensors). Imports only numpy and `ai_edge_litert` (never TensorFlo
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -240,7 +241,9 @@ class LiteRtModel:
     def _new_error_text(self, text: str) -> str:
         """This call's part of LiteRT's error text (its error reporter keeps earlier calls' messages)."""
         previous, self._last_error = self._last_error, text
-        return text[len(previous):] if previous and text.startswith(previous) else text
+        text = text[len(previous):] if previous and text.startswith(previous) else text
+        # LiteRT's reporter appends "Node number N (OP) failed ..." to a kernel's message with no separator
+        return re.sub(r"(?<=[^\s.;:])(?=Node number \d)", "; ", text)
 
 
 def prime_dynamic_shapes(runner, input_details: dict | None = None) -> None:

@@ -75,3 +75,19 @@ def test_abbreviated_flags_are_refused(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["train", "--run", "x"])  # must not mean --runs-dir
     assert "unrecognized arguments: --run" in capsys.readouterr().err
+
+
+def test_override_errors_name_where_the_key_came_from_and_the_known_keys():
+    """A key from the Python API is named as an argument, one from the command line as --set, a moved key given
+    as an override too; an unknown key lists the keys its table has (the alias `validate`, not the field)."""
+    from tfship.pipeline.api.ship import configure
+
+    with pytest.raises(ConfigError, match=r"argument validate\.int8_tolerance=0\.2: key 'validate\.int8_tolerance' "
+                                          r"moved: set validate\.int8\.atol"):
+        configure(validate={"int8_tolerance": 0.2})
+    with pytest.raises(ConfigError, match=r"argument validate\.int8=\{'atoll': 0\.2\}: unknown key "
+                                          r"'validate\.int8\.atoll' \(known: atol, max_accuracy_drop_points, "):
+        configure(validate={"int8": {"atoll": 0.2}})
+    with pytest.raises(ConfigError, match=r"--set validate\.int4\.atol=0\.2: unknown key 'validate\.int4' "
+                                          r"\(known: .*float16, float32, .*int8,"):
+        load_config(None, {"validate.int4.atol": 0.2})

@@ -151,9 +151,17 @@ def _artifact_lines(summary: dict[str, Any], parity: dict[str, Any]) -> list[str
         lines.append(f"| {row['artifact']} | {row['mode']} | {_human_bytes(row['size_bytes'])} | {ratio} "
                      f"| {row['metric']:.4g} | {agreement} | {_flips_text(row)} | {row['latency_ms_batch1']:.3f} "
                      f"| {table_cell(worst_text)} | {table_cell(exact_text)} "
-                     f"| {'pass' if row['passed'] else table_cell('FAIL: ' + first_line(row['reason']))} "
-                     f"| {_outcome_text(outcomes.get(row['artifact']))} |")
+                     f"| {verdict_text(row)} | {_outcome_text(outcomes.get(row['artifact']))} |")
     return lines
+
+
+def verdict_text(row: dict[str, Any]) -> str:
+    """'pass'; 'pass (undecided ...)' when a decision could not be taken on these rows and `validate.undecided =
+    publish` let the file through (the report's "Parity judgement" section gives the bounds); or 'FAIL: ...'.
+    """
+    if not row["passed"]:
+        return table_cell("FAIL: " + first_line(row["reason"]))
+    return "pass (undecided: too few rows; validate.undecided = publish)" if row.get("undecided") else "pass"
 
 
 def memory_lines(memory: dict[str, Any] | None) -> list[str]:

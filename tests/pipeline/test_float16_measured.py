@@ -15,6 +15,7 @@ from tfship.pipeline.config import load_config
 from tfship.pipeline.conversion.artifacts import Artifact
 from tfship.pipeline.gate.parity_lines import judgement_lines
 from tfship.pipeline.gate.validate import validate_artifacts
+from tfship.pipeline.orchestration.report import verdict_text
 from tfship.tflite.convert import convert_tflite
 from tfship.tflite.modes import TfliteMode, TfliteOptions
 
@@ -113,6 +114,8 @@ def test_a_float16_file_flipping_one_of_32_rows_is_undecided_with_its_interval(t
     assert "accuracy drop on output 'logits' 3.12 points" in row.undecided and "rows would decide" in row.undecided
     if undecided == "publish":
         assert row.passed, row.reason
+        verdict = verdict_text(report.to_json()["artifacts"][1])  # report.md's artifact table says it
+        assert verdict.startswith("pass (undecided") and "validate.undecided = publish" in verdict, verdict
     else:
         assert not row.passed and "undecided against the allowed 0.5" in row.reason, row.reason
         assert "validate.undecided = 'leave_out'" in row.reason

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,8 +130,10 @@ def train_named(inputs: TrainInputs, progress=None) -> TrainResult:
     counter = _step_counter(progress, bar)
     started = time.perf_counter()
     try:
-        fitted = model.fit(train_data, epochs=epochs, validation_data=splits.dataset("validation", 512), verbose=0,
-                           callbacks=[counter])
+        with warnings.catch_warnings():  # a streamed split has no known length: Keras ends each epoch when the
+            warnings.filterwarnings("ignore", message=".*ran out of data")  # data ends, and warns that it did
+            fitted = model.fit(train_data, epochs=epochs, validation_data=splits.dataset("validation", 512),
+                               verbose=0, callbacks=[counter], shuffle=False)  # shuffled by the split itself
     except tf.errors.OpError as err:
         raise _data_error(splits, "train/validation", err) from None
     except ValueError as err:

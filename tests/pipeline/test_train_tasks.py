@@ -205,7 +205,8 @@ def _recomputed(run: Path, task: str, config) -> dict[str, float]:
 def test_tfship_train_trains_each_task_and_train_json_carries_its_metric(tmp_path, task):
     write_examples(tmp_path / "data.tfrecord", 1200, task)
     config_path = _config(tmp_path, task)
-    _tfship("train", "--config", str(config_path), cwd=tmp_path)
+    done = _tfship("train", "--config", str(config_path), cwd=tmp_path)
+    assert "ran out of data" not in done.stderr and "shuffle=True" not in done.stderr, done.stderr[-2000:]
     (run,) = (tmp_path / "runs").iterdir()
     train = json.loads((run / "train.json").read_text())
     metric = primary(task).name

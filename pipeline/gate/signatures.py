@@ -17,7 +17,6 @@ published) and the rest of the artifact stays; one that misses inside a shared f
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -145,15 +144,6 @@ class OtherSignatures:
                                     for name, outputs in self.noise.items()},
                 "signature_implementation_noise": {name: {output: asdict(value) for output, value in outputs.items()}
                                                    for name, outputs in self.implementation.items()}}
-
-
-def recorded_noise(parity_json: Path, signature_name: str) -> dict[str, float]:
-    """{output: the SavedModel's own largest difference} on `signature_name`, as the validate stage recorded it
-    in `parity_json` (`OtherSignatures.to_json`); {} when not recorded.
-    """
-    parity = json.loads(Path(parity_json).read_text(encoding="utf-8")) if Path(parity_json).is_file() else {}
-    return {output: value["max_abs"] for output, value in parity.get("signature_noise", {}).get(signature_name,
-                                                                                                 {}).items()}
 
 
 def _reference_answers(reference: Artifact, name: str, feed: dict[str, np.ndarray], settings: ValidateSection

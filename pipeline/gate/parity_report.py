@@ -13,7 +13,46 @@ from tfship.pipeline.conversion.artifacts import SAVED_MODEL
 from tfship.pipeline.gate.compare import ERROR_BIN_EDGES, OutputParity
 from tfship.pipeline.gate.noise import ImplementationNoise, ReferenceNoise
 
-__all__ = ["ArtifactParity", "ParityReport"]
+__all__ = ["ArtifactParity", "ParityReport", "SignatureVerdict", "verdicts_from_json", "verdicts_to_json"]
+
+
+@dataclass(frozen=True)
+class SignatureVerdict:
+    """One artifact judged on one signature besides `serving_default` (`parity.json`'s `signatures` rows).
+
+    Attributes:
+        checked: whether the data could feed it (False: nothing ran; `reason` says why).
+        passed: within its family's bound at every batch size (True when not checked).
+        reason: the misses (up to three, each naming its batch size), or why it was not checked; "" when passed.
+        max_abs_error: the largest difference from the SavedModel's answers (float outputs).
+        set_aside: where its own file was moved after a miss (ONNX's file per signature); "" when not moved.
+    """
+
+    checked: bool
+    passed: bool = True
+    reason: str = ""
+    max_abs_error: float = 0.0
+    set_aside: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        row = asdict(self)
+        return row if self.set_aside else {k: v for k, v in row.items() if k != "set_aside"}
+
+    @classmethod
+    def from_json(cls, payload: dict[str, Any]) -> SignatureVerdict:
+        """A verdict from its `parity.json` row. Raises: TypeError, an unknown or missing field."""
+        return cls(**{**payload, "set_aside": payload.get("set_aside") or ""})
+
+
+def verdicts_to_json(verdicts: dict[str, dict[str, SignatureVerdict]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """{artifact: {signature: row}} as `parity.json` holds it."""
+    return {artifact: {name: verdict.to_json() for name, verdict in rows.items()} for artifact, rows in verdicts.items()}
+
+
+def verdicts_from_json(payload: dict[str, Any]) -> dict[str, dict[str, SignatureVerdict]]:
+    """The typed verdicts of `parity.json`'s `signatures`. Raises: TypeError, a row that is not a verdict."""
+    return {artifact: {name: SignatureVerdict.from_json(row) for name, row in rows.items()}
+            for artifact, rows in payload.items()}
 
 
 @dataclass(frozen=True)
@@ -63,7 +102,7 @@ class ParityReport:
     output scored; label_source: `labels` or `reference` (no labels given: the SavedModel's predictions are the
     labels); required: artifacts whose failure fails the stage (`convert.required`; the SavedModel always);
     noise: the SavedModel's own largest difference per float output (`reference_noise`), allowed on top of every bound;
-    signatures: {artifact: {signature: {passed, reason, ...}}} for the signatures besides `serving_default`
+    signatures: {artifact: {signature: `SignatureVerdict`}} for the signatures besides `serving_default`
     (`with_other_signatures`); signature_noise: {signature: {float output: the SavedModel's own noise on it}};
     implementation_noise: the SavedModel's own float32 rounding error per float output
     (`pipeline.gate.noise.implementation_noise`), allowed `validate.implementation_noise_multiplier` times on top
@@ -82,7 +121,7 @@ class ParityReport:
     label_source: str = "labels"
     required: tuple[str, ...] = ()
     noise: dict[str, ReferenceNoise] = field(default_factory=dict)
-    signatures: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    signatures: dict[str, dict[str, SignatureVerdict]] = field(default_factory=dict)
     signature_noise: dict[str, dict[str, ReferenceNoise]] = field(default_factory=dict)
     implementation_noise: dict[str, ImplementationNoise] = field(default_factory=dict)
     signature_implementation_noise: dict[str, dict[str, ImplementationNoise]] = field(default_factory=dict)
@@ -92,7 +131,7 @@ class ParityReport:
         """The row of `artifact`, or None when the gate did not check it."""
         return next((row for row in self.rows if row.artifact == artifact), None)
 
-    def with_other_signatures(self, verdicts: dict[str, dict[str, dict[str, Any]]],
+    def with_other_signatures(self, verdicts: dict[str, dict[str, SignatureVerdict]],
                               noise: dict[str, dict[str, ReferenceNoise]] | None = None,
                               implementation: dict[str, dict[str, ImplementationNoise]] | None = None
                               ) -> ParityReport:
@@ -104,8 +143,8 @@ class ParityReport:
         """
         rows = []
         for row in self.rows:
-            missed = [f"signature '{name}': {v['reason']}" for name, v in verdicts.get(row.artifact, {}).items()
-                      if not v["passed"] and not v.get("set_aside")]
+            missed = [f"signature '{name}': {v.reason}" for name, v in verdicts.get(row.artifact, {}).items()
+                      if not v.passed and not v.set_aside]
             rows.append(replace(row, passed=False, reason="; ".join(missed)) if missed and row.passed else row)
         return replace(self, rows=tuple(rows), signatures=verdicts, signature_noise=dict(noise or {}),
                        signature_implementation_noise=dict(implementation or {}))
@@ -135,7 +174,7 @@ class ParityReport:
                 "error_bin_edges": [e if e != float("inf") else None for e in ERROR_BIN_EDGES],
                 "reference_noise": {name: asdict(value) for name, value in self.noise.items()},
                 "implementation_noise": {name: asdict(value) for name, value in self.implementation_noise.items()},
-                "artifacts": [asdict(row) for row in self.rows], "signatures": self.signatures,
+                "artifacts": [asdict(row) for row in self.rows], "signatures": verdicts_to_json(self.signatures),
                 "signature_noise": {name: {output: asdict(value) for output, value in outputs.items()}
                                     for name, outputs in self.signature_noise.items()},
                 "signature_implementation_noise": {
@@ -163,5 +202,5 @@ class ParityReport:
         by_signature = {name: {output: ImplementationNoise(**value) for output, value in outputs.items()}
                         for name, outputs in payload.get("signature_implementation_noise", {}).items()}
         return cls(payload["reference_metric"], payload["samples"], rows, payload["metric"], payload["metric_output"],
-                   payload["label_source"], tuple(payload["required"]), noise, payload.get("signatures", {}),
+                   payload["label_source"], tuple(payload["required"]), noise, verdicts_from_json(payload.get("signatures", {})),
                    signature_noise, implementation, by_signature, payload.get("golden_set", {}))

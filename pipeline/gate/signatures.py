@@ -17,7 +17,7 @@ published) and the rest of the artifact stays; one that misses inside a shared f
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from tfship.pipeline.conversion.artifacts import SAVED_MODEL, Artifact, RuntimeR
 from tfship.pipeline.gate.compare import compare_outputs
 from tfship.pipeline.gate.float64 import float64_outputs
 from tfship.pipeline.gate.noise import ImplementationNoise, implementation_noise
+from tfship.pipeline.gate.parity_report import SignatureVerdict, verdicts_to_json
 from tfship.pipeline.gate.validate import ReferenceNoise, noise_hint, reference_noise, run_batched, tolerance_for
 
 SET_ASIDE = ".signatures_left_out"  # in the version folder: signature files that missed (hidden: never published)
@@ -50,20 +51,20 @@ def signature_files(artifact: Artifact) -> dict[str, str]:
 
 
 def signature_carriage(artifact: Artifact, signatures: list[str], conversion: dict[str, Any] | None = None,
-                       verdicts: dict[str, dict[str, Any]] | None = None) -> SignatureCarriage:
+                       verdicts: dict[str, SignatureVerdict] | None = None) -> SignatureCarriage:
     """Which of `signatures` (the SavedModel's) `artifact` carries, by file, and why it carries no other.
 
     Args:
         conversion: its `convert.json` row (`signatures_left_out`: the converter's reasons).
-        verdicts: its `parity.json` `signatures` rows ({signature: verdict}; a set-aside file's miss).
+        verdicts: its verdicts on the other signatures ({signature: `SignatureVerdict`}; a set-aside file's miss).
     """
     files = signature_files(artifact)
     left_out = {}
     for name in (n for n in signatures if n not in files):
-        verdict = (verdicts or {}).get(name, {})
+        verdict = (verdicts or {}).get(name)
         recorded = (conversion or {}).get("signatures_left_out", {}).get(name)
-        if verdict.get("set_aside"):
-            left_out[name] = f"parity: {verdict['reason']}"
+        if verdict is not None and verdict.set_aside:
+            left_out[name] = f"parity: {verdict.reason}"
         elif recorded:
             left_out[name] = recorded
         else:
@@ -127,19 +128,19 @@ def runner_for(artifact: Artifact, signature_name: str) -> RuntimeRunner:
 class OtherSignatures:
     """The other signatures' verdicts and the SavedModel's own noise on each.
 
-    verdicts: {artifact: {signature: {checked, passed, reason, max_abs_error}}}; noise: {signature: {float
+    verdicts: {artifact: {signature: `SignatureVerdict`}}; noise: {signature: {float
     output: `ReferenceNoise`}} (the SavedModel on that signature against itself, as
     `pipeline.gate.validate.reference_noise`); implementation: {signature: {float output:
     `ImplementationNoise`}} (the SavedModel's float32 rounding error on that signature, against float64).
     """
 
-    verdicts: dict[str, dict[str, dict[str, Any]]]
+    verdicts: dict[str, dict[str, SignatureVerdict]]
     noise: dict[str, dict[str, ReferenceNoise]]
     implementation: dict[str, dict[str, ImplementationNoise]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """`parity.json`'s `signatures` (verdicts) and `signature_noise` ({signature: {output: noise}})."""
-        return {"signatures": self.verdicts,
+        return {"signatures": verdicts_to_json(self.verdicts),
                 "signature_noise": {name: {output: asdict(value) for output, value in outputs.items()}
                                     for name, outputs in self.noise.items()},
                 "signature_implementation_noise": {name: {output: asdict(value) for output, value in outputs.items()}
@@ -167,7 +168,7 @@ def _reference_answers(reference: Artifact, name: str, feed: dict[str, np.ndarra
 
 def _judge(artifact: Artifact, name: str, feed: dict[str, np.ndarray], expected: dict[str, np.ndarray],
            noise: dict[str, ReferenceNoise], settings: ValidateSection,
-           implementation: dict[str, ImplementationNoise] | None = None) -> dict[str, Any]:
+           implementation: dict[str, ImplementationNoise] | None = None) -> SignatureVerdict:
     """One artifact's answers on signature `name` at every batch size against the SavedModel's (`expected`),
     its mode's bound plus `validate.noise_multiplier` times the SavedModel's own noise; a miss names that noise,
     the batch sizes and the setting to change.
@@ -186,7 +187,7 @@ def _judge(artifact: Artifact, name: str, feed: dict[str, np.ndarray], expected:
             worst = max([worst, *(r.max_abs_error for r in rows if not r.exact)])
     finally:
         runner.close()
-    return {"passed": not problems, "reason": "; ".join(problems[:3]), "max_abs_error": worst}
+    return SignatureVerdict(True, not problems, "; ".join(problems[:3]), worst)
 
 
 def validate_other_signatures(reference: Artifact, candidates: list[Artifact], inputs: dict[str, np.ndarray],
@@ -209,18 +210,18 @@ def validate_other_signatures(reference: Artifact, candidates: list[Artifact], i
         feed, _ = signature_feed(signatures[name], inputs)
         if name != DEFAULT_SIGNATURE and feed is not None:
             expected[name], noise[name], implementation[name] = _reference_answers(reference, name, feed, settings)
-    verdicts: dict[str, dict[str, dict[str, Any]]] = {}
+    verdicts: dict[str, dict[str, SignatureVerdict]] = {}
     for artifact in candidates:
         for name in (s for s in carried_signatures(artifact) if s != DEFAULT_SIGNATURE and s in signatures):
             feed, why = signature_feed(signatures[name], inputs)
-            row: dict[str, Any] = {"checked": feed is not None, "passed": True, "reason": why, "max_abs_error": 0.0}
+            verdict = SignatureVerdict(False, True, why or "")
             if feed is not None:
                 try:
-                    row |= _judge(artifact, name, feed, expected[name], noise[name], settings, implementation[name])
+                    verdict = _judge(artifact, name, feed, expected[name], noise[name], settings, implementation[name])
                 except Exception as err:  # noqa: BLE001 - a runtime failure is this signature's verdict
-                    row |= {"passed": False, "reason": f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"}
+                    verdict = SignatureVerdict(True, False, f"{type(err).__name__}: {' '.join(str(err).split())[:300]}")
             own = _own_file(artifact, name)
-            if own is not None and not row["passed"]:
-                row["set_aside"] = set_aside(own)  # the artifact's other files stay
-            verdicts.setdefault(artifact.name, {})[name] = row
+            if own is not None and not verdict.passed:
+                verdict = replace(verdict, set_aside=set_aside(own))  # the artifact's other files stay
+            verdicts.setdefault(artifact.name, {})[name] = verdict
     return OtherSignatures(verdicts, noise, implementation)

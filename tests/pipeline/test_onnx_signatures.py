@@ -95,8 +95,8 @@ def test_a_signature_file_that_misses_is_set_aside_and_the_rest_stays(converted,
     reference = Artifact(SAVED_MODEL, "saved_model", "float32", copy)
     onnx_artifact = Artifact("onnx", "onnx", "float32", copy / "model.onnx")
     judged = validate_other_signatures(reference, [onnx_artifact], INPUTS, ValidateSection())
-    assert judged.verdicts["onnx"]["score"]["passed"], judged.verdicts
-    assert judged.verdicts["onnx"]["score"]["max_abs_error"] < 1e-5
+    assert judged.verdicts["onnx"]["score"].passed, judged.verdicts
+    assert judged.verdicts["onnx"]["score"].max_abs_error < 1e-5
 
     model = onnx.load(str(copy / "model.score.onnx"))  # the same graph, its weights a little off
     for initializer in model.graph.initializer:
@@ -105,7 +105,7 @@ def test_a_signature_file_that_misses_is_set_aside_and_the_rest_stays(converted,
             initializer.CopyFrom(numpy_helper.from_array(value + np.float32(0.01), initializer.name))
     onnx.save(model, str(copy / "model.score.onnx"))
     verdict = validate_other_signatures(reference, [onnx_artifact], INPUTS, ValidateSection()).verdicts["onnx"]["score"]
-    assert not verdict["passed"] and verdict["set_aside"] == f"{SET_ASIDE}/model.score.onnx", verdict
+    assert not verdict.passed and verdict.set_aside == f"{SET_ASIDE}/model.score.onnx", verdict
     assert not (copy / "model.score.onnx").exists() and (copy / "model.onnx").is_file()
 
     names = ["gamma", "score", "serving_default"]

@@ -60,7 +60,7 @@ def test_the_saved_models_own_noise_on_another_signature_never_fails_it(tmp_path
     judged = validate_other_signatures(reference, [itself], INPUTS, settings)
     noise = judged.noise["score"]["score"]
     assert noise.max_abs >= 2 * WOBBLE * 0.9 and noise.batch_sizes[0] != noise.batch_sizes[1], noise
-    assert judged.verdicts["itself"]["score"]["passed"], judged.verdicts
+    assert judged.verdicts["itself"]["score"].passed, judged.verdicts
     # without the allowance the same answers miss: batch 1 against the SavedModel's batch-20 answers
     runner = runner_for(reference, "score")
     expected = run_batched(runner, INPUTS, 20)
@@ -74,7 +74,7 @@ def test_a_miss_beyond_the_noise_names_it_the_batch_sizes_and_the_settings(tmp_p
     reference = Artifact(SAVED_MODEL, "saved_model", "float32", _saved(tmp_path / "sm"))
     shifted = Artifact("shifted", "saved_model", "float32", _saved(tmp_path / "shifted", offset=1e-2))
     verdict = validate_other_signatures(reference, [shifted], INPUTS, ValidateSection()).verdicts["shifted"]["score"]
-    assert not verdict["passed"] and verdict["max_abs_error"] > 9e-3, verdict
-    reason = verdict["reason"]
+    assert not verdict.passed and verdict.max_abs_error > 9e-3, verdict
+    reason = verdict.reason
     assert "output 'score'" in reason and "the SavedModel itself differs by up to" in reason, reason
     assert "between batch" in reason and "validate.float32.atol" in reason and "validate.noise_multiplier" in reason, reason

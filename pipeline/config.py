@@ -267,7 +267,7 @@ def _describe(error: dict[str, Any]) -> str:
         return f"unknown key '{key}'" + (f" (known: {', '.join(known)})" if known else "")
     allowed = error.get("ctx", {}).get("expected")
     detail = f" (allowed: {allowed})" if allowed and str(allowed) not in error["msg"] else ""
-    return f"key '{key}': {error['msg']}{detail}; got {error.get('input')!r}"
+    return f"key '{key}': {error['msg'].removeprefix('Value error, ')}{detail}; got {error.get('input')!r}"
 
 
 def _known_keys(loc: tuple) -> list[str]:

@@ -19,8 +19,7 @@ from tfship.pipeline.api.ship import configure
 from tfship.pipeline.config import PipelineConfig
 from tfship.pipeline.orchestration.chain import StageContext
 from tfship.pipeline.orchestration.resume import stored_config
-from tfship.pipeline.orchestration.run import latest_run, run_single_stage
-from tfship.pipeline.orchestration.run_config import RunConfig
+from tfship.pipeline.orchestration.run import latest_run, new_training_run, run_single_stage
 from tfship.pipeline.orchestration.stages import RunFolder
 
 
@@ -49,8 +48,7 @@ def run_stage(config: PipelineConfig, name: str, run: RunFolder | None = None, p
     """
     if name == "train":
         if run is None:
-            run = RunFolder.create(config.run.runs_dir, config.run.model_name)
-            RunConfig(config).write(run)
+            run = new_training_run(config)
         ctx = StageContext(config, run, config.publish.repository, progress=progress, resume_training=resume_training)
         value = run_single_stage(ctx, "train")
     else:

@@ -46,7 +46,8 @@ class SignatureVerdict:
 
 def verdicts_to_json(verdicts: dict[str, dict[str, SignatureVerdict]]) -> dict[str, dict[str, dict[str, Any]]]:
     """{artifact: {signature: row}} as `parity.json` holds it."""
-    return {artifact: {name: verdict.to_json() for name, verdict in rows.items()} for artifact, rows in verdicts.items()}
+    return {artifact: {name: verdict.to_json() for name, verdict in rows.items()}
+            for artifact, rows in verdicts.items()}
 
 
 def verdicts_from_json(payload: dict[str, Any]) -> dict[str, dict[str, SignatureVerdict]]:
@@ -201,6 +202,7 @@ class ParityReport:
                           for name, value in payload.get("implementation_noise", {}).items()}
         by_signature = {name: {output: ImplementationNoise(**value) for output, value in outputs.items()}
                         for name, outputs in payload.get("signature_implementation_noise", {}).items()}
+        verdicts = verdicts_from_json(payload.get("signatures", {}))
         return cls(payload["reference_metric"], payload["samples"], rows, payload["metric"], payload["metric_output"],
-                   payload["label_source"], tuple(payload["required"]), noise, verdicts_from_json(payload.get("signatures", {})),
-                   signature_noise, implementation, by_signature, payload.get("golden_set", {}))
+                   payload["label_source"], tuple(payload["required"]), noise, verdicts, signature_noise,
+                   implementation, by_signature, payload.get("golden_set", {}))

@@ -225,9 +225,23 @@ def run_pipeline(config: PipelineConfig, repository: Path, progress=None,
     Raises:
         TfshipError: the failing stage's error (its record, report.json and report.md are already written).
     """
+    run = new_training_run(config)
+    return execute(StageContext(config, run, repository, progress=progress), on_stage)
+
+
+def new_training_run(config: PipelineConfig) -> RunFolder:
+    """A new run folder for a run that trains, holding its `config.json`; a config that cannot train is refused
+    first, so it leaves no run folder behind.
+
+    Raises:
+        ConfigError: `pipeline.training.input_specs.check_trainable`'s one line naming the key and the value.
+    """
+    from tfship.pipeline.training.input_specs import check_trainable
+
+    check_trainable(config)
     run = RunFolder.create(config.run.runs_dir, config.run.model_name)
     RunConfig(config).write(run)
-    return execute(StageContext(config, run, repository, progress=progress), on_stage)
+    return run
 
 
 def latest_run(runs_dir: Path) -> RunFolder:

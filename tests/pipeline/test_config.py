@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tfship.core.errors import ConfigError
@@ -91,3 +93,25 @@ def test_override_errors_name_where_the_key_came_from_and_the_known_keys():
     with pytest.raises(ConfigError, match=r"--set validate\.int4\.atol=0\.2: unknown key 'validate\.int4' "
                                           r"\(known: .*float16, float32, .*int8,"):
         load_config(None, {"validate.int4.atol": 0.2})
+
+
+@pytest.mark.parametrize(("key", "value", "why"), [
+    ("validate.int8.atol", True, "expected a number, got a boolean"),
+    ("validate.int8.atol", "0.1", "expected a number, got a string"),
+    ("train.epochs", "3", "expected a number, got a string"),
+    ("validate.batch_sizes", [1, True], "item 1: expected a number, got a boolean"),
+    ("validate.int8.min_top1_agreement", False, "expected a number, got a boolean"),
+    ("train.jit_compile", "yes", "expected true or false, got a string"),
+    ("train.jit_compile", 1, "expected true or false, got a number"),
+])
+def test_a_value_of_the_wrong_toml_type_is_refused_not_converted(key, value, why):
+    """pydantic's lax mode would read `true` as 1.0, "0.1" as 0.1 and 1 as true: a config means what it says or
+    stops, naming the key, the value and what was expected."""
+    with pytest.raises(ConfigError, match=rf"key '{key}': {re.escape(why)}; got {re.escape(repr(value))}"):
+        load_config(None, {key: value})
+
+
+@pytest.mark.parametrize(("key", "value"), [("train.jit_compile", "auto"), ("train.jit_compile", True),
+                                            ("validate.int8.atol", 1), ("validate.batch_sizes", [1, 8])])
+def test_values_of_the_right_type_still_load(key, value):
+    load_config(None, {key: value})

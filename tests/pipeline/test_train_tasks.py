@@ -154,6 +154,15 @@ def test_what_the_named_path_cannot_train_is_refused_before_reading(tmp_path, ov
     assert "\n" not in message and all(part in message for part in named), message
 
 
+@pytest.mark.parametrize("command", ["train", "run"])
+def test_a_config_that_cannot_train_leaves_no_run_folder(tmp_path, command):
+    """tfship train and tfship run refuse before the run folder exists: nothing half-made to clean up."""
+    done = _tfship(command, "--config", str(_config(tmp_path, "binary")), "--set", "model.kind=cnn", cwd=tmp_path,
+                   expect=2)
+    assert "model.kind = 'cnn'" in done.stderr.strip().splitlines()[-1], done.stderr
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
 def test_classification_needs_its_classes_and_a_good_config_passes(tmp_path):
     from tfship.pipeline.training.input_specs import check_trainable
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.pipeline.exported import export_endpoint
 from tfship.core.saved_model import read_signatures
 from tfship.pipeline.config import load_config
 from tfship.pipeline.conversion.artifacts import Artifact
@@ -77,12 +78,8 @@ def _one_row_on_the_edge(folder):
     kernel = np.zeros((2, 10), np.float32)
     kernel[0, 0], kernel[0, 1], kernel[1, 1], kernel[0, 2:] = 1 + 2.0**-12, 1.0, 1.0, -1.0
     dense.set_weights([kernel])
-    archive = keras.export.ExportArchive()
-    archive.track(model)
-    archive.add_endpoint("serving_default", lambda x: {"logits": model(x, training=False)},
-                         input_signature=[tf.TensorSpec([None, 2], tf.float32, name="x")])
-    archive.write_out(str(folder), verbose=False)
-    return folder
+    return export_endpoint(model, folder, lambda x: {"logits": model(x, training=False)},
+                           [tf.TensorSpec([None, 2], tf.float32, name="x")])
 
 
 @pytest.mark.parametrize("undecided", ["publish", "leave_out"])

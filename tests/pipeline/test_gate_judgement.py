@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.pipeline.exported import export_endpoint
 from tfship.core.contract import Signature, TensorSpec
 from tfship.pipeline.config import TOP1_AGREEMENT_FLOORS, load_config
 from tfship.pipeline.conversion.artifacts import Artifact
@@ -180,12 +181,8 @@ def _softmax_head(folder: Path, sharpness: float) -> Path:
     hidden = keras.layers.Dense(64, activation="relu", kernel_initializer=keras.initializers.GlorotUniform(1))(inputs)
     head = keras.layers.Dense(1000, activation="softmax", kernel_initializer=keras.initializers.GlorotUniform(2))
     model = keras.Model(inputs, head(sharpness * hidden))
-    archive = keras.export.ExportArchive()
-    archive.track(model)
-    archive.add_endpoint("serving_default", lambda x: {"probabilities": model(x, training=False)},
-                         input_signature=[tf.TensorSpec([None, 64], tf.float32, name="x")])
-    archive.write_out(str(folder), verbose=False)
-    return folder
+    return export_endpoint(model, folder, lambda x: {"probabilities": model(x, training=False)},
+                           [tf.TensorSpec([None, 64], tf.float32, name="x")])
 
 
 @pytest.mark.slow
@@ -227,12 +224,8 @@ def test_a_model_with_equal_scores_everywhere_is_judged_by_its_values(tmp_path):
 
     layer = tf.keras.layers.Dense(10, activation="softmax", kernel_initializer="zeros")
     model = tf.keras.Sequential([tf.keras.Input((64,)), layer])
-    folder = tmp_path / "uniform"
-    archive = tf.keras.export.ExportArchive()
-    archive.track(model)
-    archive.add_endpoint("serving_default", lambda x: {"probabilities": model(x, training=False)},
-                         input_signature=[tf.TensorSpec([None, 64], tf.float32, name="x")])
-    archive.write_out(str(folder), verbose=False)
+    folder = export_endpoint(model, tmp_path / "uniform", lambda x: {"probabilities": model(x, training=False)},
+                             [tf.TensorSpec([None, 64], tf.float32, name="x")])
     x = np.random.default_rng(1).standard_normal((64, 64)).astype(np.float32)
     done = convert_tflite(folder, tmp_path / "model_dynamic_range.tflite", TfliteOptions(TfliteMode("dynamic_range")),
                           {"x": x}, 240.0)

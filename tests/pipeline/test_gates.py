@@ -11,6 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from tests.pipeline.exported import export_endpoint
 from tfship.core.contract import Signature, TensorSpec
 from tfship.pipeline.config import load_config
 from tfship.pipeline.conversion.artifacts import Artifact
@@ -127,12 +128,8 @@ def _log_softmax_saved_model(folder: Path) -> Path:
     dense = keras.layers.Dense(5, name="spread", kernel_initializer=keras.initializers.Constant(
         np.array([[12, -12, 6, -6, 0]] * 4, np.float32) / 2), use_bias=False)
     model = keras.Model(inputs, dense(inputs))
-    archive = keras.export.ExportArchive()
-    archive.track(model)
-    archive.add_endpoint("serving_default", lambda x: {"log_probs": tf.nn.log_softmax(model(x, training=False))},
-                         input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
-    archive.write_out(str(folder), verbose=False)
-    return folder
+    return export_endpoint(model, folder, lambda x: {"log_probs": tf.nn.log_softmax(model(x, training=False))},
+                           [tf.TensorSpec([None, 4], tf.float32, name="x")])
 
 
 @pytest.mark.slow

@@ -139,7 +139,8 @@ def _check_nodes(where: str, nodes, strict_serving: bool, allow_assign: bool,
 
 def _top_level_nodes_judged(graph, nodes_by_name: dict[str, Any]) -> list[Any]:
     """The top-level graph's nodes less the variable initializers (`<var>/Assign` of a `VarHandleOp`) that
-    every TF2 SavedModel carries for TF1-style loaders such as TensorFlow Serving."""
+    every TF2 SavedModel carries for TF1-style loaders such as TensorFlow Serving.
+    """
     return [n for n in graph.graph_def.node
             if not (n.op == "AssignVariableOp" and n.name.endswith("/Assign")
                     and n.input and nodes_by_name.get(_tensor_node(n.input[0]), n).op == "VarHandleOp")]
@@ -155,7 +156,8 @@ def _saved_variables(graph) -> tuple[dict[str, Any], ...]:
 
 def _variable_violations(variables: Iterable[dict[str, Any]], expected_variables: Iterable[str] | None) -> list[str]:
     """Saved variables that are not model weights: outside `expected_variables` when given, else named like
-    optimizer or training state (`NON_WEIGHT_VARIABLE`)."""
+    optimizer or training state (`NON_WEIGHT_VARIABLE`).
+    """
     expected = set(expected_variables) if expected_variables is not None else None
     violations = []
     for variable in variables:

@@ -68,7 +68,8 @@ def _add_run_command(sub: argparse._SubParsersAction) -> None:
 
 def _add_stage_commands(sub: argparse._SubParsersAction) -> None:
     """`tfship train|export|convert|validate|publish`: one stage alone (train into a new run folder, the others
-    on a run folder's outputs)."""
+    on a run folder's outputs).
+    """
     for name, text in (("train", "train the model into a new run folder"),
                        ("export", "export + audit the run's SavedModel"),
                        ("convert", "convert the run's SavedModel to ONNX and TFLite"),

@@ -137,6 +137,38 @@ def _check_nodes(where: str, nodes, strict_serving: bool, allow_assign: bool,
     return problems
 
 
+def _top_level_nodes_judged(graph, nodes_by_name: dict[str, Any]) -> list[Any]:
+    """The top-level graph's nodes less the variable initializers (`<var>/Assign` of a `VarHandleOp`) that
+    every TF2 SavedModel carries for TF1-style loaders such as TensorFlow Serving.
+    """
+    return [n for n in graph.graph_def.node
+            if not (n.op == "AssignVariableOp" and n.name.endswith("/Assign")
+                    and n.input and nodes_by_name.get(_tensor_node(n.input[0]), n).op == "VarHandleOp")]
+
+
+def _saved_variables(graph) -> tuple[dict[str, Any], ...]:
+    """The object graph's variables: {name, dtype (DataType enum int), shape (list of ints), trainable}."""
+    return tuple(
+        {"name": n.variable.name, "dtype": int(n.variable.dtype),
+         "shape": [d.size for d in n.variable.shape.dim], "trainable": bool(n.variable.trainable)}
+        for n in graph.object_graph_def.nodes if n.WhichOneof("kind") == "variable")
+
+
+def _variable_violations(variables: Iterable[dict[str, Any]], expected_variables: Iterable[str] | None) -> list[str]:
+    """Saved variables that are not model weights: outside `expected_variables` when given, else named like
+    optimizer or training state (`NON_WEIGHT_VARIABLE`).
+    """
+    expected = set(expected_variables) if expected_variables is not None else None
+    violations = []
+    for variable in variables:
+        name = variable["name"]
+        if expected is not None and name not in expected:
+            violations.append(f"variable '{name}' is not a model weight")
+        elif expected is None and NON_WEIGHT_VARIABLE.search(name):
+            violations.append(f"variable '{name}' looks like optimizer or training state")
+    return violations
+
+
 def audit_saved_model(saved_model_dir: Path, expected_variables: Iterable[str] | None = None,
                       layers: dict[str, LayerInfo] | None = None) -> AuditReport:
     """Audit a SavedModel for gradient, optimizer and training-only content.
@@ -170,10 +202,8 @@ def audit_saved_model(saved_model_dir: Path, expected_variables: Iterable[str] |
 
     violations = [f"library: gradient function registered for '{g.function_name}' -> '{g.gradient_func}'"
                   for g in graph.graph_def.library.gradient]
-    top_level = [n for n in graph.graph_def.node
-                 if not (n.op == "AssignVariableOp" and n.name.endswith("/Assign")
-                         and n.input and nodes_by_name.get(_tensor_node(n.input[0]), n).op == "VarHandleOp")]
-    violations += _check_nodes("graph", top_level, strict_serving=False, allow_assign=False)
+    violations += _check_nodes("graph", _top_level_nodes_judged(graph, nodes_by_name), strict_serving=False,
+                               allow_assign=False)
     histogram: Counter[str] = Counter()
     for name, function in library.items():
         if name not in judged:
@@ -186,17 +216,8 @@ def audit_saved_model(saved_model_dir: Path, expected_variables: Iterable[str] |
                                   "lacks by default")
         violations += _check_nodes(f"function {name}", function.node_def, strict_serving=name in serving,
                                    allow_assign=name in saver, layers=layers, library=library)
-    variables = tuple(
-        {"name": n.variable.name, "dtype": int(n.variable.dtype),
-         "shape": [d.size for d in n.variable.shape.dim], "trainable": bool(n.variable.trainable)}
-        for n in graph.object_graph_def.nodes if n.WhichOneof("kind") == "variable")
-    expected = set(expected_variables) if expected_variables is not None else None
-    for variable in variables:
-        name = variable["name"]
-        if expected is not None and name not in expected:
-            violations.append(f"variable '{name}' is not a model weight")
-        elif expected is None and NON_WEIGHT_VARIABLE.search(name):
-            violations.append(f"variable '{name}' looks like optimizer or training state")
+    variables = _saved_variables(graph)
+    violations += _variable_violations(variables, expected_variables)
     if not serving:
         violations.append(f"no function is reachable from the serving signatures {signatures}")
     return AuditReport(str(saved_model_dir), tuple(signatures), tuple(serving), dict(sorted(histogram.items())),

@@ -153,6 +153,90 @@ def _write_reproduce(path: Path, options: TfliteOptions, convert: list[str], smo
     os.replace(tmp, path)
 
 
+@dataclass(frozen=True)
+class _WorkerCommands:
+    """The worker command lines of one variant (`python -m tfship.tflite.worker convert|smoke ...`)."""
+
+    saved_model_dir: Path
+    options_json: str  # `TfliteOptions.to_mapping()` as JSON, keys sorted
+    representative: str | None  # the `.representative.npz` path, or None when no inputs were given
+
+    def convert(self, output: Path, report: str | None) -> list[str]:
+        """The conversion step writing `output`; its JSON report goes to `report` (None: stdout)."""
+        return _worker_command("convert", saved_model=str(self.saved_model_dir), output=str(output),
+                               options=self.options_json, representative=self.representative, report=report)
+
+    def smoke(self, model: Path, convert_report: str, report: str) -> list[str]:
+        """The LiteRT check of `model` against the signature held in `convert_report`."""
+        return _worker_command("smoke", model=str(model), signature=convert_report,
+                               representative=self.representative, report=report)
+
+
+@dataclass
+class _VariantRun:
+    """One variant's two worker steps against one deadline, and the result they make."""
+
+    mode: TfliteMode
+    commands: _WorkerCommands
+    started: float  # time.monotonic() when `convert_tflite` was called
+    timeout_s: float
+    reproduce_command: str
+    peaks: list[int] = field(default_factory=lambda: [0])  # each step's peak resident bytes
+
+    def result(self, status: ConversionStatus, reason: str, flex: list[str],
+               path: Path | None = None) -> TfliteConversionResult:
+        """The variant's result now (seconds since `started`, the largest peak so far)."""
+        size = path.stat().st_size if path is not None else 0
+        return TfliteConversionResult(self.mode, status, reason, path, size, time.monotonic() - self.started,
+                                      tuple(flex), self.reproduce_command, max(self.peaks))
+
+    def run_steps(self, tmp_model: Path, output_path: Path, reports: Path) -> TfliteConversionResult:
+        """Convert to `tmp_model`, check it in LiteRT, and move it to `output_path` only when both passed."""
+        deadline = self.started + self.timeout_s
+        convert_report = str(reports / "convert.json")
+        step = _run_child(self.commands.convert(tmp_model, convert_report), "convert", deadline, self.timeout_s)
+        self.peaks.append(step.peak_rss_bytes)
+        if step.failure:
+            return self.result(ConversionStatus.CRASHED, step.failure, [])
+        flex = list(step.report.get("flex_ops", []))
+        if step.report["status"] != ConversionStatus.PRODUCED:
+            return self.result(ConversionStatus.REFUSED, step.report["reason"], flex)
+        smoke = _run_child(self.commands.smoke(tmp_model, convert_report, str(reports / "smoke.json")),
+                           "LiteRT check", deadline, self.timeout_s)
+        self.peaks.append(smoke.peak_rss_bytes)
+        if smoke.failure:
+            return self.result(ConversionStatus.CRASHED, smoke.failure, flex)
+        if smoke.report["status"] != ConversionStatus.PRODUCED:
+            prefix = (f"uses Flex ops {flex} (convert.allow_flex), which the bundled LiteRT (ai_edge_litert) "
+                      "cannot run: it has no Flex delegate, so the file cannot be checked and is not kept; "
+                      if flex else "")
+            return self.result(ConversionStatus.REFUSED, prefix + smoke.report["reason"], flex)
+        os.replace(tmp_model, output_path)
+        return replace(self.result(ConversionStatus.PRODUCED, "", flex, output_path),
+                       signatures_left_out=dict(step.report.get("signatures_left_out") or {}),
+                       warnings=tuple(step.report.get("warnings") or ()))
+
+
+def _check_request(saved_model_dir: Path, options: TfliteOptions,
+                   representative_inputs: dict[str, np.ndarray] | None, timeout_s: float) -> None:
+    """Raise `ConversionError` for a request no conversion can serve (see `convert_tflite`)."""
+    if not (saved_model_dir / "saved_model.pb").is_file():
+        raise ConversionError(f"no SavedModel at {str(saved_model_dir)!r} (saved_model.pb is missing)")
+    if options.mode is TfliteMode.INT8 and not representative_inputs:
+        raise ConversionError("mode 'int8' needs representative_inputs (signature input name -> array)")
+    if not timeout_s > 0:
+        raise ConversionError(f"timeout_s must be positive seconds, got {timeout_s!r}")
+
+
+def _representative_file(output_path: Path, inputs: dict[str, np.ndarray] | None) -> str | None:
+    """Write `<output_path>.representative.npz` when inputs were given; its path, else None."""
+    if not inputs:
+        return None
+    representative = output_path.with_name(output_path.name + ".representative.npz")
+    _write_representative(representative, inputs)
+    return str(representative)
+
+
 def convert_tflite(saved_model_dir: Path, output_path: Path, options: TfliteOptions,
                    representative_inputs: dict[str, np.ndarray] | None,
                    timeout_s: float) -> TfliteConversionResult:
@@ -183,67 +267,19 @@ def convert_tflite(saved_model_dir: Path, output_path: Path, options: TfliteOpti
     """
     started = time.monotonic()
     saved_model_dir, output_path = Path(saved_model_dir).resolve(), Path(output_path).resolve()
-    if not (saved_model_dir / "saved_model.pb").is_file():
-        raise ConversionError(f"no SavedModel at {str(saved_model_dir)!r} (saved_model.pb is missing)")
-    if options.mode is TfliteMode.INT8 and not representative_inputs:
-        raise ConversionError("mode 'int8' needs representative_inputs (signature input name -> array)")
-    if not timeout_s > 0:
-        raise ConversionError(f"timeout_s must be positive seconds, got {timeout_s!r}")
+    _check_request(saved_model_dir, options, representative_inputs, timeout_s)
     output_path.parent.mkdir(parents=True, exist_ok=True)
     output_path.unlink(missing_ok=True)  # a stale artifact must not look like this run's
-    representative = None
-    if representative_inputs:
-        representative = output_path.with_name(output_path.name + ".representative.npz")
-        _write_representative(representative, representative_inputs)
-    rep_arg = None if representative is None else str(representative)
-    options_json = json.dumps(options.to_mapping(), sort_keys=True)
+    commands = _WorkerCommands(saved_model_dir, json.dumps(options.to_mapping(), sort_keys=True),
+                               _representative_file(output_path, representative_inputs))
     tmp_model = output_path.with_name(f".{output_path.name}.{uuid.uuid4().hex}.tmp")
-
-    def convert_command(output: Path, report: str | None) -> list[str]:
-        return _worker_command("convert", saved_model=str(saved_model_dir), output=str(output),
-                               options=options_json, representative=rep_arg, report=report)
-
-    def smoke_command(model: Path, convert_report: str, report: str) -> list[str]:
-        return _worker_command("smoke", model=str(model), signature=convert_report,
-                               representative=rep_arg, report=report)
-
-    reproduce = convert_command(output_path, None)  # the report goes to stdout
+    reproduce = commands.convert(output_path, None)  # the report goes to stdout
     _write_reproduce(output_path.with_name(output_path.name + ".reproduce.sh"), options,
-                     convert_command(output_path, "$REPORTS/convert.json"),
-                     smoke_command(output_path, "$REPORTS/convert.json", "$REPORTS/smoke.json"))
-    deadline = started + timeout_s
-
-    peaks = [0]
-
-    def result(status: ConversionStatus, reason: str, flex: list[str],
-               path: Path | None = None) -> TfliteConversionResult:
-        size = path.stat().st_size if path is not None else 0
-        return TfliteConversionResult(options.mode, status, reason, path, size, time.monotonic() - started,
-                                      tuple(flex), shlex.join(reproduce), max(peaks))
-
+                     commands.convert(output_path, "$REPORTS/convert.json"),
+                     commands.smoke(output_path, "$REPORTS/convert.json", "$REPORTS/smoke.json"))
+    run = _VariantRun(options.mode, commands, started, timeout_s, shlex.join(reproduce))
     with scratch_folder("tflite") as reports:
         try:
-            convert_report = str(Path(reports) / "convert.json")
-            step = _run_child(convert_command(tmp_model, convert_report), "convert", deadline, timeout_s)
-            peaks.append(step.peak_rss_bytes)
-            if step.failure:
-                return result(ConversionStatus.CRASHED, step.failure, [])
-            flex = list(step.report.get("flex_ops", []))
-            if step.report["status"] != ConversionStatus.PRODUCED:
-                return result(ConversionStatus.REFUSED, step.report["reason"], flex)
-            smoke = _run_child(smoke_command(tmp_model, convert_report, str(Path(reports) / "smoke.json")),
-                               "LiteRT check", deadline, timeout_s)
-            peaks.append(smoke.peak_rss_bytes)
-            if smoke.failure:
-                return result(ConversionStatus.CRASHED, smoke.failure, flex)
-            if smoke.report["status"] != ConversionStatus.PRODUCED:
-                prefix = (f"uses Flex ops {flex} (convert.allow_flex), which the bundled LiteRT (ai_edge_litert) "
-                          "cannot run: it has no Flex delegate, so the file cannot be checked and is not kept; "
-                          if flex else "")
-                return result(ConversionStatus.REFUSED, prefix + smoke.report["reason"], flex)
-            os.replace(tmp_model, output_path)
-            return replace(result(ConversionStatus.PRODUCED, "", flex, output_path),
-                           signatures_left_out=dict(step.report.get("signatures_left_out") or {}),
-                           warnings=tuple(step.report.get("warnings") or ()))
+            return run.run_steps(tmp_model, output_path, Path(reports))
         finally:
             tmp_model.unlink(missing_ok=True)

@@ -203,14 +203,26 @@ def run_convert(saved_model_dir: str, output: str, options: TfliteOptions,
     model, refused = _convert_every_signature(tf, saved_model_dir, options, samples, keys)
     report["signatures_left_out"] = uncarried | refused
     if model is not None and SIGNATURE_KEY in signature_keys(model):
-        Path(output).write_bytes(model)
-        written = [k for k in keys if k in signature_keys(model)]
-        return {**report, "status": ConversionStatus.PRODUCED, "reason": "", "signatures": written,
-                "other_signatures": {k: signatures[k].to_json() for k in written if k != SIGNATURE_KEY},
-                "signatures_left_out": uncarried | {
-                    k: "the TFLite converter did not write it (it keeps one of several signatures that run the same "
-                       "function)" for k in keys if k not in written},
-                "flex_ops": list(flex_ops(op_histogram(model)))}
+        return _write_every_signature_file(model, output, report, signatures, keys, uncarried)
+    return _convert_serving_default_alone(tf, saved_model_dir, output, options, samples, signature, report)
+
+
+def _write_every_signature_file(model: bytes, output: str, report: dict[str, Any], signatures: dict[str, Signature],
+                                keys: tuple[str, ...], uncarried: dict[str, str]) -> dict[str, Any]:
+    """Write the file carrying several signatures; the produced report names those the converter wrote."""
+    Path(output).write_bytes(model)
+    written = [k for k in keys if k in signature_keys(model)]
+    return {**report, "status": ConversionStatus.PRODUCED, "reason": "", "signatures": written,
+            "other_signatures": {k: signatures[k].to_json() for k in written if k != SIGNATURE_KEY},
+            "signatures_left_out": uncarried | {
+                k: "the TFLite converter did not write it (it keeps one of several signatures that run the same "
+                   "function)" for k in keys if k not in written},
+            "flex_ops": list(flex_ops(op_histogram(model)))}
+
+
+def _convert_serving_default_alone(tf, saved_model_dir: str, output: str, options: TfliteOptions, samples,
+                                   signature: Signature, report: dict[str, Any]) -> dict[str, Any]:
+    """Convert `serving_default` alone (builtins, then Flex when allowed and needed) and write it to `output`."""
     try:
         model = _build_converter(tf, saved_model_dir, options, samples, flex=False).convert()
     except Exception as err:  # noqa: BLE001 - the converter raises ConverterError, ValueError or RuntimeError

@@ -46,12 +46,41 @@ def _moto(port: int) -> subprocess.Popen:
     raise RuntimeError("moto S3 server did not start")
 
 
+def _free_port() -> int:
+    """A TCP port free on loopback now (the OS picks it)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _churn_versions(fs, repository: BucketUrl, versions: list[Path], rounds: int) -> list[int]:
+    """`rounds` cycles on the bucket: a partial upload (no manifest), its manifest corrupted (wrong hashes), it
+    deleted, a complete version published and promoted to canary, the oldest of three deleted. Returns the
+    complete versions left, oldest first (version 1 must already be published)."""
+    base = f"reliability/models/{MODEL}"
+    published = [1]
+    for cycle in range(rounds):
+        folder = versions[(cycle + 1) % 3]
+        number = max(published) + 1
+        fs.put(str(folder), f"{base}/{number}", recursive=True)  # partial: no manifest
+        time.sleep(0.8)
+        good = VersionManifest.from_json(fs.cat_file(f"{base}/{published[-1]}/manifest.json")).to_json()
+        bad = {**good, "files": [dict(r, sha256="0" * 64) for r in good["files"]]}
+        fs.pipe_file(f"{base}/{number}/manifest.json", json.dumps(bad).encode())  # corrupt
+        time.sleep(0.8)
+        fs.rm(f"{base}/{number}", recursive=True)
+        published.append(publish_version(folder, repository, MODEL, {"status": "reliability"}).version)
+        promote(repository, MODEL, published[-1], "canary")
+        time.sleep(1.0)
+        if len(published) > 2:
+            fs.rm(f"{base}/{published.pop(0)}", recursive=True)  # a served version deleted
+    return published
+
+
 def bucket_under_load(source: Path, work: Path, rounds: int) -> Row:
     """See the module docstring; `rounds` cycles of publish / partial / corrupt / promote / delete."""
     row = Row("bucket_load", "Predict load while a bucket gets versions published, partial, corrupt, deleted")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = _free_port()
     env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
            "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
     os.environ.update(env)
@@ -61,7 +90,6 @@ def bucket_under_load(source: Path, work: Path, rounds: int) -> Row:
         repository = BucketUrl("s3://reliability/models")
         fs = open_filesystem(repository)
         fs.mkdir("reliability")
-        base = f"reliability/models/{MODEL}"
         versions = [source / MODEL / str(v) for v in (1, 2, 3)]
         expected = [_offline_logits(folder) for folder in versions]
         publish_version(versions[0], repository, MODEL, {"status": "reliability"})
@@ -83,22 +111,7 @@ def bucket_under_load(source: Path, work: Path, rounds: int) -> Row:
             threads = [threading.Thread(target=client_loop) for _ in range(8)]
             for thread in threads:
                 thread.start()
-            published = [1]
-            for cycle in range(rounds):
-                folder = versions[(cycle + 1) % 3]
-                number = max(published) + 1
-                fs.put(str(folder), f"{base}/{number}", recursive=True)  # partial: no manifest
-                time.sleep(0.8)
-                good = VersionManifest.from_json(fs.cat_file(f"{base}/{published[-1]}/manifest.json")).to_json()
-                bad = {**good, "files": [dict(r, sha256="0" * 64) for r in good["files"]]}
-                fs.pipe_file(f"{base}/{number}/manifest.json", json.dumps(bad).encode())  # corrupt
-                time.sleep(0.8)
-                fs.rm(f"{base}/{number}", recursive=True)
-                published.append(publish_version(folder, repository, MODEL, {"status": "reliability"}).version)
-                promote(repository, MODEL, published[-1], "canary")
-                time.sleep(1.0)
-                if len(published) > 2:
-                    fs.rm(f"{base}/{published.pop(0)}", recursive=True)  # a served version deleted
+            published = _churn_versions(fs, repository, versions, rounds)
             stop.set()
             for thread in threads:
                 thread.join()

@@ -13,6 +13,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -41,6 +42,28 @@ def _expected_logits(source: Path, versions: int) -> dict[int, np.ndarray]:
             out[version] = client.predict(MODEL, images(4))["logits"]
         shutil.rmtree(repo, ignore_errors=True)
     return out
+
+
+def _counted(loop: Callable[[int], None], row: Row, lock: threading.Lock) -> Callable[[int], None]:
+    """`loop` whose crash is a failure of the row, named in it, not a silent end of its checks."""
+    def run(seed: int) -> None:
+        try:
+            loop(seed)
+        except Exception as err:  # noqa: BLE001 - any crash is the row's failure, named in it
+            with lock:
+                row.check(False, f"{loop.__name__} crashed: {err!r}"[:300])
+    return run
+
+
+def _publish_versions_for(source: Path, repo: Path, seconds: float) -> int:
+    """Publish versions 2, 3, ... into `repo` every 0.7 s for `seconds` (source versions 1-3 in turn, every third
+    corrupt); returns the last version number."""
+    version, deadline = 1, time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        version += 1
+        copy_version(source, (version - 1) % 3 + 1, repo, version, corrupt=version % 3 == 0)
+        time.sleep(0.7)
+    return version
 
 
 def hot_swap_under_load(source: Path, work: Path, seconds: float) -> Row:
@@ -87,24 +110,11 @@ def hot_swap_under_load(source: Path, work: Path, seconds: float) -> Row:
                     with lock:
                         row.check(ok, why)
 
-        def counted(loop):  # a client that crashes is a failure of the row, not a silent end of its checks
-            def run(seed: int) -> None:
-                try:
-                    loop(seed)
-                except Exception as err:  # noqa: BLE001 - any crash is the row's failure, named in it
-                    with lock:
-                        row.check(False, f"{loop.__name__} crashed: {err!r}"[:300])
-            return run
-
-        threads = ([threading.Thread(target=counted(client_loop), args=(i,)) for i in range(8)]
-                   + [threading.Thread(target=counted(rest_loop), args=(i,)) for i in range(4)])
+        threads = ([threading.Thread(target=_counted(client_loop, row, lock), args=(i,)) for i in range(8)]
+                   + [threading.Thread(target=_counted(rest_loop, row, lock), args=(i,)) for i in range(4)])
         for thread in threads:
             thread.start()
-        version, deadline = 1, time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            version += 1
-            copy_version(source, (version - 1) % 3 + 1, repo, version, corrupt=version % 3 == 0)
-            time.sleep(0.7)
+        version = _publish_versions_for(source, repo, seconds)
         stop.set()
         for thread in threads:
             thread.join()

@@ -36,6 +36,20 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand registered."""
     parser = argparse.ArgumentParser(prog="tfship", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_run_command(sub)
+    _add_stage_commands(sub)
+    _add_inspect_command(sub)
+    _add_promote_command(sub)
+    shadow_cli.register(sub)
+    _add_recommender_data_command(sub)
+    serving_cli.register(sub, held_out=_held_out_rows)
+    deploy.register(sub)
+    _no_abbreviations(parser)
+    return parser
+
+
+def _add_run_command(sub: argparse._SubParsersAction) -> None:
+    """`tfship run`: the whole pipeline, or export-only from a given model (`--model`, `--data`)."""
     run = sub.add_parser("run", help="train, export, convert, validate, serve-check and publish")
     add_config_arguments(run)
     run.add_argument("--model", help="export-only: a .keras/.h5 file, a SavedModel folder or module:function "
@@ -50,6 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", metavar="RUN", help="resume RUN (run folder or run id): stages whose outputs are "
                      "complete and valid are skipped, training continues from its latest checkpoint")
     run.set_defaults(func=commands.cmd_run)
+
+
+def _add_stage_commands(sub: argparse._SubParsersAction) -> None:
+    """`tfship train|export|convert|validate|publish`: one stage alone (train into a new run folder, the others
+    on a run folder's outputs).
+    """
     for name, text in (("train", "train the model into a new run folder"),
                        ("export", "export + audit the run's SavedModel"),
                        ("convert", "convert the run's SavedModel to ONNX and TFLite"),
@@ -67,10 +87,18 @@ def build_parser() -> argparse.ArgumentParser:
                                help="train with MultiWorkerMirroredStrategy in N local processes, each with its own "
                                     "TF_CONFIG on free loopback ports; worker 0's run folder holds the model")
         stage.set_defaults(func=getattr(commands, f"cmd_{name}"))
+
+
+def _add_inspect_command(sub: argparse._SubParsersAction) -> None:
+    """`tfship inspect PATH`: the signatures of a SavedModel, .tflite or .onnx."""
     inspect = sub.add_parser("inspect", help="print the signatures of a SavedModel, .tflite or .onnx")
     inspect.add_argument("path", type=cli_path)
     inspect.add_argument("--json", action="store_true", help="print JSON instead of tables")
     inspect.set_defaults(func=commands.cmd_inspect)
+
+
+def _add_promote_command(sub: argparse._SubParsersAction) -> None:
+    """`tfship promote MODEL VERSION --label ...`: move a version label by offline or shadow evidence."""
     promote = sub.add_parser("promote", help="move a version label (canary, stable) in <repository>/models.config, "
                              "by evidence against the current stable")
     promote.add_argument("model", help="model name in the repository")
@@ -96,7 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
     promote.add_argument("--min-value-agreement", type=float, default=0.0, help="share of pairs within the value "
                          "bound, 0..1 (default 0: a retrained candidate differs in value by design)")
     promote.set_defaults(func=commands.cmd_promote)
-    shadow_cli.register(sub)
+
+
+def _add_recommender_data_command(sub: argparse._SubParsersAction) -> None:
+    """`tfship make-recommender-data --out FOLDER`: synthetic recommender tf.Examples in TFRecord shards."""
     synth = sub.add_parser("make-recommender-data", help="write synthetic recommender tf.Examples (user, item, "
                            "history, dense, 0/1 label with a planted signal) in TFRecord shards")
     synth.add_argument("--out", type=cli_path, required=True, help="folder for the shards and manifest.json")
@@ -106,10 +137,6 @@ def build_parser() -> argparse.ArgumentParser:
                                 ("clusters", 16, "taste groups of the planted signal"), ("seed", 0, "seed")):
         synth.add_argument(f"--{flag}", type=int, default=default, help=f"{text} (default {default:,})")
     synth.set_defaults(func=commands.cmd_make_recommender_data)
-    serving_cli.register(sub, held_out=_held_out_rows)
-    deploy.register(sub)
-    _no_abbreviations(parser)
-    return parser
 
 
 def _no_abbreviations(parser: argparse.ArgumentParser) -> None:

@@ -122,6 +122,73 @@ def _largest_overlap(rows: Sequence[PlannedRow]) -> int:
     return best
 
 
+class _Schedule:
+    """The shared state of one `run_within_budget` call; every method but `work` runs under `condition`.
+
+    `running` holds the indices started and not yet finished; `ratios` the largest measured/predicted peak
+    ratio seen per converter family; `results` the outcomes by index (None until finished).
+    """
+
+    def __init__(self, names: Sequence[str], convert: Callable[[int], Any], plan: MemoryPlan,
+                 peak_of: Callable[[Any], int], serial_families: Collection[str],
+                 held_bytes: Callable[[], int]) -> None:
+        self.names, self.convert, self.plan, self.peak_of = names, convert, plan, peak_of
+        self.serial_families, self.held_bytes = serial_families, held_bytes
+        self.ratios: dict[str, float] = {}
+        self.results: list[Any] = [None] * len(names)
+        self.running: set[int] = set()
+        self.condition, self.started = threading.Condition(), time.monotonic()
+
+    def predicted(self, i: int) -> int:
+        """Conversion i's predicted peak bytes, scaled by its family's largest measured/predicted ratio."""
+        return int(self.plan.rows[i].predicted_bytes * max(1.0, self.ratios.get(family(self.names[i]), 1.0)))
+
+    def family_busy(self, i: int) -> bool:
+        """Whether conversion i belongs to a serial family one of whose conversions runs now."""
+        kind_family = family(self.names[i])
+        return kind_family in self.serial_families and any(family(self.names[j]) == kind_family
+                                                            for j in self.running)
+
+    def fits(self, i: int) -> bool:
+        """Whether conversion i may start now (first fit; alone it always fits)."""
+        if self.family_busy(i):
+            return False
+        if not self.running:
+            return True
+        if len(self.running) >= self.plan.workers:
+            return False
+        together = sum(self.predicted(j) for j in self.running) + self.predicted(i) + self.held_bytes()
+        return not self.plan.room_bytes or together <= self.plan.room_bytes
+
+    def mark_waiting_for_memory(self, pending: Sequence[int]) -> None:
+        """Flag the pending conversions that only memory holds back (a worker is free, their family idle)."""
+        for i in pending:
+            if len(self.running) < self.plan.workers and not self.family_busy(i):
+                self.plan.rows[i].waited_for_memory = True
+
+    def start(self, i: int) -> None:
+        """Record conversion i as running: its prediction at start and its start second."""
+        self.running.add(i)
+        self.plan.rows[i].predicted_bytes = self.predicted(i)
+        self.plan.rows[i].start_s = round(time.monotonic() - self.started, 2)
+
+    def work(self, i: int) -> None:
+        """Run conversion i (in a pool thread), then record its end, its measured peak and its family's ratio."""
+        try:
+            self.results[i] = self.convert(i)
+        finally:
+            with self.condition:
+                row = self.plan.rows[i]
+                row.end_s = round(time.monotonic() - self.started, 2)
+                row.measured_bytes = self.peak_of(self.results[i]) if self.results[i] is not None else 0
+                if row.measured_bytes:
+                    kind_family = family(self.names[i])
+                    self.ratios[kind_family] = max(self.ratios.get(kind_family, 0.0),
+                                                   row.measured_bytes / row.predicted_bytes)
+                self.running.discard(i)
+                self.condition.notify_all()
+
+
 def run_within_budget(names: Sequence[str], convert: Callable[[int], Any], plan: MemoryPlan,
                       peak_of: Callable[[Any], int], serial_families: Collection[str] = (),
                       held_bytes: Callable[[], int] = lambda: 0) -> list[Any]:
@@ -141,61 +208,23 @@ def run_within_budget(names: Sequence[str], convert: Callable[[int], Any], plan:
     """
     models = [peak_model(name) for name in names]
     plan.rows = [PlannedRow(name, m.predict(plan.weight_bytes)) for name, m in zip(names, models)]
-    ratios: dict[str, float] = {}
-    results: list[Any] = [None] * len(names)
-    pending, running = list(range(len(names))), set()
-    condition, started = threading.Condition(), time.monotonic()
-
-    def predicted(i: int) -> int:
-        return int(plan.rows[i].predicted_bytes * max(1.0, ratios.get(family(names[i]), 1.0)))
-
-    def family_busy(i: int) -> bool:
-        return family(names[i]) in serial_families and any(family(names[j]) == family(names[i]) for j in running)
-
-    def fits(i: int) -> bool:
-        if family_busy(i):
-            return False
-        if not running:
-            return True
-        if len(running) >= plan.workers:
-            return False
-        together = sum(predicted(j) for j in running) + predicted(i) + held_bytes()
-        return not plan.room_bytes or together <= plan.room_bytes
-
-    def work(i: int) -> None:
-        try:
-            results[i] = convert(i)
-        finally:
-            with condition:
-                row = plan.rows[i]
-                row.end_s = round(time.monotonic() - started, 2)
-                row.measured_bytes = peak_of(results[i]) if results[i] is not None else 0
-                if row.measured_bytes:
-                    kind_family = family(names[i])
-                    ratios[kind_family] = max(ratios.get(kind_family, 0.0), row.measured_bytes / row.predicted_bytes)
-                running.discard(i)
-                condition.notify_all()
-
+    schedule = _Schedule(names, convert, plan, peak_of, serial_families, held_bytes)
+    pending = list(range(len(names)))
     with ThreadPoolExecutor(max_workers=max(1, plan.workers)) as pool:
         futures = []
-        with condition:
+        with schedule.condition:
             while pending:
-                ready = next((i for i in pending if fits(i)), None)
+                ready = next((i for i in pending if schedule.fits(i)), None)
                 if ready is None:
-                    for i in pending:
-                        if len(running) < plan.workers and not family_busy(i):
-                            plan.rows[i].waited_for_memory = True
-                    condition.wait()
+                    schedule.mark_waiting_for_memory(pending)
+                    schedule.condition.wait()
                     continue
                 pending.remove(ready)
-                running.add(ready)
-                plan.rows[ready].predicted_bytes = predicted(ready)
-                plan.rows[ready].start_s = round(time.monotonic() - started, 2)
-                futures.append(pool.submit(work, ready))
+                schedule.start(ready)
+                futures.append(pool.submit(schedule.work, ready))
         for future in futures:
             future.result()
-    return results
-
+    return schedule.results
 
 
 __all__ = ["DEFAULT_PEAK", "MIB", "Budget", "MemoryPlan", "PeakModel", "PlannedRow", "family", "memory_budget",

@@ -155,13 +155,16 @@ def _artifact_lines(summary: dict[str, Any], parity: dict[str, Any]) -> list[str
     return lines
 
 
-def verdict_text(row: dict[str, Any]) -> str:
+def verdict_text(row: dict[str, Any], short: bool = False) -> str:
     """'pass'; 'pass (undecided ...)' when a decision could not be taken on these rows and `validate.undecided =
     publish` let the file through (the report's "Parity judgement" section gives the bounds); or 'FAIL: ...'.
+    `short`: the terminal table's form (no table escaping, the undecided note cut to its word).
     """
     if not row["passed"]:
-        return table_cell("FAIL: " + first_line(row["reason"]))
-    return "pass (undecided: too few rows; validate.undecided = publish)" if row.get("undecided") else "pass"
+        return "FAIL: " + first_line(row["reason"]) if short else table_cell("FAIL: " + first_line(row["reason"]))
+    if not row.get("undecided"):
+        return "pass"
+    return "pass (undecided)" if short else "pass (undecided: too few rows; validate.undecided = publish)"
 
 
 def memory_lines(memory: dict[str, Any] | None) -> list[str]:
@@ -251,7 +254,7 @@ def summary_tables(summary: dict[str, Any], records: list[StageRecord]):
         artifacts.add_row(row["artifact"], row["mode"], _human_bytes(row["size_bytes"]), f"{row['metric']:.4g}",
                           "-" if row["top1_agreement"] is None else f"{row['top1_agreement']:.2f}", _flips_text(row),
                           worst.get("output", "-"), f"{worst.get('max_abs_error', float('nan')):.2e}",
-                          "; ".join(exact) or "-", "pass" if row["passed"] else "FAIL: " + first_line(row["reason"]),
+                          "; ".join(exact) or "-", verdict_text(row, short=True),
                           "-" if outcome is None else ("published" if outcome["status"] == OutcomeStatus.PUBLISHED
                                                        else f"left out ({outcome['stage']})"))
     for name, outcome in outcomes.items():  # left out before the parity gate: no parity row

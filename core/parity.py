@@ -9,7 +9,10 @@ measure it from):
 * outputs are matched by name, never by position; an output the primary has and the shadow lacks fails;
   a shape that differs fails;
 * float outputs: the value bound is the gate's |got - want| <= atol * max(1, max |want|) + rtol * |want|
-  elementwise (the absolute part follows the output's range); NaN or Inf in the shadow's answer fails;
+  elementwise (the absolute part follows the output's range). NaN and Inf are judged against the primary's
+  own values: the same non-finite value at the same place (NaN with NaN, +inf with +inf) agrees (a client's NaN
+  input makes the primary's NaN too); NaN or Inf in the shadow's answer where the primary's is finite fails, and
+  so does a primary's NaN/Inf the shadow does not repeat;
 * a float [N, C] output (C > 1) also reports its top-1 agreement: rows whose argmax equals the primary's, a
   flip counted as agreeing when it is a *tie*: the primary's scores at its top class and at the shadow's differ
   by no more than the two scores' bounds together (the gate's rule for index outputs). The gate's decision rule
@@ -81,32 +84,68 @@ def as_text(array: np.ndarray) -> np.ndarray:
     return np.array(flat, dtype=object).reshape(np.shape(array))
 
 
-def top1_agreeing(got: np.ndarray, want: np.ndarray, bound: PairBound) -> int:
+def same_nonfinite(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """Elementwise: both NaN, or both the same infinity (+inf with +inf, -inf with -inf); same shape."""
+    return (np.isnan(got) & np.isnan(want)) | (np.isinf(want) & (got == want))
+
+
+def top1_agreeing(got: np.ndarray, want: np.ndarray, bound: PairBound, rows_equal: np.ndarray | None = None) -> int:
     """Rows of float [N, C] outputs whose argmax agrees, a flip counted as agreeing when the primary's scores at
     both classes are equal within the two scores' bounds together (a tie).
+
+    A row holding NaN or Inf (either side) has no meaningful argmax: it agrees exactly when `rows_equal` says the
+    shadow's row is the primary's (the same non-finite values at the same places, the rest within the bound);
+    without `rows_equal` such a row agrees only when every value is the same non-finite value or equal.
     """
     if not len(want):
         return 0
-    mine, theirs = np.argmax(want, axis=1), np.argmax(got, axis=1)
+    finite_rows = np.all(np.isfinite(want), axis=1) & np.all(np.isfinite(got), axis=1)
+    if rows_equal is None:
+        rows_equal = np.all(same_nonfinite(got, want) | (got == want), axis=1)
+    safe_want, safe_got = np.where(finite_rows[:, None], want, 0.0), np.where(finite_rows[:, None], got, 0.0)
+    mine, theirs = np.argmax(safe_want, axis=1), np.argmax(safe_got, axis=1)
     rows = np.arange(len(want))
-    top, picked = want[rows, mine], want[rows, theirs]
+    top, picked = safe_want[rows, mine], safe_want[rows, theirs]
     limit = 2.0 * bound.atol * bound.scale(want) + bound.rtol * (np.abs(top) + np.abs(picked))
-    return int(np.sum((mine == theirs) | (top - picked <= limit)))
+    agree_finite = (mine == theirs) | (top - picked <= limit)
+    return int(np.sum(np.where(finite_rows, agree_finite, rows_equal)))
 
 
 def _floats(name: str, got: np.ndarray, want: np.ndarray, bound: PairBound) -> OutputPair:
+    """Values within the bound where both are finite; where either is NaN or Inf the shadow must hold the
+    primary's own non-finite value (a primary's NaN, e.g. from a client's NaN input, is no fault of the shadow's).
+    """
     rows = len(want) if want.ndim else 1
-    if not np.all(np.isfinite(got)):
-        return OutputPair(name, float("inf"), False, float("inf"), rows, 0 if want.ndim == 2 else None,
-                          f"NaN or Inf in the shadow's output ({int(np.sum(~np.isfinite(got)))} values)")
     want64, got64 = want.astype(np.float64), got.astype(np.float64)
-    error = np.abs(got64 - want64)
-    allowed = bound.allowed(want64)
+    both_finite = np.isfinite(want64) & np.isfinite(got64)
+    mismatched = ~both_finite & ~same_nonfinite(got64, want64)
+    error = np.abs(np.where(both_finite, got64, 0.0) - np.where(both_finite, want64, 0.0))
+    error = np.where(mismatched, np.inf, error)
+    allowed = np.where(both_finite, bound.allowed(np.where(both_finite, want64, 0.0)), 1.0)
     excess = float(np.max(error / np.maximum(allowed, 1e-300))) if error.size else 0.0
-    top1 = top1_agreeing(got64, want64, bound) if want.ndim == 2 and want.shape[1] > 1 else None
-    outside = int(np.sum(error > allowed))
+    outside_mask = (error > allowed) | mismatched
+    top1 = None
+    if want.ndim == 2 and want.shape[1] > 1:
+        top1 = top1_agreeing(got64, want64, bound, ~np.any(outside_mask, axis=1))
+    outside = int(np.sum(outside_mask))
     return OutputPair(name, float(error.max()) if error.size else 0.0, outside == 0, excess, rows, top1,
-                      f"{outside} of {error.size} values outside the bound" if outside else "")
+                      _float_detail(got64, want64, mismatched, outside))
+
+
+def _float_detail(got: np.ndarray, want: np.ndarray, mismatched: np.ndarray, outside: int) -> str:
+    """Why a float output is outside: the shadow's NaN/Inf where the primary is finite, a primary's non-finite
+    value the shadow does not repeat, or values outside the bound (counts).
+    """
+    parts = []
+    own = int(np.sum(mismatched & np.isfinite(want)))
+    if own:
+        parts.append(f"NaN or Inf in the shadow's output where the primary's is finite ({own} values)")
+    if int(np.sum(mismatched)) - own:
+        parts.append(f"{int(np.sum(mismatched)) - own} of the primary's NaN/Inf values not repeated by the shadow")
+    rest = outside - int(np.sum(mismatched))
+    if rest:
+        parts.append(f"{rest} of {got.size} values outside the bound")
+    return "; ".join(parts)
 
 
 def _integers(name: str, got: np.ndarray, want: np.ndarray, bound: PairBound,

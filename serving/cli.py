@@ -201,7 +201,7 @@ def check_artifact(settings) -> None:
     Raises:
         ConfigError: naming the flag, the artifact, the manifest and what it lists as published.
     """
-    if not settings.artifact:
+    if settings.artifact is None:
         return
     from pathlib import Path
 

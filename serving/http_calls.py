@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable, Sequence
 
 from aiohttp import http_exceptions, web, web_protocol
+from aiohttp.web_urldispatcher import _default_expect_handler  # aiohttp's own `Expect` answer (100 Continue / 417)
 
 from tfship.core.echo import cap_message, clip
 from tfship.core.errors import InvalidRequestError, RequestTimeoutError, TfshipError
@@ -61,10 +62,47 @@ def _http_error(request: web.Request, err: web.HTTPException, unrouted: Unrouted
     if err.status in (404, 405):
         return unrouted(request, err)
     if err.status == 413:
-        limit = request.app.get(MAX_BYTES)
-        size = f"{request.content_length} bytes" if request.content_length else "above the limit"
-        return error_response(f"request body of {size} exceeds --max-message-bytes {limit} bytes", 413)
+        return _too_large(request)
     return error_response(cap_message(str(err.reason)), err.status)
+
+
+def _too_large(request: web.Request) -> web.Response:
+    """413 naming the limit and the size that exceeds it: the declared body (`Content-Length`), or, for a
+    compressed body (`Content-Encoding` gzip / deflate / br), its decompressed size, which is what the limit
+    bounds (aiohttp stops decompressing once it passes the limit: memory stays bounded).
+    """
+    limit = request.app.get(MAX_BYTES)
+    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+    declared = request.content_length
+    if encoding not in ("", "identity") and (declared is None or declared <= (limit or 0)):
+        wire = f"{declared} bytes as sent" if declared is not None else "sent chunked"
+        message = (f"decompressed request body exceeds --max-message-bytes {limit} bytes "
+                   f"(Content-Encoding: {clip(encoding, 40)}, {wire})")
+    else:
+        size = f"{declared} bytes" if declared else "above the limit"
+        message = f"request body of {size} exceeds --max-message-bytes {limit} bytes"
+    response = error_response(message, 413)
+    response[GRPC_CODE] = "RESOURCE_EXHAUSTED"
+    return response
+
+
+def declared_too_large(request: web.Request) -> web.Response | None:
+    """The 413 answer for a request whose declared `Content-Length` exceeds --max-message-bytes (answered
+    before any of its body is read), else None.
+    """
+    limit = request.app.get(MAX_BYTES)
+    declared = request.content_length
+    if limit is None or declared is None or declared <= limit:
+        return None
+    return _too_large(request)
+
+
+async def expect_within_limit(request: web.Request) -> web.StreamResponse | None:
+    """The routes' `expect_handler`: a request with `Expect: 100-continue` whose declared body exceeds the limit
+    is answered 413 instead of `100 Continue` (RFC 9110 10.1.1: a server may answer the final status at once);
+    otherwise aiohttp's own answer (100 Continue, or 417 for an unknown expectation).
+    """
+    return declared_too_large(request) or await _default_expect_handler(request)
 
 
 def _answer_error(request: web.Request, err: BaseException, unrouted: Unrouted) -> web.Response:
@@ -98,6 +136,9 @@ def error_middleware(policy: AccessPolicy, gate=None, request_log: RequestLog | 
         response = None
         try:
             policy.check(request.headers.get("Authorization", ""))
+            response = declared_too_large(request)  # before the body is read: no wait for a body refused anyway
+            if response is not None:
+                return response
             if gate is not None:
                 gate.enter()
                 entered = True

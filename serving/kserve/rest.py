@@ -35,7 +35,7 @@ from tfship.serving.dataplane import json_numbers
 from tfship.serving.dataplane.admission import check_declared
 from tfship.serving.dataplane.service import DataPlane
 from tfship.serving.dataplane.types import InferenceRequest, ModelMetadata, ModelRef
-from tfship.serving.http_calls import read_body
+from tfship.serving.http_calls import expect_within_limit, read_body
 from tfship.serving.kserve.codec import datatype_for, from_json, from_raw, to_json, to_raw
 from tfship.serving.kserve.converters import (
     EXTENSIONS,
@@ -316,7 +316,7 @@ def add_v2_routes(app: web.Application, dataplane: DataPlane, timeout_s: float =
     app.router.add_get(_MODEL, routes.model_metadata)
     app.router.add_get(_MODEL + "/ready", routes.model_ready)
     app.router.add_get(_MODEL + "/config", routes.config)
-    app.router.add_post(_MODEL + "/infer", routes.infer)
+    app.router.add_post(_MODEL + "/infer", routes.infer, expect_handler=expect_within_limit)
 
 
 def _response(request: web.Request, header: bytes, blobs: list[bytes]) -> web.Response:

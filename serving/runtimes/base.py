@@ -239,7 +239,7 @@ class RuntimeRegistry:
             ConfigError: unknown backend name; `options.artifact` not published in `version_dir`
                 (`ArtifactNotPublishedError`), or served by another backend than a non-`auto` `backend`.
         """
-        if options is not None and options.artifact:
+        if options is not None and options.artifact is not None:
             return self._create_artifact(backend, version_dir, options)
         for name in options.prefer if options else ():
             cls = self.get(name)
@@ -269,7 +269,13 @@ class RuntimeRegistry:
         return chosen
 
     def _create_artifact(self, backend: str, version_dir: Path, options: RuntimeOptions) -> Runtime:
-        """The runtime for the published artifact `options.artifact` (its file, on its backend); logged."""
+        """The runtime for the published artifact `options.artifact` (its file, on its backend); logged.
+        Options that choose another file (`tflite_file`, `prefer`) are refused, whichever door they came by.
+        """
+        from tfship.serving.runtimes.published import check_artifact_flags
+
+        check_artifact_flags(options.artifact, options.tflite_file, bool(options.prefer),
+                             RuntimeOptions.tflite_file)
         chosen = self.resolve_artifact(backend, version_dir, options.artifact)
         runtime = self.get(chosen.backend)(version_dir, replace(options, tflite_file=chosen.file, prefer=()))
         runtime.artifact = chosen.name

@@ -91,8 +91,7 @@ def resolve_artifact(version_dir: Path, name: str, backends: Mapping[str, type])
     published = published_names(manifest)
     row = manifest.artifact(name)
     if row is None or row.status != PUBLISHED:
-        why = ("does not list it" if row is None else
-               f"lists it as {row.status!r} ({row.stage or '?'}: {row.reason or 'no reason'})")
+        why = "does not list it" if row is None else f"lists it as {row.status!r} ({_why_left_out(row)})"
         raise ArtifactNotPublishedError(f"{FLAG} {name}: {where} {why}; published there: {published}")
     file = row.file
     listed = {f.path: {"size_bytes": f.size_bytes, "sha256": f.sha256} for f in manifest.files}
@@ -107,6 +106,12 @@ def resolve_artifact(version_dir: Path, name: str, backends: Mapping[str, type])
         raise ArtifactNotPublishedError(f"{FLAG} {name}: no backend of this server serves {file} (backends: "
                                         f"{sorted(backends)})")
     return PublishedArtifact(name, file, backend, str(listed[file]["sha256"]))
+
+
+def _why_left_out(row) -> str:
+    """`stage: reason` of a manifest row not published; the stage only where the manifest records one."""
+    reason = row.reason or "no reason"
+    return f"{row.stage}: {reason}" if row.stage else reason
 
 
 def _check_file(name: str, path: Path, row: Mapping) -> None:
@@ -130,12 +135,19 @@ def check_artifact_flags(artifact: str | None, tflite_file: str, prefer_tflite_m
                          default_tflite_file: str = "model.tflite") -> None:
     """Refuse flags that would choose another file than `--artifact` does.
 
+    Args:
+        artifact: the `--artifact` value; None = not given (nothing to check).
+
     Raises:
-        ConfigError: `--artifact` with `--tflite-file` other than its default, or with `--prefer_tflite_model`.
-            (`--backend` other than `auto` is checked per version, against the backend the manifest implies.)
+        ConfigError: `--artifact` given empty (or blank); `--artifact` with `--tflite-file` other than its default,
+            or with `--prefer_tflite_model`. (`--backend` other than `auto` is checked per version, against the
+            backend the manifest implies.)
     """
-    if not artifact:
+    if artifact is None:
         return
+    if not artifact.strip():
+        raise ConfigError(f"{FLAG} {artifact!r}: empty; name a published artifact (e.g. tflite_int8, onnx), or "
+                          f"leave {FLAG} out")
     if tflite_file != default_tflite_file:
         raise ConfigError(f"{FLAG} {artifact} and --tflite-file {tflite_file} both choose the file to serve; "
                           "give one (--artifact takes the file from the version's manifest)")

@@ -23,7 +23,7 @@ from tfship.serving.dataplane.admission import batched_inputs, rows_over_limit
 from tfship.serving.dataplane.offload import Offloader
 from tfship.serving.dataplane.service import DataPlane
 from tfship.serving.dataplane.types import InferenceRequest, ModelMetadata, ModelRef
-from tfship.serving.http_calls import error_response, read_body
+from tfship.serving.http_calls import error_response, expect_within_limit, read_body
 from tfship.serving.tfs import converters, examples, json_write, rest_json
 
 log = logging.getLogger(__name__)
@@ -212,8 +212,9 @@ def add_tfs_routes(app: web.Application, dataplane: DataPlane, timeout_s: float 
     app.router.add_get("/v1/models", _missing_model_name)
     app.router.add_get(base, routes.status)
     app.router.add_get(base + "/metadata", routes.metadata)
-    app.router.add_post(base + ":predict", routes.predict)
-    app.router.add_post(base + ":{verb:classify|regress}", routes.classify_or_regress)
+    app.router.add_post(base + ":predict", routes.predict, expect_handler=expect_within_limit)
+    app.router.add_post(base + ":{verb:classify|regress}", routes.classify_or_regress,
+                        expect_handler=expect_within_limit)
 
 
 async def _missing_model_name(request: web.Request) -> web.Response:

@@ -68,3 +68,28 @@ def test_top1_counts_flips_and_excuses_ties() -> None:
     assert compare_pair({"s": np.concatenate([flipped[:1], tied[1:]])}, {"s": want}, BOUND)[0].top1_agreeing == 2
     same = compare_pair({"s": want}, {"s": want}, BOUND)[0]
     assert same.top1_agreeing == 3 and same.within_bound and same.max_abs_error == 0.0
+
+
+def test_nonfinite_values_are_judged_against_the_primarys() -> None:
+    """A primary's NaN/Inf (a client's NaN input) repeated by the shadow agrees; the shadow's own NaN where the
+    primary is finite, or a primary's NaN the shadow does not repeat, fails and is no top-1 agreement."""
+    logits = _scores()
+    primary = logits.copy()
+    primary[1, :] = np.nan
+    primary[2, 0], primary[2, 1] = np.inf, -np.inf
+    (same,) = compare_pair({"y": primary.copy()}, {"y": primary})
+    assert same.within_bound and same.top1_agreeing == same.rows and same.max_abs_error == 0.0, same
+    own_nan = primary.copy()
+    own_nan[0, 0] = np.nan
+    (bad,) = compare_pair({"y": own_nan}, {"y": primary})
+    assert not bad.within_bound and bad.top1_agreeing == bad.rows - 1
+    assert "NaN or Inf in the shadow's output where the primary's is finite (1 values)" in bad.detail
+    flipped_inf = primary.copy()
+    flipped_inf[2, 0] = -np.inf
+    (wrong,) = compare_pair({"y": flipped_inf}, {"y": primary})
+    assert not wrong.within_bound and wrong.top1_agreeing == wrong.rows - 1
+    assert "1 of the primary's NaN/Inf values not repeated by the shadow" in wrong.detail
+    finite = logits.copy()
+    finite[1, :] = 0.0  # the primary's NaN row answered with numbers: not the primary's answer
+    (numbers,) = compare_pair({"y": finite}, {"y": primary})
+    assert not numbers.within_bound and numbers.top1_agreeing == numbers.rows - 2

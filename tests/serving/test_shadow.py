@@ -333,3 +333,35 @@ def test_every_backend_shadows_and_judges_by_the_gate_rules(repository: Path, mo
     assert figures["top1_agreement"] == 1.0 and figures["value_agreement"] == 0.0
     assert figures["outputs"]["class_id"]["value_agreement"] == 1.0
     assert abs(figures["outputs"]["logits"]["max_error"] - 1.0) < 1e-4
+
+
+def test_clients_nan_inputs_are_no_fault_of_an_identical_candidate(lin_repo: Path) -> None:
+    """NaN and Inf inputs (accepted, as TF Serving does) make the primary's logits NaN: the byte-identical
+    candidate (v2) repeats them and is promoted; the planted fault (v3) is still caught on the finite rows."""
+    inputs = _inputs(8)
+    for i, x in enumerate(inputs):
+        x[i % 3, :] = np.nan
+        x[(i % 3) + 3, 0] = np.inf
+    for version, promotes in ((2, True), (3, False)):
+        repo = lin_repo.parent / f"repo{version}"
+        shutil.copytree(lin_repo, repo)
+        (repo / "models.config").write_text((lin_repo / "models.config").read_text().replace(str(lin_repo), str(repo)))
+        with _serve(repo, "--shadow", f"{MODEL}={version}") as server:
+            with PredictClient(server.grpc_target, timeout_s=30) as client:
+                for x in inputs:
+                    assert np.isnan(client.predict(MODEL, {"x": x}, version_label="stable")["logits"]).any()
+            body = '{"inputs": {"x": [[' + ", ".join(["NaN"] * shadow_models.FEATURES) + "]]}}"
+            request = urllib.request.Request(f"{server.rest_url}/v1/models/{MODEL}/labels/stable:predict",
+                                             data=body.encode(), method="POST")
+            assert urllib.request.urlopen(request, timeout=30).status == 200
+            report = _report_when(server, lambda r: r["pairs"] >= 9)
+            done = _tfship("promote", MODEL, str(version), "--label", "stable", "--repository", str(repo),
+                           "--evidence", "shadow", "--shadow-report", server.rest_url, "--min-pairs", "9")
+        assert report["pairs"] == 9 and report["errors"] == {}
+        if promotes:
+            assert report["figures"]["top1_agreement"] == 1.0 and report["figures"]["value_agreement"] == 1.0
+            assert done.returncode == 0, done.stderr
+        else:
+            assert report["figures"]["top1_agreement"] < 1.0 and report["figures"]["value_agreement"] < 0.5
+            assert done.returncode != 0 and "PromotionRefusedError" in done.stderr, done.stderr
+        assert _labels(repo)["stable"] == (version if promotes else 1)

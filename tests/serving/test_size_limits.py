@@ -96,3 +96,55 @@ def test_rest_request_above_the_limit(small_server):
     ok = requests.post(f"{small_server.rest_url}/v1/models/{MODEL}:predict",
                        data=json.dumps({"instances": _ids(2).tolist()}), timeout=30)
     assert ok.status_code == 200 and len(ok.json()["predictions"]) == 2
+
+
+def _raw(server, path: str, headers: dict[str, str], body: bytes = b"", read_s: float = 10.0) -> list[bytes]:
+    """Send a request's head (and `body`, if any) on a raw socket; return the status lines received within
+    `read_s` seconds (an interim `100 Continue` is its own line). A server that waits for a body it will refuse
+    anyway times the socket out here."""
+    import socket
+    from urllib.parse import urlsplit
+
+    host, port = urlsplit(server.rest_url).hostname, urlsplit(server.rest_url).port
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    with socket.create_connection((host, port), timeout=read_s) as sock:
+        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: {host}\r\n{head}\r\n".encode() + body)
+        received = b""
+        while b"\r\n\r\n" not in received.split(b"100 Continue\r\n\r\n")[-1]:
+            chunk = sock.recv(65536)
+            assert chunk, received
+            received += chunk
+    return [line for line in received.split(b"\r\n") if line.startswith(b"HTTP/1.1 ")] + [received]
+
+
+@pytest.mark.parametrize("path", [f"/v1/models/{MODEL}:predict", f"/v1/models/{MODEL}:classify",
+                                  f"/v2/models/{MODEL}/infer"])
+@pytest.mark.parametrize("expect", [False, True])
+def test_declared_body_above_the_limit_is_refused_before_it_is_sent(small_server, path, expect):
+    """Content-Length above --max-message-bytes: 413 at once, with no body sent; with `Expect: 100-continue` the
+    413 comes instead of `100 Continue`. A body within the limit still gets its `100 Continue` and its answer."""
+    headers = {"Content-Type": "application/json", "Content-Length": str(LIMIT * 1000)}
+    *status, whole = _raw(small_server, path, {**headers, **({"Expect": "100-continue"} if expect else {})})
+    assert status == [b"HTTP/1.1 413 Request Entity Too Large"], whole
+    assert f"request body of {LIMIT * 1000} bytes exceeds --max-message-bytes {LIMIT} bytes".encode() in whole
+    if expect and path.endswith(":predict"):
+        body = json.dumps({"instances": _ids(2).tolist()}).encode()
+        *status, whole = _raw(small_server, path, {"Content-Length": str(len(body)), "Expect": "100-continue"}, body)
+        assert status == [b"HTTP/1.1 100 Continue", b"HTTP/1.1 200 OK"], whole
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+def test_compressed_body_above_the_limit_names_its_decompressed_size(small_server, encoding):
+    """A compressed body within the limit that decompresses past it: 413 saying the decompressed body exceeds."""
+    import gzip
+    import zlib
+
+    text = json.dumps({"instances": _ids(200).tolist()}).encode()
+    assert len(text) > LIMIT
+    body = gzip.compress(text) if encoding == "gzip" else zlib.compress(text)
+    assert len(body) < LIMIT
+    response = requests.post(f"{small_server.rest_url}/v1/models/{MODEL}:predict", data=body, timeout=30,
+                             headers={"Content-Encoding": encoding})
+    assert response.status_code == 413
+    assert response.json() == {"error": f"decompressed request body exceeds --max-message-bytes {LIMIT} bytes "
+                                        f"(Content-Encoding: {encoding}, {len(body)} bytes as sent)"}

@@ -49,6 +49,20 @@ def write_onnx_version(folder: Path, w: np.ndarray, b: np.ndarray) -> Path:
     return folder
 
 
+def write_published_onnx(root: Path, model: str, left_out: tuple[dict, ...] = ()) -> Path:
+    """`<root>/<model>/1/model.onnx` (`write_onnx_version`) with a manifest publishing it as artifact `onnx`
+    (files with size and sha256) plus the `left_out` artifact rows; returns `root`."""
+    from tfship.pipeline.orchestration.publish import file_inventory
+
+    version = write_onnx_version(root / model / "1", *weights())
+    (version / "manifest.json").unlink()
+    manifest = {"model_name": model, "version": 1,
+                "artifacts": [{"artifact": "onnx", "status": "published", "file": "model.onnx"}, *left_out],
+                "files": file_inventory(version)}
+    (version / "manifest.json").write_text(json.dumps(manifest))
+    return root
+
+
 def write_faulty_version(folder: Path, mode: str) -> Path:
     """A version folder the `faulty` backend serves: `hang` sleeps an hour per call, `crash` raises."""
     folder.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,6 @@ manifest records one. A real ONNX version with the manifest the publish stage wr
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -19,7 +18,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import shadow_models
 
 from tfship.core.errors import ConfigError
-from tfship.pipeline.orchestration.publish import file_inventory
 from tfship.serving.runtimes import REGISTRY, RuntimeOptions
 
 MODEL = "lin"
@@ -29,16 +27,9 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory) -> Path:
     """`<repo>/lin/1/model.onnx` published as `onnx`; `tflite_int8` left out by a row with no stage recorded."""
-    root = tmp_path_factory.mktemp("artifact_flags")
-    version = shadow_models.write_onnx_version(root / MODEL / "1", *shadow_models.weights())
-    (version / "manifest.json").unlink()
-    manifest = {"model_name": MODEL, "version": 1,
-                "artifacts": [{"artifact": "onnx", "status": "published", "file": "model.onnx"},
-                              {"artifact": "tflite_int8", "status": "left out", "file": "model_int8.tflite",
-                               "stage": "", "reason": "the converter failed"}],
-                "files": file_inventory(version)}
-    (version / "manifest.json").write_text(json.dumps(manifest))
-    return root
+    return shadow_models.write_published_onnx(tmp_path_factory.mktemp("artifact_flags"), MODEL, (
+        {"artifact": "tflite_int8", "status": "left out", "file": "model_int8.tflite", "stage": "",
+         "reason": "the converter failed"},))
 
 
 def _serve(repo: Path, *flags: str) -> subprocess.CompletedProcess:

@@ -22,7 +22,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import shadow_models
 
 from tfship.core import protocol
-from tfship.pipeline.orchestration.publish import file_inventory
 from tfship.serving.launcher import ServerProcess
 
 MODEL = "lin"
@@ -31,14 +30,7 @@ MODEL = "lin"
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory) -> Path:
     """`<repo>/lin/1/model.onnx` with a manifest publishing it as artifact `onnx` (files: size and sha256)."""
-    root = tmp_path_factory.mktemp("artifact")
-    version = shadow_models.write_onnx_version(root / MODEL / "1", *shadow_models.weights())
-    (version / "manifest.json").unlink()
-    manifest = {"model_name": MODEL, "version": 1,
-                "artifacts": [{"artifact": "onnx", "status": "published", "file": "model.onnx"}],
-                "files": file_inventory(version)}
-    (version / "manifest.json").write_text(json.dumps(manifest))
-    return root
+    return shadow_models.write_published_onnx(tmp_path_factory.mktemp("artifact"), MODEL)
 
 
 def _get(url: str) -> dict:

@@ -2,7 +2,7 @@
 
 Everything tfship installs is importable under this one name; the repository's top-level folders are its
 subpackages (`tfship.core` is the folder `core/`, and likewise `tfship.serving`, `tfship.pipeline`,
-`tfship.signatures`, `tfship.tflite`, `tfship.tfjs`, `tfship.deploy`), mapped by pyproject.toml's
+`tfship.signatures`, `tfship.tflite`, `tfship.tfjs`, `tfship.onnx_format`, `tfship.deploy`), mapped by pyproject.toml's
 `[tool.setuptools.package-dir]` with no links: the wheel holds them under `tfship/`, and the editable install
 (`make setup`) finds them through the same mapping (docs/architecture.md, "One import name").
 

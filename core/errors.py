@@ -179,3 +179,23 @@ def cli_error(prog: str, error: TfshipError) -> tuple[str, int]:
         (the line for stderr, the exit status from `STATUS_TABLE`).
     """
     return f"{prog}: {type(error).__name__}: {error}", error.exit_code
+
+
+_TENSORFLOW_NOISE = ("Graph execution error", "Detected at node", "<stack traces unavailable>", "[[")
+
+
+def tensorflow_failure(message: str, limit: int = 500) -> str:
+    """One line from a TensorFlow runtime error's text (`tf.errors.OpError.message`): its cause and the node.
+
+    TensorFlow's text opens with "Graph execution error:" and "Detected at node …" lines and ends with
+    `[[{{node X}}]]` frames; this keeps the first line that says what failed, then `(node X)`, at most
+    `limit` characters. Example: "Fused conv implementation does not support grouped convolutions for now.
+    (node model/depthwise_conv/BiasAdd)".
+    """
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    cause = next((line for line in lines if not line.startswith(_TENSORFLOW_NOISE)), lines[0] if lines else "")
+    node = next((line.split("{{node ", 1)[1].split("}}", 1)[0] for line in lines if "{{node " in line), "")
+    if not node:
+        node = next((line.split("Detected at node ", 1)[1].split(" defined at", 1)[0] for line in lines
+                     if line.startswith("Detected at node ")), "")
+    return (cause + (f" (node {node})" if node else ""))[:limit]

@@ -15,6 +15,9 @@ serving or the audit although the serving signatures never need them:
   as a plain function with the same numbers. Such a function also carries `_noinline=true` (TensorFlow keeps
   an XLA cluster a call of its own), which the TFLite converter cannot lower (`StatefulPartitionedCallOp`
   left in the final IR); that attribute is removed from the unmarked functions too, so converters inline them.
+  A grouped convolution in an unmarked function is rewritten into ops every CPU build runs
+  (`signatures.grouped_conv`): unmarked as it was, Grappler fuses it with its bias into a kernel that refuses
+  groups without oneDNN.
 
 Only protos are read and written (no TensorFlow import).
 """
@@ -25,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tfship.core import protocol
+from tfship.signatures.grouped_conv import rewrite_grouped_convolutions
 from tfship.signatures.reachable import reachable_functions
 
 MUST_COMPILE = "_XlaMustCompile"
@@ -37,14 +41,17 @@ class LibraryCleanup:
 
     removed_functions: library functions nothing reaches (gradient functions and their callers);
     xla_unmarked: {function name: name scope of the op that called it (the Keras layer, e.g.
-    `functional/grouped_conv`), or "" when only the function itself was marked}.
+    `functional/grouped_conv`), or "" when only the function itself was marked};
+    grouped_rewritten: `<function>/<node>` of each grouped convolution rewritten (`signatures.grouped_conv`).
     """
 
     removed_functions: tuple[str, ...] = ()
     xla_unmarked: dict[str, str] = field(default_factory=dict)
+    grouped_rewritten: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
-        return {"removed_functions": list(self.removed_functions), "xla_unmarked": dict(self.xla_unmarked)}
+        return {"removed_functions": list(self.removed_functions), "xla_unmarked": dict(self.xla_unmarked),
+                "grouped_rewritten": list(self.grouped_rewritten)}
 
 
 def _scope(node_name: str) -> str:
@@ -99,10 +106,13 @@ def _clean_meta_graph(meta_graph) -> LibraryCleanup:
             if must_compile(function.attr):
                 where.setdefault(function.signature.name, "")
             del function.attr[MUST_COMPILE]
+    grouped = []
     for function in library.function:
-        if function.signature.name in where and NO_INLINE in function.attr:
-            del function.attr[NO_INLINE]
-    return LibraryCleanup(removed, {name: where[name] for name in sorted(where)})
+        if function.signature.name in where:
+            if NO_INLINE in function.attr:
+                del function.attr[NO_INLINE]
+            grouped += [f"{function.signature.name}/{node}" for node in rewrite_grouped_convolutions(function)]
+    return LibraryCleanup(removed, {name: where[name] for name in sorted(where)}, tuple(grouped))
 
 
 def forward_only_library(saved_model_dir: Path) -> LibraryCleanup:
@@ -116,10 +126,12 @@ def forward_only_library(saved_model_dir: Path) -> LibraryCleanup:
     saved_model = protocol.SavedModel.FromString(path.read_bytes())
     removed: list[str] = []
     unmarked: dict[str, str] = {}
+    grouped: list[str] = []
     for meta_graph in saved_model.meta_graphs:
         cleanup = _clean_meta_graph(meta_graph)
         removed += cleanup.removed_functions
         unmarked.update(cleanup.xla_unmarked)
+        grouped += cleanup.grouped_rewritten
     if removed or unmarked:
         path.write_bytes(saved_model.SerializeToString(deterministic=True))
-    return LibraryCleanup(tuple(dict.fromkeys(removed)), unmarked)
+    return LibraryCleanup(tuple(dict.fromkeys(removed)), unmarked, tuple(dict.fromkeys(grouped)))

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from tfship.core.errors import AuditError
+from tfship.core.errors import AuditError, tensorflow_failure
 from tfship.pipeline.gate.compare import Tolerance, compare_outputs
 
 BATCH = 8
@@ -118,6 +118,10 @@ def check_behaviour(saved_model_dir: Path, inputs: Mapping[str, np.ndarray], sig
 
     Returns:
         The report; call `raise_if_failed` to gate on it.
+
+    Raises:
+        AuditError: the signature does not run in this TensorFlow on these rows (any `tf.errors.OpError`, e.g.
+            an op this build has no kernel for), naming the error, its cause and the node.
     """
     import tensorflow as tf
 
@@ -126,7 +130,12 @@ def check_behaviour(saved_model_dir: Path, inputs: Mapping[str, np.ndarray], sig
     batch = _rows(inputs, BATCH)
 
     def call(feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return {k: v.numpy() for k, v in function(**{n: tf.constant(a) for n, a in feed.items()}).items()}
+        try:
+            return {k: v.numpy() for k, v in function(**{n: tf.constant(a) for n, a in feed.items()}).items()}
+        except tf.errors.OpError as err:  # the graph cannot run here: a server on this host would fail the same way
+            raise AuditError(f"{saved_model_dir}: signature '{signature}' does not run in this TensorFlow on the "
+                             f"held-out rows (batch of {len(next(iter(feed.values())))}): {type(err).__name__}: "
+                             f"{tensorflow_failure(err.message)}") from err
 
     before = _variable_values(function)
     first, second = call(batch), call(batch)

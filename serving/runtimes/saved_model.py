@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from tfship.core.contract import Signature
+from tfship.core.errors import UnimplementedError, tensorflow_failure
 from tfship.core.saved_model import SERVE_TAGS, read_signatures, serving_tags
 from tfship.serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions, input_rejected
 
@@ -191,6 +192,10 @@ class SavedModelRuntime(Runtime):
             return self._session.run(signature_name, inputs)
         except tf.errors.InvalidArgumentError as err:  # a value the graph refuses (TF Serving: INVALID_ARGUMENT)
             raise input_rejected("TensorFlow", inputs, err.message) from err
+        except tf.errors.UnimplementedError as err:  # an op this TensorFlow build cannot run (TF Serving passes
+            # TensorFlow's code on: UNIMPLEMENTED, REST 501), e.g. a fused grouped convolution without oneDNN
+            raise UnimplementedError(f"TensorFlow cannot run signature '{signature_name}' of this model on this "
+                                     f"host: {tensorflow_failure(err.message)}") from err
 
     def metadata(self) -> dict[str, Signature]:
         return dict(self._signatures)

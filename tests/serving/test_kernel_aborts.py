@@ -1,16 +1,17 @@
 """A malformed request never takes the SavedModel backend down (serving.dataplane.contract.KERNEL_RANK).
 
 The SavedModel backend lets the model judge a request's shape, as TF Serving does. TensorFlow's oneDNN kernels
-(on by default on x86) abort the process on a wrong rank: a rank-2 tensor into a Conv2D ended the server with
-`Check failed: ... MklDnnConvUtil`. Each model here is a real SavedModel whose op is such a kernel (a
-convolution, a max pool, a grouped convolution with a bias, which TensorFlow fuses and can run only with
-oneDNN); each malformed request must come back INVALID_ARGUMENT / 400 naming the input, and the server must
-answer the next good request.
+(on by default on recent Intel CPUs; the server here turns them on whatever the CPU) abort the process on a
+wrong rank: a rank-2 tensor into a Conv2D ended the server with `Check failed: ... MklDnnConvUtil`. Each model
+here is a real SavedModel whose op is such a kernel (a convolution, a max pool, a grouped convolution with a
+bias, which TensorFlow fuses and can run only with oneDNN); each malformed request must come back
+INVALID_ARGUMENT / 400 naming the input, and the server must answer the next good request.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -59,8 +60,11 @@ def kernel_server(tmp_path_factory):
     config.write_text("model_config_list {\n" + "".join(
         f'  config {{ name: "{name}" base_path: "{repository / name}" model_platform: "tensorflow" }}\n'
         for name in MODELS) + "}\n")
+    # oneDNN on whatever the CPU (TensorFlow turns it on by default only on recent Intel ones): its kernels are
+    # what aborted, and only they run a grouped convolution fused with its bias.
     with ServerProcess(repository, next(iter(MODELS)), backend="saved_model",
-                       extra_args=("--model-config-file", str(config))) as server:
+                       extra_args=("--model-config-file", str(config)),
+                       env={**os.environ, "TF_ENABLE_ONEDNN_OPTS": "1"}) as server:
         yield server
 
 

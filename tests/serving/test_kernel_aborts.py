@@ -90,3 +90,27 @@ def test_malformed_shapes_are_refused_over_rest_and_the_server_goes_on(kernel_se
         good = requests.post(url, data=json.dumps({"instances": _good(model).tolist()}), timeout=60)
         assert good.status_code == 200, good.text
     assert kernel_server.process.poll() is None
+
+
+def test_an_op_this_build_cannot_run_is_unimplemented_naming_the_node(tmp_path):
+    """Without oneDNN, TensorFlow cannot run the grouped convolution fused with its bias: the request answers
+    UNIMPLEMENTED / 501 with TensorFlow's cause and the node (as TF Serving passes the code on), never
+    INTERNAL, and the server answers the next request to another model."""
+    for name in ("grouped", "conv"):
+        _save(tmp_path / name / "1", name)
+    config = tmp_path / "models.config"
+    config.write_text("model_config_list {\n" + "".join(
+        f'  config {{ name: "{name}" base_path: "{tmp_path / name}" model_platform: "tensorflow" }}\n'
+        for name in ("grouped", "conv")) + "}\n")
+    with ServerProcess(tmp_path, "grouped", backend="saved_model", extra_args=("--model-config-file", str(config)),
+                       env={**os.environ, "TF_ENABLE_ONEDNN_OPTS": "0"}) as server:
+        with PredictClient(server.grpc_target, timeout_s=60) as client:
+            with pytest.raises(RemoteError) as refused:
+                client.predict("grouped", {"image": _good("grouped")})
+            assert refused.value.grpc_code == "UNIMPLEMENTED", refused.value
+            assert "grouped convolutions" in str(refused.value) and "(node " in str(refused.value), refused.value
+            assert client.predict("conv", {"image": _good("conv")})["features"].shape == (1, 8, 8, 4)
+        answer = requests.post(f"{server.rest_url}/v1/models/grouped:predict",
+                               data=json.dumps({"instances": _good("grouped").tolist()}), timeout=60)
+        assert answer.status_code == 501 and "grouped convolutions" in answer.json()["error"], answer.text
+        assert server.process.poll() is None

@@ -25,7 +25,7 @@ import numpy as np
 from tfship.core.contract import PREDICT_METHOD, Signature
 from tfship.core.dtypes import dtype_name
 from tfship.core.echo import clip, echo, echo_list
-from tfship.core.errors import InvalidRequestError, TfshipError
+from tfship.core.errors import InvalidRequestError, TfshipError, UnimplementedError
 from tfship.serving.dataplane.memory import estimate_request_bytes
 from tfship.serving.runtimes.base import ModelInputError, Rows
 
@@ -133,7 +133,10 @@ async def judged(call: Awaitable[dict], signature: Signature, inputs: Mapping[st
     (`nonconforming_input`), the fault is the client's: `InvalidRequestError` naming the input, the declared shape
     and what was sent, with the backend's reason. A conforming input that fails re-raises as is (INTERNAL with
     an incident), as do tfship's own errors (already classified); a backend's `ModelInputError` on a
-    nonconforming input gets the declared shape and what was sent added.
+    nonconforming input gets the declared shape and what was sent added. An op the backend cannot run
+    (`UnimplementedError`: a `[2,2,2,8]` image into a `[?,8,8,1]` convolution asks TensorFlow without oneDNN
+    for a grouped convolution it cannot fuse) is the client's fault on a nonconforming input, and stays
+    UNIMPLEMENTED on a conforming one.
     """
     try:
         return await call
@@ -142,15 +145,24 @@ async def judged(call: Awaitable[dict], signature: Signature, inputs: Mapping[st
         if problem is None:
             raise
         raise ModelInputError(f"{err} ({problem})") from err
+    except UnimplementedError as err:
+        problem = nonconforming_input(signature, inputs)
+        if problem is None:
+            raise
+        raise _not_conforming(backend, signature, problem, err) from err
     except TfshipError:
         raise
     except Exception as err:
         problem = nonconforming_input(signature, inputs)
         if problem is None:
             raise
-        raise InvalidRequestError(f"the {backend} backend failed on an input that does not conform to signature "
-                                  f"{signature.name!r}: {problem}; send the declared shape and dtype "
-                                  f"({clip(str(err).strip())})") from err
+        raise _not_conforming(backend, signature, problem, err) from err
+
+
+def _not_conforming(backend: str, signature: Signature, problem: str, err: Exception) -> InvalidRequestError:
+    return InvalidRequestError(f"the {backend} backend failed on an input that does not conform to signature "
+                               f"{signature.name!r}: {problem}; send the declared shape and dtype "
+                               f"({clip(str(err).strip())})")
 
 
 def tf_type_name(dtype: str) -> str:

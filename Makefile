@@ -192,12 +192,24 @@ docker-lint: setup
 TB_PORT ?= 6006
 TB_LOGDIR ?= runs
 
-.PHONY: bench-train tensorboard
+.PHONY: bench-train bench-train-loop tensorboard
 
-# steps/s of the train step: eager, tf.function, tf.function+XLA, float32 and mixed precision, on the
-# CNN and a larger MLP; JSON + Markdown + plot into bench/results/.
+# Both training benchmarks: steps/s of the train step (eager, tf.function, tf.function+XLA, float32 and mixed
+# precision, on the CNN and a larger MLP; bench/results/train_bench.*), then bench-train-loop.
 bench-train: setup
 	$(PY) -m bench.train.run_bench --out bench/results
+	$(PY) -m bench.train.loop_vs_fit --out bench/results $(BENCH_TRAIN_LOOP_ARGS)
+
+# Issue 39: `tfship train` against a hand-written Keras fit (same files, model, batch, Adam, XLA; the reference's
+# steps_per_execution tuned): the tiny MLP on 1 M records, the digits CNN, the 5 M-row recommender, end to end
+# against plain read + parse, and the recommender's eager / tf.function / XLA, float32 / bfloat16, 5 M / 50 k
+# rows through `tfship train`. Each run its own process, 3 rounds, ratios within the run. Data in
+# bench/work/train-loop (kept). bench/results/train-loop-latest.{json,md,png}.
+# BENCH_TRAIN_LOOP_ARGS="--records 100000 --repeats 1" for a quicker run, "--quick" for a smoke run,
+# "--cases mlp,cnn" for some cases.
+BENCH_TRAIN_LOOP_ARGS ?=
+bench-train-loop: setup
+	$(PY) -m bench.train.loop_vs_fit --out bench/results $(BENCH_TRAIN_LOOP_ARGS)
 
 # Streaming input pipeline vs hand-written tf.data (records/s, TFRecord and CSV), peak RSS of `tfship train` on
 # 1 M vs 10 M records, input-wait share of the digits CNN from TFRecord shards. Data in bench/work/ (kept).

@@ -36,12 +36,15 @@ class RunSection(_Section):
 
 
 class FeatureSpecSection(_Section):
-    """One tf.Example feature of a TFRecord source (`tf.io.FixedLenFeature(shape, dtype)`)."""
+    """One tf.Example feature of a TFRecord source (`tf.io.FixedLenFeature(shape, dtype)`); a named model input
+    (`pipeline.data.input_spec`).
+    """
 
     dtype: Literal["float32", "int64", "string"] = Field("float32", description="Feature dtype in the tf.Example.")
     shape: tuple[int, ...] = Field((), description="Fixed feature shape per example; [] is a scalar.")
     kind: Literal["dense", "categorical", "sequence"] = Field("dense", description="Input kind (training.input_specs).")
-    vocabulary: tuple[str, ...] = Field((), description="String ids: known values (id 1 + index; 0: pad/unknown).")
+    vocabulary: tuple[str, ...] = Field((), description="String values: the known ones (the model's StringLookup: "
+                                        "id 1 + index, 0 unknown); empty: the values the scan finds.")
     num_ids: int | None = Field(None, ge=2, description="int64 ids lie in [0, num_ids) (embedding rows).")
     length: int | None = Field(None, ge=1, description="Sequence: padded (or cut) to this many ids.")
     ragged: bool = Field(False, description="Sequence: a ragged input of any length instead of padding.")
@@ -58,7 +61,8 @@ class DataSection(_Section):
     label: str = Field("label", min_length=1, description="CSV label column, NPZ label array or TFRecord feature.")
     classes: tuple[str, ...] = Field((), description="Declared class names (index = class id); empty: inferred.")
     categorical: dict[str, tuple[str, ...]] = Field(
-        {}, description="CSV categorical columns -> allowed values (one-hot); an empty list infers the values.")
+        {}, description="CSV categorical columns -> allowed values (one-hot; for tabular / recommender a string "
+        "input with a StringLookup in the model); an empty list: the values the scan finds.")
     input_name: str | None = Field(None, pattern=r"^[A-Za-z][A-Za-z0-9_]{0,63}$",
                                    description="Model input name; default per source (image, features, ...).")
     image_size: tuple[int, int] | None = Field(None, description="Image folder: resize to [height, width] pixels.")
@@ -86,6 +90,16 @@ class DataSection(_Section):
                                   "sharing a key (a user, a session) stay in one split.")
     skip_corrupt: bool = Field(False, description="Streaming sources: skip corrupt or malformed records and count "
                                "them (train.json `input.skipped_records`) instead of stopping with exit 2.")
+    split_sizes: dict[Literal["train", "validation", "test"], Annotated[int, Field(ge=1)]] = Field(
+        {}, description="Streaming sources: records per split, declared ({train = N, validation = N, test = N}): no "
+        "counted pass over the data (so data.classes and string vocabularies must be declared too).")
+
+    @field_validator("split_sizes")
+    @classmethod
+    def _all_three_sizes(cls, value: dict) -> dict:
+        if value and set(value) != {"train", "validation", "test"}:
+            raise ValueError(f"declare train, validation and test together (got {sorted(value)})")
+        return value
 
 
 class ModelSection(_Section):
@@ -96,7 +110,9 @@ class ModelSection(_Section):
     task: Literal["classification", "binary", "regression"] = Field(
         "classification", description="Loss, head and judged metric (core.tasks): accuracy, AUC or MAE.")
     factory: str | None = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
-                                description="`module:function` called as f(input_shape=, num_classes=, **args).")
+                                description="`module:function` called as f(input_shape=, num_classes=, **args) "
+                                "for one input, f(specs=, task=, num_classes=, **args) for named inputs (task= "
+                                "also for one input when the function accepts it).")
     factory_args: dict[str, Any] = Field({}, description="Keyword arguments passed to the factory.")
     filters: tuple[int, ...] = Field((16, 32), min_length=1, max_length=4, description="Conv filters per block.")
     hidden_units: tuple[int, ...] = Field((128, 64), min_length=1, description="MLP hidden layer widths.")
@@ -106,7 +122,7 @@ class ModelSection(_Section):
     embedding_dim: int = Field(32, ge=1, description="Text: embedding width.")
     pooling: Literal["mean", "max"] = Field("mean", description="Text: pooling over tokens.")
     normalize: bool = Field(False, description="Bake a Normalization layer, adapted on the train split, into the "
-                            "model.")
+                            "model (cnn, mlp: the input; tabular, recommender: each dense input).")
     recompute: tuple[str, ...] = Field((), description="Layer names recomputed in the backward pass "
                                        "(tf.recompute_grad).")
 
@@ -158,12 +174,18 @@ class TrainSection(_Section):
         "auto", description="XLA for the train step: auto times a few steps both ways and keeps the faster.")
     xla_probe_steps: int = Field(5, ge=1, le=1000, description="Timed steps per variant for jit_compile=auto.")
     early_stopping_patience: int | None = Field(None, ge=1, description="Stop after N epochs without improvement.")
-    early_stopping_metric: Literal["validation_accuracy", "validation_loss"] = Field(
-        "validation_accuracy", description="Metric watched by early stopping.")
+    early_stopping_metric: Literal["validation_accuracy", "validation_loss", "validation_metric"] = Field(
+        "validation_accuracy", description="Metric watched by early stopping; validation_metric: the task's own "
+        "(accuracy, AUC, or MAE for regression, lower is better).")
     early_stopping_min_delta: float = Field(0.0, ge=0.0, description="Smallest change that counts as improvement.")
     deterministic: bool = Field(False, description="Seeds + tf.config.experimental.enable_op_determinism.")
     run_eagerly: bool = Field(False, description="Debug: tf.config.run_functions_eagerly(True) while training.")
     checkpoint_every_steps: int = Field(0, ge=0, description="CheckpointManager period in steps; 0: at the end.")
+    checkpoint_every_s: float = Field(0.0, ge=0.0, description="Also save a checkpoint when this many seconds "
+                                      "passed since the last one (at the end of the K-step block under way); 0: off.")
+    steps_per_execution: Annotated[int, Field(ge=1, le=100_000)] | Literal["auto"] = Field(
+        "auto", description="Train steps per call of the compiled block (one trip to the host per block: loss, "
+        "figures and flags are read once per K steps); auto: as many as take about 0.1 s, re-measured each block.")
     keep_checkpoints: int = Field(3, ge=1, description="Checkpoints kept by the CheckpointManager.")
     tensorboard: bool = Field(True, description="Write TensorBoard events into <run>/tensorboard.")
     log_every_steps: int = Field(10, ge=1, description="TensorBoard scalar period in steps.")

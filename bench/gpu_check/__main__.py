@@ -3,12 +3,13 @@
     python -m bench.gpu_check [--out bench/results] [--parts training,serving,...] [--budget-s 460] [--quick]
 
 Parts (bench/gpu_check/parts.py): `training` (the digits CNN's XLA step on GPU in float32, mixed_float16 with
-loss scaling and mixed_bfloat16 against CPU), `publish` (`tfship run` per precision on GPU publishes a float32
-SavedModel that passed the gate), `serving`
-(SavedModel on GPU and ONNX Runtime's CUDA provider, heavy MLP and ResNet50, c=1/8/32, batching on/off, GPU
-memory, providers read back), `multi_model` (--per_process_gpu_memory_fraction), `cloud_image` (`docker run
---gpus all`) and `scaling` (--num-processes 1/2/4/8 on CPU). Without a GPU the CPU parts run and every other
-part says why it was skipped. Prints one table; writes gpu-check-latest.json and .md under `--out`.
+loss scaling and mixed_bfloat16 against CPU), `training_loop` (`tfship train` against a hand-written Keras fit on
+the GPU, bench/train/loop_vs_fit.py's MLP and CNN cases, with nvidia-smi's utilisation), `publish` (`tfship run`
+per precision on GPU publishes a float32 SavedModel that passed the gate), `serving` (SavedModel on GPU and ONNX
+Runtime's CUDA provider, heavy MLP and ResNet50, c=1/8/32, batching on/off, GPU memory, providers read back),
+`multi_model` (--per_process_gpu_memory_fraction), `cloud_image` (`docker run --gpus all`) and `scaling`
+(--num-processes 1/2/4/8 on CPU). Without a GPU the CPU parts run and every other part says why it was skipped.
+Prints one table; writes gpu-check-latest.json and .md under `--out`.
 Exit status: 1 if any part failed, else 0 (skips are not failures).
 """
 

@@ -327,8 +327,16 @@ def _scaled_rate(ctx: Context, n: int, server_cores: list[int], loadgen_cores: l
     return total
 
 
+def training_loop(ctx: Context) -> PartResult:
+    """`tfship train` against a hand-written Keras fit on the GPU, with nvidia-smi's utilisation
+    (bench/gpu_check/train_loop.py)."""
+    from bench.gpu_check.train_loop import training_loop as run
+
+    return run(ctx)
+
+
 # In the order they run: the serving figures before the slower publish runs, the image build last.
 PARTS: dict[str, Callable[[Context], PartResult]] = {
-    "training": training, "serving": serving, "multi_model": multi_model, "scaling": scaling, "publish": publish,
+    "training": training, "training_loop": training_loop, "serving": serving, "multi_model": multi_model, "scaling": scaling, "publish": publish,
     "cloud_image": cloud_image,
 }

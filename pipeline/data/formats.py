@@ -57,14 +57,16 @@ class TFRecordFormat:
         return tf.data.TFRecordDataset(file, compression_type=self.compression, buffer_size=1 << 20)
 
     def parse(self, batch):
-        """(inputs [B, *shape] in `dtype`, label texts string [B]) from serialized records [B]."""
+        """(inputs [B, *shape] in `dtype`, label texts string [B], or float32 [B] for a float label) from
+        serialized records [B].
+        """
         import tensorflow as tf
 
         spec = {self.feature: tf.io.FixedLenFeature(list(self.shape), tf.as_dtype(self.dtype)),
                 self.label: tf.io.FixedLenFeature([], tf.as_dtype(self.label_dtype))}
         parsed = tf.io.parse_example(batch, spec)
         label = parsed[self.label]
-        return parsed[self.feature], label if label.dtype == tf.string else tf.strings.as_string(label)
+        return parsed[self.feature], label if label.dtype != tf.int64 else tf.strings.as_string(label)
 
     def split_keys(self, batch, key: str):
         """The split key of serialized records [B] as strings [B] (`data.split_key`, a declared scalar feature)."""
@@ -81,7 +83,7 @@ class TFRecordFormat:
         return f"record {index + 1}" + (f" (byte offset {offset})" if offset is not None else "")
 
 
-def tfrecord_format(config, files: Sequence[str]) -> TFRecordFormat:
+def tfrecord_format(config, files: Sequence[str], task: str = "classification") -> TFRecordFormat:
     """The `TFRecordFormat` a `DataSection` declares (feature_spec, features, label, compression of `files`).
 
     Raises:
@@ -107,8 +109,9 @@ def tfrecord_format(config, files: Sequence[str]) -> TFRecordFormat:
         raise DatasetError(f"data.feature_spec.{names[0]}: a string feature cannot be a model input; use float32 "
                            "or int64")
     label = spec.get(config.label)
+    default_label = "float32" if task == "regression" else "int64"
     return TFRecordFormat(names[0], feature.dtype, tuple(feature.shape), config.label,
-                          label.dtype if label is not None else "int64", kinds.pop() if kinds else "",
+                          label.dtype if label is not None else default_label, kinds.pop() if kinds else "",
                           config.input_name or names[0],
                           key_dtypes={n: s.dtype for n, s in spec.items() if not s.shape and s.dtype != "float32"})
 

@@ -1,5 +1,8 @@
-"""The one counted pass over a streaming source: records per split, label (and CSV category) vocabularies, and
-every record parsed once, so bad data stops the run before training writes anything.
+"""The one counted pass over a streaming source: records per split, the label vocabulary (classification
+without declared classes only: never for binary or regression), the values of string inputs and CSV categorical
+columns without a declared vocabulary (at most `MAX_VOCABULARY` each), and every record parsed once, so bad
+data stops the run before training writes anything. Labels are checked by the run's task
+(`pipeline.data.labels.LabelRule`): a bad one is named by file, record and value.
 
 Each file is read on its own (`format.read(file).batch(4096)`), so an error names its file: a corrupt
 frame by the record number and byte offset where reading broke, a record that does not parse (a missing
@@ -68,9 +71,11 @@ class _Tally:
     records: int = 0
 
 
-def scan_key(config, files: dict[str, tuple[str, ...]]) -> str:
-    """A hash of the data settings and each file's name, size and mtime (the scan cache's key)."""
-    digest = hashlib.sha256(json.dumps(config.model_dump(mode="json"), sort_keys=True).encode())
+def scan_key(config, files: dict[str, tuple[str, ...]], extra: str = "") -> str:
+    """A hash of the data settings, `extra` (the task and model kind: what the scan collects depends on them)
+    and each file's name, size and mtime (the scan cache's key).
+    """
+    digest = hashlib.sha256(json.dumps(config.model_dump(mode="json"), sort_keys=True).encode() + extra.encode())
     for split, names in sorted(files.items()):
         for name in names:
             stat = os.stat(name)
@@ -102,7 +107,8 @@ def cached_scan(cache_dir: Path | None, key: str, run: Callable[[], ScanResult])
 
 
 def scan(fmt, file_sets: list[tuple[tuple[str, ...], int | None]], hash_split, *, skip_corrupt: bool,
-         declared_classes: tuple[str, ...] = (), say: Callable[[str], None] | None = None) -> ScanResult:
+         declared_classes: tuple[str, ...] = (), say: Callable[[str], None] | None = None,
+         labels_by=None) -> ScanResult:
     """Read every record of every file once.
 
     Args:
@@ -112,11 +118,17 @@ def scan(fmt, file_sets: list[tuple[tuple[str, ...], int | None]], hash_split, *
         skip_corrupt: skip and count bad records instead of raising.
         declared_classes: when given, a label outside them is an error (or skipped).
         say: progress line sink (a line every `PROGRESS_EVERY_S` seconds); default stderr.
+        labels_by: the task's `LabelRule` (default: classification over `declared_classes`); a label it
+            calls bad is an error (or skipped).
 
     Raises:
         DatasetError: a corrupt frame (file, record number, byte offset), a malformed record (file, record
-            number, TensorFlow's reason), or an undeclared label (file, record, value).
+            number, TensorFlow's reason), a label outside the task's range (file, record, value), or more
+            than `MAX_VOCABULARY` values of one string input (naming the setting that would declare them).
     """
+    from tfship.pipeline.data.labels import LabelRule
+
+    declared = labels_by if labels_by is not None else LabelRule("classification", tuple(declared_classes))
     say = say or (lambda line: print(line, file=sys.stderr, flush=True))
     tally, started, last = _Tally(), time.monotonic(), time.monotonic()
     parse = _scan_function(fmt, hash_split)
@@ -124,7 +136,7 @@ def scan(fmt, file_sets: list[tuple[tuple[str, ...], int | None]], hash_split, *
     done = 0
     for files, split_id in file_sets:
         for file in files:
-            _scan_file(fmt, parse, file, done, split_id, tally, skip_corrupt, declared_classes)
+            _scan_file(fmt, parse, file, done, split_id, tally, skip_corrupt, declared)
             done += 1
             if time.monotonic() - last >= PROGRESS_EVERY_S:
                 last = time.monotonic()
@@ -154,13 +166,13 @@ def _scan_function(fmt, hash_split):
         splits = hash_split.split_ids(batch) if hash_split is not None else tf.zeros(tf.shape(batch), tf.int32)
         extra = fmt.raw_columns(batch) if hasattr(fmt, "raw_columns") else {}
         lengths = tf.strings.length(batch)
-        return tf.shape(inputs)[0], labels, splits, extra, lengths
+        return tf.shape(labels)[0], labels, splits, extra, lengths
 
     return parse
 
 
 def _scan_file(fmt, parse, file: str, file_index: int, split_id, tally: _Tally, skip_corrupt: bool,
-               declared: tuple[str, ...]) -> None:
+               declared) -> None:
     import tensorflow as tf
 
     iterator = iter(fmt.read(file).batch(SCAN_BATCH).prefetch(2))
@@ -207,30 +219,37 @@ def fmt_framing(fmt) -> int:
 
 def _count(outputs, split_id, tally: _Tally, declared, fmt, file: str, index: int, good, skip_corrupt: bool,
            file_index: int) -> None:
+    from tfship.pipeline.data.input_spec import MAX_VOCABULARY, vocabulary_error
+    from tfship.pipeline.data.labels import show
+
     _, labels, splits, extra, _ = outputs
     labels = labels.numpy()
     splits = splits.numpy() if split_id is None else np.full(len(labels), split_id)
-    if declared:
-        outside = ~np.isin(labels, np.asarray(declared, dtype=object).astype(bytes))
-        if outside.any():
-            row = int(np.flatnonzero(outside)[0])
-            record = index + (int(np.flatnonzero(good)[row]) if good is not None else row)
-            message = (f"{file}: {fmt.where(record, None)}: label {labels[row].decode()!r} is not one of the "
-                       f"declared classes {list(declared)}")
-            if not skip_corrupt:
-                raise DatasetError(message)
-            positions = np.flatnonzero(good) if good is not None else np.arange(len(labels))
-            tally.bad.setdefault(file_index, []).extend(int(index + positions[r]) for r in np.flatnonzero(outside))
-            tally.details.append(message)
-            labels, splits = labels[~outside], splits[~outside]
-            extra = {k: v.numpy()[~outside] for k, v in extra.items()}
+    outside = declared.bad(labels)
+    if outside.any():
+        row = int(np.flatnonzero(outside)[0])
+        record = index + (int(np.flatnonzero(good)[row]) if good is not None else row)
+        message = f"{file}: {fmt.where(record, None)}: label {show(labels[row])} {declared.reason()}"
+        if not skip_corrupt:
+            raise DatasetError(message)
+        positions = np.flatnonzero(good) if good is not None else np.arange(len(labels))
+        tally.bad.setdefault(file_index, []).extend(int(index + positions[r]) for r in np.flatnonzero(outside))
+        tally.details.append(message)
+        labels, splits = labels[~outside], splits[~outside]
+        extra = {k: v.numpy()[~outside] if v.shape.rank == 1 and v.shape[0] == len(outside) else v.numpy()
+                 for k, v in extra.items()}
     tally.counts += np.bincount(splits, minlength=3)[:3]
-    tally.labels.update(x.decode() for x in np.unique(labels))
+    if declared.collects:
+        tally.labels.update(x.decode() for x in np.unique(labels))
     for column, values in extra.items():
         if column == fmt.label:
             continue
         values = values.numpy() if hasattr(values, "numpy") else values
-        tally.categories.setdefault(column, set()).update(x.decode() for x in np.unique(values))
+        found = tally.categories.setdefault(column, set())
+        found.update(x.decode() for x in np.unique(values))
+        if len(found) > MAX_VOCABULARY:
+            key = fmt.vocabulary_key(column) if hasattr(fmt, "vocabulary_key") else f"data.categorical.{column}"
+            raise DatasetError(f"{file}: {vocabulary_error(column, key, len(found))}")
 
 
 def _bad_in_batch(fmt, parse, file, batch, index, offset, err, skip_corrupt, tally, file_index) -> np.ndarray:

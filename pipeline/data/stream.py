@@ -64,8 +64,12 @@ class StreamSplit:
         split_id: which hash split of the files' records it keeps (None: every record of `files`).
         records: how many records it holds (counted by the scan, skipped records excluded).
         sample: a bounded array sample, the first `data.sample_size` records in file order: `images`
-            [n, *example_shape], `labels` int64 [n] (the gate, warm-up, query, normalisation use it).
+            [n, *example_shape] (named inputs: {input name: [n, ...]}), `labels` [n] (int64; regression
+            float32) (the gate, warm-up, query, normalisation use it).
         bad_records: file index -> record indices the scan found malformed (skipped under skip_corrupt).
+        labels_by: the `pipeline.data.labels.LabelRule` of the run's task (None: classification over
+            `class_names`).
+        as_dict: a one-input format read for a named-input model: inputs come as {as_dict: inputs}.
     """
 
     name: str
@@ -79,23 +83,31 @@ class StreamSplit:
     bad_records: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
     skip_corrupt: bool = False
     cache: str = "none"
+    labels_by: Any = None
+    as_dict: str | None = None  # a one-input source for a named-input model: {as_dict: inputs}
 
     def __len__(self) -> int:
         return self.records
 
     @property
-    def images(self) -> np.ndarray:
-        """The bounded sample's inputs [n, *example_shape] (not the whole split)."""
+    def task(self) -> str:
+        return self.labels_by.task if self.labels_by is not None else "classification"
+
+    @property
+    def images(self) -> np.ndarray | dict[str, np.ndarray]:
+        """The bounded sample's inputs [n, *example_shape], or {input name: [n, ...]} (not the whole split)."""
         return self.sample.images
 
     @property
     def labels(self) -> np.ndarray:
-        """The bounded sample's labels int64 [n]."""
+        """The bounded sample's labels [n]: int64 class ids (binary 0/1), float32 for regression."""
         return self.sample.labels
 
     def dataset(self, batch_size: int, *, training: bool, seed: int, shuffle_buffer: int = 2048,
                 repeat: bool = False, shard: tuple[int, int] | None = None, raw: bool = False):
-        """The split as `tf.data.Dataset` of (inputs [B, *example_shape], labels int64 [B]).
+        """The split as `tf.data.Dataset` of (inputs, labels): inputs [B, *example_shape] (named inputs: a dict
+        {input name: [B, ...]}: float32, int64 ids or raw strings), labels [B] int64 class ids (classification),
+        int64 0/1 (binary) or float32 (regression). No `tf.lookup` table: the iterator is checkpointable.
 
         Args:
             batch_size: records per batch.
@@ -163,14 +175,16 @@ class StreamSplit:
         return tf.boolean_mask(records, tf.equal(self.hash_split.split_ids(records), self.split_id))
 
     def _parse(self, *batch):
-        from tfship.pipeline.data.formats import lookup_ids
+        from tfship.pipeline.data.labels import LabelRule
 
         batch = batch[0] if len(batch) == 1 else batch
         if getattr(self.format, "per_record", False):
             inputs, texts = batch  # decoded per record already
         else:
             inputs, texts = self.format.parse(batch)
-        return inputs, lookup_ids(texts, self.class_names)
+        if self.as_dict is not None:
+            inputs = {self.as_dict: inputs}
+        return inputs, (self.labels_by or LabelRule("classification", self.class_names)).to_tensor(texts)
 
     def take_sample(self, count: int) -> Any:
         """The first `count` records in file order as an `ArraySplit` (`pipeline.data.splits`)."""
@@ -182,16 +196,23 @@ class StreamSplit:
         taken = 0
         try:
             for batch_inputs, batch_labels in self.dataset(min(count, 512), training=False, seed=0):
-                inputs.append(batch_inputs.numpy())
+                inputs.append({k: v.numpy() for k, v in batch_inputs.items()} if isinstance(batch_inputs, dict)
+                              else batch_inputs.numpy())
                 labels.append(batch_labels.numpy())
                 taken += len(labels[-1])
                 if taken >= count:
                     break
         except tf.errors.OpError as err:
             raise self.read_error(err) from None
+        label_dtype = np.float32 if self.task == "regression" else np.int64
         if not inputs:
+            if hasattr(self.format, "empty_inputs"):
+                return ArraySplit(self.format.empty_inputs(), np.zeros(0, label_dtype))
             shape = (0, *self.format.example_shape)
-            return ArraySplit(np.zeros(shape, np.dtype(self.format.dtype)), np.zeros(0, np.int64))
+            return ArraySplit(np.zeros(shape, np.dtype(self.format.dtype)), np.zeros(0, label_dtype))
+        if isinstance(inputs[0], dict):
+            joined = {k: np.concatenate([part[k] for part in inputs])[:count] for k in inputs[0]}
+            return ArraySplit(joined, np.concatenate(labels)[:count])
         return ArraySplit(np.concatenate(inputs)[:count], np.concatenate(labels)[:count])
 
     def read_error(self, err) -> Exception:

@@ -2,7 +2,12 @@
 
 Nothing is materialised but bounded samples: the splits are tf.data pipelines over the files
 (`pipeline.data.stream`). One counted pass (`pipeline.data.scan`, cached) finds the record counts per
-split, the class names when none are declared, the CSV categories, and stops on bad data.
+split, the class names when none are declared (classification), the vocabularies of string inputs and CSV
+categories, and stops on bad data (labels checked by task). With `data.split_sizes` declared, there is no pass:
+the sizes are taken as given (so class names and string vocabularies must be declared too).
+
+A tabular or recommender model reads named inputs (`pipeline.data.named_format.NamedFormat`: one input per
+TFRecord feature or CSV column); over a one-input source (image folder) it gets a dict with that one input.
 """
 
 from __future__ import annotations
@@ -39,12 +44,23 @@ def file_sets(config) -> dict[str, tuple[str, ...]]:
     return {"all": expand(str(config.path), "data.path")}
 
 
-def record_format(config, files: tuple[str, ...], class_names: tuple[str, ...] = ()):
-    """The record format of the configured source (TFRecord, CSV or image folder)."""
+NAMED_KINDS = ("tabular", "recommender")
+
+
+def record_format(config, files: tuple[str, ...], class_names: tuple[str, ...] = (), kind: str = "cnn",
+                  task: str = "classification"):
+    """The record format of the configured source: for a tabular or recommender model over TFRecord or CSV,
+    a `NamedFormat` (one input per feature or column); else TFRecord, CSV (one matrix) or image folder.
+    """
     from tfship.pipeline.data import formats
 
+    if kind in NAMED_KINDS and config.source in ("tfrecord", "csv"):
+        from tfship.pipeline.data.named_format import named_csv_format, named_tfrecord_format
+
+        return named_tfrecord_format(config, files, task) if config.source == "tfrecord" else \
+            named_csv_format(config, files[0])
     if config.source == "tfrecord":
-        return formats.tfrecord_format(config, files)
+        return formats.tfrecord_format(config, files, task)
     if config.source == "csv":
         return formats.csv_format(config, files[0])
     from tfship.pipeline.data.images import image_format
@@ -53,7 +69,7 @@ def record_format(config, files: tuple[str, ...], class_names: tuple[str, ...] =
 
 
 def load_stream_splits(config, seed: int, cache_dir: Path | None = None,
-                       say: Callable[[str], None] | None = None):
+                       say: Callable[[str], None] | None = None, *, kind: str = "cnn", task: str = "classification"):
     """Train, validation and test `StreamSplit`s of a streaming source, with bounded samples.
 
     In a process that will join a cluster (TF_CONFIG set) whose TensorFlow runtime has not started yet, the
@@ -66,6 +82,8 @@ def load_stream_splits(config, seed: int, cache_dir: Path | None = None,
         seed: unused by the hash split (it is stable by design); kept for the caller's signature.
         cache_dir: where the scan's result is cached (None: not cached).
         say: progress line sink (stderr in a child process).
+        kind: `model.kind`: tabular and recommender read named inputs (a dict per batch).
+        task: `model.task`: how labels are checked and converted (`pipeline.data.labels`).
 
     Raises:
         DatasetError: any file, record or label error (named), or a split with no records.
@@ -74,8 +92,8 @@ def load_stream_splits(config, seed: int, cache_dir: Path | None = None,
         import multiprocessing
 
         with multiprocessing.get_context("spawn").Pool(1) as pool:
-            return pool.apply(_load_stream_splits, (config, seed, cache_dir))
-    return _load_stream_splits(config, seed, cache_dir, say)
+            return pool.apply(_load_stream_splits, (config, seed, cache_dir, None, kind, task))
+    return _load_stream_splits(config, seed, cache_dir, say, kind, task)
 
 
 def _tensorflow_started() -> bool:
@@ -88,7 +106,10 @@ def _tensorflow_started() -> bool:
     return bool(context.context()._initialized)
 
 
-def _load_stream_splits(config, seed: int, cache_dir: Path | None = None, say: Callable[[str], None] | None = None):
+def _load_stream_splits(config, seed: int, cache_dir: Path | None = None, say: Callable[[str], None] | None = None,
+                        kind: str = "cnn", task: str = "classification"):
+    from tfship.pipeline.data.input_spec import InputSpec
+    from tfship.pipeline.data.labels import label_rule
     from tfship.pipeline.data.scan import cached_scan, scan, scan_key
     from tfship.pipeline.data.split_types import DatasetSplits
     from tfship.pipeline.data.stream import HashSplit, StreamSplit
@@ -104,7 +125,7 @@ def _load_stream_splits(config, seed: int, cache_dir: Path | None = None, say: C
     else:
         sets = file_sets(config)
     every = tuple(f for files in sets.values() for f in files)
-    fmt = record_format(config, every, folder_classes)
+    fmt = record_format(config, every, folder_classes, kind, task)
     if config.split_key is not None and not hasattr(fmt, "split_keys"):
         raise DatasetError(f"data.split_key: not available for data.source = {config.source!r} (TFRecord, CSV)")
     hash_split = HashSplit.from_fractions(config.validation_fraction, config.test_fraction, config.split_key,
@@ -112,18 +133,28 @@ def _load_stream_splits(config, seed: int, cache_dir: Path | None = None, say: C
     order = [(files, None if name == "all" else ("train", "validation", "test").index(name))
              for name, files in sets.items()]
     scan_fmt = fmt.for_scan() if hasattr(fmt, "for_scan") else fmt
-    declared = tuple(config.classes)
+    declared = tuple(folder_classes or config.classes)
+    rule = label_rule(task, declared, getattr(fmt, "label_dtype", "string") == "int64")
     say = say or (lambda line: print(line, file=sys.stderr, flush=True))
-    result = cached_scan(cache_dir, scan_key(config, sets), lambda: scan(
-        scan_fmt, order, hash_split, skip_corrupt=config.skip_corrupt, declared_classes=declared, say=say))
-    class_names = folder_classes or declared or result.labels
-    if config.source == "csv":
+    if config.split_sizes:
+        result = _declared_sizes(config)
+    else:
+        result = cached_scan(cache_dir, scan_key(config, sets, f"{kind}\0{task}"), lambda: scan(
+            scan_fmt, order, hash_split, skip_corrupt=config.skip_corrupt, declared_classes=declared, say=say,
+            labels_by=rule))
+    class_names = {"binary": ("0", "1"), "regression": ()}.get(task, declared or result.labels)
+    if config.source == "csv" and hasattr(fmt, "for_scan"):
         from tfship.pipeline.data.formats import csv_format
 
         fmt = csv_format(config, every[0], result.categories)
-    if len(class_names) < 2:
-        raise DatasetError(f"data: {result.records} records hold {len(class_names)} class(es) {list(class_names)}; "
-                           "a classifier needs at least 2")
+    if hasattr(fmt, "with_vocabularies"):
+        fmt = fmt.with_vocabularies(result.categories)
+    if task == "classification":
+        if len(class_names) < 2:
+            raise DatasetError(f"data: {result.records} records hold {len(class_names)} class(es) "
+                               f"{list(class_names)}; a classifier needs at least 2")
+        rule = label_rule(task, class_names, rule.ids)
+    one_named = kind in NAMED_KINDS and not getattr(fmt, "named", False)
     bad = {int(k): v for k, v in result.bad_records.items()}
     splits = {}
     for index, name in enumerate(("train", "validation", "test")):
@@ -135,16 +166,34 @@ def _load_stream_splits(config, seed: int, cache_dir: Path | None = None, say: C
                                f"check the files or data.{'validation' if name != 'test' else 'test'}_fraction")
         splits[name] = StreamSplit(name, fmt, files, index if "all" in sets else None, hash_split, class_names,
                                    result.counts[name], bad_records=split_bad, skip_corrupt=config.skip_corrupt,
-                                   cache=config.stream_cache if name == "train" else "none")
+                                   cache=config.stream_cache if name == "train" else "none", labels_by=rule,
+                                   as_dict=fmt.input_name if one_named else None)
     sample = config.sample_size
+    splits = {name: split.with_sample(sample) for name, split in splits.items()}
+    specs = tuple(getattr(fmt, "specs", ()))
+    if one_named:
+        images = splits["train"].images
+        specs = (InputSpec(fmt.input_name, fmt.input_name, "dense", "float32",
+                           tuple(images[fmt.input_name].shape[1:]), str(images[fmt.input_name].dtype)),)
     return DatasetSplits(
-        train=splits["train"].with_sample(sample), validation=splits["validation"].with_sample(sample),
-        test=splits["test"].with_sample(sample), class_names=tuple(class_names), input_name=fmt.input_name,
-        feature_names=tuple(fmt.feature_names), stream=_stream_summary(config, sets, fmt, result))
+        train=splits["train"], validation=splits["validation"], test=splits["test"],
+        class_names=tuple(class_names), input_name=fmt.input_name, feature_names=tuple(fmt.feature_names),
+        stream=_stream_summary(config, sets, fmt, result), task=task, specs=specs, sample_size=sample)
+
+
+def _declared_sizes(config):
+    """The `ScanResult` of declared split sizes (`data.split_sizes`): no pass over the data."""
+    from tfship.pipeline.data.scan import ScanResult
+
+    counts = {name: int(config.split_sizes.get(name, 0)) for name in ("train", "validation", "test")}
+    return ScanResult(counts=counts, labels=(), categories={}, bad_records={},
+                      skipped={"malformed_records": 0, "corrupt_frames": 0, "details": []},
+                      records=sum(counts.values()), seconds=0.0, files=0)
 
 
 def _stream_summary(config, sets, fmt, result) -> dict:
     return {"source": config.source, "format": fmt.kind, "files": {k: len(v) for k, v in sets.items()},
             "split": ("separate file sets" if "all" not in sets else "hash of the record bytes"
                       if config.split_key is None else f"hash of {config.split_key!r}"),
-            "scan": replace(result, bad_records={}).to_json(), "sample_size": config.sample_size}
+            "scan": replace(result, bad_records={}).to_json(), "sample_size": config.sample_size,
+            "counts": "declared (data.split_sizes), not counted" if config.split_sizes else "counted by the scan"}

@@ -130,12 +130,12 @@ class Stage:
 
 def load_run_data(config: PipelineConfig, run: RunFolder):
     """The data a run folder was made with: an export-only run's own `--data` file (read for its contract),
-    else the config's splits.
+    else the config's splits (`pipeline.data.splits.load_splits`: every kind, task and source).
 
     Raises:
         DatasetError, StageError: the data cannot be read, or the run has no SavedModel yet.
     """
-    from tfship.pipeline.data.splits import load_split_arrays, scan_cache_dir
+    from tfship.pipeline.data.splits import load_splits, scan_cache_dir
 
     stored = stored_run_config(run)
     if stored is not None and stored.export_only is not None:
@@ -144,19 +144,18 @@ def load_run_data(config: PipelineConfig, run: RunFolder):
         return load_user_data(Path(stored.export_only.data), steps.read_contract(run),
                               config.convert.representative_samples, config.run.seed, config.data.classes)
     from tfship.pipeline.training.input_specs import check_trainable
-    from tfship.pipeline.training.named_data import is_named
 
     check_trainable(config)  # before any data is read: a config that cannot train stops here
-    if is_named(config):
+    if _is_named(config):
         return _named_run_data(config, run)
-    return load_split_arrays(config.data, config.run.seed, scan_cache_dir(config))
+    return load_splits(config, scan_cache_dir(config))
 
 
 def _named_run_data(config: PipelineConfig, run: RunFolder):
-    """A named-input run's data: its held-out rows (`held_out.npz`, read for the exported contract) once the
-    export wrote them, else the streamed splits (`pipeline.training.named_data`).
+    """A named-input (or non-classification) run's data: its held-out rows (`held_out.npz`, read for the
+    exported contract) once the export wrote them, else the config's splits (`load_splits`).
     """
-    from tfship.pipeline.training.named_data import named_splits
+    from tfship.pipeline.data.splits import load_splits, scan_cache_dir
 
     held_out = run.root / HELD_OUT
     if held_out.is_file() and (run.artifacts / "saved_model.pb").is_file():
@@ -164,7 +163,7 @@ def _named_run_data(config: PipelineConfig, run: RunFolder):
 
         return load_user_data(held_out, steps.read_contract(run), config.convert.representative_samples,
                               config.run.seed, config.data.classes if config.model.task == "classification" else ())
-    return named_splits(config)
+    return load_splits(config, scan_cache_dir(config))
 
 
 def stored_run_config(run: RunFolder) -> RunConfig | None:
@@ -188,15 +187,11 @@ def _data(ctx: StageContext) -> Any:
 
         ctx.model = load_user_model(ctx.request.model, ctx.request.custom_objects)
         return ctx.model
-    from tfship.pipeline.data.splits import load_split_arrays, scan_cache_dir
+    from tfship.pipeline.data.splits import load_splits, scan_cache_dir
     from tfship.pipeline.training.input_specs import check_trainable
-    from tfship.pipeline.training.named_data import is_named, named_splits
 
     check_trainable(ctx.config)  # before any data is read: a config that cannot train stops here
-    if is_named(ctx.config):
-        ctx.data = named_splits(ctx.config)
-        return ctx.data
-    ctx.data = load_split_arrays(ctx.config.data, ctx.config.run.seed, scan_cache_dir(ctx.config))
+    ctx.data = load_splits(ctx.config, scan_cache_dir(ctx.config))
     return ctx.data
 
 
@@ -231,7 +226,7 @@ def _export(ctx: StageContext) -> ExportRecord:
 
 
 def _is_named(config: PipelineConfig) -> bool:
-    from tfship.pipeline.training.named_data import is_named
+    from tfship.pipeline.training.input_specs import is_named
 
     return is_named(config)
 
@@ -252,11 +247,14 @@ def _trained_model(ctx: StageContext):
 
 def _held_out(ctx: StageContext) -> Path:
     """`held_out.npz`: the test split's first `data.sample_size` rows, one array per input and `y`."""
-    from tfship.pipeline.training.named_data import NamedSplits, named_splits, write_held_out
+    from tfship.pipeline.data.held_out import write_held_out
+    from tfship.pipeline.data.split_types import DatasetSplits
+    from tfship.pipeline.data.splits import load_splits, scan_cache_dir
 
     path = ctx.run.root / HELD_OUT
     data = ctx.run_data()
-    write_held_out(data if isinstance(data, NamedSplits) else named_splits(ctx.config), path)
+    write_held_out(data if isinstance(data, DatasetSplits) else load_splits(ctx.config, scan_cache_dir(ctx.config)),
+                   path)
     return path
 
 

@@ -82,15 +82,16 @@ def _plots(run: RunFolder, parity: dict[str, Any]) -> list[str]:
 
 def training_details(train: dict[str, Any] | None) -> list[str]:
     """Report lines for the task, step kind, frozen layers, sparse gradients and debug switches (train.json)."""
-    if train and "task" in train:  # named inputs (pipeline.training.named_train): the task's judged metric
-        value = train["test_" + train["metric"]]
-        return [f"  - task: `{train['task']}`, {train['metric']} on the test split {value:.4f} "
-                f"(inputs {', '.join(train.get('inputs', []))}; Keras fit)"]
     if not train or "step_kind" not in train:
         return []
+    lines = []
+    if "task" in train:
+        figures = ", ".join(f"{name} {value:.4g}" for name, value in train.get("test_metrics", {}).items())
+        lines.append(f"  - task: `{train['task']}` on the test split: {figures} "
+                     f"(inputs {', '.join(train.get('inputs', []))})")
     kind = train["step_kind"]
     metrics = ", ".join(f"{name} {value:.4g}" for name, value in kind.get("last", {}).items())
-    lines = [f"  - step kind: `{kind['kind']}`" + (f" (last step: {metrics})" if metrics else "")]
+    lines.append(f"  - step kind: `{kind['kind']}`" + (f" (last step: {metrics})" if metrics else ""))
     frozen = train.get("frozen", {})
     if frozen.get("layers"):
         lines.append(f"  - frozen layers: {', '.join(frozen['layers'])} ({len(frozen['weights'])} weights; "

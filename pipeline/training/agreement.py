@@ -50,11 +50,15 @@ def code_fingerprint() -> int:
     return int.from_bytes(digest.digest()[:8], "big") >> 1
 
 
-def data_fingerprint(images: np.ndarray, labels: np.ndarray, class_names) -> int:
-    """The training split's content: dtype, shape and bytes of inputs and labels, and the class names."""
+def data_fingerprint(images, labels: np.ndarray, class_names) -> int:
+    """The training split's content: dtype, shape and bytes of inputs (one array, or a dict of named arrays in
+    name order) and labels, and the class names.
+    """
     digest = hashlib.sha256()
-    for array in (np.ascontiguousarray(images), np.ascontiguousarray(labels)):
-        digest.update(f"{array.dtype}{array.shape}".encode())
+    named = sorted(images.items()) if isinstance(images, dict) else [("", images)]
+    for name, array in [*named, ("label", labels)]:
+        array = np.ascontiguousarray(array)
+        digest.update(f"{name}{array.dtype}{array.shape}".encode())
         digest.update(array.tobytes())
     digest.update(json.dumps(list(class_names)).encode())
     return int.from_bytes(digest.digest()[:8], "big") >> 1

@@ -32,7 +32,23 @@ def training_dataset(split, data, batch_size: int, seed: int, shard: tuple[int, 
                         cache=data.cache, repeat=True)
 
 
-def training_iterator(runtime, splits, config, global_batch: int, start_step: int):
+def _unbatched_specs(element_spec, input_name: str | None = None):
+    """(inputs spec, labels spec) of a batched dataset with the batch dimension None (one spec or a dict)."""
+    import tensorflow as tf
+
+    inputs, labels = element_spec
+
+    def free(spec, name=None):
+        return tf.TensorSpec([None, *spec.shape[1:]], spec.dtype, name=name)
+
+    if isinstance(inputs, dict):
+        inputs = {key: free(spec, key) for key, spec in inputs.items()}
+    else:
+        inputs = free(inputs, input_name)
+    return inputs, free(labels, "label")
+
+
+def training_iterator(runtime, splits, config, global_batch: int, start_step: int, task: str = "classification"):
     """(iterator, step input signature, evaluation input spec) of the train split under `runtime`.
 
     One process: the endless dataset's iterator (checkpointed with the model: its position survives a
@@ -40,14 +56,15 @@ def training_iterator(runtime, splits, config, global_batch: int, start_step: in
     tf.distribute (AutoShardPolicy.DATA); a distributed streamed split reads per worker
     (`distributed_stream`). The data position of a distributed run is its step: the same seeded, repeated
     stream from the start, less the batches already trained on (a distributed iterator is not checkpointable).
+    The specs come from the dataset itself: one TensorSpec, or a dict of them for named inputs.
     """
     import tensorflow as tf
 
     train = splits.train
-    spec = tf.TensorSpec([None, *train.images.shape[1:]], tf.as_dtype(train.images.dtype), name=splits.input_name)
     if runtime.kind != "default" and is_streamed(train):
-        distributed = distributed_stream(runtime, train, config, global_batch, start_step)
-        return iter(distributed), list(distributed.element_spec), spec
+        distributed = distributed_stream(runtime, train, config, global_batch, start_step, task)
+        eval_spec, _ = _unbatched_specs(train.dataset(1, training=False, seed=0).element_spec, splits.input_name)
+        return iter(distributed), list(distributed.element_spec), eval_spec
     per_call = config.data.batch_size if runtime.kind == "default" else global_batch
     dataset = training_dataset(train, config.data, per_call, config.run.seed)
     if runtime.kind != "default" and start_step:
@@ -55,16 +72,17 @@ def training_iterator(runtime, splits, config, global_batch: int, start_step: in
     if config.train.assert_inputs:
         from tfship.pipeline.training.train_checks import input_assertions
 
-        dataset = dataset.map(input_assertions(len(splits.class_names), train.images.shape[1:]))
+        dataset = dataset.map(input_assertions(task, len(splits.class_names), dataset.element_spec))
+    eval_spec, label_spec = _unbatched_specs(dataset.element_spec, splits.input_name)
     if runtime.kind == "default":
-        return iter(dataset), [spec, tf.TensorSpec([None], tf.int64, name="label")], spec
+        return iter(dataset), [eval_spec, label_spec], eval_spec
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     distributed = runtime.strategy.experimental_distribute_dataset(dataset.with_options(options))
-    return iter(distributed), list(distributed.element_spec), spec
+    return iter(distributed), list(distributed.element_spec), eval_spec
 
 
-def distributed_stream(runtime, split, config, global_batch: int, start_step: int):
+def distributed_stream(runtime, split, config, global_batch: int, start_step: int, task: str = "classification"):
     """A streamed train split under a tf.distribute strategy: `distribute_datasets_from_function`, each input
     pipeline (one per worker) reading its own shard of the files (`StreamSplit.dataset(shard=...)`: by file
     when there are at least as many files as workers, else by record with a warning), batched per replica,
@@ -83,7 +101,7 @@ def distributed_stream(runtime, split, config, global_batch: int, start_step: in
         if config.train.assert_inputs:
             from tfship.pipeline.training.train_checks import input_assertions
 
-            dataset = dataset.map(input_assertions(len(split.class_names), tuple(split.format.example_shape)))
+            dataset = dataset.map(input_assertions(task, len(split.class_names), dataset.element_spec))
         options = tf.data.Options()
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
         return dataset.with_options(options)
@@ -91,36 +109,47 @@ def distributed_stream(runtime, split, config, global_batch: int, start_step: in
     return runtime.strategy.distribute_datasets_from_function(per_worker)
 
 
-def probe_batch(split, batch_size: int):
-    """One (inputs [B, ...], labels int64 [B]) batch for the step's first call and the XLA probe."""
-    if is_streamed(split):
-        return next(iter(split.dataset(batch_size, training=True, seed=0, repeat=True)))
-    return split.images[:batch_size], split.labels[:batch_size]
+def probe_batch(runtime, splits, config, global_batch: int, task: str = "classification"):
+    """One (inputs, labels) batch for the step's first call and the XLA probe, from the training pipeline itself
+    (so its structure and dtypes are the step's): per-replica values under a distribution strategy.
+    """
+    from tfship.pipeline.data.splits import make_dataset
+
+    if runtime.kind == "default":
+        per_call = config.data.batch_size
+        return next(iter(training_dataset(splits.train, config.data, per_call, 0)))
+    return next(iter(runtime.strategy.experimental_distribute_dataset(
+        make_dataset(splits.train, global_batch, training=True, seed=0))))
 
 
-def evaluate(steps, split, batch_size: int = 512) -> tuple[float, float]:
-    """(mean cross-entropy in nats, accuracy in [0, 1]) over a whole split; a streamed split batch by batch.
+def evaluate(steps, split, task: str = "classification", batch_size: int = 512) -> dict[str, float]:
+    """`train_step.task_figures` of the model over a whole split (a streamed split batch by batch): the loss
+    (cross-entropy, binary cross-entropy or squared error) and the task's metrics (accuracy; AUC and accuracy;
+    MAE and RMSE).
 
     Raises:
-        DatasetError: a record of a streamed split fails to read or parse (the file changed since the scan).
+        DatasetError: a record of a streamed split fails to read or parse (the file changed since the scan), or
+            the split holds no row.
     """
-    if not is_streamed(split):
-        return steps.evaluate(split.images, split.labels, batch_size)
-    import tensorflow as tf
+    from tfship.pipeline.training.train_step import task_figures
 
-    loss_sum, correct, total = 0.0, 0, 0
     try:
-        for inputs, labels in split.dataset(batch_size, training=False, seed=0):
-            logits = steps.predict_logits(inputs).numpy().astype(np.float64)
-            labels = labels.numpy()
-            shifted = logits - logits.max(axis=-1, keepdims=True)
-            log_probs = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
-            loss_sum -= float(log_probs[np.arange(len(labels)), labels].sum())
-            correct += int(np.sum(np.argmax(logits, axis=-1) == labels))
-            total += len(labels)
-    except tf.errors.OpError as err:
-        raise stream_error(split, err) from None
-    return loss_sum / max(total, 1), correct / max(total, 1)
+        if not is_streamed(split):
+            return steps.figures(split.images, split.labels, batch_size)
+        import tensorflow as tf
+
+        outputs, labels = [], []
+        try:
+            for inputs, batch_labels in split.dataset(batch_size, training=False, seed=0):
+                outputs.append(steps.outputs(inputs))
+                labels.append(batch_labels.numpy())
+        except tf.errors.OpError as err:
+            raise stream_error(split, err) from None
+        if not labels:
+            raise ValueError("no rows to evaluate on")
+        return task_figures(task, np.concatenate(outputs), np.concatenate(labels))
+    except ValueError as err:
+        raise DatasetError(f"the {getattr(split, 'name', 'evaluation')} split: {err}") from None
 
 
 def stream_error(split, err) -> DatasetError:
@@ -132,34 +161,42 @@ def stream_error(split, err) -> DatasetError:
 class InputMeter:
     """Input-wait share and records/s of the training loop.
 
-    `wait` is the time spent in `next(iterator)`; `busy` the whole step (fetch + step + the host sync that
-    reads the loss). The input-wait share is wait / busy: 0 when the prefetched pipeline keeps ahead.
+    `wait` is the time the K-step blocks spent in the iterator's get-next (measured on the device with
+    `tf.timestamp`); `busy` the blocks' wall time on the host (the steps, the get-nexts and the one read-back).
+    The input-wait share is wait / busy: 0 when the prefetched pipeline keeps ahead; None when not `timed`.
     """
 
     batch: int
+    timed: bool = True  # False under train.deterministic (op determinism refuses tf.timestamp)
     wait_s: float = 0.0
     busy_s: float = 0.0
     steps: int = 0
     window: list = field(default_factory=lambda: [0.0, 0.0, 0])
 
-    def record(self, wait_s: float, busy_s: float) -> None:
+    def record(self, wait_s: float, busy_s: float, steps: int = 1) -> None:
+        """Add one block of `steps` steps: `wait_s` in get-next, `busy_s` in all."""
         self.wait_s += wait_s
         self.busy_s += busy_s
-        self.steps += 1
-        self.window = [self.window[0] + wait_s, self.window[1] + busy_s, self.window[2] + 1]
+        self.steps += steps
+        self.window = [self.window[0] + wait_s, self.window[1] + busy_s, self.window[2] + steps]
 
     def take_window(self) -> tuple[float, float]:
         """(records/s, input-wait share) since the last call (the live figures)."""
         wait, busy, steps = self.window
         self.window = [0.0, 0.0, 0]
-        return steps * self.batch / max(busy, 1e-9), wait / max(busy, 1e-9)
+        return steps * self.batch / max(busy, 1e-9), (wait / max(busy, 1e-9) if self.timed else None)
 
     def summary(self) -> dict:
-        """train.json's `input`: records/s and input-wait share over the whole run (steps after the first)."""
+        """train.json's `input`: records/s and input-wait share over the whole run (blocks after the first);
+        the share is None when the wait was not timed (`train.deterministic`).
+        """
         return {"records_per_second": round(self.steps * self.batch / max(self.busy_s, 1e-9), 1),
-                "input_wait_share": round(self.wait_s / max(self.busy_s, 1e-9), 4),
-                "input_wait_seconds": round(self.wait_s, 3), "step_seconds": round(self.busy_s, 3),
-                "steps_measured": self.steps}
+                "input_wait_share": round(self.wait_s / max(self.busy_s, 1e-9), 4) if self.timed else None,
+                "input_wait_seconds": round(self.wait_s, 3) if self.timed else None,
+                "step_seconds": round(self.busy_s, 3), "steps_measured": self.steps,
+                "input_wait_measured_by": "tf.timestamp around each get-next, summed on the device, over the "
+                                          "blocks' wall time" if self.timed else
+                                          "not measured: train.deterministic (op determinism refuses tf.timestamp)"}
 
 
 class ProgressLines:
@@ -186,8 +223,9 @@ class ProgressLines:
         done = step - self.start_step
         eta = (now - self.started) / max(done, 1) * (self.total - step)
         epoch = math.ceil(step / max(self.per_epoch, 1))
+        shown = f"{wait:.1%}" if wait is not None else "n/a"
         self.say(f"train: step {step}/{self.total} epoch {epoch} loss {loss:.4f} {rate:,.0f} records/s "
-                 f"input wait {wait:.1%} ETA {_clock(eta)}")
+                 f"input wait {shown} ETA {_clock(eta)}")
 
 
 def _clock(seconds: float) -> str:
@@ -200,14 +238,18 @@ def live_figures(meter: InputMeter) -> str:
     if not meter.steps:
         return ""
     summary = meter.summary()
-    return f" {summary['records_per_second']:,.0f} rec/s wait {summary['input_wait_share']:.0%}"
+    share = summary["input_wait_share"]
+    return f" {summary['records_per_second']:,.0f} rec/s" + (f" wait {share:.0%}" if share is not None else "")
 
 
 def board_scalars(meter: InputMeter) -> dict[str, float]:
     """TensorBoard's input scalars: records/s and input-wait share so far (`InputMeter.summary`)."""
     summary = meter.summary()
-    return {"input/records_per_second": summary["records_per_second"],
-            "input/input_wait_share": summary["input_wait_share"]} if meter.steps else {}
+    if not meter.steps:
+        return {}
+    share = summary["input_wait_share"]
+    return {"input/records_per_second": summary["records_per_second"]} | (
+        {"input/input_wait_share": share} if share is not None else {})
 
 
 def skipped_records(splits) -> dict:
@@ -220,23 +262,19 @@ def skipped_records(splits) -> dict:
             "skipped": skipped}
 
 
-def next_batch(iterator, inputs, train):
-    """The next training batch; a failed `assert_inputs` check or a streaming read error as one `DatasetError`.
+def input_error(err, inputs) -> Exception:
+    """What a block's `tf.errors.OpError` means: a failed `assert_inputs` check or a streaming read error as one
+    `DatasetError`, anything else unchanged.
 
-    Raises:
-        DatasetError: "train.assert_inputs: <check>: feature <name>, <where the record came from>", or a
-            read / parse failure of a streamed split.
+    Returns:
+        DatasetError "train.assert_inputs: <check>: feature <name>, <where the record came from>", a read /
+        parse failure of a streamed split, or `err` itself.
     """
-    import tensorflow as tf
+    text = str(getattr(err, "message", err))
+    if "assert_inputs:" in text:
+        from tfship.pipeline.training.input_errors import assert_inputs_error
 
-    try:
-        return next(iterator)
-    except tf.errors.OpError as err:
-        text = str(getattr(err, "message", err))
-        if "assert_inputs:" in text:
-            from tfship.pipeline.training.input_errors import assert_inputs_error
-
-            raise assert_inputs_error(text, inputs) from None
-        if is_streamed(inputs.splits.train):
-            raise stream_error(inputs.splits.train, err) from None
-        raise
+        return assert_inputs_error(text, inputs)
+    if is_streamed(inputs.splits.train) and "IteratorGetNext" in text:  # raised by the data, not by the step
+        return stream_error(inputs.splits.train, err)
+    return err

@@ -1,10 +1,11 @@
-"""How the custom loop (`pipeline.training.train._Loop`) stops together: the per-step stop vote of the workers
-and the one line naming a peer a collective lost.
+"""How the training loop (`pipeline.training.train._Loop`) stops together: the per-block agreement of the workers
+(stop, timed checkpoint, the next block's size) and the one line naming a peer a collective lost.
 """
 
 from __future__ import annotations
 
 import signal
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -32,34 +33,51 @@ def lost_peer(loop, err) -> str:
             "restart every worker (with --resume to continue from it)")
 
 
-def stop_agreed(loop) -> bool:
-    """Whether to stop after this step: a signal here (one process), or on any worker (multi_worker: every
-    worker votes after every step, one tiny all-reduce, so all stop at the same step).
+@dataclass(frozen=True)
+class Agreement:
+    """What every worker does after a block: stop (`stop`), save a timed checkpoint (`checkpoint`), and the step
+    time the next block's size is chosen from (`seconds_per_step`, None before any block was measured).
+    """
+
+    stop: bool
+    checkpoint: bool
+    seconds_per_step: float | None
+
+
+def agree(loop, checkpoint_due: bool, seconds_per_step: float | None) -> Agreement:
+    """After a block: a signal here, this process's checkpoint timer and its measured step time (one process), or
+    every worker's (multi_worker: one tiny all-reduce per block; any worker's signal or due timer counts, the
+    slowest worker's step time sizes the next block), so all workers stop, save and size their blocks alike.
+    A signal's name is kept in `loop._stopped_by`.
     """
     if loop.runtime.cluster is None:
         loop._stopped_by = loop.stop.signal_name
-        return loop.stop.requested
+        return Agreement(loop.stop.requested, checkpoint_due, seconds_per_step)
     import tensorflow as tf
 
+    workers = loop.runtime.num_workers
     if getattr(loop, "_vote", None) is None:
         strategy = loop.runtime.strategy
 
-        @tf.function(input_signature=[tf.TensorSpec([loop.runtime.num_workers], tf.float32)])
+        @tf.function(input_signature=[tf.TensorSpec([3 * workers], tf.float32)])
         def vote(local):
             return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(tf.identity, args=(local,)),
                                    axis=None)
 
         loop._vote = vote
-    mine = np.zeros(loop.runtime.num_workers, np.float32)
+    mine = np.zeros(3 * workers, np.float32)
+    rank = loop.runtime.cluster.rank
     if loop.stop.requested:  # the vote carries the signal's number, so every worker can name it
-        mine[loop.runtime.cluster.rank] = float(signal.Signals[loop.stop.signal_name].value)
+        mine[rank] = float(signal.Signals[loop.stop.signal_name].value)
+    mine[workers + rank] = seconds_per_step if seconds_per_step is not None else -1.0
+    mine[2 * workers + rank] = float(checkpoint_due)
     votes = loop._vote(tf.constant(mine)).numpy()
-    if not votes.any():
-        return False
+    signals, times, due = votes[:workers], votes[workers:2 * workers], votes[2 * workers:]
     tasks = loop.runtime.cluster.tasks
-    loop._stopped_by = " and ".join(f"{signal.Signals(int(votes[i])).name} on {tasks[i].name}"
-                                    for i in np.flatnonzero(votes > 0))
-    return True
+    loop._stopped_by = " and ".join(f"{signal.Signals(int(signals[i])).name} on {tasks[i].name}"
+                                    for i in np.flatnonzero(signals > 0))
+    measured = None if (times < 0).any() else float(times.max())
+    return Agreement(bool(signals.any()), bool(due.any()), measured)
 
 
 def checkpoint_step(checkpoint_dir: Path) -> int | None:

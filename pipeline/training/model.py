@@ -60,8 +60,10 @@ def _text_body(config: ModelSection, hidden, policy):
 
 def build_model(config: ModelSection, input_shape: tuple[int, ...], num_classes: int, seed: int, *,
                 input_name: str = "image", input_dtype: str = "float32", train_inputs: np.ndarray | None = None,
-                precision: str = "float32"):
-    """Build the configured model: input `input_dtype` [B, *input_shape] -> logits float32 [B, num_classes].
+                precision: str = "float32", task: str = "classification"):
+    """Build the configured model: input `input_dtype` [B, *input_shape] -> the head of `task`: classification
+    logits float32 [B, num_classes] (`logits`), binary a sigmoid probability float32 [B, 1] (`probability`),
+    regression float32 [B, 1] (`prediction`).
 
     Args:
         config: the [model] table.
@@ -81,18 +83,30 @@ def build_model(config: ModelSection, input_shape: tuple[int, ...], num_classes:
 
     keras.utils.set_random_seed(seed)
     if config.factory:
-        return _call_factory(config, input_shape, num_classes)
-    model = _build_builtin(config, input_shape, num_classes, input_name, input_dtype, train_inputs, precision)
-    if not config.recompute:
+        return _call_factory(config, input_shape, num_classes, task)
+    model = _build_builtin(config, input_shape, num_classes, input_name, input_dtype, train_inputs, precision, task)
+    return with_recompute(model, config.recompute)
+
+
+def with_recompute(model, recompute):
+    """`model` with the layers named in `recompute` (`model.recompute`) wrapped in `Recompute` (same weights).
+
+    Raises:
+        ConfigError: a name that is no layer of the model.
+    """
+    import keras
+
+    if not recompute:
         return model
+    recompute = tuple(recompute)
     names = [layer.name for layer in model.layers]
-    missing = sorted(set(config.recompute) - set(names))
+    missing = sorted(set(recompute) - set(names))
     if missing:
         raise ConfigError(f"model.recompute: no layer named {missing}; layers: {names}")
     wrapper = _recompute_class()
 
     def clone(layer):
-        return wrapper(layer.__class__.from_config(layer.get_config())) if layer.name in config.recompute else \
+        return wrapper(layer.__class__.from_config(layer.get_config())) if layer.name in recompute else \
             layer.__class__.from_config(layer.get_config())
 
     wrapped = keras.models.clone_model(model, clone_function=clone)
@@ -166,14 +180,18 @@ def _recompute_class():
     return Recompute
 
 
-def _build_builtin(config, input_shape, num_classes, input_name, input_dtype, train_inputs, precision):
+def _build_builtin(config, input_shape, num_classes, input_name, input_dtype, train_inputs, precision,
+                   task="classification"):
     import keras
 
     inputs = keras.Input(shape=input_shape, name=input_name, dtype=input_dtype)
     hidden = inputs
     if config.normalize:
-        if train_inputs is None or config.kind == "text":
-            raise ConfigError("model.normalize: needs float training inputs (not available for kind = 'text')")
+        if config.kind == "text":
+            raise ConfigError("model.normalize = true: model.kind = 'text' takes token ids, which are not "
+                              "quantities to normalize")
+        if train_inputs is None:
+            raise ConfigError("model.normalize = true: needs the train split's inputs to adapt on")
         normalize = keras.layers.Normalization(axis=-1, name="normalize", dtype="float32")
         normalize.adapt(np.asarray(train_inputs, np.float32))
         hidden = normalize(hidden)
@@ -189,15 +207,85 @@ def _build_builtin(config, input_shape, num_classes, input_name, input_dtype, tr
         hidden = _text_body(config, hidden, precision)
     if config.dropout > 0:
         hidden = keras.layers.Dropout(config.dropout, name="dropout", dtype=precision)(hidden)
-    logits = keras.layers.Dense(num_classes, name="logits", dtype="float32")(hidden)
-    return keras.Model(inputs, logits, name=f"tfship_{config.kind}")
+    from tfship.pipeline.training.multi_input import _head
+
+    return keras.Model(inputs, _head(hidden, task, num_classes), name=f"tfship_{config.kind}")
 
 
-def _call_factory(config: ModelSection, input_shape: tuple[int, ...], num_classes: int):
+def _accepts(function, name: str) -> bool:
+    import inspect
+
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
+def _call_factory(config: ModelSection, input_shape: tuple[int, ...] | None, num_classes: int,
+                  task: str = "classification", specs=None):
+    """Call `model.factory`: one input as f(input_shape=, num_classes=, **factory_args) (plus task= when the
+    function accepts it); named inputs as f(specs=, task=, num_classes=, **factory_args).
+    """
     import keras
 
     function = import_function(config.factory, f"model.factory = {config.factory!r}")
-    model = function(input_shape=tuple(input_shape), num_classes=num_classes, **config.factory_args)
+    if specs is not None:
+        model = function(specs=tuple(specs), task=task, num_classes=num_classes, **config.factory_args)
+    else:
+        extra = {"task": task} if _accepts(function, "task") and "task" not in config.factory_args else {}
+        model = function(input_shape=tuple(input_shape), num_classes=num_classes, **extra, **config.factory_args)
     if not isinstance(model, keras.Model):
         raise ConfigError(f"model.factory = {config.factory!r} returned {type(model).__name__}, not a keras.Model")
     return model
+
+
+def build_task_model(config, splits):
+    """The model of a whole `PipelineConfig` over `splits` (`pipeline.data.splits.load_splits`), any kind and task.
+
+    * cnn, mlp, text, a one-input factory: input `splits.input_name`, shape and dtype of the train split's
+      sample [B, ...]; tabular, recommender, a factory over named data: one input per `splits.specs`
+      (float32 [B, *shape], int64 ids, raw strings [B] looked up by a `StringLookup` inside the model);
+    * head per task: classification `logits` float32 [B, len(class_names)]; binary `probability` sigmoid
+      float32 [B, 1]; regression `prediction` float32 [B, 1];
+    * `train.mixed_precision` is the dtype policy of the built-in layers (heads float32), `model.normalize` a
+      `Normalization` adapted on the train sample (cnn, mlp: the input; tabular, recommender: each dense
+      input), `model.recompute` wraps the named layers (`Recompute`), `run.seed` seeds the weights;
+    * `model.factory`: f(input_shape=, num_classes=, **factory_args) for one input (task= too when it
+      accepts it), f(specs=, task=, num_classes=, **factory_args) for named inputs (`model.kind = "tabular"`
+      or "recommender" with a factory: the data is read as named inputs and the factory builds the model);
+      `num_classes` is the class count for classification, 1 otherwise.
+
+    Raises:
+        ConfigError: a setting that means nothing for the kind (normalize on a text model or a factory), a
+            factory that does not return a keras.Model, a `recompute` name that is no layer, a shape the kind
+            cannot take. ValueError: a recommender without its role inputs.
+    """
+    import keras
+
+    from tfship.pipeline.training import multi_input
+
+    model, task, seed = config.model, splits.task, config.run.seed
+    precision = config.train.mixed_precision
+    num_classes = len(splits.class_names) if task == "classification" else 1
+    if model.normalize and model.factory:
+        raise ConfigError(f"model.normalize = true: model.factory = {model.factory!r} builds its own layers; "
+                          "normalize inside the factory")
+    keras.utils.set_random_seed(seed)
+    if splits.specs:
+        if model.factory:
+            return with_recompute(_call_factory(model, None, num_classes, task, splits.specs), model.recompute)
+        if model.kind not in ("tabular", "recommender"):
+            raise ConfigError(f"model.kind = {model.kind!r}: takes one input; the data has named inputs "
+                              f"{[s.name for s in splits.specs]}: use model.kind = 'tabular'")
+        sample = splits.train.images if model.normalize else None
+        build = multi_input.tabular if model.kind == "tabular" else multi_input.recommender
+        kwargs = {"hidden_units": model.hidden_units, "dropout": model.dropout, "seed": seed,
+                  "embedding_dim": model.embedding_dim, "normalize_on": sample, "policy": precision}
+        return with_recompute(build(splits.specs, task, num_classes, **kwargs), model.recompute)
+    if model.kind in ("tabular", "recommender"):
+        raise ConfigError(f"model.kind = {model.kind!r}: the data has no named inputs")
+    sample = np.asarray(splits.train.images)
+    return build_model(model, tuple(sample.shape[1:]), num_classes, seed, input_name=splits.input_name,
+                       input_dtype=str(sample.dtype), train_inputs=sample if model.normalize else None,
+                       precision=precision, task=task)

@@ -4,7 +4,8 @@ Every kind is called inside the one traced `tf.function` train step (`pipeline.t
 replica, and returns a `StepOutput`; the step itself unscales, measures, checks and applies the
 gradients. Kinds (docs/training.md has one section each):
 
-* `standard` — sparse categorical cross-entropy (+ the model's regularization losses);
+* `standard` — the task's loss (`task_loss`: sparse categorical cross-entropy, binary cross-entropy or squared
+  error; + the model's regularization losses);
 * `multi_loss` — several weighted losses from one forward pass; a persistent tape gives each loss's
   own gradient, whose global norm is logged (`grad_norm/<loss>`);
 * `gradient_penalty` — cross-entropy + `penalty_weight` x mean over examples of ||d CE_i / d x_i||^2:
@@ -21,6 +22,10 @@ gradients. Kinds (docs/training.md has one section each):
   `__call__(model, inputs, labels, variables, ctx: StepContext) -> StepOutput` (the built-ins are
   examples; `StepContext` and `StepOutput` are the interface).
 
+`gradient_penalty`, `adversarial`, `custom_loss` and `factory` train every task (their cross-entropy is the
+task's loss; with named inputs the input gradients are those of the float inputs); `multi_loss` and
+`distillation` work on class logits and are refused for binary and regression (`CLASS_ONLY`).
+
 Losses are means over the global batch (`tf.nn.compute_average_loss`); logits of 16-bit layers are cast
 to float32 first. Only the serving export reads the model afterwards: every kind exports the same
 forward-only `serving_default` (the audit checks it).
@@ -30,11 +35,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from tfship.core.errors import ConfigError
-from tfship.core.imports import import_function
 
 MULTI_LOSSES = ("cross_entropy", "label_smoothing", "logit_l2", "confidence_penalty")
 
@@ -42,18 +45,26 @@ MULTI_LOSSES = ("cross_entropy", "label_smoothing", "logit_l2", "confidence_pena
 @dataclass(frozen=True)
 class StepContext:
     """What a kind needs from the step: `average(per_example [B]) -> scalar` over the global batch,
-    `scale(loss) -> loss` (the LossScaleOptimizer's scaling, identity otherwise) and the replica count.
+    `scale(loss) -> loss` (the LossScaleOptimizer's scaling, identity otherwise), the replica count, the
+    task and its per-example loss (`per_example(labels, outputs) -> [B]`).
     """
 
     average: Callable[[Any], Any]
     scale: Callable[[Any], Any]
     replicas: int = 1
+    task: str = "classification"
+    loss: Callable[[Any, Any], Any] | None = None  # per-example loss [B] of (labels, outputs): `task_loss`
+
+    def per_example(self, labels, outputs):
+        """The task's per-example loss [B] (`task_loss`; sparse cross-entropy when none was given)."""
+        return (self.loss or _cross_entropy)(labels, outputs)
 
 
 @dataclass
 class StepOutput:
-    """One replica's step: `loss` scalar float32 (unscaled), `logits` [B, C], `gradients` (one per
-    variable, IndexedSlices kept sparse) and `metrics` {name: scalar}, the names of `StepKind.metric_names`.
+    """One replica's step: `loss` scalar float32 (unscaled), `logits` the model's outputs (classification
+    logits [B, C], binary probability [B, 1], regression prediction [B, 1]), `gradients` (one per variable,
+    IndexedSlices kept sparse) and `metrics` {name: scalar}, the names of `StepKind.metric_names`.
     """
 
     loss: Any
@@ -75,6 +86,41 @@ def _cross_entropy(labels, logits):
     return keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
 
 
+def task_loss(task: str):
+    """The per-example training loss [B] of `task` (`core.tasks`) as `f(labels, outputs)`: classification
+    sparse cross-entropy of logits [B, C] (nats), binary cross-entropy of a probability [B, 1] (nats),
+    regression squared error of a prediction [B, 1] (label units squared).
+
+    Raises:
+        ValueError: an unknown task.
+    """
+    from tfship.core.tasks import primary
+
+    primary(task)
+    if task == "classification":
+        return _cross_entropy
+
+    def binary(labels, outputs):
+        import keras
+        import tensorflow as tf
+
+        return keras.losses.binary_crossentropy(tf.reshape(tf.cast(labels, outputs.dtype), [-1, 1]), outputs)
+
+    def regression(labels, outputs):
+        import tensorflow as tf
+
+        return tf.square(tf.reshape(outputs, [-1]) - tf.cast(labels, outputs.dtype))
+
+    return binary if task == "binary" else regression
+
+
+def _float_inputs(inputs):
+    """The float tensors among `inputs` (one tensor or a dict of named inputs), in a stable order."""
+    import tensorflow as tf
+
+    return [t for t in tf.nest.flatten(inputs) if t.dtype.is_floating]
+
+
 def _regularization(model, dtype):
     import tensorflow as tf
 
@@ -84,13 +130,18 @@ def _regularization(model, dtype):
 
 
 def _require_float_inputs(inputs, kind: str) -> None:
-    if not inputs.dtype.is_floating:
-        raise ConfigError(f"train.step.kind = {kind!r} differentiates with respect to the inputs; the model "
-                          f"input is {inputs.dtype.name} (use it with float inputs, not token ids)")
+    import tensorflow as tf
+
+    if not _float_inputs(inputs):
+        dtypes = sorted({t.dtype.name for t in tf.nest.flatten(inputs)})
+        raise ConfigError(f"train.step.kind = {kind!r} differentiates with respect to the inputs; the model's "
+                          f"inputs are {dtypes} (use it with float inputs, not token ids)")
 
 
 class StandardStep:
-    """Cross-entropy plus regularization, one tape (the default)."""
+    """The task's loss (cross-entropy, binary cross-entropy or squared error) plus regularization, one tape
+    (the default).
+    """
 
     name = "standard"
     metric_names: tuple[str, ...] = ()
@@ -100,7 +151,7 @@ class StandardStep:
 
         with tf.GradientTape() as tape:
             logits = _logits(model, inputs)
-            loss = ctx.average(_cross_entropy(labels, logits)) + _regularization(model, logits.dtype)
+            loss = ctx.average(ctx.per_example(labels, logits)) + _regularization(model, logits.dtype)
             scaled = ctx.scale(loss)
         return StepOutput(loss, logits, tape.gradient(scaled, variables))
 
@@ -167,18 +218,21 @@ class GradientPenaltyStep:
     def __init__(self, weight: float):
         self.weight = weight
 
-    def penalized(self, model, inputs, labels, average):
-        """(total loss, cross-entropy, penalty, logits); call under an outer tape for the second order."""
+    def penalized(self, model, inputs, labels, average, per_example_loss=None):
+        """(total loss, task loss, penalty, outputs); call under an outer tape for the second order. Named
+        inputs: the penalty sums over every float input (ids have no gradient).
+        """
         import tensorflow as tf
 
         _require_float_inputs(inputs, self.name)
+        watched = _float_inputs(inputs)
         with tf.GradientTape() as input_tape:
-            input_tape.watch(inputs)
+            input_tape.watch(watched)
             logits = _logits(model, inputs)
-            per_example = _cross_entropy(labels, logits)
-        input_gradients = input_tape.gradient(per_example, inputs)  # row i: d CE_i / d x_i
-        squared = tf.reduce_sum(tf.reshape(tf.square(tf.cast(input_gradients, logits.dtype)),
-                                           [tf.shape(inputs)[0], -1]), axis=1)
+            per_example = (per_example_loss or _cross_entropy)(labels, logits)
+        # row i: d loss_i / d x_i, for every float input
+        squared = tf.add_n([tf.reduce_sum(tf.reshape(tf.square(tf.cast(g, logits.dtype)), [tf.shape(g)[0], -1]),
+                                          axis=1) for g in input_tape.gradient(per_example, watched)])
         cross_entropy, penalty = average(per_example), average(squared)
         total = cross_entropy + self.weight * penalty + _regularization(model, logits.dtype)
         return total, cross_entropy, penalty, logits
@@ -187,7 +241,8 @@ class GradientPenaltyStep:
         import tensorflow as tf
 
         with tf.GradientTape() as tape:
-            loss, cross_entropy, penalty, logits = self.penalized(model, inputs, labels, ctx.average)
+            loss, cross_entropy, penalty, logits = self.penalized(model, inputs, labels, ctx.average,
+                                                                  ctx.per_example)
             scaled = ctx.scale(loss)
         return StepOutput(loss, logits, tape.gradient(scaled, variables),
                           {"loss/cross_entropy": cross_entropy, "loss/gradient_penalty": penalty})
@@ -242,24 +297,30 @@ class AdversarialStep:
     def __init__(self, epsilon: float, weight: float):
         self.epsilon, self.weight = epsilon, weight
 
-    def attack(self, model, inputs, labels):
-        """The FGSM inputs (same shape and dtype as `inputs`), constant for the tape."""
+    def attack(self, model, inputs, labels, per_example_loss=None):
+        """The FGSM inputs (same structure, shapes and dtypes as `inputs`; named inputs: every float input
+        moved, ids kept), constant for the tape.
+        """
         import tensorflow as tf
 
         _require_float_inputs(inputs, self.name)
+        flat = tf.nest.flatten(inputs)
+        watched = [t for t in flat if t.dtype.is_floating]
         with tf.GradientTape() as input_tape:
-            input_tape.watch(inputs)
-            loss = tf.reduce_sum(_cross_entropy(labels, _logits(model, inputs)))
-        return tf.stop_gradient(inputs + self.epsilon * tf.sign(input_tape.gradient(loss, inputs)))
+            input_tape.watch(watched)
+            loss = tf.reduce_sum((per_example_loss or _cross_entropy)(labels, _logits(model, inputs)))
+        moved = iter(tf.stop_gradient(t + self.epsilon * tf.sign(g))
+                     for t, g in zip(watched, input_tape.gradient(loss, watched)))
+        return tf.nest.pack_sequence_as(inputs, [next(moved) if t.dtype.is_floating else t for t in flat])
 
     def __call__(self, model, inputs, labels, variables, ctx: StepContext) -> StepOutput:
         import tensorflow as tf
 
-        adversarial_inputs = self.attack(model, inputs, labels)
+        adversarial_inputs = self.attack(model, inputs, labels, ctx.per_example)
         with tf.GradientTape() as tape:
             logits = _logits(model, inputs)
-            clean = ctx.average(_cross_entropy(labels, logits))
-            adversarial = ctx.average(_cross_entropy(labels, _logits(model, adversarial_inputs)))
+            clean = ctx.average(ctx.per_example(labels, logits))
+            adversarial = ctx.average(ctx.per_example(labels, _logits(model, adversarial_inputs)))
             loss = (1.0 - self.weight) * clean + self.weight * adversarial + _regularization(model, logits.dtype)
             scaled = ctx.scale(loss)
         return StepOutput(loss, logits, tape.gradient(scaled, variables),
@@ -267,7 +328,10 @@ class AdversarialStep:
 
 
 class CustomLossStep:
-    """A user loss `function(y_true int64 [B], y_pred logits [B, C], model) -> scalar` (mean over the batch)."""
+    """A user loss `function(y_true [B], y_pred [B, ...], model) -> scalar` (mean over the batch): y_true int64
+    class ids (classification, binary) or float32 targets (regression), y_pred the model's outputs (logits
+    [B, C], probability [B, 1] or prediction [B, 1]).
+    """
 
     name = "custom_loss"
     metric_names: tuple[str, ...] = ()
@@ -286,61 +350,3 @@ class CustomLossStep:
             loss = tf.cast(value, logits.dtype) / ctx.replicas + _regularization(model, logits.dtype)
             scaled = ctx.scale(loss)
         return StepOutput(loss, logits, tape.gradient(scaled, variables))
-
-
-def build_step_kind(settings, num_classes: int):
-    """The configured step kind (`settings`: `pipeline.config.StepSection`); build under the strategy scope.
-
-    Raises:
-        ConfigError: a missing or unusable teacher or loss function, unknown multi-loss names.
-    """
-    kind = settings.kind
-    if kind == "standard":
-        return StandardStep()
-    if kind == "multi_loss":
-        return MultiLossStep(dict(settings.losses), settings.label_smoothing)
-    if kind == "gradient_penalty":
-        return GradientPenaltyStep(settings.penalty_weight)
-    if kind == "adversarial":
-        return AdversarialStep(settings.epsilon, settings.adversarial_weight)
-    if kind == "factory":
-        return _from_factory(settings)
-    if kind == "custom_loss":
-        if settings.loss is None:
-            raise ConfigError("train.step.kind = 'custom_loss' needs train.step.loss = 'module:function'")
-        return CustomLossStep(import_function(settings.loss, f"train.step.loss = {settings.loss!r}"), settings.loss)
-    return DistillationStep(_load_teacher(settings.teacher, num_classes), settings.temperature, settings.alpha)
-
-
-def _from_factory(settings):
-    if settings.factory is None:
-        raise ConfigError("train.step.kind = 'factory' needs train.step.factory = 'module:function'")
-    try:
-        step = import_function(settings.factory, f"train.step.factory = {settings.factory!r}")(settings)
-    except ConfigError:
-        raise
-    except Exception as err:
-        raise ConfigError(f"train.step.factory = {settings.factory!r} failed: {type(err).__name__}: {err}") from err
-    missing = [attr for attr in ("name", "metric_names", "__call__") if not hasattr(step, attr)]
-    if missing:
-        raise ConfigError(f"train.step.factory = {settings.factory!r} returned {type(step).__name__} without "
-                          f"{missing} (a step kind has name, metric_names and __call__(model, inputs, labels, "
-                          "variables, ctx) -> StepOutput)")
-    return step
-
-
-def _load_teacher(path: Path | None, num_classes: int):
-    import keras
-
-    if path is None or not Path(path).is_file():
-        raise ConfigError(f"train.step.teacher: distillation needs a .keras teacher file; got {path!r}")
-    import tfship.pipeline.training.sparse_embedding  # noqa: F401  (a text teacher's layer)
-
-    try:
-        teacher = keras.models.load_model(path, compile=False)
-    except Exception as err:
-        raise ConfigError(f"train.step.teacher = {str(path)!r}: Keras cannot load it: {err}") from err
-    classes = teacher.outputs[0].shape[-1] if getattr(teacher, "outputs", None) else None
-    if classes != num_classes:
-        raise ConfigError(f"train.step.teacher = {str(path)!r}: outputs {classes} classes, the data has {num_classes}")
-    return teacher

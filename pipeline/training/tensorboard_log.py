@@ -58,9 +58,12 @@ class TensorBoardLog:
         self._train = tf.summary.create_file_writer(str(folder / "train")) if folder else None
         self._validation = tf.summary.create_file_writer(str(folder / "validation")) if folder else None
 
-    def step(self, step: int, scalars: dict[str, float], variables=()) -> None:
+    def step(self, step: int, scalars: dict[str, float], variables=(), since: int | None = None) -> None:
         """Log `scalars` (loss, accuracy, lr, gradient global norm, loss scale) at 1-based `step` when
         it falls on the period, and histograms of `variables` (Keras variables, with `.path`).
+
+        `since`: the step the last call logged (a K-step block ends at `step`): a period that fell anywhere in
+        (since, step] is logged once, at `step`, with the block's last values.
 
         Every value is read through the strategy (`distribute.read_value`): numbers, tensors, Keras
         variables and mirrored / per-replica values all log the same way.
@@ -69,11 +72,12 @@ class TensorBoardLog:
 
         if self._train is None:
             return
+        before = step - 1 if since is None else since
         with self._train.as_default(step=step):
-            if step % self.scalar_every == 0:
+            if step // self.scalar_every > before // self.scalar_every:
                 for name, value in scalars.items():
                     write_scalar(name, read_float(value), step)
-            if step % self.histogram_every == 0:
+            if step // self.histogram_every > before // self.histogram_every:
                 for variable in variables:
                     write_histogram(variable.path, read_value(variable), step)
 

@@ -18,30 +18,52 @@ from collections.abc import Iterator
 from tfship.core.errors import StageError
 
 
-def input_assertions(num_classes: int, example_shape: tuple[int, ...]):
-    """A `dataset.map` function checking one (inputs [B, ...], labels int64 [B]) batch.
+def input_assertions(task: str, num_classes: int, element_spec):
+    """A `dataset.map` function checking one (inputs, labels) batch of a training dataset.
 
-    Asserts: float inputs finite; inputs of rank 1 + len(example_shape) with that example shape;
-    labels in [0, num_classes). A failing assertion raises `InvalidArgumentError` naming the check.
+    Args:
+        task: "classification" | "binary" | "regression" (`core.tasks`).
+        num_classes: classification: labels lie in [0, num_classes).
+        element_spec: the dataset's (inputs spec, labels spec); inputs one TensorSpec or a dict of them.
+
+    Asserts, per input: float values finite; rank and per-example shape as the spec's (a named input is named
+    in the message). Labels: classification in [0, num_classes), binary 0 or 1, regression finite. A failing
+    assertion raises `InvalidArgumentError` naming the check.
     """
     import tensorflow as tf
 
-    def check(inputs, labels):
-        checks = [
-            tf.debugging.assert_rank(inputs, 1 + len(example_shape), message="assert_inputs: input rank"),
-            tf.debugging.assert_equal(tf.shape(inputs)[1:], tf.constant(example_shape, tf.int32),
-                                      message="assert_inputs: input example shape"),
-            tf.debugging.assert_non_negative(labels, message="assert_inputs: label below 0"),
-            tf.debugging.assert_less(labels, tf.constant(num_classes, labels.dtype),
-                                     message=f"assert_inputs: label not below {num_classes} classes"),
-        ]
-        if inputs.dtype.is_floating:
+    input_spec = element_spec[0]
+
+    def checked(name: str, value, spec) -> list:
+        where = f" of input {name!r}" if name else ""
+        shape = [int(d) if d is not None else -1 for d in spec.shape[1:]]
+        checks = [tf.debugging.assert_rank(value, len(spec.shape), message=f"assert_inputs: input rank{where}")]
+        if shape and -1 not in shape:
+            checks.append(tf.debugging.assert_equal(tf.shape(value)[1:], tf.constant(shape, tf.int32),
+                                                    message=f"assert_inputs: input example shape{where}"))
+        if value.dtype.is_floating:
             # Assert, not assert_all_finite: its CheckNumerics op is stateful and would stop the data
             # iterator from being checkpointed.
-            checks.append(tf.debugging.Assert(tf.reduce_all(tf.math.is_finite(inputs)),
-                                              ["assert_inputs: NaN or Inf in the inputs"]))
-        with tf.control_dependencies(checks):
-            return tf.identity(inputs), tf.identity(labels)
+            checks.append(tf.debugging.Assert(tf.reduce_all(tf.math.is_finite(value)),
+                                              [f"assert_inputs: NaN or Inf in the inputs{where}"]))
+        return checks
+
+    def label_checks(labels) -> list:
+        if task == "regression":
+            return [tf.debugging.Assert(tf.reduce_all(tf.math.is_finite(labels)),
+                                        ["assert_inputs: NaN or Inf in the regression labels"])]
+        top = num_classes if task == "classification" else 2
+        below = f"label not below {num_classes} classes" if task == "classification" else "binary label not 0 or 1"
+        return [tf.debugging.assert_non_negative(labels, message="assert_inputs: label below 0"),
+                tf.debugging.assert_less(labels, tf.constant(top, labels.dtype), message=f"assert_inputs: {below}")]
+
+    def check(inputs, labels):
+        if isinstance(inputs, dict):
+            checks = [c for name in sorted(inputs) for c in checked(name, inputs[name], input_spec[name])]
+        else:
+            checks = checked("", inputs, input_spec)
+        with tf.control_dependencies([*checks, *label_checks(labels)]):
+            return tf.nest.map_structure(tf.identity, inputs), tf.identity(labels)
 
     return check
 

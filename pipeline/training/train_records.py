@@ -1,5 +1,5 @@
 """What the train stage takes and gives: `TrainInputs`, `EpochMetrics`, `TrainResult` (shared by the custom loop,
-`pipeline.training.train`, and the named-input path, `pipeline.training.named_train`).
+`pipeline.training.train`, the one training loop).
 """
 
 from __future__ import annotations
@@ -38,16 +38,21 @@ class TrainInputs:
 
 @dataclass(frozen=True)
 class EpochMetrics:
-    """One epoch: mean training loss (nats), training and validation accuracy (fractions in [0, 1]),
-    validation loss (nats) and the step the epoch ended at.
+    """One epoch: mean training loss (the task's loss: cross-entropy in nats, squared error in label units
+    squared), training and validation accuracy (fractions in [0, 1]; None for regression), validation loss,
+    the step the epoch ended at, the task's primary metric (`core.tasks.primary`: accuracy, auc, mae) and its
+    validation value, and for regression the training MAE (label units).
     """
 
     epoch: int
     loss: float
-    train_accuracy: float
-    validation_accuracy: float
+    train_accuracy: float | None
+    validation_accuracy: float | None
     validation_loss: float = float("nan")
     step: int = 0
+    metric: str = "accuracy"
+    validation_metric: float | None = None
+    train_mae: float | None = None
 
 
 @dataclass(frozen=True)
@@ -57,7 +62,7 @@ class TrainResult:
     model: Any
     history: tuple[EpochMetrics, ...]
     train_step_traces: int
-    test_accuracy: float
+    test_accuracy: float | None
     checkpoint_path: Path
     seconds: float
     steps: int

@@ -1,11 +1,20 @@
-"""The compiled train step, the evaluation pass and the XLA choice.
+"""The compiled train step, the K-step block around it, the evaluation pass and the XLA choice.
 
-The step is one `tf.function` with an explicit `input_signature` (`None` batch dimension on one
-device) and `reduce_retracing=False`, so it is traced exactly once; the count comes from a Python
-side effect that only runs while tracing. It runs under the training strategy (`strategy.run`),
-scales the loss for `mixed_float16`, and returns the loss, the correct-prediction count, the
-global norm of the (unscaled) gradients, a per-variable non-finite flag and the step kind's metrics
-(`pipeline.step_kinds`: what the step computes is the kind's; measuring and applying is the step's).
+The step is one `tf.function` with an explicit `input_signature` (`None` batch dimension on one device) and
+`reduce_retracing=False`, so it is traced exactly once; the count comes from a Python side effect that only
+runs while tracing. It runs under the training strategy (`strategy.run`), scales the loss for
+`mixed_float16`, and returns the loss, the task's running figure (`hits`: correct predictions for
+classification and binary, the sum of absolute errors for regression), the global norm of the (unscaled)
+gradients, a per-variable non-finite flag and the step kind's metrics (`pipeline.training.step_kinds`: what
+the step computes is the kind's; measuring and applying is the step's).
+
+`run_steps(iterator, count)` is a second `tf.function` (never XLA: it holds the iterator's get-next) that
+runs up to `count` steps in one call, as Keras' `steps_per_execution` does: the step counter, the epoch's
+loss and figure sums, the last step's figures, the time spent waiting on the iterator (`tf.timestamp`
+around each get-next, summed on the device) and the first non-finite step stay on the device, and the call
+returns them packed in one float64 vector, so the host reads one tensor per block (`BLOCK_FIELDS`). A step
+whose loss (or, outside `mixed_float16`, a gradient) is not finite ends the block there, and its step
+number and per-variable flags are kept for the host to name.
 """
 
 from __future__ import annotations
@@ -17,32 +26,62 @@ from dataclasses import dataclass, field
 import numpy as np
 
 XLA_ERRORS = ("InvalidArgumentError", "UnimplementedError", "InternalError", "NotFoundError")
+# run_steps' packed result, in order (then one value per step-kind metric).
+BLOCK_FIELDS = ("step", "steps_run", "bad_step", "input_wait_s", "loss", "hits", "norm", "sum_loss", "sum_hits",
+                "sum_count")
+
+
+class LoopState:
+    """The loop's device-side counters (create under the strategy's scope).
+
+    Attributes:
+        step: int64, steps trained (checkpointed).
+        sums: float64 [3]: this epoch's sum of loss x batch, sum of hits, records (checkpointed).
+        bad_flags: float32 [V]: the first non-finite step's per-variable flags (not checkpointed).
+    """
+
+    def __init__(self, variables: int):
+        import tensorflow as tf
+
+        self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+        self.sums = tf.Variable([0.0, 0.0, 0.0], dtype=tf.float64, trainable=False, name="epoch_sums")
+        self.bad_flags = tf.Variable(tf.zeros([max(variables, 1)]), trainable=False, name="nonfinite_flags")
 
 
 class StepFunctions:
-    """The train step (XLA or not) and the evaluation function for one model and optimizer.
+    """The train step (XLA or not), the K-step block and the evaluation function for one model and optimizer.
 
     Args:
         model: the Keras model (variables created under the strategy's scope).
         optimizer: a built Keras optimizer (LossScaleOptimizer for float16).
         strategy: the tf.distribute strategy.
         jit_compile: compile the step with XLA.
-        signature: `input_signature` of the step: [inputs spec, labels int64 [B] spec] (per-replica
-            specs under a distribution strategy).
-        eval_spec: `tf.TensorSpec` of one inference batch, batch dimension None.
+        signature: `input_signature` of the step: [inputs spec (a TensorSpec, or a dict of them for named
+            inputs), labels spec [B] (int64 class ids / 0-1, float32 regression targets)] (per-replica specs
+            under a distribution strategy).
+        eval_spec: spec of one inference batch (a TensorSpec or a dict of them), batch dimension None.
         global_batch: samples per step across replicas (the loss is averaged over it).
-        kind: the step kind (`pipeline.step_kinds`); default `StandardStep()`.
+        kind: the step kind (`pipeline.training.step_kinds`); default `StandardStep()`.
+        task: "classification" | "binary" | "regression" (`core.tasks`): the loss and the running figure.
+        state: the `LoopState` `run_steps` updates; None: a private one (probes, benchmarks).
+        check_gradients: a non-finite gradient ends the block (off under mixed_float16, whose loss scale
+            skips such steps by design; a non-finite loss always ends it).
+        time_inputs: time each get-next with `tf.timestamp` (op determinism refuses `tf.timestamp`: off
+            under `train.deterministic`, and the input wait is then not measured).
     """
 
     def __init__(self, model, optimizer, strategy, *, jit_compile: bool, signature, eval_spec, global_batch: int,
-                 kind=None):
+                 kind=None, task: str = "classification", state: LoopState | None = None,
+                 check_gradients: bool = True, time_inputs: bool = True):
         import tensorflow as tf
 
-        from tfship.pipeline.training.step_kinds import StandardStep, StepContext
+        from tfship.pipeline.training.step_kinds import StandardStep, StepContext, task_loss
 
         self.traces = 0
+        self.block_traces = 0
         self.jit_compile = jit_compile
         self.model = model
+        self.task = task
         self.kind = kind if kind is not None else StandardStep()
         variables = list(model.trainable_variables)
         self.variable_names = [v.path for v in variables]
@@ -50,7 +89,7 @@ class StepFunctions:
         scaled_loss = hasattr(optimizer, "dynamic_scale")
         context = StepContext(
             lambda per_example: tf.nn.compute_average_loss(per_example, global_batch_size=global_batch),
-            optimizer.scale_loss, strategy.num_replicas_in_sync)
+            optimizer.scale_loss, strategy.num_replicas_in_sync, task, task_loss(task))
 
         def replica_step(inputs, labels):
             out = self.kind(model, inputs, labels, variables, context)
@@ -65,16 +104,15 @@ class StepFunctions:
             nonfinite = tf.stack([1.0 - tf.cast(tf.reduce_all(tf.math.is_finite(g)), tf.float32)
                                   for g in true_gradients])
             optimizer.apply(gradients, variables)
-            correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(out.logits, axis=-1), labels), tf.float32))
             metrics = {name: tf.cast(out.metrics[name], tf.float32) for name in self.kind.metric_names}
-            return tf.cast(out.loss, tf.float32), correct, norm, nonfinite, metrics
+            return tf.cast(out.loss, tf.float32), task_hits(task, out.logits, labels), norm, nonfinite, metrics
 
         @tf.function(input_signature=signature, jit_compile=jit_compile, reduce_retracing=False)
         def train_step(inputs, labels):
             self.traces += 1  # Python side effect: runs only while tracing.
-            loss, correct, norm, nonfinite, metrics = strategy.run(replica_step, args=(inputs, labels))
+            loss, hits, norm, nonfinite, metrics = strategy.run(replica_step, args=(inputs, labels))
             total, mean = tf.distribute.ReduceOp.SUM, tf.distribute.ReduceOp.MEAN
-            return (strategy.reduce(total, loss, axis=None), strategy.reduce(total, correct, axis=None),
+            return (strategy.reduce(total, loss, axis=None), strategy.reduce(total, hits, axis=None),
                     strategy.reduce(mean, norm, axis=None), strategy.reduce(total, nonfinite, axis=None),
                     {name: strategy.reduce(mean, value, axis=None) for name, value in metrics.items()})
 
@@ -84,6 +122,49 @@ class StepFunctions:
 
         self.train_step = train_step
         self.predict_logits = predict_logits
+        self.state = state if state is not None else LoopState(len(variables))
+        self.run_steps = self._block_function(global_batch, check_gradients, time_inputs)
+
+    def _block_function(self, global_batch: int, check_gradients: bool, time_inputs: bool):
+        import tensorflow as tf
+
+        state, names = self.state, tuple(self.kind.metric_names)
+        batch = tf.constant(float(global_batch), tf.float64)
+
+        @tf.function
+        def run_steps(iterator, count):
+            self.block_traces += 1  # Python side effect: runs only while tracing.
+            zero = tf.constant(0.0, tf.float32)
+            start = (tf.constant(0), tf.constant(0, tf.int64), tf.constant(0.0, tf.float64), zero, zero, zero,
+                     tuple(zero for _ in names))
+
+            def more(done, bad, *_):
+                return tf.logical_and(done < count, tf.equal(bad, 0))
+
+            def one(done, bad, wait, loss, hits, norm, metrics):
+                began = tf.timestamp() if time_inputs else tf.constant(0.0, tf.float64)
+                inputs, labels = iterator.get_next()
+                fetched = tf.timestamp() if time_inputs else began
+                loss, hits, norm, nonfinite, kind = self.train_step(inputs, labels)
+                step = state.step.assign_add(1)
+                state.sums.assign_add(tf.stack([tf.cast(loss, tf.float64) * batch, tf.cast(hits, tf.float64),
+                                                batch]))
+                broken = tf.logical_not(tf.math.is_finite(loss))
+                if check_gradients:
+                    broken = tf.logical_or(broken, tf.reduce_any(nonfinite > 0))
+                bad = tf.where(broken, step, bad)
+                with tf.control_dependencies([state.bad_flags.assign(tf.where(broken, nonfinite, state.bad_flags))]):
+                    done = done + 1
+                return (done, bad, wait + (fetched - began), loss, hits, norm, tuple(kind[n] for n in names))
+
+            done, bad, wait, loss, hits, norm, metrics = tf.while_loop(more, one, start)
+            sums = tf.unstack(state.sums.read_value())
+            packed = [tf.cast(state.step.read_value(), tf.float64), tf.cast(done, tf.float64),
+                      tf.cast(bad, tf.float64), wait, *(tf.cast(v, tf.float64) for v in (loss, hits, norm)), *sums,
+                      *(tf.cast(m, tf.float64) for m in metrics)]
+            return tf.stack(packed)
+
+        return run_steps
 
     def sparse_update_ops(self) -> list[str]:
         """Scatter op types (`ResourceScatterSub`, ...) in the traced step: the optimizer updated some
@@ -93,21 +174,64 @@ class StepFunctions:
         nodes = [*graph.node, *(node for function in graph.library.function for node in function.node_def)]
         return sorted({node.op for node in nodes if "Scatter" in node.op})
 
-    def evaluate(self, inputs: np.ndarray, labels: np.ndarray, batch_size: int = 512) -> tuple[float, float]:
-        """(mean cross-entropy loss in nats, top-1 accuracy as a fraction) of the model in inference mode."""
-        correct, loss_sum = 0, 0.0
-        for start in range(0, len(labels), batch_size):
-            logits = self.predict_logits(inputs[start:start + batch_size]).numpy().astype(np.float64)
-            batch = labels[start:start + batch_size]
-            shifted = logits - logits.max(axis=-1, keepdims=True)
-            log_probs = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
-            loss_sum -= float(log_probs[np.arange(len(batch)), batch].sum())
-            correct += int(np.sum(np.argmax(logits, axis=-1) == batch))
-        return loss_sum / max(1, len(labels)), correct / max(1, len(labels))
+    def outputs(self, inputs) -> np.ndarray:
+        """The model's inference outputs float64 [B, ...] for one batch (an array or a dict of arrays)."""
+        return np.asarray(self.predict_logits(inputs), np.float64)
 
-    def accuracy(self, inputs: np.ndarray, labels: np.ndarray, batch_size: int = 512) -> float:
+    def evaluate(self, inputs, labels: np.ndarray, batch_size: int = 512) -> tuple[float, float]:
+        """(mean cross-entropy loss in nats, top-1 accuracy as a fraction) of a classifier in inference mode."""
+        figures = self.figures(inputs, labels, batch_size)
+        return figures["loss"], figures.get("accuracy", float("nan"))
+
+    def figures(self, inputs, labels: np.ndarray, batch_size: int = 512) -> dict[str, float]:
+        """`task_figures` of the model on in-memory rows (an array or a dict of arrays), in batches."""
+        parts = []
+        for start in range(0, len(labels), batch_size):
+            rows = slice(start, start + batch_size)
+            batch = {k: v[rows] for k, v in inputs.items()} if isinstance(inputs, dict) else inputs[rows]
+            parts.append(self.outputs(batch))
+        outputs = np.concatenate(parts) if parts else np.zeros((0, 1))
+        return task_figures(self.task, outputs, np.asarray(labels))
+
+    def accuracy(self, inputs, labels: np.ndarray, batch_size: int = 512) -> float:
         """Top-1 accuracy (fraction) of the model in inference mode."""
         return self.evaluate(inputs, labels, batch_size)[1]
+
+
+def task_hits(task: str, outputs, labels):
+    """The step's running figure (float32 scalar): correct predictions for classification (argmax of logits
+    [B, C]) and binary (probability [B, 1] above 0.5), the sum of absolute errors for regression.
+    """
+    import tensorflow as tf
+
+    outputs = tf.cast(outputs, tf.float32)
+    if task == "classification":
+        return tf.reduce_sum(tf.cast(tf.equal(tf.argmax(outputs, axis=-1), tf.cast(labels, tf.int64)), tf.float32))
+    column = tf.reshape(outputs, tf.shape(labels))
+    if task == "binary":
+        return tf.reduce_sum(tf.cast(tf.equal(tf.cast(column > 0.5, tf.int64), tf.cast(labels, tf.int64)),
+                                     tf.float32))
+    return tf.reduce_sum(tf.abs(column - tf.cast(labels, tf.float32)))
+
+
+def task_figures(task: str, outputs: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """Every figure of `task` (`core.tasks.task_metrics`) plus `loss`, the step's own loss in inference mode:
+    classification cross-entropy (nats), binary cross-entropy of the probability (nats), regression squared
+    error (label units squared).
+
+    Raises:
+        ValueError: no rows, or outputs that do not fit the task (`core.tasks.task_metrics`).
+    """
+    from tfship.core.tasks import task_metrics
+
+    if len(labels) == 0:
+        raise ValueError("no rows to evaluate on")
+    figures = task_metrics(task, outputs, labels)
+    if task == "binary":
+        p = np.clip(outputs.reshape(-1), 1e-7, 1 - 1e-7)
+        y = labels.reshape(-1).astype(np.float64)
+        figures["loss"] = float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
+    return figures
 
 
 @dataclass(frozen=True)
@@ -188,9 +312,11 @@ def choose_step(build, batch, setting, probe_steps: int, state_variables) -> tup
                                        timings, op)
         restore()
     if setting != "auto":
-        return candidates[bool(setting)], XlaChoice(bool(setting), f"jit_compile forced to {bool(setting)}")
+        return candidates[bool(setting)], XlaChoice(
+            bool(setting), f"XLA {'on' if setting else 'off'}: train.jit_compile = {str(bool(setting)).lower()}")
     faster = timings["xla"] >= timings["no_xla"]
-    ratio = max(timings.values()) / max(1e-9, min(timings.values()))
-    reason = (f"jit_compile=auto kept {'XLA' if faster else 'no XLA'}: {ratio:.2f}x faster "
-              f"(XLA {timings['xla']:.0f} vs no-XLA {timings['no_xla']:.0f} steps/s over {probe_steps} steps)")
+    kept, other = ("xla", "no_xla") if faster else ("no_xla", "xla")
+    ratio = timings[kept] / max(1e-9, timings[other])
+    reason = (f"train.jit_compile = auto: {'with' if faster else 'without'} XLA, the faster of the two over "
+              f"{probe_steps} timed steps ({timings[kept]:.0f} against {timings[other]:.0f} steps/s, {ratio:.2f}x)")
     return candidates[faster], XlaChoice(faster, reason, timings)

@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 from tfship.core.errors import ConfigError
+from tfship.pipeline.training.step_kind_build import build_step_kind
 from tfship.pipeline.training.step_kinds import (
     AdversarialStep,
     CustomLossStep,
@@ -17,7 +18,6 @@ from tfship.pipeline.training.step_kinds import (
     MultiLossStep,
     StandardStep,
     StepContext,
-    build_step_kind,
 )
 
 CONTEXT = StepContext(average=tf.reduce_mean, scale=lambda loss: loss)

@@ -67,13 +67,14 @@ def test_feature_spec_becomes_named_inputs():
                                       "input_name": "country_id"},
         clicks={"dtype": "int64", "kind": "sequence", "num_ids": 100, "length": 5}))
     assert [(s.name, s.kind, s.dtype, s.shape, s.num_ids) for s in specs] == [
-        ("price", "dense", "float32", (3,), 0), ("country_id", "categorical", "int64", (), 3),
-        ("clicks", "sequence", "int64", (5,), 100)]
+        ("price", "dense", "float32", (3,), 0), ("country_id", "categorical", "string", (), 3),
+        ("clicks", "sequence", "int64", (5,), 100)]  # strings stay raw: the model's StringLookup maps them
+    open_vocabulary = input_specs(_data(c={"dtype": "string", "kind": "categorical"}))[0]
+    assert open_vocabulary.needs_vocabulary  # no refusal: the scan finds the values
 
 
 @pytest.mark.parametrize(("spec", "message"), [
     ({"name": {"dtype": "string"}}, r"data.feature_spec.name.dtype = 'string': a dense input is numeric"),
-    ({"c": {"dtype": "string", "kind": "categorical"}}, r"data.feature_spec.c.vocabulary = \[\]"),
     ({"c": {"dtype": "int64", "kind": "categorical"}}, r"data.feature_spec.c.num_ids = None"),
     ({"c": {"dtype": "float32", "kind": "categorical"}}, r"data.feature_spec.c.dtype = 'float32'"),
     ({"s": {"dtype": "int64", "kind": "sequence", "num_ids": 9}}, r"data.feature_spec.s.length = None"),
@@ -84,7 +85,7 @@ def test_a_feature_spec_that_is_no_model_input_is_named(spec, message):
         input_specs(_data(**spec))
 
 
-def test_parse_batch_pads_sequences_and_looks_up_vocabularies():
+def test_parse_batch_pads_sequences_and_keeps_strings_raw():
     import tensorflow as tf
 
     specs = input_specs(_data(
@@ -101,9 +102,9 @@ def test_parse_batch_pads_sequences_and_looks_up_vocabularies():
 
     records = tf.constant([example(b"fr", [7], [b"b", b"zz", b"a"], 1), example(b"xx", [1, 2, 3, 4], [], 0)])
     inputs, labels = parse_batch(specs, "label")(records)
-    assert inputs["country"].numpy().tolist() == [2, 0]  # 1 + index; unknown -> 0
+    assert inputs["country"].numpy().tolist() == [b"fr", b"xx"]  # raw: the model's StringLookup maps them
     assert inputs["clicks"].numpy().tolist() == [[7, 0, 0], [1, 2, 3]]  # padded, cut
-    assert inputs["tags"].to_list() == [[2, 0, 1], []]  # ragged, looked up
+    assert inputs["tags"].to_list() == [[b"b", b"zz", b"a"], []]  # ragged, raw
     assert labels.numpy().tolist() == [1, 0]
 
 

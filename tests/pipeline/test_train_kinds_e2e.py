@@ -132,7 +132,8 @@ def test_input_assertions_name_the_failed_check():
 
     from tfship.pipeline.training.train_checks import input_assertions
 
-    check = input_assertions(10, (8, 8, 1))
+    spec = (tf.TensorSpec([None, 8, 8, 1], tf.float32), tf.TensorSpec([None], tf.int64))
+    check = input_assertions("classification", 10, spec)
     good = np.zeros((2, 8, 8, 1), np.float32)
     check(tf.constant(good), tf.constant([0, 9], tf.int64))
     with pytest.raises(tf.errors.InvalidArgumentError, match="label not below 10 classes"):

@@ -196,8 +196,8 @@ def _scalars(folder, tag):
 def test_tensorboard_scalars_and_histograms(tmp_path):
     import tensorflow as tf
 
-    _train(tmp_path, {"train.tensorboard": True, "train.log_every_steps": 2, "train.histogram_every_steps": 6},
-           tensorboard_dir=tmp_path / "tb")
+    _train(tmp_path, {"train.tensorboard": True, "train.log_every_steps": 2, "train.histogram_every_steps": 6,
+                      "train.steps_per_execution": 1}, tensorboard_dir=tmp_path / "tb")
     tags, plugins = set(), {}
     for file in (tmp_path / "tb" / "train").glob("events.out.tfevents.*"):
         for event in tf.compat.v1.train.summary_iterator(str(file)):
@@ -208,3 +208,23 @@ def test_tensorboard_scalars_and_histograms(tmp_path):
     assert plugins["loss"] == "scalars" and plugins["conv0/kernel"] == "histograms"
     assert len(_scalars(tmp_path / "tb" / "train", "loss")) == 18 // 2
     assert _scalars(tmp_path / "tb" / "validation", "accuracy")
+
+
+def _scalar_steps(folder, tag):
+    import tensorflow as tf
+
+    return [event.step for file in sorted(folder.glob("events.out.tfevents.*"))
+            for event in tf.compat.v1.train.summary_iterator(str(file))
+            for value in event.summary.value if value.tag == tag]
+
+
+def test_tensorboard_at_k_steps_per_trip_logs_each_crossed_period_once_at_the_block_end(tmp_path):
+    # One epoch of 18 steps, K = 4: blocks end at 4, 8, 12, 16 and 18 (the epoch's end); each crosses a scalar
+    # period of 2 (logged once, at the block's end), and the histogram periods 6, 12, 18 fall in the blocks
+    # ending at 8, 12 and 18.
+    result = _train(tmp_path, {"train.tensorboard": True, "train.log_every_steps": 2,
+                               "train.histogram_every_steps": 6, "train.steps_per_execution": 4},
+                    tensorboard_dir=tmp_path / "tb")
+    assert result.steps == 18 and result.summary()["steps_per_execution"]["blocks"] == 5
+    assert _scalar_steps(tmp_path / "tb" / "train", "loss") == [4, 8, 12, 16, 18]
+    assert _scalar_steps(tmp_path / "tb" / "train", "conv0/kernel") == [8, 12, 18]

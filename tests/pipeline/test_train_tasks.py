@@ -135,13 +135,12 @@ def test_a_wrong_task_is_refused_naming_the_key_and_value(tmp_path):
 
 
 @pytest.mark.parametrize(("overrides", "named"), [
-    ({"model.kind": "cnn"}, ("model.task = 'binary'", "model.kind = 'cnn'")),
-    ({"data.source": "csv"}, ("data.source = 'csv'",)),
+    ({"model.kind": "cnn"}, ("model.kind = 'cnn'", "3 model inputs")),
     ({"data.feature_spec.visits.ragged": True}, ("data.feature_spec.visits.ragged = true",
                                                  "data.feature_spec.visits.length")),
-    ({"train.strategy": "mirrored"}, ("train.strategy = 'mirrored'",)),
-    ({"train.step.kind": "multi_loss"}, ("train.step.kind = 'multi_loss'",)),
-    ({"data.feature_spec.label.dtype": "float32"}, ("data.feature_spec.label.dtype = 'float32'", "'binary'")),
+    ({"model.task": "classification", "data.feature_spec.label.dtype": "float32"},
+     ("data.feature_spec.label.dtype = 'float32'", "'classification'")),
+    ({"model.normalize": True, "model.factory": "x:y"}, ("model.normalize = true", "model.factory")),
 ])
 def test_what_the_named_path_cannot_train_is_refused_before_reading(tmp_path, overrides, named):
     from tfship.pipeline.training.input_specs import check_trainable
@@ -163,13 +162,16 @@ def test_a_config_that_cannot_train_leaves_no_run_folder(tmp_path, command):
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
-def test_classification_needs_its_classes_and_a_good_config_passes(tmp_path):
+def test_classification_needs_its_classes_only_without_a_scan_and_a_good_config_passes(tmp_path):
     from tfship.pipeline.training.input_specs import check_trainable
 
     good = load_config(_config(tmp_path, "classification"))
     assert [s.name for s in check_trainable(good)] == ["dense", "shop", "visits"]
-    with pytest.raises(ConfigError, match=r"data\.classes = \[\]"):
-        check_trainable(load_config(_config(tmp_path, "classification"), {"data.classes": []}))
+    undeclared = load_config(_config(tmp_path, "classification"), {"data.classes": []})
+    assert len(check_trainable(undeclared)) == 3  # the scan finds the class names
+    sizes = {"data.classes": [], "data.split_sizes": {"train": 8, "validation": 2, "test": 2}}
+    with pytest.raises(ConfigError, match=r"data\.classes = \[\]: data.split_sizes skips"):
+        check_trainable(load_config(_config(tmp_path, "classification"), sizes))
     one_input_cnn = load_config(_config(tmp_path, "classification"), {"model.kind": "cnn"})
     with pytest.raises(ConfigError, match=r"model.kind = 'cnn'.*3 model inputs.*model.kind = 'tabular'"):
         check_trainable(one_input_cnn)
@@ -197,12 +199,12 @@ def _recomputed(run: Path, task: str, config) -> dict[str, float]:
     import keras
 
     import tfship.pipeline.training.sparse_embedding  # noqa: F401
-    from tfship.pipeline.training.named_data import named_splits
+    from tfship.pipeline.data.splits import load_splits
 
     model = keras.models.load_model(run / "model.keras")
-    splits = named_splits(config)
+    splits = load_splits(config, None)
     outputs, labels = [], []
-    for batch, batch_labels in splits.dataset("test", 128):
+    for batch, batch_labels in splits.test.dataset(128, training=False, seed=0):
         outputs.append(np.asarray(model(batch, training=False)))
         labels.append(batch_labels.numpy())
     assert type(model.loss).__name__ == LOSSES[task]
@@ -216,7 +218,7 @@ def test_tfship_train_trains_each_task_and_train_json_carries_its_metric(tmp_pat
     config_path = _config(tmp_path, task)
     done = _tfship("train", "--config", str(config_path), cwd=tmp_path)
     assert "ran out of data" not in done.stderr and "shuffle=True" not in done.stderr, done.stderr[-2000:]
-    (run,) = (tmp_path / "runs").iterdir()
+    (run,) = [p for p in (tmp_path / "runs").iterdir() if not p.name.startswith(".")]  # .data-scan: the scan
     train = json.loads((run / "train.json").read_text())
     metric = primary(task).name
     assert train["task"] == task and train["metric"] == metric
@@ -239,7 +241,7 @@ def test_a_label_outside_the_task_range_stops_naming_the_label(tmp_path):
     done = _tfship("train", "--config", str(_config(tmp_path, "binary")), cwd=tmp_path, expect=2)
     line = done.stderr.strip().splitlines()[-1]
     assert "tfship train: DatasetError" in line and "data.tfrecord" in line, line
-    assert "data.label = label: a binary label outside [0, 2)" in line, line
+    assert "label '2' is not 0 or 1 (model.task = 'binary')" in line, line
 
 
 # --- the whole run: the gate's metric, `tfship query --run` and `promote --task` --------------------------------
@@ -267,7 +269,7 @@ def test_tfship_run_gates_queries_and_promotes_on_the_task_metric(tmp_path, task
     write_examples(tmp_path / "data.tfrecord", 1200, task)
     config_path = _config(tmp_path, task)
     _tfship("run", "--config", str(config_path), cwd=tmp_path)
-    (good,) = (tmp_path / "runs").iterdir()
+    (good,) = [p for p in (tmp_path / "runs").iterdir() if not p.name.startswith(".")]
     name, models = f"shops_{task}", tmp_path / "models"
     held_out = good / "held_out.npz"
     with np.load(held_out) as archive:

@@ -1,8 +1,9 @@
 """Data of `make bench-train-loop` (bench/train/loop_vs_fit.py), generated once into bench/work/ and kept.
 
 * `mlp_shards`: N tf.Examples {x: float32 [32] standard normal, label: int64 in 0..9 = argmax(x[:10])} in 8
-  TFRecord shards (the train split), plus a small validation and a small test file (so tfship and the reference
-  train on exactly the same records: `data.train_path` is the 8 shards). Seeded; a `COMPLETE` marker names
+  TFRecord shards (the train split), plus a validation and a test file of `HELD_OUT` records each at every N (so
+  tfship and the reference train on exactly the same records: `data.train_path` is the 8 shards; and the
+  end-to-end case's two sizes differ only in their training records). Seeded; a `COMPLETE` marker names
   what was written, and a folder that holds it is reused.
 * the recommender's shards come from `bench.train.recommender._data` (pipeline.data.recommender_data).
 
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-WIDTH, CLASSES, SHARDS = 32, 10, 8
+WIDTH, CLASSES, SHARDS, HELD_OUT = 32, 10, 8, 2000
 
 
 def _records(count: int, seed: int) -> np.ndarray:
@@ -41,9 +42,9 @@ def _write(path: Path, count: int, seed: int) -> None:
 
 def mlp_shards(folder: Path, total: int, seed: int = 0, say=print) -> dict[str, str]:
     """{train, validation, test}: globs of `total` training records in 8 shards and the two held-out files
-    (max(2000, total // 100) records each). Kept when already written with the same settings."""
+    (`HELD_OUT` records each). Kept when already written with the same settings."""
     folder.mkdir(parents=True, exist_ok=True)
-    held_out = max(2000, total // 100)
+    held_out = HELD_OUT
     marker, stamp = folder / "COMPLETE", f"{total} {SHARDS} {WIDTH} {CLASSES} {held_out} {seed}"
     paths = {"train": str(folder / "part-*.tfrecord"), "validation": str(folder / "validation.tfrecord"),
              "test": str(folder / "test.tfrecord")}

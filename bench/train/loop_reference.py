@@ -15,10 +15,14 @@ Cases (the same model, batch, Adam, learning rate and XLA setting as the tfship 
 * `rec`: the recommender (`pipeline.training.multi_input.recommender`, the model factory only) over the
   recommender shards parsed by hand (ids, padded history, dense), `--steps` steps of batch 512.
 
-Per `steps_per_execution` K: a fresh model, compiled, a warm-up `fit` of max(K, 2) steps (tracing, XLA compile;
-Keras keeps the compiled train function), then the timed `fit`; records/s = steps trained x batch / its wall time
-(fit returns only when its last step is done). `cold_records_per_second` times the warm-up fit too, as one fit
-over all the steps would (compile included). Prints one JSON object on the last line.
+Per `steps_per_execution` K: a fresh model, compiled, one `fit` (the `cnn` case's epochs; `rec`: `--steps`
+steps). Timed as `tfship train`'s train.json `input.records_per_second` is (its `InputMeter`): a callback takes
+the time at the start of every K-step block and at each epoch's end (after Keras has waited for the epoch's
+last step), so each block's wall time is known; the first block of the fit (it traces, compiles and fills the
+pipeline: tfship's meter leaves out its first block too) is left out, and records/s = the other blocks' steps x
+batch / their summed wall time (work between epochs left out, as tfship's evaluation is). The callback has no
+`on_train_batch_end`, so Keras keeps its asynchronous callback dispatch. `cold_records_per_second` is every
+step over the whole fit's wall time (compile included). Prints one JSON object on the last line.
 """
 
 from __future__ import annotations
@@ -155,32 +159,72 @@ def rec_setup(args):
 SETUPS = {"mlp": mlp_setup, "cnn": cnn_setup, "rec": rec_setup}
 
 
+def block_timer():
+    """A keras Callback timing the K-step blocks of a fit: `on_train_batch_begin` (a block's start and its first
+    step's index) and `on_epoch_end` (after the epoch's last step). No `on_train_batch_end`: Keras keeps its
+    asynchronous dispatch."""
+    import keras
+
+    class BlockTimer(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.epochs: list[list[tuple[int, float]]] = []
+            self.ends: list[float] = []
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epochs.append([])
+
+        def on_train_batch_begin(self, batch, logs=None):
+            self.epochs[-1].append((int(batch), time.perf_counter()))
+
+        def on_epoch_end(self, epoch, logs=None):
+            self.ends.append(time.perf_counter())
+
+    return BlockTimer()
+
+
+def measured_blocks(epochs: list[list[tuple[int, float]]], ends: list[float], steps_per_epoch: int) -> dict:
+    """Blocks after the fit's first: their steps and summed wall time (each block from its start to the next
+    block's start, an epoch's last block to the epoch's end)."""
+    steps = seconds = 0.0
+    blocks = 0
+    first = None
+    for index, (starts, end) in enumerate(zip(epochs, ends, strict=True)):
+        bounds = [*starts, (steps_per_epoch, end)]
+        for (begin, began), (after, until) in zip(bounds, bounds[1:], strict=False):
+            if index == 0 and first is None:
+                first = {"steps": after - begin, "seconds": round(until - began, 4)}
+                continue
+            # a block that found the data's end (Keras reads to OutOfRange) ran no step: its time still counts
+            steps, seconds, blocks = steps + (after - begin), seconds + (until - began), blocks + (after > begin)
+    return {"steps": int(steps), "seconds": seconds, "blocks": blocks, "first_block": first}
+
+
 def fit_rate(setup, spe: int, args) -> dict:
-    """One `steps_per_execution`: warm-up fit, then the timed fit (see the module docstring)."""
+    """One `steps_per_execution`: one fit on a fresh model, timed block by block (see the module docstring)."""
     import keras
 
     data, build, loss, metrics, batch, epochs = setup
     model = build()
     model.compile(optimizer=keras.optimizers.Adam(args.learning_rate), loss=loss, metrics=metrics,
                   jit_compile=args.jit, steps_per_execution=spe)
-    warm_steps = max(spe, 2)
-    if args.case == "rec":
-        warm_steps = min(warm_steps, args.steps)
-    started = time.perf_counter()
-    model.fit(data().take(warm_steps), epochs=1, verbose=0)
-    warm_seconds = time.perf_counter() - started
-    before = int(model.optimizer.iterations.numpy())
-    timed = data().take(args.steps) if args.case == "rec" else data()
+    timer = block_timer()
+    dataset = data().take(args.steps) if args.case == "rec" else data()
     started, cpu = time.perf_counter(), time.process_time()
-    model.fit(timed, epochs=epochs, verbose=0)
-    seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu
-    steps = int(model.optimizer.iterations.numpy()) - before
-    warm_done = before
-    return {"steps_per_execution": spe, "steps": steps, "seconds": round(seconds, 3),
-            "records_per_second": round(steps * batch / seconds, 1),
-            "records_per_cpu_second": round(steps * batch / max(cpu_seconds, 1e-9), 1),
-            "warmup_steps": warm_done, "warmup_seconds": round(warm_seconds, 3),
-            "cold_records_per_second": round((steps + warm_done) * batch / (seconds + warm_seconds), 1)}
+    model.fit(dataset, epochs=epochs, verbose=0, callbacks=[timer])
+    fit_seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu
+    total = int(model.optimizer.iterations.numpy())
+    if total % epochs:
+        raise SystemExit(f"loop_reference: {total} steps over {epochs} epochs: not the same steps each epoch")
+    blocks = measured_blocks(timer.epochs, timer.ends, total // epochs)
+    rate = blocks["steps"] * batch / blocks["seconds"] if blocks["steps"] else float("nan")
+    return {"steps_per_execution": spe, "steps": total, "steps_measured": blocks["steps"],
+            "blocks_measured": blocks["blocks"], "seconds_measured": round(blocks["seconds"], 3),
+            "first_block": blocks["first_block"], "records_per_second": round(rate, 1),
+            "fit_seconds": round(fit_seconds, 3),
+            "records_per_cpu_second": round(total * batch / max(cpu_seconds, 1e-9), 1),
+            "cold_records_per_second": round(total * batch / fit_seconds, 1),
+            "timed": "blocks after the first (Keras callback at each block's start and each epoch's end)"}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,10 +26,12 @@ def held_out_rows(count: int, config: Path | None = None, run: Path | str | None
 
     cfg = load_config(config)
     if run is None:
-        from tfship.pipeline.data.splits import load_split_arrays, scan_cache_dir
+        from tfship.pipeline.data.splits import load_splits, scan_cache_dir
 
-        splits = load_split_arrays(cfg.data, cfg.run.seed, scan_cache_dir(cfg))
-        return {splits.input_name: splits.test.images[:count]}, splits.test.labels[:count]
+        splits = load_splits(cfg, scan_cache_dir(cfg))
+        images = splits.test.images  # a streamed split's bounded sample; named inputs: a dict
+        named = images if isinstance(images, dict) else {splits.input_name: images}
+        return {name: value[:count] for name, value in named.items()}, splits.test.labels[:count]
     from tfship.pipeline.orchestration.chain import load_run_data
     from tfship.pipeline.orchestration.resume import resolve_run, stored_config
 

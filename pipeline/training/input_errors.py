@@ -24,24 +24,34 @@ def assert_inputs_error(text: str, inputs) -> DatasetError:
     match = re.search(r"assert_inputs: ([^\]\n\"']+)", text)
     check = match.group(1).strip().rstrip(".") if match else "an input check"
     splits, data = inputs.splits, inputs.config.data
-    classes = len(splits.class_names)
-    where = _locate(splits.train, check, classes, data)
-    return DatasetError(f"train.assert_inputs: {check}: feature {splits.input_name!r}, {where}")
+    named = re.search(r"of input '([^']+)'", check)
+    feature = named.group(1) if named else splits.input_name
+    task = getattr(splits, "task", "classification")
+    where = _locate(splits.train, check, task, len(splits.class_names), data, named.group(1) if named else None)
+    return DatasetError(f"train.assert_inputs: {check}: feature {feature!r}, {where}")
 
 
-def _bad_rows(images: np.ndarray, labels: np.ndarray, check: str, classes: int) -> np.ndarray:
-    flat = images.reshape(len(images), -1)
-    if "NaN or Inf" in check and np.issubdtype(flat.dtype, np.floating):
-        return ~np.isfinite(flat).all(axis=1)
+def _bad_rows(images, labels: np.ndarray, check: str, task: str, classes: int, name: str | None) -> np.ndarray:
+    """Rows [N] bool that fail `check`: non-finite values of the input (`name` among named inputs), or a label
+    outside the task's range (classification [0, classes), binary 0/1, regression finite).
+    """
+    values = images[name] if isinstance(images, dict) and name is not None else images
+    if "NaN or Inf" in check and "label" not in check and not isinstance(values, dict):
+        flat = np.asarray(values).reshape(len(labels), -1)
+        return ~np.isfinite(flat).all(axis=1) if np.issubdtype(flat.dtype, np.floating) else \
+            np.zeros(len(labels), bool)
     if "label" in check:
-        return (labels < 0) | (labels >= classes)
-    return np.zeros(len(images), bool)
+        if task == "regression":
+            return ~np.isfinite(labels.astype(np.float64))
+        top = classes if task == "classification" else 2
+        return (labels < 0) | (labels >= top)
+    return np.zeros(len(labels), bool)
 
 
-def _locate(split, check: str, classes: int, data) -> str:
+def _locate(split, check: str, task: str, classes: int, data, name: str | None) -> str:
     if hasattr(split, "files"):
-        return _locate_streamed(split, check, classes)
-    bad = np.flatnonzero(_bad_rows(split.images, split.labels, check, classes))
+        return _locate_streamed(split, check, task, classes, name)
+    bad = np.flatnonzero(_bad_rows(split.images, split.labels, check, task, classes, name))
     if not len(bad):
         return "a record of the train split"
     row = int(bad[0])
@@ -51,18 +61,21 @@ def _locate(split, check: str, classes: int, data) -> str:
     return f"{found} ({len(bad)} such record(s) in the train split)"
 
 
-def _locate_streamed(split, check: str, classes: int) -> str:
-    """The first bad record's file and record number (reads the train split's files one by one)."""
+def _locate_streamed(split, check: str, task: str, classes: int, name: str | None) -> str:
+    """The first bad record's file and record number (reads the train split's files one by one, parsed as the
+    training stream parses them: `StreamSplit._parse`); images are decoded one by one and not searched.
+    """
+    if getattr(split.format, "per_record", False):
+        return "a record of the train split"
     for file in split.files:
         index = 0
         for raw in split.format.read(file).batch(4096):
             keep = np.ones(int(raw.shape[0]), bool)
             if split.hash_split is not None and split.split_id is not None:
                 keep = split.hash_split.split_ids(raw).numpy() == split.split_id
-            inputs, texts = split.format.parse(raw)
-            table = {name.encode(): i for i, name in enumerate(split.class_names)}
-            labels = np.asarray([table.get(t, -1) for t in texts.numpy()], np.int64)
-            bad = np.flatnonzero(_bad_rows(np.asarray(inputs), labels, check, classes) & keep)
+            inputs, labels = split._parse(raw)
+            arrays = {k: np.asarray(v) for k, v in inputs.items()} if isinstance(inputs, dict) else np.asarray(inputs)
+            bad = np.flatnonzero(_bad_rows(arrays, np.asarray(labels), check, task, classes, name) & keep)
             if len(bad):
                 return f"{file}: {split.format.where(index + int(bad[0]), None)}"
             index += int(raw.shape[0])

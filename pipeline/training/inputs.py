@@ -111,15 +111,21 @@ def distributed_stream(runtime, split, config, global_batch: int, start_step: in
 
 def probe_batch(runtime, splits, config, global_batch: int, task: str = "classification"):
     """One (inputs, labels) batch for the step's first call and the XLA probe, from the training pipeline itself
-    (so its structure and dtypes are the step's): per-replica values under a distribution strategy.
+    (so its structure and dtypes are the step's): per-replica values under a distribution strategy, read the
+    way `training_iterator` reads them (a streamed split per worker, in memory split per replica).
     """
+    if runtime.kind == "default":
+        return next(iter(training_dataset(splits.train, config.data, config.data.batch_size, 0)))
+    if is_streamed(splits.train):
+        return next(iter(distributed_stream(runtime, splits.train, config, global_batch, 0, task)))
+    import tensorflow as tf
+
     from tfship.pipeline.data.splits import make_dataset
 
-    if runtime.kind == "default":
-        per_call = config.data.batch_size
-        return next(iter(training_dataset(splits.train, config.data, per_call, 0)))
-    return next(iter(runtime.strategy.experimental_distribute_dataset(
-        make_dataset(splits.train, global_batch, training=True, seed=0))))
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    dataset = make_dataset(splits.train, global_batch, training=True, seed=0).with_options(options)
+    return next(iter(runtime.strategy.experimental_distribute_dataset(dataset)))
 
 
 def evaluate(steps, split, task: str = "classification", batch_size: int = 512) -> dict[str, float]:

@@ -200,13 +200,16 @@ bench-train: setup
 	$(PY) -m bench.train.run_bench --out bench/results
 	$(PY) -m bench.train.loop_vs_fit --out bench/results $(BENCH_TRAIN_LOOP_ARGS)
 
-# Issue 39: `tfship train` against a hand-written Keras fit (same files, model, batch, Adam, XLA; the reference's
-# steps_per_execution tuned): the tiny MLP on 1 M records, the digits CNN, the 5 M-row recommender, end to end
-# against plain read + parse, and the recommender's eager / tf.function / XLA, float32 / bfloat16, 5 M / 50 k
-# rows through `tfship train`. Each run its own process, 3 rounds, ratios within the run. Data in
-# bench/work/train-loop (kept). bench/results/train-loop-latest.{json,md,png}.
-# BENCH_TRAIN_LOOP_ARGS="--records 100000 --repeats 1" for a quicker run, "--quick" for a smoke run,
-# "--cases mlp,cnn" for some cases.
+# Issue 39: `tfship train` against a hand-written Keras fit (same files, model, batch, Adam, XLA; both timed over
+# their K-step blocks after the first; the reference's steps_per_execution tuned): the tiny MLP on 1 M records,
+# the digits CNN, the 5 M-row recommender; end to end: the marginal records/s of whole `tfship train` processes,
+# (1 M - 100 k) / (T_1M - T_100k), cold (the scan runs) and with data.split_sizes declared (no scan), against
+# plain read + parse; and the recommender's eager / tf.function / XLA, float32 / bfloat16 (the layers' precision
+# read back from model.keras), 5 M / 50 k rows through `tfship train`. Each run its own process, 3 rounds, ratios
+# within the run; about an hour on 2 cores (docs/benchmarks.md). Data in bench/work/train-loop (kept).
+# bench/results/train-loop-latest.{json,md,png}.
+# BENCH_TRAIN_LOOP_ARGS="--cases mlp --records 200000 --repeats 1" for a quicker run (~5 min), "--quick --cases mlp
+# --e2e-variants cold" for a smoke run (~1.5 min), "--cases mlp,cnn" for some cases.
 BENCH_TRAIN_LOOP_ARGS ?=
 bench-train-loop: setup
 	$(PY) -m bench.train.loop_vs_fit --out bench/results $(BENCH_TRAIN_LOOP_ARGS)

@@ -332,11 +332,12 @@ def training_loop(ctx: Context) -> PartResult:
     (bench/gpu_check/train_loop.py)."""
     from bench.gpu_check.train_loop import training_loop as run
 
-    return run(ctx)
+    return run(ctx, _need_gpu, _python)
 
 
 # In the order they run: the serving figures before the slower publish runs, the image build last.
 PARTS: dict[str, Callable[[Context], PartResult]] = {
-    "training": training, "training_loop": training_loop, "serving": serving, "multi_model": multi_model, "scaling": scaling, "publish": publish,
+    "training": training, "training_loop": training_loop, "serving": serving, "multi_model": multi_model,
+    "scaling": scaling, "publish": publish,
     "cloud_image": cloud_image,
 }

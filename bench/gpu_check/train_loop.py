@@ -56,18 +56,18 @@ class UtilisationSampler:
                 "gpu_memory_used_max_mib": max(m for _, m in self.samples)}
 
 
-def training_loop(ctx) -> PartResult:
+def training_loop(ctx, need_gpu, python) -> PartResult:
     """`tfship train` vs Keras fit on the GPU (tiny MLP, digits CNN), ratios taken within one run, and the GPU's
-    utilisation while both ran; skipped without a GPU."""
-    from bench.gpu_check.parts import _need_gpu, _python
-
-    _need_gpu(ctx, "the tfship-vs-Keras-fit comparison on GPU")
+    utilisation while both ran; skipped without a GPU. `need_gpu(ctx, what)` raises Skip without one, `python(args,
+    timeout_s=)` runs a child Python (both from `bench.gpu_check.parts`, passed in: parts imports this module).
+    """
+    need_gpu(ctx, "the tfship-vs-Keras-fit comparison on GPU")
     out, work = ctx.work / "train-loop", ctx.work / "train-loop-work"
     args = ["-m", "bench.train.loop_vs_fit", "--cases", "mlp,cnn", "--e2e-variants", "cold", "--out", str(out),
             "--work", str(work)]
     args += ["--quick"] if ctx.quick else ["--records", "200000", "--repeats", "1", "--cnn-epochs", "30"]
     with UtilisationSampler() as sampler:
-        _python(args, timeout_s=max(60.0, min(900.0, ctx.seconds_left())))
+        python(args, timeout_s=max(60.0, min(900.0, ctx.seconds_left())))
     doc = json.loads((out / "train-loop-latest.json").read_text())
     rows = [{"case": c["case"], "tfship_records_per_s": c["tfship"], "keras_fit_records_per_s": c["reference"],
              "reference": c["reference_detail"], "ratio": c["ratio"]["median"] if c["ratio"] else None,

@@ -101,10 +101,13 @@ def task_loss(task: str):
         return _cross_entropy
 
     def binary(labels, outputs):
-        import keras
         import tensorflow as tf
 
-        return keras.losses.binary_crossentropy(tf.reshape(tf.cast(labels, outputs.dtype), [-1, 1]), outputs)
+        # Keras' binary_crossentropy builds a NaN constant (which check_numerics stops on): the same clipped form
+        epsilon = 1e-7
+        p = tf.clip_by_value(tf.reshape(outputs, [-1]), epsilon, 1.0 - epsilon)
+        y = tf.cast(labels, p.dtype)
+        return -(y * tf.math.log(p) + (1.0 - y) * tf.math.log(1.0 - p))
 
     def regression(labels, outputs):
         import tensorflow as tf

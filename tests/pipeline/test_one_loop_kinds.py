@@ -196,3 +196,28 @@ checkpoint_every_steps = 5
     assert train["train_step_traces"] == 1 and train["test_auc"] > 0.9
     inputs = train["inputs"]
     assert "mean_radius" in inputs and len(inputs) == 30  # one named input per column, names made valid
+
+
+def cancer_factory(specs, task, num_classes, width=8):
+    """A user's own model over named inputs (`model.factory`): every column concatenated, one hidden layer."""
+    import keras
+
+    inputs = {spec.name: keras.Input(shape=spec.shape, name=spec.name, dtype=spec.dtype) for spec in specs}
+    columns = [keras.layers.Reshape((1,))(inputs[spec.name]) if not spec.shape else inputs[spec.name]
+               for spec in specs]
+    hidden = keras.layers.Dense(width, activation="relu", name="user_hidden")(
+        keras.layers.BatchNormalization(name="user_scale")(keras.layers.Concatenate()(columns)))
+    return keras.Model(inputs, keras.layers.Dense(1, activation="sigmoid", name="probability")(hidden))
+
+
+def test_a_users_factory_over_named_columns_with_recompute_and_check_numerics(tmp_path):
+    config = _config({"source": "csv", "path": str(breast_cancer(tmp_path / "cancer.csv")), "label": "diagnosis",
+                      "batch_size": 32},
+                     {"kind": "tabular", "task": "binary", "factory": "tests.pipeline.test_one_loop_kinds:cancer_factory",
+                      "factory_args": {"width": 8}, "recompute": ["user_hidden"]},
+                     {"epochs": 3, "check_numerics": True}, tmp_path)
+    result, _ = _train(config, tmp_path)
+    summary = result.summary()
+    assert summary["recompute"] == ["user_hidden"] and summary["debug"]["check_numerics"] is True
+    assert summary["steps_per_execution"]["mean_steps_per_block"] == 1.0  # check_numerics: one step a block
+    assert "user_hidden" in [layer.name for layer in result.model.layers] and summary["test_auc"] > 0.9

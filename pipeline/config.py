@@ -191,6 +191,16 @@ class ExportSection(_Section):
         "same row in a batch of 8, as a fraction of max(1, max |output|) plus the same fraction of each value, on "
         "top of twice the float rounding the SavedModel shows between batches of 8 and 16 of the same rows. "
         "Batch statistics (BatchNormalization in training mode) move outputs far more than this.")
+    allow_ops: tuple[str, ...] = Field((), description="Op names the op policy allows although they touch the host "
+                                       "(core.op_policy), e.g. [\"PrintV2\"]; recorded in audit.json and the "
+                                       "manifest (`allowed_ops`). Empty: every host op is refused.")
+
+    @field_validator("allow_ops")
+    @classmethod
+    def _op_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        from tfship.core.op_policy import parse_op_list
+
+        return parse_op_list(value)
 
 
 class ConvertSection(_Section):

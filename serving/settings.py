@@ -108,6 +108,8 @@ class ServerSettings(BaseModel):
                                                    "default. No effect without a GPU.")
     saved_model_tags: tuple[str, ...] | None = Field(None, description="Tag-set of the MetaGraph to load "
                                                      "(--saved_model_tags); None = the 'serve' MetaGraph.")
+    allow_ops: tuple[str, ...] = Field((), description="Op names the op policy allows in a SavedModel although "
+                                       "they touch the host (--allow-ops PrintV2,WriteFile; core.op_policy).")
     enable_model_warmup: bool = Field(True, description="Replay assets.extra/tf_serving_warmup_requests at load.")
     num_request_iterations_for_warmup: int = Field(0, ge=0, description="Times each warm-up record runs; "
                                                    "0 = once (TF Serving: used only if > 0).")
@@ -140,7 +142,7 @@ class ServerSettings(BaseModel):
                               saved_model_tags=self.saved_model_tags,
                               gpu_memory_fraction=self.per_process_gpu_memory_fraction,
                               warmup=self.enable_model_warmup, warmup_iterations=self.num_request_iterations_for_warmup,
-                              artifact=self.artifact)
+                              artifact=self.artifact, allow_ops=self.allow_ops)
 
     def grpc_options(self) -> list[tuple[str, int | str]]:
         """Options of the gRPC server: tfship's message limits and port sharing, then --grpc_channel_arguments, one

@@ -96,6 +96,7 @@ def version_manifest(run: RunFolder, splits: DatasetSplits | EvalData, metrics: 
         metrics=metrics,
         parity=parity.to_json(),
         audit=exported.audit,
+        allowed_ops=tuple((exported.audit.get("op_policy") or {}).get("allow_ops", ())),
         serve_check=served.to_json(),
         conversions=converted.to_json() if converted is not None else [],
         libraries=library_versions(),

@@ -1,0 +1,148 @@
+"""The op policy (`core.op_policy`) at publish: a SavedModel that touches the host is refused by the export audit,
+naming the op, the function and the signature that reaches it, and the pipeline never runs it (no marker file
+is written, not by the re-export's load, the behaviour checks or the goldens). Plain models still pass."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from tests.op_policy_models import ATTACKS, REFUSED_OP, save_asset_table, save_keras, save_module
+from tests.saved_models import tf1_multi_meta_graph
+from tfship.core import protocol
+from tfship.core.errors import TfshipError
+from tfship.core.op_policy import check_saved_model, parse_op_list, raise_if_refused
+from tfship.signatures.audit import audit_saved_model
+
+PASSING = ("plain", "print_stdout", "keras", "asset_table", "tf1")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """{kind: SavedModel folder}, and the marker every attack would write (never written: nothing runs them)."""
+    root = tmp_path_factory.mktemp("corpus")
+    marker = root / "marker"
+    folders = {kind: save_module(kind, root / kind, marker) for kind in (*ATTACKS, "plain", "print_stdout")}
+    folders["keras"] = save_keras(root / "keras")
+    folders["asset_table"] = save_asset_table(root / "asset_table", root / "vocabulary.txt")
+    folders["tf1"] = tf1_multi_meta_graph(root / "tf1")
+    assert not marker.exists()
+    return folders, marker
+
+
+@pytest.mark.parametrize("kind", ATTACKS)
+def test_each_attack_is_refused_naming_op_function_and_signature(corpus, kind):
+    folders, marker = corpus
+    report = check_saved_model(folders[kind])
+    assert not report.passed
+    finding = next(f for f in report.refused if f.op == REFUSED_OP[kind])
+    assert finding.where.startswith("function __inference_")
+    reached = "__saved_model_init_op" if kind == "init_write" else "serving_default"
+    assert reached in finding.reached_by, finding
+    audit = audit_saved_model(folders[kind])
+    assert not audit.passed
+    line = next(v for v in audit.violations if REFUSED_OP[kind] in v)
+    assert line.startswith(f"op policy: op {REFUSED_OP[kind]} (") and f"reached by {reached}" in line, line
+    assert audit.to_json()["op_policy"]["passed"] is False
+    with pytest.raises(TfshipError, match=rf"refused by the op policy.*op {REFUSED_OP[kind]}.*--allow-ops"):
+        raise_if_refused(report, "--allow-ops")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("kind", PASSING)
+def test_plain_models_pass_with_their_saver(corpus, kind):
+    folders, _ = corpus
+    report = check_saved_model(folders[kind])
+    assert report.passed, report.violations
+    assert audit_saved_model(folders[kind]).to_json()["op_policy"]["passed"] is True
+    if kind in ("plain", "keras", "tf1"):  # the saver's own checkpoint ops are there, and allowed
+        ops = {n.op for g in protocol.SavedModel.FromString((folders[kind] / "saved_model.pb").read_bytes()
+                                                             ).meta_graphs
+               for nodes in [g.graph_def.node, *(f.node_def for f in g.graph_def.library.function)] for n in nodes}
+        assert {"SaveV2", "RestoreV2"} <= ops
+
+
+def test_print_to_stderr_passes_and_print_to_a_file_is_allowed_by_name(corpus):
+    folders, _ = corpus
+    report = check_saved_model(folders["print_file"], allow_ops=parse_op_list("PrintV2"))
+    assert report.passed and [f.op for f in report.allowed] == ["PrintV2"]
+    assert report.to_json()["allow_ops"] == ["PrintV2"] and "file://" in report.to_json()["allowed"][0]
+    assert [f.op for f in report.side_effects("serving_default")] == ["PrintV2"]
+    with pytest.raises(ValueError, match="not an op name"):
+        parse_op_list("PrintV2,../x")
+
+
+def test_checkpoint_ops_outside_the_saver_are_refused(tmp_path):
+    import tensorflow as tf
+
+    class Model(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = tf.Variable(tf.ones((4, 2)))
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+        def serve(self, x):
+            tf.raw_ops.SaveV2(prefix=str(tmp_path / "stolen"), tensor_names=["w"], shape_and_slices=[""],
+                              tensors=[self.w.read_value()])
+            return {"y": x @ self.w}
+
+    model = Model()
+    tf.saved_model.save(model, str(tmp_path / "sm"), signatures={"serving_default": model.serve})
+    report = check_saved_model(tmp_path / "sm")
+    (finding,) = report.refused
+    assert finding.op == "SaveV2" and "outside the SavedModel's saver" in finding.reason
+    assert "serving_default" in finding.reached_by
+    assert not list(tmp_path.glob("stolen*"))
+
+
+def test_assets_outside_the_version_are_refused(corpus, tmp_path):
+    folders, _ = corpus
+    linked = tmp_path / "linked"
+    shutil.copytree(folders["asset_table"], linked)
+    (asset,) = (linked / "assets").iterdir()
+    asset.unlink()
+    os.symlink("/etc/hostname", asset)
+    assert any("link leading out" in v for v in check_saved_model(linked).violations)
+    moved = tmp_path / "moved"
+    shutil.copytree(folders["asset_table"], moved)
+    proto = protocol.SavedModel.FromString((moved / "saved_model.pb").read_bytes())
+    proto.meta_graphs[0].asset_file_def[0].filename = "../../etc/hostname"
+    (moved / "saved_model.pb").write_bytes(proto.SerializeToString())
+    assert any("'../../etc/hostname' is not a file inside" in v for v in check_saved_model(moved).violations)
+
+
+@pytest.mark.parametrize("kind", ["write", "init_write"])
+def test_the_pipeline_refuses_before_running_the_saved_model(corpus, kind, tmp_path):
+    import tfship
+
+    folders, marker = corpus
+    x = np.random.default_rng(0).random((16, 4), dtype=np.float32)
+    with pytest.raises(TfshipError, match=rf"op policy.*{REFUSED_OP[kind]}"):
+        tfship.ship(folders[kind], {"x": x, "y": (x.sum(axis=1) > 2).astype(np.int64)}, repository=tmp_path / "models",
+                    runs_dir=tmp_path / "runs", model_name="attack")
+    (run,) = (p for p in (tmp_path / "runs").iterdir() if not p.name.startswith("."))
+    audit = json.loads((run / "audit.json").read_text())
+    assert audit["passed"] is False and any(f"op {REFUSED_OP[kind]}" in v for v in audit["violations"])
+    stateless = next(c for c in audit["behaviour"]["checks"] if c["name"] == "stateless")
+    assert not stateless["passed"] and not stateless["ran"] and REFUSED_OP[kind] in stateless["detail"]
+    assert not marker.exists()  # not at the re-export's load, nor by the behaviour checks, goldens or warm-up
+    assert not (tmp_path / "models" / "attack").exists()
+
+
+def test_a_keras_saved_model_passes_the_export_stage(corpus, tmp_path):
+    from tfship.pipeline.config import load_config
+    from tfship.pipeline.orchestration import steps
+    from tfship.pipeline.orchestration.stages import RunFolder
+
+    folders, _ = corpus
+    np.savez(tmp_path / "data.npz", features=np.random.default_rng(1).random((16, 8), dtype=np.float32))
+    config = load_config(None, {"export.allow_ops": ["PrintV2"]})
+    run = RunFolder.create(tmp_path / "runs", "plain")
+    outcome, _ = steps.export_user_stage(config, run, folders["keras"], tmp_path / "data.npz")
+    assert outcome.audit.passed and outcome.behaviour.passed, (outcome.audit.violations, outcome.behaviour)
+    audit = json.loads((run.root / "audit.json").read_text())
+    assert audit["op_policy"] == {"passed": True, "allow_ops": ["PrintV2"], "violations": [], "allowed": []}

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from tfship.core.contract import Signature
-from tfship.core.errors import GRPC_CODE_NAMES, ModelError, UnimplementedError, tensorflow_failure
+from tfship.core.errors import GRPC_CODE_NAMES, ModelError, OpPolicyError, UnimplementedError, tensorflow_failure
 from tfship.core.op_policy import check_saved_model, raise_if_refused
 from tfship.core.saved_model import SERVE_TAGS, read_signatures, serving_tags
 from tfship.serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions, input_rejected
@@ -179,6 +179,8 @@ class SavedModelRuntime(Runtime):
         """
         try:
             raise_if_refused(check_saved_model(self.version_dir, self.options.allow_ops), "--allow-ops")
+        except OpPolicyError as err:  # names the folder already
+            raise RuntimeLoadError(str(err)) from err
         except Exception as err:
             raise RuntimeLoadError(f"cannot load SavedModel {self.version_dir}: {err}") from err
         try:

@@ -146,3 +146,26 @@ def test_a_keras_saved_model_passes_the_export_stage(corpus, tmp_path):
     assert outcome.audit.passed and outcome.behaviour.passed, (outcome.audit.violations, outcome.behaviour)
     audit = json.loads((run.root / "audit.json").read_text())
     assert audit["op_policy"] == {"passed": True, "allow_ops": ["PrintV2"], "violations": [], "allowed": []}
+
+
+def test_a_keras_layer_that_writes_a_file_is_refused_before_anything_runs_it(tmp_path):
+    import keras
+    import tensorflow as tf
+
+    import tfship
+
+    marker = tmp_path / "marker"
+
+    @keras.saving.register_keras_serializable("tfship_test_op_policy")
+    class Writer(keras.layers.Layer):
+        def call(self, x):
+            tf.io.write_file(str(marker), "written by a layer")
+            return x
+
+    model = keras.Sequential([keras.Input((4,), name="x"), Writer(), keras.layers.Dense(2)], name="writer")
+    x = np.random.default_rng(0).random((16, 4), dtype=np.float32)
+    with pytest.raises(TfshipError, match=r"op policy: op WriteFile \('writer\S*/WriteFile'\) in function "
+                                          r"__inference_\w+ touches the host's file system; reached by serving_default"):
+        tfship.ship(model, (x, (x.sum(axis=1) > 2).astype(np.int64)), repository=tmp_path / "models",
+                    runs_dir=tmp_path / "runs")
+    assert not marker.exists() and not (tmp_path / "models" / "writer").exists()

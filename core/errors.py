@@ -114,7 +114,7 @@ class ModelError(TfshipError):
     the table (or `OK`) answers UNKNOWN.
     """
 
-    def __init__(self, message: str, code: str) -> None:
+    def __init__(self, message: str, code: str = "UNKNOWN") -> None:
         super().__init__(message)
         self.status = ErrorStatus(code if code in HTTP_STATUS_OF_GRPC_CODE and code != "OK" else "UNKNOWN")
 

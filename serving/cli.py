@@ -67,7 +67,8 @@ def _model_flags(a) -> None:
     a("--artifact", help="serve this published artifact of each version (e.g. tflite_int8, onnx): the backend and "
       "file its manifest.json lists; refused where the gate did not publish it")
     a("--allow-ops", type=_op_names, default=(), help="comma-separated op names a SavedModel may hold although they "
-      "touch the host (e.g. PrintV2); default: a version holding any is refused at load (docs/security.md)")
+      "touch the host (e.g. PrintV2), and TFLite custom ops a .tflite file may use; default: a version holding any "
+      "is refused at load (docs/security.md)")
 
 def _op_names(value: str) -> tuple[str, ...]:
     """`--allow-ops` as op names (argparse type; a ValueError is its usage error)."""

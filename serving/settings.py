@@ -109,7 +109,8 @@ class ServerSettings(BaseModel):
     saved_model_tags: tuple[str, ...] | None = Field(None, description="Tag-set of the MetaGraph to load "
                                                      "(--saved_model_tags); None = the 'serve' MetaGraph.")
     allow_ops: tuple[str, ...] = Field((), description="Op names the op policy allows in a SavedModel although "
-                                       "they touch the host (--allow-ops PrintV2,WriteFile; core.op_policy).")
+                                       "they touch the host (--allow-ops PrintV2,WriteFile; core.op_policy), and "
+                                       "TFLite custom ops a .tflite file may use (serving.runtimes.tflite_check).")
     enable_model_warmup: bool = Field(True, description="Replay assets.extra/tf_serving_warmup_requests at load.")
     num_request_iterations_for_warmup: int = Field(0, ge=0, description="Times each warm-up record runs; "
                                                    "0 = once (TF Serving: used only if > 0).")

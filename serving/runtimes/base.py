@@ -94,8 +94,9 @@ class RuntimeOptions:
         warmup_iterations: times each warm-up record runs; 0 or 1 = once.
         artifact: serve this artifact of each version's manifest.json (`--artifact`, e.g. `tflite_int8`): its
             file on its backend (`serving.runtimes.published`); None = the backend and file flags decide.
-        allow_ops: op names the op policy allows in a SavedModel (`--allow-ops`, `core.op_policy`); empty: every
-            op that touches the host is refused at load.
+        allow_ops: op names the op policy allows in a SavedModel (`--allow-ops`, `core.op_policy`), and the TFLite
+            custom ops a `.tflite` file may use (`serving.runtimes.tflite_check`); empty: every op that touches the
+            host, and every custom op, is refused at load.
     """
 
     intra_op_threads: int = 0

@@ -169,3 +169,21 @@ def test_a_keras_layer_that_writes_a_file_is_refused_before_anything_runs_it(tmp
         tfship.ship(model, (x, (x.sum(axis=1) > 2).astype(np.int64)), repository=tmp_path / "models",
                     runs_dir=tmp_path / "runs")
     assert not marker.exists() and not (tmp_path / "models" / "writer").exists()
+
+
+@pytest.mark.slow
+def test_an_allowed_op_is_published_served_and_on_record(corpus, tmp_path):
+    import tfship
+
+    folders, marker = corpus
+    x = np.random.default_rng(0).random((32, 4), dtype=np.float32)
+    result = tfship.ship(folders["print_file"], {"x": x, "y": (x.sum(axis=1) > 2).astype(np.int64)},
+                         repository=tmp_path / "models", runs_dir=tmp_path / "runs", model_name="printer",
+                         export={"allow_ops": ["PrintV2"]}, convert={"onnx": False, "tflite_modes": ["float32"]})
+    assert result.artifact("saved_model").path is not None, result.status_line
+    manifest = json.loads((tmp_path / "models" / "printer" / "1" / "manifest.json").read_text())
+    assert manifest["allowed_ops"] == ["PrintV2"] and manifest["audit"]["op_policy"]["allowed"]
+    stateless = next(c for c in manifest["audit"]["behaviour"]["checks"] if c["name"] == "stateless")
+    assert stateless["passed"] and "allowed by export.allow_ops" in stateless["detail"]
+    assert marker.exists()  # the allowed op ran (the behaviour checks, the serve-check server): on record, not hidden
+    marker.unlink()

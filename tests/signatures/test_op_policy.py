@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -187,3 +188,56 @@ def test_an_allowed_op_is_published_served_and_on_record(corpus, tmp_path):
     assert stateless["passed"] and "allowed by export.allow_ops" in stateless["detail"]
     assert marker.exists()  # the allowed op ran (the behaviour checks, the serve-check server): on record, not hidden
     marker.unlink()
+
+
+def test_every_function_and_every_meta_graph_is_judged(corpus, tmp_path):
+    folders, _ = corpus
+    written = protocol.SavedModel.FromString((folders["write"] / "saved_model.pb").read_bytes())
+    writer = next(f for f in written.meta_graphs[0].graph_def.library.function
+                  if any(n.op == "WriteFile" for n in f.node_def))
+    unreachable = tmp_path / "unreachable"
+    shutil.copytree(folders["plain"], unreachable)
+    proto = protocol.SavedModel.FromString((unreachable / "saved_model.pb").read_bytes())
+    hidden = proto.meta_graphs[0].graph_def.library.function.add()
+    hidden.CopyFrom(writer)
+    hidden.signature.name = "__inference_nobody_calls_me_1"
+    (unreachable / "saved_model.pb").write_bytes(proto.SerializeToString())
+    (finding,) = check_saved_model(unreachable).refused
+    assert (finding.op, finding.where, finding.reached_by) == ("WriteFile", "function __inference_nobody_calls_me_1", ())
+    assert "reached by nothing (still refused: it is in the file)" in finding.describe()
+
+    train_graph = tmp_path / "train_graph"
+    shutil.copytree(folders["tf1"], train_graph)
+    proto = protocol.SavedModel.FromString((train_graph / "saved_model.pb").read_bytes())
+    train = next(g for g in proto.meta_graphs if list(g.meta_info_def.tags) == ["train"])
+    train.graph_def.node.add(name="input/ReadFile", op="ReadFile", input=["save/Const"])
+    (train_graph / "saved_model.pb").write_bytes(proto.SerializeToString())
+    (finding,) = check_saved_model(train_graph).refused
+    assert (finding.op, finding.where, finding.tags) == ("ReadFile", "graph", ("train",))
+    assert "of MetaGraph ['train']" in finding.describe()
+
+
+def test_a_tf1_graph_reading_its_input_path_is_refused_in_the_graph(tmp_path):
+    import tensorflow as tf
+
+    with tf.Graph().as_default() as graph, tf.compat.v1.Session(graph=graph) as session:
+        path = tf.compat.v1.placeholder(tf.string, [], name="path")
+        contents = tf.io.read_file(path)
+        builder = tf.compat.v1.saved_model.Builder(str(tmp_path / "tf1_read"))
+        signature = tf.compat.v1.saved_model.predict_signature_def({"path": path}, {"contents": contents})
+        builder.add_meta_graph_and_variables(session, ["serve"], {"serving_default": signature})
+        builder.save()
+    (finding,) = check_saved_model(tmp_path / "tf1_read").refused
+    assert (finding.op, finding.where, finding.reached_by) == ("ReadFile", "graph", ("serving_default",))
+
+
+def test_the_policy_needs_no_tensorflow(corpus):
+    import subprocess
+    import sys
+
+    folders, _ = corpus
+    script = ("import sys; from tfship.core.op_policy import check_saved_model; "
+              f"report = check_saved_model({str(folders['write'])!r}); "
+              "assert not report.passed and 'tensorflow' not in sys.modules, sorted(sys.modules)")
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120,
+                   env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})

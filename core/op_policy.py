@@ -11,7 +11,9 @@ every function of its library, reachable or not. Refused:
   debug ops with `debug_urls`, `DecodeProtoV2` / `EncodeProto` reading descriptors from a file;
 * checkpoint ops (`SaveV2`, `RestoreV2`, `MergeV2Checkpoints`, `Save`, `Restore`, ...) outside the SavedModel's own
   saver: allowed only in the top-level nodes the `saver_def` (save tensor, restore op) depends on and in the
-  functions those nodes call, and only where no signature, init op or object-graph function reaches them (a
+  functions those nodes call, only where no signature, init op or object-graph function reaches them, and only
+  with a file prefix made from the saver's own file name tensor (`saver_def.filename_tensor_name`, which the
+  loader feeds with the version's `variables/` path), so the saver reads and writes no other checkpoint (a
   top-level node nothing reaches is allowed too: a TF1 MetaGraph keeps the savers of the MetaGraphs saved before
   it, `save/...` beside its own `save_1/...`, and no loader runs them; a library function nothing reaches is not);
 * Python and the process: `PyFunc`, `PyFuncStateless`, `EagerPyFunc`, `Abort`; the network: tf.data service and
@@ -140,12 +142,30 @@ class _Graph:
         self.nodes = {n.name: n for n in meta_graph.graph_def.node}
         self.library = {f.signature.name: f for f in meta_graph.graph_def.library.function}
         self.assets = {node_name(a.tensor_info.name) for a in meta_graph.asset_file_def}
+        self.saver_file = node_name(meta_graph.saver_def.filename_tensor_name)
         self._callers = None
+        self._scopes: dict[str, Mapping] = {}
 
     def scope_nodes(self, scope: str | None) -> Mapping:
         if scope is None:
             return self.nodes
-        return {n.name: n for n in self.library[scope].node_def}
+        if scope not in self._scopes:
+            self._scopes[scope] = {n.name: n for n in self.library[scope].node_def}
+        return self._scopes[scope]
+
+    def depends_on(self, scope: str | None, tensor: str, target: str) -> bool:
+        """Whether `tensor` of `scope` is computed from the top-level node `target` (through calls and arguments)."""
+        stack, seen = [(scope, tensor)], set()
+        while stack and len(seen) < _TRACE_STEPS:
+            scope, tensor = stack.pop()
+            key = (scope, node_name(tensor))
+            if key in seen:
+                continue
+            if key == (None, target):
+                return True
+            seen.add(key)
+            stack.extend(self._step(scope, key[1], []))
+        return False
 
     def callers(self):
         if self._callers is None:
@@ -231,9 +251,13 @@ def _judge(node, graph: _Graph, scope: str | None, in_saver: bool, reached: tupl
         return f"{FILE_SYSTEM} (a TF1 reader)"
     if op in SAVER_OPS:
         outside = [r for r in reached if r != SAVER]
-        if not outside and (in_saver or scope is None):  # the saver's, or a TF1 graph's earlier saver no one runs
-            return None
-        return f"{FILE_SYSTEM} (a checkpoint op outside the SavedModel's saver)"
+        if outside or not (in_saver or scope is None):
+            return f"{FILE_SYSTEM} (a checkpoint op outside the SavedModel's saver)"
+        data = [i for i in node.input if not i.startswith("^")]
+        if in_saver and not (graph.saver_file and data and graph.depends_on(scope, data[0], graph.saver_file)):
+            return (f"{FILE_SYSTEM} (a checkpoint op of the saver whose file prefix is not made from the saver's file "
+                    f"name '{graph.saver_file[:100]}': it would read or write another checkpoint)")
+        return None  # the saver's own, or (top-level, reached by nothing) a TF1 graph's earlier saver no one runs
     if op in TABLE_FILE_OPS:
         data = [i for i in node.input if not i.startswith("^")]
         bad = graph.sources(scope, data[1]) if len(data) > 1 else ["no file name"]

@@ -241,3 +241,22 @@ def test_the_policy_needs_no_tensorflow(corpus):
               "assert not report.passed and 'tensorflow' not in sys.modules, sorted(sys.modules)")
     subprocess.run([sys.executable, "-c", script], check=True, timeout=120,
                    env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+
+
+def test_a_saver_restoring_another_checkpoint_is_refused(corpus, tmp_path):
+    folders, _ = corpus
+    other = tmp_path / "other_checkpoint"
+    shutil.copytree(folders["tf1"], other)
+    proto = protocol.SavedModel.FromString((other / "saved_model.pb").read_bytes())
+    serve = next(g for g in proto.meta_graphs if list(g.meta_info_def.tags) == ["serve"])
+    prefix = serve.graph_def.node.add(name="elsewhere", op="Const")
+    prefix.attr["dtype"].type = 7  # DT_STRING
+    prefix.attr["value"].tensor.dtype = 7
+    prefix.attr["value"].tensor.string_val.append(b"/srv/another_tenant/variables/variables")
+    restore = next(n for n in serve.graph_def.node if n.name == f"{serve.saver_def.restore_op_name.split('/')[0]}"
+                   "/RestoreV2")
+    restore.input[0] = "elsewhere"
+    (other / "saved_model.pb").write_bytes(proto.SerializeToString())
+    (finding,) = check_saved_model(other).refused
+    assert (finding.op, finding.where, finding.reached_by) == ("RestoreV2", "graph", ("saver",))
+    assert "file prefix is not made from the saver's file name 'save_1/Const'" in finding.reason

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from tfship.core import protocol
 from tfship.core.errors import OpPolicyError
 from tfship.core.graph_walk import SAVER, called_functions, callers, meta_graph_reach, node_name
 from tfship.core.saved_model import read_saved_model
@@ -141,7 +142,7 @@ class _Graph:
     def __init__(self, meta_graph) -> None:
         self.nodes = {n.name: n for n in meta_graph.graph_def.node}
         self.library = {f.signature.name: f for f in meta_graph.graph_def.library.function}
-        self.assets = {node_name(a.tensor_info.name) for a in meta_graph.asset_file_def}
+        self.assets = {node_name(tensor) for tensor, _ in assets_of(meta_graph)}
         self.saver_file = node_name(meta_graph.saver_def.filename_tensor_name)
         self._callers = None
         self._scopes: dict[str, Mapping] = {}
@@ -227,18 +228,41 @@ def _call_input(node, index: int, library: Mapping) -> str | None:
     return None
 
 
+def assets_of(meta_graph) -> list[tuple[str, str]]:
+    """(tensor name, file name under `assets/`) of each asset: `asset_file_def`, or for TF1 builders' exports the
+    `saved_model_assets` collection of packed `AssetFileDef`s (what TensorFlow's loader reads when the field is
+    empty).
+    """
+    found = [(a.tensor_info.name, a.filename) for a in meta_graph.asset_file_def]
+    if not found and "saved_model_assets" in meta_graph.collection_def:
+        kind = protocol.message_class("tensorflow.AssetFileDef")
+        for item in meta_graph.collection_def["saved_model_assets"].any_list.value:
+            asset = kind.FromString(item.value)
+            found.append((asset.tensor_info.name, asset.filename))
+    return found
+
+
+def _through_link(folder: Path, parts: tuple[str, ...]) -> bool:
+    """Whether `folder/<parts>` is, or passes through, a symbolic link (dangling ones included)."""
+    step = folder
+    for part in parts:
+        step = step / part
+        if step.is_symlink():
+            return True
+    return False
+
+
 def _asset_problems(meta_graph, version_dir: Path | None) -> list[str]:
     """Assets whose file is not inside the version's `assets/` folder."""
     problems = []
     assets = Path(version_dir) / "assets" if version_dir is not None else None
-    for asset in meta_graph.asset_file_def:
-        name = asset.filename
+    for _, name in assets_of(meta_graph):
         parts = PurePosixPath(name).parts
         if not name or PurePosixPath(name).is_absolute() or ".." in parts or "\\" in name:
             problems.append(f"asset {name[:200]!r} is not a file inside the version's assets/ folder")
-        elif assets is not None and (assets / name).exists() and not (assets / name).resolve().is_relative_to(
-                assets.resolve()):
-            problems.append(f"asset {name[:200]!r} is a link leading out of the version's assets/ folder")
+        elif assets is not None and _through_link(assets, parts):
+            problems.append(f"asset {name[:200]!r} is (or passes through) a link: the file it names may be anywhere "
+                            "on the host; copy the file into the version's assets/ folder")
     return problems
 
 

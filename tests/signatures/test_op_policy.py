@@ -116,14 +116,15 @@ def test_assets_outside_the_version_are_refused(corpus, tmp_path):
     assert any("'../../etc/hostname' is not a file inside" in v for v in check_saved_model(moved).violations)
 
 
-@pytest.mark.parametrize("kind", ["write", "init_write"])
+@pytest.mark.parametrize("kind", ["write", "init_write", "read"])
 def test_the_pipeline_refuses_before_running_the_saved_model(corpus, kind, tmp_path):
     import tfship
 
     folders, marker = corpus
     x = np.random.default_rng(0).random((16, 4), dtype=np.float32)
+    data = {"path": np.array(["/etc/passwd"] * 16)} if kind == "read" else {"x": x}
     with pytest.raises(TfshipError, match=rf"op policy.*{REFUSED_OP[kind]}"):
-        tfship.ship(folders[kind], {"x": x, "y": (x.sum(axis=1) > 2).astype(np.int64)}, repository=tmp_path / "models",
+        tfship.ship(folders[kind], data | {"y": (x.sum(axis=1) > 2).astype(np.int64)}, repository=tmp_path / "models",
                     runs_dir=tmp_path / "runs", model_name="attack")
     (run,) = (p for p in (tmp_path / "runs").iterdir() if not p.name.startswith("."))
     audit = json.loads((run / "audit.json").read_text())
@@ -132,6 +133,7 @@ def test_the_pipeline_refuses_before_running_the_saved_model(corpus, kind, tmp_p
     assert not stateless["passed"] and not stateless["ran"] and REFUSED_OP[kind] in stateless["detail"]
     assert not marker.exists()  # not at the re-export's load, nor by the behaviour checks, goldens or warm-up
     assert not (tmp_path / "models" / "attack").exists()
+    assert not list(tmp_path.rglob("tfship_golden.npz")) and not list(tmp_path.rglob("tf_serving_warmup_requests"))
 
 
 def test_a_keras_saved_model_passes_the_export_stage(corpus, tmp_path):

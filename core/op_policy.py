@@ -1,7 +1,7 @@
 """The one op policy: a SavedModel is a program, and nothing tfship publishes or serves may touch the host.
 
-Judged from `saved_model.pb` alone (no TensorFlow, nothing executed), over every MetaGraph: its top-level graph and
-every function of its library, reachable or not. Refused:
+Judged from `saved_model.pb` alone (no TensorFlow, nothing executed), over every MetaGraph (a re-export's source:
+the one MetaGraph loaded): its top-level graph and every function of its library, reachable or not. Refused:
 
 * file system: `ReadFile`, `WriteFile`, `MatchingFiles`, the file-reading and file-writing dataset ops (TFRecord,
   text line, fixed-length, CSV, LMDB, SQL, save / load / snapshot, `DatasetToTFRecord`), every TF1 reader op
@@ -38,7 +38,7 @@ from typing import Any
 from tfship.core import protocol
 from tfship.core.errors import OpPolicyError
 from tfship.core.graph_walk import SAVER, called_functions, callers, meta_graph_reach, node_name
-from tfship.core.saved_model import read_saved_model
+from tfship.core.saved_model import read_saved_model, select_meta_graph
 
 FILE_SYSTEM = "touches the host's file system"
 HOST_OPS: dict[str, str] = {
@@ -312,22 +312,28 @@ def _meta_graph_findings(meta_graph, version_dir: Path | None) -> tuple[list[OpF
     return findings, _asset_problems(meta_graph, version_dir)
 
 
-def check_saved_model(saved_model_dir: Path, allow_ops: Iterable[str] = ()) -> PolicyReport:
+def check_saved_model(saved_model_dir: Path, allow_ops: Iterable[str] = (),
+                      tags: tuple[str, ...] | None = None) -> PolicyReport:
     """Judge every MetaGraph of `<saved_model_dir>/saved_model.pb` by the op policy (module docstring).
 
     Args:
         saved_model_dir: the SavedModel (a version folder); its `assets/` are checked on disk too.
         allow_ops: op names the operator allows (`export.allow_ops`, `--allow-ops`).
+        tags: judge only the MetaGraph with this tag-set (`core.saved_model.select_meta_graph`): a re-export's
+            source, of which only that MetaGraph is ever loaded. None (servers, the audit): every MetaGraph.
 
     Returns:
         The `PolicyReport`; nothing is executed and TensorFlow is not imported.
 
     Raises:
-        ContractError: `saved_model.pb` is missing or unreadable (`core.saved_model.read_saved_model`).
+        ContractError: `saved_model.pb` is missing or unreadable (`core.saved_model.read_saved_model`), or has no
+            MetaGraph tagged `tags`.
     """
     allowed_names = tuple(sorted(set(allow_ops)))
     refused, allowed, problems = [], [], []
-    for meta_graph in read_saved_model(saved_model_dir).meta_graphs:
+    saved_model = read_saved_model(saved_model_dir)
+    chosen = saved_model.meta_graphs if tags is None else [select_meta_graph(saved_model, tags)]
+    for meta_graph in chosen:
         findings, assets = _meta_graph_findings(meta_graph, Path(saved_model_dir))
         problems += assets
         for finding in findings:

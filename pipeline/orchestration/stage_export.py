@@ -83,7 +83,7 @@ def export_user_stage(config: PipelineConfig, run: RunFolder, model, data_path: 
 
     if isinstance(model, Path):
         contract, others = _user_saved_model_contracts(model, tags)
-        _refuse_before_loading(config, run, model, contract)
+        _refuse_before_loading(config, run, model, contract, tags)
         data = load_user_data(data_path, contract, config.convert.representative_samples, config.run.seed,
                               config.data.classes)
         module = build_savedmodel_module(model, contract, tags, others)
@@ -104,19 +104,20 @@ def export_user_stage(config: PipelineConfig, run: RunFolder, model, data_path: 
                             keras_layers(model), details), data
 
 
-def _refuse_before_loading(config: PipelineConfig, run: RunFolder, folder: Path, contract: Signature) -> None:
-    """The user's SavedModel judged by the op policy before anything loads it: loading runs its restore and init
-    functions (`tf.saved_model.load`), re-exporting traces its signatures. A refusal writes `audit.json`
-    (`passed: false`, the violations) and raises.
+def _refuse_before_loading(config: PipelineConfig, run: RunFolder, folder: Path, contract: Signature,
+                           tags: tuple[str, ...]) -> None:
+    """The user's SavedModel (its MetaGraph tagged `tags`, the one loaded) judged by the op policy before anything
+    loads it: loading runs its restore and init functions (`tf.saved_model.load`), re-exporting traces its
+    signatures. A refusal writes `audit.json` (`passed: false`, the violations) and raises.
 
     Raises:
         OpPolicyError: an op the policy refuses (`core.op_policy`), not allowed by `export.allow_ops`.
     """
-    policy = check_saved_model(folder, config.export.allow_ops)
+    policy = check_saved_model(folder, config.export.allow_ops, tags)
     if policy.passed:
         return
     EXPORT.save(run, ExportRecord({
-        "passed": False, "source": str(folder), "signatures": sorted(read_signatures(folder)), "op_histogram": {},
+        "passed": False, "source": str(folder), "signatures": sorted(read_signatures(folder, tags)), "op_histogram": {},
         "variables": [], "violations": policy.violations, "op_policy": policy.to_json(),
         "behaviour": refused_behaviour(folder, contract.name, policy).to_json()}, {"refused_source": str(folder)}))
     raise_if_refused(policy, "export.allow_ops")

@@ -217,6 +217,7 @@ def test_every_function_and_every_meta_graph_is_judged(corpus, tmp_path):
     (finding,) = check_saved_model(train_graph).refused
     assert (finding.op, finding.where, finding.tags) == ("ReadFile", "graph", ("train",))
     assert "of MetaGraph ['train']" in finding.describe()
+    assert check_saved_model(train_graph, tags=("serve",)).passed  # a re-export's source: only what is loaded
 
 
 def test_a_tf1_graph_reading_its_input_path_is_refused_in_the_graph(tmp_path):

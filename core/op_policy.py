@@ -30,14 +30,13 @@ reaches it: the signatures, `__saved_model_init_op`, TF1 init collections, `save
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from tfship.core import protocol
 from tfship.core.errors import OpPolicyError
-from tfship.core.graph_walk import SAVER, called_functions, callers, meta_graph_reach, node_name
+from tfship.core.graph_walk import SAVER, GraphTrace, assets_of, meta_graph_reach, node_name
 from tfship.core.saved_model import read_saved_model, select_meta_graph
 
 FILE_SYSTEM = "touches the host's file system"
@@ -64,8 +63,6 @@ READER_OP = re.compile(r"Reader")  # TF1 queue readers: WholeFileReader(V2), TFR
 SAVER_OPS = frozenset(("SaveV2", "RestoreV2", "MergeV2Checkpoints", "Save", "SaveSlices", "Restore", "RestoreSlice"))
 TABLE_FILE_OPS = frozenset(("InitializeTableFromTextFile", "InitializeTableFromTextFileV2"))
 DEBUG_OP = re.compile(r"^Debug(Identity|NanCount|NumericSummary)")
-_CALL_OPS = ("PartitionedCall", "StatefulPartitionedCall")
-_TRACE_STEPS = 10_000
 
 
 @dataclass(frozen=True)
@@ -136,112 +133,6 @@ def _attr_reason(node) -> str | None:
     return None
 
 
-class _Graph:
-    """One MetaGraph's nodes, library, callers and assets, for tracing where a string tensor comes from."""
-
-    def __init__(self, meta_graph) -> None:
-        self.nodes = {n.name: n for n in meta_graph.graph_def.node}
-        self.library = {f.signature.name: f for f in meta_graph.graph_def.library.function}
-        self.assets = {node_name(tensor) for tensor, _ in assets_of(meta_graph)}
-        self.saver_file = node_name(meta_graph.saver_def.filename_tensor_name)
-        self._callers = None
-        self._scopes: dict[str, Mapping] = {}
-
-    def scope_nodes(self, scope: str | None) -> Mapping:
-        if scope is None:
-            return self.nodes
-        if scope not in self._scopes:
-            self._scopes[scope] = {n.name: n for n in self.library[scope].node_def}
-        return self._scopes[scope]
-
-    def depends_on(self, scope: str | None, tensor: str, target: str) -> bool:
-        """Whether `tensor` of `scope` is computed from the top-level node `target` (through calls and arguments)."""
-        stack, seen = [(scope, tensor)], set()
-        while stack and len(seen) < _TRACE_STEPS:
-            scope, tensor = stack.pop()
-            key = (scope, node_name(tensor))
-            if key in seen:
-                continue
-            if key == (None, target):
-                return True
-            seen.add(key)
-            stack.extend(self._step(scope, key[1], []))
-        return False
-
-    def callers(self):
-        if self._callers is None:
-            self._callers = callers(self.library, self.nodes.values())
-        return self._callers
-
-    def sources(self, scope: str | None, tensor: str) -> list[str]:
-        """Where the string `tensor` of `scope` (None: the graph) comes from, as the leaves that are not assets:
-        [] means every leaf is an asset of the version (or a value the loader captures for a function).
-        """
-        bad: list[str] = []
-        stack, seen, steps = [(scope, tensor)], set(), 0
-        while stack and len(bad) < 3:
-            scope, tensor = stack.pop()
-            if (scope, node_name(tensor)) in seen:
-                continue
-            seen.add((scope, node_name(tensor)))
-            steps += 1
-            if steps > _TRACE_STEPS:
-                return [*bad, "a graph too deep to trace"]
-            stack.extend(self._step(scope, node_name(tensor), bad))
-        return bad
-
-    def _step(self, scope: str | None, name: str, bad: list[str]) -> list[tuple[str | None, str]]:
-        if scope is not None:
-            args = [a.name for a in self.library[scope].signature.input_arg]
-            if name in args:
-                index = args.index(name)
-                fed = [(s, _call_input(node, index, self.library)) for s, node in self.callers().get(scope, [])]
-                return [(s, tensor) for s, tensor in fed if tensor]  # no caller: a value the loader captures
-        nodes = self.scope_nodes(scope)
-        node = nodes.get(name)
-        if node is None:
-            return []
-        if scope is None and name in self.assets:
-            return []
-        data = [i for i in node.input if not i.startswith("^")]
-        if node.op in ("Const", "Placeholder", "PlaceholderWithDefault") and not data:
-            bad.append(f"{node.op} '{name[:100]}'" + (f" in function {scope[:100]}" if scope else ""))
-            return []
-        if node.op == "ReadVariableOp" and scope is None:
-            handle = node_name(data[0])
-            return [(None, n.input[1]) for n in nodes.values() if n.op == "AssignVariableOp" and n.input
-                    and node_name(n.input[0]) == handle and len(n.input) > 1]
-        called = [f for f in called_functions(node, self.library) if f in self.library]
-        if called and node.op in (*_CALL_OPS, *self.library):
-            return [(f, r) for f in called for r in self.library[f].ret.values()]
-        if not data:
-            bad.append(f"op {node.op} '{name[:100]}'")
-        return [(scope, i) for i in data]
-
-
-def _call_input(node, index: int, library: Mapping) -> str | None:
-    """The caller's data input that feeds argument `index` of the function `node` calls."""
-    data = [i for i in node.input if not i.startswith("^")]
-    offset = 1 if node.op in ("If", "StatelessIf") else 0
-    if node.op in (*_CALL_OPS, "If", "StatelessIf", "While", "StatelessWhile") or node.op in library:
-        return data[index + offset] if index + offset < len(data) else None
-    return None
-
-
-def assets_of(meta_graph) -> list[tuple[str, str]]:
-    """(tensor name, file name under `assets/`) of each asset: `asset_file_def`, or for TF1 builders' exports the
-    `saved_model_assets` collection of packed `AssetFileDef`s (what TensorFlow's loader reads when the field is
-    empty).
-    """
-    found = [(a.tensor_info.name, a.filename) for a in meta_graph.asset_file_def]
-    if not found and "saved_model_assets" in meta_graph.collection_def:
-        kind = protocol.message_class("tensorflow.AssetFileDef")
-        for item in meta_graph.collection_def["saved_model_assets"].any_list.value:
-            asset = kind.FromString(item.value)
-            found.append((asset.tensor_info.name, asset.filename))
-    return found
-
-
 def _through_link(folder: Path, parts: tuple[str, ...]) -> bool:
     """Whether `folder/<parts>` is, or passes through, a symbolic link (dangling ones included)."""
     step = folder
@@ -266,7 +157,7 @@ def _asset_problems(meta_graph, version_dir: Path | None) -> list[str]:
     return problems
 
 
-def _judge(node, graph: _Graph, scope: str | None, in_saver: bool, reached: tuple[str, ...]) -> str | None:
+def _judge(node, graph: GraphTrace, scope: str | None, in_saver: bool, reached: tuple[str, ...]) -> str | None:
     """Why `node` touches the host, or None when it does not (or is where the policy allows it)."""
     op = node.op
     if op in HOST_OPS:
@@ -297,7 +188,7 @@ def _judge(node, graph: _Graph, scope: str | None, in_saver: bool, reached: tupl
 
 def _meta_graph_findings(meta_graph, version_dir: Path | None) -> tuple[list[OpFinding], list[str]]:
     reach = meta_graph_reach(meta_graph)
-    graph = _Graph(meta_graph)
+    graph = GraphTrace(meta_graph)
     tags = tuple(sorted(meta_graph.meta_info_def.tags))
     findings = []
     scopes = [(None, meta_graph.graph_def.node)] + [(name, f.node_def) for name, f in graph.library.items()]

@@ -263,3 +263,23 @@ def test_a_saver_restoring_another_checkpoint_is_refused(corpus, tmp_path):
     (finding,) = check_saved_model(other).refused
     assert (finding.op, finding.where, finding.reached_by) == ("RestoreV2", "graph", ("saver",))
     assert "file prefix is not made from the saver's file name 'save_1/Const'" in finding.reason
+
+
+def test_a_table_file_name_bound_to_a_variable_is_refused(corpus, tmp_path):
+    """The object graph binds an initializer's captured file name; a crafted file binds a variable (its value is
+    the checkpoint's: any path) instead of the asset."""
+    folders, _ = corpus
+    crafted = tmp_path / "crafted"
+    shutil.copytree(folders["asset_table"], crafted)
+    proto = protocol.SavedModel.FromString((crafted / "saved_model.pb").read_bytes())
+    objects = proto.meta_graphs[0].object_graph_def
+    asset = next(i for i, n in enumerate(objects.nodes) if n.WhichOneof("kind") == "asset")
+    variable = objects.nodes.add()
+    variable.variable.name = "stolen_path"
+    variable.variable.dtype = 7  # DT_STRING
+    (initializer,) = [f for name, f in objects.concrete_functions.items() if "initializer" in name]
+    initializer.bound_inputs[list(initializer.bound_inputs).index(asset)] = len(objects.nodes) - 1
+    (crafted / "saved_model.pb").write_bytes(proto.SerializeToString())
+    (finding,) = check_saved_model(crafted).refused
+    assert finding.op == "InitializeTableFromTextFileV2"
+    assert "a variable of the object graph bound to function __inference__initializer" in finding.reason

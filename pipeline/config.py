@@ -250,6 +250,10 @@ class PublishSection(_Section):
     repository: RepositoryLocation = Field(Path("models"), description="Base path: <repository>/<model_name>/"
                                            "<version>/; a local folder or s3://BUCKET/PREFIX (docs/buckets.md).")
 
+    signing_key: Path | None = Field(None, description="PEM EC private key: each published version is signed with "
+                                     "it (model.sig over every file and the manifest's model name and version; "
+                                     "docs/security.md, Signed versions). None: unsigned.")
+
     @field_validator("repository", mode="after")
     @classmethod
     def _location(cls, value: Any) -> Location:

@@ -69,6 +69,9 @@ def _model_flags(a) -> None:
     a("--allow-ops", type=_op_names, default=(), help="comma-separated op names a SavedModel may hold although they "
       "touch the host (e.g. PrintV2), and TFLite custom ops a .tflite file may use; default: a version holding any "
       "is refused at load (docs/security.md)")
+    a("--verify-key", type=cli_path, help="PEM EC public key: serve only versions signed by it for their model name "
+      "and version (tfship publish with publish.signing_key); unsigned, tampered or substituted versions are refused "
+      "at load (docs/security.md, Signed versions)")
 
 def _op_names(value: str) -> tuple[str, ...]:
     """`--allow-ops` as op names (argparse type; a ValueError is its usage error)."""

@@ -126,4 +126,5 @@ def publish_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits 
     outcomes = artifact_outcomes(converted, parity, served, config.convert.required, run.root)
     manifest = version_manifest(run, splits, metrics, outcomes, exported, converted, parity, served)
     candidate = run.candidate_repository / config.run.model_name / "1"
-    return replace(publish_version(candidate, repository, config.run.model_name, manifest), outcomes=tuple(outcomes))
+    published = publish_version(candidate, repository, config.run.model_name, manifest, config.publish.signing_key)
+    return replace(published, outcomes=tuple(outcomes))

@@ -178,7 +178,9 @@ class SavedModelRuntime(Runtime):
                 allows an op by name), or TensorFlow could not load it.
         """
         try:
-            raise_if_refused(check_saved_model(self.version_dir, self.options.allow_ops), "--allow-ops")
+            report = raise_if_refused(check_saved_model(self.version_dir, self.options.allow_ops), "--allow-ops")
+            allowed = sorted({finding.op for finding in report.allowed})
+            self.policy_verdict = f"passed, allowed by --allow-ops: {', '.join(allowed)}" if allowed else "passed"
         except OpPolicyError as err:  # names the folder already
             raise RuntimeLoadError(str(err)) from err
         except Exception as err:

@@ -5,7 +5,8 @@ selected by the model's version policy, loaded (and warmed up) before they recei
 old version is unloaded only after the new one is AVAILABLE and its own in-flight requests finished.
 A version that fails to load is reported (state END with the error) and retried on a later poll only
 once its folder changed (a file's size or mtime, a file added or removed) or disappeared; the versions
-already serving keep serving.
+already serving keep serving. Under `--verify-key` (`RuntimeOptions.verify_key`) each version's signature is
+checked first (`serving.storage.signed`): an unsigned, tampered or substituted version fails to load that way.
 
 A new config (startup or HandleReloadConfigRequest) is checked against the disk as a whole before
 anything changes (`check_config`): a bad entry refuses the whole config and the old one keeps serving.

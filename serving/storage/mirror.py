@@ -184,8 +184,8 @@ class BucketMirror:
                 raise VersionCorruptError(f"{row.path!r} does not match the sha256 in its manifest")
         try:  # a signed version's signature (serving.storage.signed) comes along, checked at load (--verify-key)
             self.fs.get_file(f"{base}/{SIGNATURE_FILE}", str(partial / SIGNATURE_FILE))
-        except FileNotFoundError:
-            pass  # unsigned: refused at load under --verify-key, served otherwise
+        except FileNotFoundError:  # unsigned: refused at load under --verify-key, served otherwise
+            (partial / SIGNATURE_FILE).unlink(missing_ok=True)
         raw = self.fs.cat_file(f"{base}/{MARKER}")  # the very bytes a signature covers, not a re-serialisation
         if hashlib.sha256(raw).hexdigest() != remote.digest:
             raise VersionCorruptError(f"{MARKER} changed while the version was fetched")

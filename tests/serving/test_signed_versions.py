@@ -108,10 +108,9 @@ def _tamper(repository: Path, plain: Path, key: Path, other_key: Path, tmp_path:
 
 
 def test_signed_versions_serve_and_every_substitution_is_refused(plain, tmp_path):
+    import grpc
     from google.protobuf import struct_pb2
     from tensorflow_serving.apis import get_model_metadata_pb2, prediction_service_pb2_grpc
-
-    import grpc
 
     key, public, key_id = _keys(tmp_path)
     other_key, _, _ = _keys(tmp_path, "other")
@@ -197,3 +196,19 @@ def test_a_bucket_version_rewritten_with_its_manifest_is_refused_on_the_local_co
             message
         assert str(tmp_path / "cache") in message  # the verified local copy is the one judged, and served
         assert client.predict("digits", {"x": X})["y"].shape == (2, 2)
+
+
+def test_a_key_that_cannot_verify_stops_the_server_at_start(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "m" / "1").mkdir(parents=True)
+    not_a_key = tmp_path / "pub.pem"
+    not_a_key.write_text("-----BEGIN PUBLIC KEY-----\nbm90IGEga2V5\n-----END PUBLIC KEY-----\n")
+    private, _, _ = _keys(tmp_path)
+    for key, reason in ((not_a_key, "--verify-key: verify key"), (private, "--verify-key: verify key"),
+                        (tmp_path / "missing.pem", "missing.pem")):
+        done = subprocess.run([sys.executable, "-m", "tfship.serving", "--repository", str(tmp_path),
+                               "--model-name", "m", "--port", "0", "--rest-port", "-1", "--verify-key", str(key)],
+                              capture_output=True, text=True, timeout=120, env={**os.environ})
+        assert done.returncode != 0 and reason in done.stderr, (key, done.returncode, done.stderr[-2000:])

@@ -21,6 +21,7 @@ import requests
 
 from tests.op_policy_models import save_module
 from tests.s3_server import bucket, s3_endpoint, s3_env  # noqa: F401  (the S3 server's fixtures)
+from tests.signing_keys import ec_key_pair
 from tfship.serving.dataplane.types import VersionState
 from tfship.serving.launcher import ServerProcess
 from tfship.serving.tfs.client import PredictClient
@@ -37,21 +38,6 @@ REFUSALS = {  # model: what its version 2 is, and what the refusal must say
     "other": "substituted version: signed as model 'good' version 1, served as model 'other' version 2",
     "foreign_key": "model.sig was not made with the key sha256:",
 }
-
-
-def _keys(folder: Path, name: str = "key") -> tuple[Path, Path, str]:
-    """A fresh P-256 key pair as PEM files, and the public key's id (sha256 of its DER SubjectPublicKeyInfo)."""
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    private, public = folder / f"{name}.pem", folder / f"{name}.pub.pem"
-    private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                          serialization.NoEncryption()))
-    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
-    der = key.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
-    return private, public, "sha256:" + hashlib.sha256(der).hexdigest()
 
 
 @pytest.fixture(scope="module")
@@ -112,8 +98,8 @@ def test_signed_versions_serve_and_every_substitution_is_refused(plain, tmp_path
     from google.protobuf import struct_pb2
     from tensorflow_serving.apis import get_model_metadata_pb2, prediction_service_pb2_grpc
 
-    key, public, key_id = _keys(tmp_path)
-    other_key, _, _ = _keys(tmp_path, "other")
+    key, public, key_id = ec_key_pair(tmp_path)
+    other_key, _, _ = ec_key_pair(tmp_path, "other")
     repository = tmp_path / "repo"
     _publish(plain, repository, "good", key)
     _tamper(repository, plain, key, other_key, tmp_path)
@@ -172,7 +158,7 @@ def test_a_bucket_version_rewritten_with_its_manifest_is_refused_on_the_local_co
     from tfship.core.locations import BucketUrl
     from tfship.serving.storage.filesystem import open_filesystem
 
-    key, public, _ = _keys(tmp_path)
+    key, public, _ = ec_key_pair(tmp_path)
     repository = BucketUrl(f"s3://{bucket}/models")
     _publish(plain, repository, "digits", key)
     _publish(plain, repository, "digits", key)
@@ -205,7 +191,7 @@ def test_a_key_that_cannot_verify_stops_the_server_at_start(tmp_path):
     (tmp_path / "m" / "1").mkdir(parents=True)
     not_a_key = tmp_path / "pub.pem"
     not_a_key.write_text("-----BEGIN PUBLIC KEY-----\nbm90IGEga2V5\n-----END PUBLIC KEY-----\n")
-    private, _, _ = _keys(tmp_path)
+    private, _, _ = ec_key_pair(tmp_path)
     for key, reason in ((not_a_key, "--verify-key: verify key"), (private, "--verify-key: verify key"),
                         (tmp_path / "missing.pem", "missing.pem")):
         done = subprocess.run([sys.executable, "-m", "tfship.serving", "--repository", str(tmp_path),

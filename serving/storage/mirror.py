@@ -146,8 +146,9 @@ class BucketMirror:
         """The cached copy of `remote` is present (fetched now if missing or from another publish)."""
         target = self.local / str(remote.version)
         held = target / DIGEST_FILE
-        if held.is_file() and held.read_text() == remote.digest:
-            return True
+        cached = held.is_file() and held.read_text() == remote.digest and (target / MARKER).is_file()
+        if cached and _sha256(target / MARKER) == remote.digest:  # (a cache whose manifest was rewritten is
+            return True                                           # fetched again: a signature covers its bytes)
         partial = self.local / f".partial-{remote.version}-{os.getpid()}-{secrets.token_hex(4)}"
         try:
             self._fetch(remote, partial)

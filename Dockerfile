@@ -135,11 +135,11 @@ USER 10001:10001
 FROM builder AS tensorflow-deps
 # `cloud`: TensorFlow with the CUDA wheels it names (pinned in the extra: requirements.lock is the CPU lock).
 # setuptools stays: TensorFlow lists it as a runtime dependency.
-RUN pip install -c /tmp/deps/requirements.lock "/tmp/deps[cloud,tracing]"
+RUN pip install -c /tmp/deps/requirements.lock "/tmp/deps[cloud,tracing,signing]"
 
 FROM tensorflow-deps AS train-deps
 # `pipeline` on top: training, export, conversion and the gate (the cloud layers stay shared in the cache).
-RUN pip install -c /tmp/deps/requirements.lock "/tmp/deps[cloud,pipeline,tracing]"
+RUN pip install -c /tmp/deps/requirements.lock "/tmp/deps[cloud,pipeline,tracing,signing]"
 COPY --from=source /src /tmp/tfship/
 RUN pip install --no-deps --force-reinstall /tmp/tfship \
  && pip check \

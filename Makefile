@@ -11,6 +11,11 @@ MODEL_NAME ?= digits
 GRPC_PORT ?= 8500
 REST_PORT ?= 8501
 PYTEST_ARGS ?=
+# Signed versions (docs/security.md, "Signed versions"): SIGNING_KEY (a PEM EC private key) makes `make pipeline`
+# sign each version it publishes (publish.signing_key); VERIFY_KEY (its public key) makes `make serve` load only
+# versions signed by it (--verify-key). Both empty by default: unsigned, unverified.
+SIGNING_KEY ?=
+VERIFY_KEY ?=
 
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PYTHONUNBUFFERED := 1
@@ -34,7 +39,7 @@ tfjs-setup: setup
 	$(PY) -m tfship.tfjs.venv
 
 pipeline: setup
-	$(TFSHIP) run --config $(CONFIG) --repository $(REPOSITORY)
+	$(TFSHIP) run --config $(CONFIG) --repository $(REPOSITORY) $(if $(SIGNING_KEY),--set publish.signing_key=$(SIGNING_KEY))
 
 # The container tests (marker `docker`) build images and need a Docker engine: `make docker-test`.
 # The suite runs on TEST_WORKERS pytest-xdist worker processes (default 2; each test file stays whole on one
@@ -53,7 +58,8 @@ test-fast: setup
 	$(PY) -m pytest -q -m "not slow and not docker" $(PYTEST_ARGS)
 
 serve: setup
-	$(TFSHIP) serve --repository $(REPOSITORY) --model-name $(MODEL_NAME) --port $(GRPC_PORT) --rest-port $(REST_PORT)
+	$(TFSHIP) serve --repository $(REPOSITORY) --model-name $(MODEL_NAME) --port $(GRPC_PORT) --rest-port $(REST_PORT) \
+		$(if $(VERIFY_KEY),--verify-key $(VERIFY_KEY))
 
 query: setup
 	$(TFSHIP) query --target 127.0.0.1:$(GRPC_PORT) --model-name $(MODEL_NAME) --config $(CONFIG) $(if $(RUN),--run $(RUN))

@@ -51,6 +51,10 @@ class AuditError(StageError):
     """The exported graph holds a gradient, optimizer or training-only op or variable."""
 
 
+class OpPolicyError(AuditError):
+    """A SavedModel holds an op the op policy refuses (`core.op_policy`): it would touch the host."""
+
+
 class ContractError(StageError):
     """A written SignatureDef or converted artifact disagrees with the declared contract."""
 
@@ -103,6 +107,23 @@ class UnimplementedError(TfshipError):
     """The method exists in TF Serving's API but this model has no signature for it."""
 
 
+class ModelError(TfshipError):
+    """The model failed while running with a status of its own (TensorFlow's NotFoundError, OutOfRangeError,
+    FailedPreconditionError, ResourceExhaustedError, PermissionDeniedError, ...): answered with that gRPC code and
+    its HTTP status, as TF Serving passes the session's status on. `code` is the gRPC code's name; a name outside
+    the table (or `OK`) answers UNKNOWN.
+    """
+
+    def __init__(self, message: str, code: str = "UNKNOWN") -> None:
+        super().__init__(message)
+        self.status = ErrorStatus(code if code in HTTP_STATUS_OF_GRPC_CODE and code != "OK" else "UNKNOWN")
+
+
+# gRPC code names by number; TensorFlow's `error_code`s are the same numbers (tensorflow/core/protobuf/error_codes).
+GRPC_CODE_NAMES = ("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+                   "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",
+                   "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED")
+
 # TF Serving's REST status for each gRPC code (http_server.cc `ToHTTPStatusCode`).
 HTTP_STATUS_OF_GRPC_CODE: dict[str, int] = {
     "OK": 200, "CANCELLED": 499, "UNKNOWN": 500, "INVALID_ARGUMENT": 400, "DEADLINE_EXCEEDED": 504,
@@ -150,6 +171,7 @@ STATUS_TABLE: dict[type[TfshipError], ErrorStatus] = {
     PermissionDeniedError: ErrorStatus("PERMISSION_DENIED"),
     RequestTimeoutError: ErrorStatus("DEADLINE_EXCEEDED", http=408),  # the client was slow, not the server
     UnimplementedError: ErrorStatus("UNIMPLEMENTED"),
+    ModelError: ErrorStatus("UNKNOWN"),  # each instance carries the model's own code (`ModelError.status`)
 }
 
 

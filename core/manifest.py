@@ -118,6 +118,9 @@ class VersionManifest(_Entry):
     metrics: dict[str, Any] = Field(default_factory=dict)
     parity: dict[str, Any] = Field(default_factory=dict)
     audit: dict[str, Any] = Field(default_factory=dict)
+    # Ops the op policy (`core.op_policy`) allowed at publish (`export.allow_ops`): the operator's allowance, on
+    # record. A server never reads it as its own: only its --allow-ops flag allows an op there.
+    allowed_ops: tuple[StrictStr, ...] = ()
     serve_check: dict[str, Any] = Field(default_factory=dict)
     conversions: list[Any] = Field(default_factory=list)
     libraries: dict[str, Any] = Field(default_factory=dict)

@@ -213,6 +213,16 @@ class ExportSection(_Section):
         "same row in a batch of 8, as a fraction of max(1, max |output|) plus the same fraction of each value, on "
         "top of twice the float rounding the SavedModel shows between batches of 8 and 16 of the same rows. "
         "Batch statistics (BatchNormalization in training mode) move outputs far more than this.")
+    allow_ops: tuple[str, ...] = Field((), description="Op names the op policy allows although they touch the host "
+                                       "(core.op_policy), e.g. [\"PrintV2\"]; recorded in audit.json and the "
+                                       "manifest (`allowed_ops`). Empty: every host op is refused.")
+
+    @field_validator("allow_ops")
+    @classmethod
+    def _op_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        from tfship.core.op_policy import parse_op_list
+
+        return parse_op_list(value)
 
 
 class ConvertSection(_Section):
@@ -261,6 +271,10 @@ class PublishSection(_Section):
 
     repository: RepositoryLocation = Field(Path("models"), description="Base path: <repository>/<model_name>/"
                                            "<version>/; a local folder or s3://BUCKET/PREFIX (docs/buckets.md).")
+
+    signing_key: Path | None = Field(None, description="PEM EC private key: each published version is signed with "
+                                     "it (model.sig over every file and the manifest's model name and version; "
+                                     "docs/security.md, Signed versions). None: unsigned.")
 
     @field_validator("repository", mode="after")
     @classmethod

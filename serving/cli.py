@@ -66,6 +66,19 @@ def _model_flags(a) -> None:
     a("--tflite-file", default="model.tflite", help="TFLite artifact for the tflite backend")
     a("--artifact", help="serve this published artifact of each version (e.g. tflite_int8, onnx): the backend and "
       "file its manifest.json lists; refused where the gate did not publish it")
+    a("--allow-ops", type=_op_names, default=(), help="comma-separated op names a SavedModel may hold although they "
+      "touch the host (e.g. PrintV2), and TFLite custom ops a .tflite file may use; default: a version holding any "
+      "is refused at load (docs/security.md)")
+    a("--verify-key", type=cli_path, help="PEM EC public key: serve only versions signed by it for their model name "
+      "and version (tfship publish with publish.signing_key); unsigned, tampered or substituted versions are refused "
+      "at load (docs/security.md, Signed versions)")
+
+def _op_names(value: str) -> tuple[str, ...]:
+    """`--allow-ops` as op names (argparse type; a ValueError is its usage error)."""
+    from tfship.core.op_policy import parse_op_list
+
+    return parse_op_list(value)
+
 
 def _port_flags(a) -> None:
     """`serve` flags: ports, polls, threads and limits; `a` adds one (argparse's add_argument)."""

@@ -108,6 +108,11 @@ class ServerSettings(BaseModel):
                                                    "default. No effect without a GPU.")
     saved_model_tags: tuple[str, ...] | None = Field(None, description="Tag-set of the MetaGraph to load "
                                                      "(--saved_model_tags); None = the 'serve' MetaGraph.")
+    allow_ops: tuple[str, ...] = Field((), description="Op names the op policy allows in a SavedModel although "
+                                       "they touch the host (--allow-ops PrintV2,WriteFile; core.op_policy), and "
+                                       "TFLite custom ops a .tflite file may use (serving.runtimes.tflite_check).")
+    verify_key: Path | None = Field(None, description="PEM EC public key (--verify-key): only versions signed by it "
+                                    "for their model name and version load (serving.storage.signed); None: off.")
     enable_model_warmup: bool = Field(True, description="Replay assets.extra/tf_serving_warmup_requests at load.")
     num_request_iterations_for_warmup: int = Field(0, ge=0, description="Times each warm-up record runs; "
                                                    "0 = once (TF Serving: used only if > 0).")
@@ -122,6 +127,19 @@ class ServerSettings(BaseModel):
     def _shadow_list(cls, value: Any) -> Any:
         """TFSHIP_SERVING_SHADOW=a=canary,b=3 gives one string: the comma-separated MODEL=TARGET items."""
         return tuple(item.strip() for item in value.split(",") if item.strip()) if isinstance(value, str) else value
+
+    @field_validator("verify_key")
+    @classmethod
+    def _verify_key(cls, value: Path | None) -> Path | None:
+        """A `--verify-key` that cannot verify stops the server at start: the extra missing, the key unusable."""
+        if value is not None:
+            from tfship.serving.storage.signed import SignatureError, check_verify_key
+
+            try:
+                check_verify_key(value)
+            except SignatureError as err:
+                raise ValueError(f"--verify-key: {err}") from None
+        return value
 
     @field_validator("per_process_gpu_memory_fraction")
     @classmethod
@@ -140,7 +158,7 @@ class ServerSettings(BaseModel):
                               saved_model_tags=self.saved_model_tags,
                               gpu_memory_fraction=self.per_process_gpu_memory_fraction,
                               warmup=self.enable_model_warmup, warmup_iterations=self.num_request_iterations_for_warmup,
-                              artifact=self.artifact)
+                              artifact=self.artifact, allow_ops=self.allow_ops, verify_key=self.verify_key)
 
     def grpc_options(self) -> list[tuple[str, int | str]]:
         """Options of the gRPC server: tfship's message limits and port sharing, then --grpc_channel_arguments, one

@@ -14,6 +14,8 @@ It fails on:
 * random ops and batch normalisation in training mode inside the serving functions;
 * saved variables that are not model weights (optimizer slots, step counters, seed states);
 * batch statistics (`Mean` ops) inside a BatchNormalization layer's scope in the serving functions;
+* ops that touch the host (files, Python, the process, the network), by the one op policy (`core.op_policy`,
+  every MetaGraph and every function, reachable or not), unless `allow_ops` names them;
 * functions marked must-compile (`_XlaMustCompile`, from `tf.function(jit_compile=True)`) that the serving
   signatures reach: a server without the XLA JIT (TensorFlow Serving's default) cannot run them.
 
@@ -34,6 +36,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from tfship.core.errors import AuditError, ContractError
+from tfship.core.op_policy import PolicyReport, check_saved_model
 from tfship.core.saved_model import serving_meta_graph
 from tfship.signatures.forward_only import MUST_COMPILE, must_compile, object_graph_functions
 from tfship.signatures.layers import LayerInfo, explain, layer_for_op
@@ -69,6 +72,7 @@ class AuditReport:
     variables: tuple[dict[str, Any], ...]
     violations: tuple[str, ...] = field(default_factory=tuple)
     unreachable_functions: tuple[str, ...] = field(default_factory=tuple)
+    op_policy: PolicyReport | None = None
 
     @property
     def passed(self) -> bool:
@@ -79,7 +83,8 @@ class AuditReport:
         return {"passed": self.passed, "signatures": list(self.signatures),
                 "serving_functions": list(self.serving_functions), "op_histogram": self.op_histogram,
                 "variables": list(self.variables), "violations": list(self.violations),
-                "unreachable_functions": list(self.unreachable_functions)}
+                "unreachable_functions": list(self.unreachable_functions),
+                "op_policy": self.op_policy.to_json() if self.op_policy is not None else None}
 
 
 def _tensor_node(tensor_name: str) -> str:
@@ -170,7 +175,7 @@ def _variable_violations(variables: Iterable[dict[str, Any]], expected_variables
 
 
 def audit_saved_model(saved_model_dir: Path, expected_variables: Iterable[str] | None = None,
-                      layers: dict[str, LayerInfo] | None = None) -> AuditReport:
+                      layers: dict[str, LayerInfo] | None = None, allow_ops: Iterable[str] = ()) -> AuditReport:
     """Audit a SavedModel for gradient, optimizer and training-only content.
 
     Args:
@@ -179,6 +184,7 @@ def audit_saved_model(saved_model_dir: Path, expected_variables: Iterable[str] |
             variable must be one of them.
         layers: the exported model's layers (`signatures.layers.keras_layers(model)`); when given,
             violations in serving functions name the Keras layer responsible.
+        allow_ops: op names the op policy allows (`export.allow_ops`); recorded under `op_policy`.
 
     Returns:
         An `AuditReport`; call `raise_if_failed` to turn violations into an error.
@@ -187,6 +193,7 @@ def audit_saved_model(saved_model_dir: Path, expected_variables: Iterable[str] |
         AuditError: when `saved_model.pb` cannot be read.
     """
     graph = _load_meta_graph(Path(saved_model_dir))
+    policy = check_saved_model(Path(saved_model_dir), allow_ops)
     library = {f.signature.name: f for f in graph.graph_def.library.function}
     nodes_by_name = {n.name: n for n in graph.graph_def.node}
     signatures = sorted(k for k in graph.signature_def if not k.startswith("__"))
@@ -218,10 +225,11 @@ def audit_saved_model(saved_model_dir: Path, expected_variables: Iterable[str] |
                                    allow_assign=name in saver, layers=layers, library=library)
     variables = _saved_variables(graph)
     violations += _variable_violations(variables, expected_variables)
+    violations += policy.violations
     if not serving:
         violations.append(f"no function is reachable from the serving signatures {signatures}")
     return AuditReport(str(saved_model_dir), tuple(signatures), tuple(serving), dict(sorted(histogram.items())),
-                       variables, tuple(dict.fromkeys(violations)), tuple(sorted(set(library) - judged)))
+                       variables, tuple(dict.fromkeys(violations)), tuple(sorted(set(library) - judged)), policy)
 
 
 def raise_if_failed(report: AuditReport) -> AuditReport:

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from tfship.core.graph_walk import called_functions, reachable_functions
+
 CALL_OPS = ("PartitionedCall", "StatefulPartitionedCall")
+__all__ = ["CALL_OPS", "called_functions", "reachable_functions", "used_arguments", "used_placeholders"]
 
 
 def _node_name(tensor: str) -> str:
@@ -82,31 +85,3 @@ def used_placeholders(graph_def, outputs: Iterable[str], placeholders: Iterable[
     library = {f.signature.name: f for f in graph_def.library.function}
     nodes = {n.name: n for n in graph_def.node}
     return _walk(nodes, outputs, set(placeholders), library, {})
-
-
-def called_functions(node, library: Mapping) -> Iterable[str]:
-    """Library functions `node` calls: function-valued attributes (`f`, `then_branch`, `body`, ...) and a node
-    whose op type is itself a library function (a TF1-style function call).
-    """
-    if node.op in library:
-        yield node.op
-    for value in node.attr.values():
-        if value.HasField("func"):
-            yield value.func.name
-        for func in value.list.func:
-            yield func.name
-
-
-def reachable_functions(start_nodes: Iterable, library: Mapping, start_functions: Iterable[str] = ()) -> list[str]:
-    """Names of the library functions reached from `start_nodes` (`NodeDef`s) and `start_functions`, in the
-    order first reached, following every call (see `called_functions`) into the functions they call.
-    """
-    seen: dict[str, None] = {}
-    stack = [*(name for node in start_nodes for name in called_functions(node, library)), *start_functions]
-    while stack:
-        name = stack.pop()
-        if name in seen or name not in library:
-            continue
-        seen[name] = None
-        stack.extend(called for node in library[name].node_def for called in called_functions(node, library))
-    return list(seen)

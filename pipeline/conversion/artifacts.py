@@ -15,7 +15,8 @@ which file). A format with no serving backend gives its own `runner` factory (an
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,21 @@ def _wire_form(value: np.ndarray) -> np.ndarray:
     return np.array(flat, dtype=object).reshape(value.shape)
 
 
+_ALLOWED_OPS: list[tuple[str, ...]] = [()]  # the op policy's allowance of the run in progress (`allowing_ops`)
+
+
+@contextmanager
+def allowing_ops(ops: tuple[str, ...]) -> Iterator[None]:
+    """While a run executes, every runner it opens allows `ops` (`export.allow_ops`): the serving runtimes judge
+    the SavedModel by the op policy at load, in the pipeline as in a server, with the same allowance.
+    """
+    _ALLOWED_OPS.append(tuple(ops))
+    try:
+        yield
+    finally:
+        _ALLOWED_OPS.pop()
+
+
 class RuntimeRunner:
     """A loaded serving runtime as a runner: {input name: [N, ...]} -> {output name: [N, ...]}, through the
     signature `signature_name` (any signature the backend serves: a SavedModel's, a TFLite file's, an ONNX
@@ -87,7 +103,7 @@ class RuntimeRunner:
 
         self.signature_name = signature_name
         version_dir = artifact.path if artifact.path.is_dir() else artifact.path.parent
-        options = dict(runtime_options or {})
+        options = {"allow_ops": _ALLOWED_OPS[-1], **(runtime_options or {})}
         # The option by which this backend is told which file to load (TFLite: `tflite_file`): this artifact's.
         spec = format_for(artifact)
         if spec is not None and spec.file_option:

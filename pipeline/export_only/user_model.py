@@ -68,17 +68,36 @@ _UNKNOWN_CLASS = re.compile(r"Could not locate (?:class|function) '([^']+)'"
                             r"|Unknown (?:layer|object)[^'\"]*['\"]([^'\"]+)")
 
 
-def _keras_load_error(spec: str, err: Exception, modules: tuple[str, ...]) -> ConfigError:
-    text = " ".join(f"{type(err).__name__}: {err}".split())
+def _keras_load_error(spec: str, err: Exception | None, modules: tuple[str, ...], name: str = "") -> ConfigError:
+    """The error for a Keras file Keras cannot load (`err`), or whose class `name` no module registers."""
+    text = " ".join(f"{type(err).__name__}: {err}".split()) if err is not None else ""
     match = _UNKNOWN_CLASS.search(text)
-    if match is None:
+    if match is None and not name:
         return ConfigError(f"--model {spec}: Keras cannot load it: {text}")
     tried = f"; imported {list(modules)}, which did not register it" if modules else ""
+    name = name or match.group(1) or match.group(2)
     return ConfigError(
-        f"--model {spec}: Could not locate class '{match.group(1) or match.group(2)}' (a custom class Keras does "
-        f"not know{tried}). Give the module that defines and registers it "
-        "(@keras.saving.register_keras_serializable) with --custom-objects package.module (imported before "
+        f"--model {spec}: Could not locate class '{name}' (a custom class Keras does not know{tried}). Give the "
+        "module that defines and registers it (@keras.saving.register_keras_serializable) with --custom-objects "
+        "package.module (imported before "
         "loading), or pass --model package.module:function, a factory that builds or loads the model itself")
+
+
+def _refuse_code_in_config(spec: str, path: Path, modules: tuple[str, ...]) -> None:
+    """Refuse a Keras file whose config names code or an unregistered class (`pipeline.export_only.keras_config`)
+    before Keras reads it.
+    """
+    from tfship.pipeline.export_only.keras_config import keras_config_problems, read_keras_config
+
+    try:
+        code, unregistered = keras_config_problems(read_keras_config(path))
+    except ValueError as err:
+        raise ConfigError(f"--model {spec}: not a Keras file: {err}") from err
+    if code:
+        more = f" (+{len(code) - 3} more)" if len(code) > 3 else ""
+        raise ConfigError(f"--model {spec}: refused before loading: {'; '.join(code[:3])}{more}")
+    if unregistered:
+        raise _keras_load_error(spec, None, modules, unregistered[0])
 
 
 def load_user_model(spec: str, custom_objects: tuple[str, ...] = ()):
@@ -91,8 +110,10 @@ def load_user_model(spec: str, custom_objects: tuple[str, ...] = ()):
 
     Raises:
         ConfigError: the path does not exist, a custom-objects module or the factory cannot be imported,
-            the factory does not return a `keras.Model`, or the file cannot be loaded (the cause is kept; an
-            unknown custom class names `--custom-objects` and the `module:function` route).
+            the factory does not return a `keras.Model`, the file's config names code (a Lambda layer, a
+            TFSMLayer, a class no imported module registers: refused before Keras reads it), or the file cannot be
+            loaded (the cause is kept; an unknown custom class names `--custom-objects` and the `module:function`
+            route).
     """
     import keras
 
@@ -107,6 +128,7 @@ def load_user_model(spec: str, custom_objects: tuple[str, ...] = ()):
     if path.suffix in (".keras", ".h5"):
         if not path.is_file():
             raise ConfigError(f"--model {spec}: file not found")
+        _refuse_code_in_config(spec, path, tuple(custom_objects))
         try:
             return keras.models.load_model(path, compile=False)
         except Exception as err:

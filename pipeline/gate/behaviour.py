@@ -12,7 +12,10 @@ Three checks on the `serving_default` signature of the SavedModel as TensorFlow 
   of 8 and the same 8 rows twice in a batch of 16 — same statistics, other kernel paths; integer and
   string outputs exactly, index outputs by the values they select). Batch normalisation in training mode
   normalises with the batch's own statistics and fails this by far more than rounding does;
-* no state: no variable changes value across serving calls (moving-average updates, seed states).
+* no state (`stateless`): no variable changes value across serving calls (moving-average updates, seed states),
+  and the signature reaches no op with a side effect on the host: a SavedModel the op policy refuses
+  (`core.op_policy`: files, Python, the process) is never run; its report (`refused_behaviour`) fails `stateless`
+  naming those ops, and the other checks are marked not run.
 
 A failure raises `AuditError` naming the check, the output, the row and the size of the difference.
 """
@@ -39,6 +42,7 @@ class BehaviourCheck:
     name: str
     passed: bool
     detail: str = ""
+    ran: bool = True  # False: not run (the op policy refused the graph, so nothing executed it)
 
 
 @dataclass(frozen=True)
@@ -106,8 +110,26 @@ def _rounding(batch: dict[str, np.ndarray], first: dict[str, np.ndarray], call) 
     return noise
 
 
+def refused_behaviour(saved_model_dir: Path, signature: str, policy) -> BehaviourReport:
+    """The behaviour report of a SavedModel the op policy refused, made without running it: `stateless` fails
+    naming the side effects `signature` reaches (or, when it reaches none, the refused ops elsewhere in the file:
+    loading runs init and restore functions); `deterministic` and `batch_independent` fail as not run.
+
+    Args:
+        policy: the `core.op_policy.PolicyReport` (not passed).
+    """
+    effects = [f.describe() for f in policy.side_effects(signature)] or policy.violations
+    not_run = "not run: the op policy refused this SavedModel, so nothing executes it"
+    detail = f"side effects on the host: {'; '.join(effects[:4])}" + (f" (+{len(effects) - 4} more)"
+                                                                        if len(effects) > 4 else "")
+    return BehaviourReport(str(saved_model_dir), signature, (
+        BehaviourCheck("deterministic", False, not_run, ran=False),
+        BehaviourCheck("batch_independent", False, not_run, ran=False),
+        BehaviourCheck("stateless", False, detail, ran=False)))
+
+
 def check_behaviour(saved_model_dir: Path, inputs: Mapping[str, np.ndarray], signature: str = "serving_default",
-                    tolerance: float = 1e-3) -> BehaviourReport:
+                    tolerance: float = 1e-3, side_effects: list[str] | tuple[str, ...] = ()) -> BehaviourReport:
     """Run the three behavioural checks (module docstring) on a reloaded SavedModel.
 
     Args:
@@ -115,6 +137,8 @@ def check_behaviour(saved_model_dir: Path, inputs: Mapping[str, np.ndarray], sig
         inputs: {signature input name: [N, ...]} real rows (N >= 1; rows are cycled to fill a batch of 8).
         tolerance: `export.batch_independence_tolerance`: atol (scaled by max(1, max |output|)) and rtol of the
             batch-independence check, on top of twice the model's own rounding between batches of 8 and 16.
+        side_effects: the host ops `signature` reaches that the operator allowed (`export.allow_ops`); they are
+            named in `stateless`'s detail and do not fail it (refused ones never get here: `refused_behaviour`).
 
     Returns:
         The report; call `raise_if_failed` to gate on it.
@@ -158,8 +182,9 @@ def check_behaviour(saved_model_dir: Path, inputs: Mapping[str, np.ndarray], sig
                                  + (f" (+{len(problems) - 4} more)" if len(problems) > 4 else "")))
     after = _variable_values(function)
     changed = [name.split("#")[0] for name in before if not np.array_equal(before[name], after[name])]
-    checks.append(BehaviourCheck("stateless", not changed,
-                                 f"variables changed value across serving calls: {changed[:8]}" if changed else ""))
+    allowed = f"side effects allowed by export.allow_ops: {'; '.join(side_effects[:4])}" if side_effects else ""
+    checks.append(BehaviourCheck("stateless", not changed, "; ".join(filter(None, (
+        f"variables changed value across serving calls: {changed[:8]}" if changed else "", allowed)))))
     return BehaviourReport(str(saved_model_dir), signature, tuple(checks))
 
 

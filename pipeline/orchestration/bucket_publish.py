@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import shutil
 import socket
 import time
 from pathlib import Path
@@ -30,6 +31,7 @@ from tfship.core.manifest import VersionManifest
 from tfship.core.processes import pid_alive
 from tfship.serving.storage.filesystem import key_path, open_filesystem
 from tfship.serving.storage.mirror import MARKER
+from tfship.serving.storage.signed import SIGNATURE_FILE, SignatureError, sign_version
 
 STALE_S = 3600.0  # a staging prefix or unfinished version older than this has no live publisher
 
@@ -100,11 +102,37 @@ def remove_stale(fs, base: str) -> list[str]:
     return removed
 
 
-def publish_to_bucket(candidate_dir: Path, repository: BucketUrl, model_name: str,
-                      manifest: VersionManifest) -> tuple[int, BucketUrl, VersionManifest]:
+def _signature(candidate_dir: Path, files: list[Path], final: VersionManifest, signing_key: Path) -> bytes:
+    """`model.sig`'s bytes for the version as the bucket will hold it: the candidate's files (hard links, or
+    copies across file systems) and `final`'s bytes, signed in a sibling folder that is removed after.
+
+    Raises:
+        StageError: the signing failed (the key, the extra).
+    """
+    folder = candidate_dir.parent / f".signing-{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        for path in files:
+            dest = folder / path.relative_to(candidate_dir)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(path, dest)
+            except OSError:
+                shutil.copy2(path, dest)
+        (folder / MARKER).write_bytes(final.to_bytes())
+        return sign_version(folder, signing_key).read_bytes()
+    except SignatureError as err:
+        raise StageError(f"publish: {err}; nothing was published") from err
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def publish_to_bucket(candidate_dir: Path, repository: BucketUrl, model_name: str, manifest: VersionManifest,
+                      signing_key: Path | None = None) -> tuple[int, BucketUrl, VersionManifest]:
     """Upload `candidate_dir` (a checked version folder holding `manifest.json`) as the next version of
     `model_name` under `repository`; returns (version, its URL, the manifest written: `manifest` with
     `model_name`, `version` and `repository` set; its `files` must already list the candidate's files).
+    With `signing_key`, `model.sig` (over the files and the manifest's very bytes, `serving.storage.signed`) is
+    uploaded before the manifest, so a complete version is a signed one.
 
     Raises:
         StageError: an upload or check failed; no manifest was written, so no server serves the version.
@@ -114,7 +142,8 @@ def publish_to_bucket(candidate_dir: Path, repository: BucketUrl, model_name: st
     remove_stale(fs, base)
     token = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
     staging = f"{base}/.staging-{token}"
-    files = [p for p in sorted(candidate_dir.rglob("*")) if p.is_file() and p.name != MARKER]
+    files = [p for p in sorted(candidate_dir.rglob("*")) if p.is_file() and p.name != MARKER
+             and p != candidate_dir / SIGNATURE_FILE]
     try:
         for path in files:
             key = f"{staging}/{path.relative_to(candidate_dir).as_posix()}"
@@ -137,6 +166,8 @@ def publish_to_bucket(candidate_dir: Path, repository: BucketUrl, model_name: st
             fs.copy(f"{staging}/{relative}", f"{target}/{relative}")
             _check_object(fs, f"{target}/{relative}", path)
         final = manifest.stamped(model_name=model_name, version=version, repository=str(repository))
+        if signing_key is not None:
+            fs.pipe_file(f"{target}/{SIGNATURE_FILE}", _signature(candidate_dir, files, final, signing_key))
         fs.pipe_file(f"{target}/{MARKER}", final.to_bytes())  # last: the version is complete
         fs.rm(claim)
         return version, repository / model_name / str(version), final

@@ -30,6 +30,7 @@ from tfship.core.manifest import MANIFEST_FILE, VersionManifest
 from tfship.core.processes import pid_alive
 from tfship.pipeline.orchestration.bucket_publish import publish_to_bucket
 from tfship.pipeline.orchestration.outcomes import ArtifactOutcome
+from tfship.serving.storage.signed import SIGNATURE_FILE, SignatureError, sign_version
 
 GOLDEN_FILE = Path("assets.extra") / "tfship_golden.npz"
 LIBRARIES = ("tensorflow", "keras", "tf2onnx", "onnx", "onnxruntime", "ai-edge-litert", "tensorflow-serving-api",
@@ -140,7 +141,7 @@ def remove_stale_staging(model_root: Path) -> list[Path]:
 
 
 def publish_version(candidate_dir: Path, repository: Location, model_name: str,
-                    manifest: VersionManifest | Mapping[str, Any]) -> PublishResult:
+                    manifest: VersionManifest | Mapping[str, Any], signing_key: Path | None = None) -> PublishResult:
     """Copy a checked candidate version folder into the repository under the next version number.
 
     Args:
@@ -148,9 +149,12 @@ def publish_version(candidate_dir: Path, repository: Location, model_name: str,
         repository: a folder (renamed into place) or an s3:// prefix (`bucket_publish.publish_to_bucket`).
         manifest: the version's manifest but `model_name`, `version`, `published_at` and `files`, which are
             filled in here (a mapping is read as a `VersionManifest`'s fields).
+        signing_key: a PEM EC private key (`publish.signing_key`): the version gets `model.sig`, signing every
+            file, the manifest (model name, version) among them, before it appears (`serving.storage.signed`).
 
     Raises:
-        StageError: when the candidate has no `saved_model.pb` or the copy fails (no version appears).
+        StageError: when the candidate has no `saved_model.pb`, the copy or the signing fails (no version
+            appears).
         ManifestError: `manifest` is a mapping with a field of the wrong type (naming it).
     """
     if not (candidate_dir / "saved_model.pb").is_file():
@@ -159,7 +163,7 @@ def publish_version(candidate_dir: Path, repository: Location, model_name: str,
         VersionManifest.from_json({"files": [], **manifest}, "publish_version(manifest=...)")
     if isinstance(repository, BucketUrl):  # uploaded in checked steps, manifest last (bucket_publish)
         final = draft.with_files(file_inventory(candidate_dir)).stamped(published_at=_now())
-        version, url, final = publish_to_bucket(candidate_dir, repository, model_name, final)
+        version, url, final = publish_to_bucket(candidate_dir, repository, model_name, final, signing_key)
         return PublishResult(version, url, final)
     model_root = Path(repository) / model_name
     model_root.mkdir(parents=True, exist_ok=True)
@@ -168,11 +172,14 @@ def publish_version(candidate_dir: Path, repository: Location, model_name: str,
     try:
         shutil.copytree(candidate_dir, staging)
         (staging / MANIFEST_FILE).unlink(missing_ok=True)
+        (staging / SIGNATURE_FILE).unlink(missing_ok=True)
         listed = draft.with_files(file_inventory(staging))
         for _attempt in range(5):
             version = next_version(model_root)
             final = listed.stamped(model_name=model_name, version=version, published_at=_now())
             final.write(staging)
+            if signing_key is not None:
+                _sign(staging, signing_key)
             target = model_root / str(version)
             if target.exists():
                 continue  # another publisher took this number meanwhile; try the next one
@@ -182,6 +189,14 @@ def publish_version(candidate_dir: Path, repository: Location, model_name: str,
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def _sign(version_dir: Path, signing_key: Path) -> None:
+    """`model.sig` over `version_dir`; raises StageError naming why it could not be signed."""
+    try:
+        sign_version(version_dir, signing_key)
+    except SignatureError as err:
+        raise StageError(f"publish: {err}; nothing was published") from err
 
 
 def _now() -> str:

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from tfship.core.errors import StageError, TfshipError
 from tfship.pipeline.config import PipelineConfig
+from tfship.pipeline.conversion.artifacts import allowing_ops
 from tfship.pipeline.export_only.user_model import ExportOnlyRequest
 from tfship.pipeline.orchestration import steps
 from tfship.pipeline.orchestration.chain import (
@@ -200,7 +201,7 @@ def execute(ctx: StageContext, on_stage: Callable[[str, StageRecord], None] | No
     """
     stage = StageRunner(ctx.run, on_stage)
     extra = {"resumed": True} if resume else {}
-    with reported_failure(ctx, extra):
+    with reported_failure(ctx, extra), allowing_ops(ctx.config.export.allow_ops):
         run_chain(ctx, stage, resume)
     return finish_run(ctx, stage.records, _extras(ctx) | extra)
 

@@ -9,10 +9,12 @@ from pathlib import Path
 
 from tfship.core.contract import Signature
 from tfship.core.errors import ContractError, StageError
+from tfship.core.op_policy import check_saved_model, raise_if_refused
 from tfship.core.saved_model import read_signatures
 from tfship.pipeline.config import PipelineConfig
 from tfship.pipeline.data.splits import DatasetSplits
 from tfship.pipeline.export_only.user_model import EvalData
+from tfship.pipeline.gate.behaviour import refused_behaviour
 from tfship.pipeline.orchestration.records import EXPORT, ExportRecord
 from tfship.pipeline.orchestration.stage_inputs import eval_inputs
 from tfship.pipeline.orchestration.stages import RunFolder
@@ -40,9 +42,16 @@ def _audit_and_prove(config: PipelineConfig, run: RunFolder, contract: Signature
     from tfship.pipeline.gate.behaviour import raise_if_failed as raise_if_behaviour_failed
 
     run.write_json("export.json", details)
-    audit = audit_saved_model(run.artifacts, expected_variables=expected_variables, layers=layers)
-    behaviour = check_behaviour(run.artifacts, inputs, contract.name, config.export.batch_independence_tolerance) \
-        if config.export.behaviour_checks else None
+    audit = audit_saved_model(run.artifacts, expected_variables=expected_variables, layers=layers,
+                              allow_ops=config.export.allow_ops)
+    policy = audit.op_policy
+    if not config.export.behaviour_checks:
+        behaviour = None
+    elif not policy.passed:  # the graph would do what the policy refuses: it is never run, not even here
+        behaviour = refused_behaviour(run.artifacts, contract.name, policy)
+    else:
+        behaviour = check_behaviour(run.artifacts, inputs, contract.name, config.export.batch_independence_tolerance,
+                                    side_effects=[f.describe() for f in policy.side_effects(contract.name)])
     record = EXPORT.save(run, ExportRecord(audit.to_json() | {
         "behaviour": behaviour.to_json() if behaviour else None,
         "passed": audit.passed and (behaviour is None or behaviour.passed)}, details))
@@ -64,6 +73,7 @@ def export_user_stage(config: PipelineConfig, run: RunFolder, model, data_path: 
     export removed from the function library (`signatures.forward_only`).
 
     Raises:
+        OpPolicyError: a SavedModel source holds an op the policy refuses (judged before it is loaded).
         ContractError, AuditError, DatasetError: the export, the audit, the behaviour checks or the data.
     """
     from tfship.pipeline.export_only.user_model import load_user_data
@@ -73,6 +83,7 @@ def export_user_stage(config: PipelineConfig, run: RunFolder, model, data_path: 
 
     if isinstance(model, Path):
         contract, others = _user_saved_model_contracts(model, tags)
+        _refuse_before_loading(config, run, model, contract, tags)
         data = load_user_data(data_path, contract, config.convert.representative_samples, config.run.seed,
                               config.data.classes)
         module = build_savedmodel_module(model, contract, tags, others)
@@ -91,6 +102,25 @@ def export_user_stage(config: PipelineConfig, run: RunFolder, model, data_path: 
     details = _export_record(result) | {"recurrent": _write_recipe_sources(run, model, contract)}
     return _audit_and_prove(config, run, contract, data.inputs, [w.path for w in model.weights],
                             keras_layers(model), details), data
+
+
+def _refuse_before_loading(config: PipelineConfig, run: RunFolder, folder: Path, contract: Signature,
+                           tags: tuple[str, ...]) -> None:
+    """The user's SavedModel (its MetaGraph tagged `tags`, the one loaded) judged by the op policy before anything
+    loads it: loading runs its restore and init functions (`tf.saved_model.load`), re-exporting traces its
+    signatures. A refusal writes `audit.json` (`passed: false`, the violations) and raises.
+
+    Raises:
+        OpPolicyError: an op the policy refuses (`core.op_policy`), not allowed by `export.allow_ops`.
+    """
+    policy = check_saved_model(folder, config.export.allow_ops, tags)
+    if policy.passed:
+        return
+    EXPORT.save(run, ExportRecord({
+        "passed": False, "source": str(folder), "signatures": sorted(read_signatures(folder, tags)), "op_histogram": {},
+        "variables": [], "violations": policy.violations, "op_policy": policy.to_json(),
+        "behaviour": refused_behaviour(folder, contract.name, policy).to_json()}, {"refused_source": str(folder)}))
+    raise_if_refused(policy, "export.allow_ops")
 
 
 def _user_saved_model_contracts(folder: Path, tags: tuple[str, ...]) -> tuple[Signature, tuple[Signature, ...]]:

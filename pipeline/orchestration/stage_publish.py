@@ -96,6 +96,7 @@ def version_manifest(run: RunFolder, splits: DatasetSplits | EvalData, metrics: 
         metrics=metrics,
         parity=parity.to_json(),
         audit=exported.audit,
+        allowed_ops=tuple((exported.audit.get("op_policy") or {}).get("allow_ops", ())),
         serve_check=served.to_json(),
         conversions=converted.to_json() if converted is not None else [],
         libraries=library_versions(),
@@ -125,4 +126,5 @@ def publish_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits 
     outcomes = artifact_outcomes(converted, parity, served, config.convert.required, run.root)
     manifest = version_manifest(run, splits, metrics, outcomes, exported, converted, parity, served)
     candidate = run.candidate_repository / config.run.model_name / "1"
-    return replace(publish_version(candidate, repository, config.run.model_name, manifest), outcomes=tuple(outcomes))
+    published = publish_version(candidate, repository, config.run.model_name, manifest, config.publish.signing_key)
+    return replace(published, outcomes=tuple(outcomes))

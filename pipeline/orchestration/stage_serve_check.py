@@ -138,6 +138,9 @@ def serve_check_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSpl
     shutil.copytree(run.artifacts, candidate, ignore=shutil.ignore_patterns(
         ".*", "*.reproduce.sh", "*.representative.npz", *left_out_files(so_far)))
     targets, unchecked = _with_probes(run, _serve_targets(config, run, parity, inputs), inputs, parity)
+    if config.export.allow_ops:  # the server judges the version by the op policy too: the same allowance
+        allowance = ("--allow-ops", ",".join(config.export.allow_ops))
+        targets = [replace(t, serve_flags=(*t.serve_flags, *allowance)) for t in targets]
     result = SERVE_CHECK.save(run, serve_check(run.candidate_repository, config.run.model_name, 1, inputs, expected,
                                                targets, config.convert.required, SERVE_BATCH_SIZES
                                                ).with_unchecked(unchecked))

@@ -5,7 +5,8 @@ selected by the model's version policy, loaded (and warmed up) before they recei
 old version is unloaded only after the new one is AVAILABLE and its own in-flight requests finished.
 A version that fails to load is reported (state END with the error) and retried on a later poll only
 once its folder changed (a file's size or mtime, a file added or removed) or disappeared; the versions
-already serving keep serving.
+already serving keep serving. Under `--verify-key` (`RuntimeOptions.verify_key`) each version's signature is
+checked first (`serving.storage.signed`): an unsigned, tampered or substituted version fails to load that way.
 
 A new config (startup or HandleReloadConfigRequest) is checked against the disk as a whole before
 anything changes (`check_config`): a bad entry refuses the whole config and the old one keeps serving.
@@ -32,8 +33,9 @@ from tfship.serving.dataplane.model_config import ModelConfig
 from tfship.serving.dataplane.types import ModelRef, VersionState, VersionStatus
 from tfship.serving.dataplane.version_folders import check_config, fingerprint, version_folders
 from tfship.serving.dataplane.warmup import warmup_predicts
-from tfship.serving.runtimes import REGISTRY, Runtime, RuntimeOptions
+from tfship.serving.runtimes import REGISTRY, Runtime, RuntimeLoadError, RuntimeOptions
 from tfship.serving.storage.mirror import BucketMirrors
+from tfship.serving.storage.signed import SignatureError, Verification, verify_version
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,7 @@ class ServedVersion:
     runtime: Runtime | None = None
     error: TfshipError | None = None
     fingerprint: tuple = ()  # the folder's files when the load was tried (a failed load is retried on change)
+    verification: dict | None = None  # under --verify-key: manifest sha256, signer's key id, op-policy verdict
     inflight: int = 0
     idle: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -195,7 +198,8 @@ class ModelManager:
         served = model.versions[version] = ServedVersion(version, VersionState.LOADING, fingerprint=fingerprint(path))
         loop = asyncio.get_running_loop()
         try:
-            served.runtime = await loop.run_in_executor(self._executor, self._load_blocking, path)
+            served.runtime, served.verification = await loop.run_in_executor(
+                self._executor, self._load_blocking, path, model.config.name, version)
         except TfshipError as err:
             served.state, served.error = VersionState.END, err
             log.error("failed to load %s version %d: %s", model.config.name, version, err)
@@ -211,8 +215,10 @@ class ModelManager:
         self._event(model.config.name, "loaded")
         log.info("model %s version %d AVAILABLE (%s)", model.config.name, version, type(served.runtime).__name__)
 
-    def _load_blocking(self, path: Path) -> Runtime:
-        # a damaged warm-up file refuses the version before anything loads (--enable_model_warmup=false: not read)
+    def _load_blocking(self, path: Path, name: str, version: int) -> tuple[Runtime, dict | None]:
+        # --verify-key: the signature first, before any file is read; then a damaged warm-up file refuses the
+        # version before anything loads (--enable_model_warmup=false: not read)
+        verified = verify_signature(path, self._options.verify_key, name, version)
         warmup = warmup_predicts(path) if self._options.warmup else []
         runtime = REGISTRY.create(self._backend, path, self._options)
         runtime.load()
@@ -222,7 +228,8 @@ class ModelManager:
             except Exception as err:
                 runtime.unload()
                 raise TfshipError(f"warmup request for signature {signature_name!r} failed on {path}: {err}") from err
-        return self._wrap(runtime)
+        record = None if verified is None else verified.to_json() | {"op_policy": runtime.policy_verdict}
+        return self._wrap(runtime), record
 
     async def _unload(self, served: ServedVersion, name: str) -> None:
         if served.state is not VersionState.AVAILABLE:
@@ -345,3 +352,17 @@ def _unload_and_release(runtime: Runtime) -> None:
     runtime.unload()
     gc.collect()
     release_freed_memory()
+
+
+def verify_signature(path: Path, public_key: Path | None, name: str, version: int) -> Verification | None:
+    """`--verify-key`: the version's signature checked before anything reads it (`serving.storage.signed`).
+
+    Raises:
+        RuntimeLoadError: unsigned, tampered with, substituted or signed by another key (one line, FAILED_PRECONDITION).
+    """
+    if public_key is None:
+        return None
+    try:
+        return verify_version(path, public_key, name, version)
+    except SignatureError as err:
+        raise RuntimeLoadError(str(err)) from None

@@ -391,4 +391,4 @@ def _metadata(name: str, served) -> ModelMetadata:
     """The `ModelMetadata` of a held version: its signatures, backend and, under `--artifact`, the artifact."""
     runtime = served.runtime
     return ModelMetadata(name, served.version, runtime.metadata(), runtime.backend,
-                         getattr(runtime, "published", None))
+                         getattr(runtime, "published", None), getattr(served, "verification", None))

@@ -75,6 +75,8 @@ class ModelMetadata:
     signatures: Mapping[str, Signature]
     backend: str = ""  # the runtime's registry name (`saved_model`, `onnx`, `tflite`)
     artifact: PublishedArtifact | None = None
+    # under --verify-key: {manifest_sha256, key_id, signed_files, op_policy} of the verified version; None otherwise
+    verification: Mapping[str, str | int] | None = None
 
 
 class VersionState(enum.Enum):

@@ -118,6 +118,16 @@ def artifact_parameters(artifact) -> dict[str, str]:
             "artifact_sha256": artifact.sha256}
 
 
+def verification_parameters(verification) -> dict[str, str | int]:
+    """The V2 model metadata `parameters` of a version verified under `--verify-key`: `signature_manifest_sha256`,
+    `signature_key_id`, `signature_signed_files` and `op_policy` (the V2 gRPC ModelMetadataResponse has no
+    parameters field: REST only).
+    """
+    return {"signature_manifest_sha256": verification["manifest_sha256"],
+            "signature_key_id": verification["key_id"], "signature_signed_files": verification["signed_files"],
+            "op_policy": verification["op_policy"]}
+
+
 @dataclass(frozen=True)
 class ConfigTensor:
     """One input or output in Triton's model configuration: `TYPE_*` data type and dims (-1 variable)."""

@@ -52,6 +52,7 @@ from tfship.serving.kserve.converters import (
     predict_request,
     server_version,
     signature_of,
+    verification_parameters,
 )
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
@@ -241,6 +242,8 @@ class _V2Routes:
                 "inputs": _tensors(info.inputs), "outputs": _tensors(info.outputs)}
         if meta.artifact is not None:  # which published artifact answers (`tfship serve --artifact`)
             body["parameters"] = artifact_parameters(meta.artifact)
+        if meta.verification is not None:  # `--verify-key`: the verified version's record (scalars)
+            body["parameters"] = body.get("parameters", {}) | verification_parameters(meta.verification)
         return web.json_response(body)
 
     async def config(self, request: web.Request) -> web.Response:

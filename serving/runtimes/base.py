@@ -94,6 +94,11 @@ class RuntimeOptions:
         warmup_iterations: times each warm-up record runs; 0 or 1 = once.
         artifact: serve this artifact of each version's manifest.json (`--artifact`, e.g. `tflite_int8`): its
             file on its backend (`serving.runtimes.published`); None = the backend and file flags decide.
+        allow_ops: op names the op policy allows in a SavedModel (`--allow-ops`, `core.op_policy`), and the TFLite
+            custom ops a `.tflite` file may use (`serving.runtimes.tflite_check`); empty: every op that touches the
+            host, and every custom op, is refused at load.
+        verify_key: a PEM EC public key (`--verify-key`): every version must carry a signature by it, made for
+            its model name and version (`serving.storage.signed`), or it is refused before it loads; None: off.
     """
 
     intra_op_threads: int = 0
@@ -106,6 +111,8 @@ class RuntimeOptions:
     warmup: bool = True
     warmup_iterations: int = 0
     artifact: str | None = None
+    allow_ops: tuple[str, ...] = ()
+    verify_key: Path | None = None
 
 
 class Runtime(abc.ABC):
@@ -128,6 +135,8 @@ class Runtime(abc.ABC):
     artifact_files: tuple[str, ...] = ()
     artifact: str = ""  # the manifest's artifact this runtime serves (set by `--artifact`); "" otherwise
     published = None  # its `published.PublishedArtifact` (name, file, backend, sha256) under `--artifact`
+    # The load-time checks' verdict on the file (the op policy for a SavedModel): a refused file never loads.
+    policy_verdict: str = "passed"
 
     def __init__(self, version_dir: Path, options: RuntimeOptions | None = None) -> None:
         self.version_dir = Path(version_dir)

@@ -4,6 +4,8 @@ available, else CPU).
 An ONNX file holds one graph, so a SavedModel's other signatures travel as one file each beside
 `model.onnx` (`serving_default`): `model.<signature>.onnx` (`signature_file_name`, e.g. `model.score.onnx`),
 written by the pipeline's convert stage; this backend serves every one of them under its signature name.
+A file whose tensors keep their values outside the version folder (external data at an absolute path, `..` or
+through a link) is refused before ONNX Runtime opens it (`serving.runtimes.onnx_files`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 from tfship.core.contract import Signature, TensorSpec
 from tfship.core.saved_model import read_signatures
 from tfship.serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions, input_rejected
+from tfship.serving.runtimes.onnx_files import external_data_problems
 
 log = logging.getLogger(__name__)
 DEFAULT_SIGNATURE = "serving_default"
@@ -101,6 +104,14 @@ class OnnxRuntime(Runtime):
         if DEFAULT_SIGNATURE not in files:
             raise RuntimeLoadError(f"cannot load {self.version_dir / self.FILE}: no such file")
         path = files[DEFAULT_SIGNATURE]
+        for file in files.values():  # before ONNX Runtime opens anything the file names
+            try:
+                problems = external_data_problems(file)
+            except (OSError, ValueError) as err:
+                raise RuntimeLoadError(f"cannot load {file}: not an ONNX file: {err}") from err
+            if problems:
+                more = f" (+{len(problems) - 2} more)" if len(problems) > 2 else ""
+                raise RuntimeLoadError(f"refused {file}: {'; '.join(problems[:2])}{more}")
         try:
             import onnxruntime as ort
 

@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from tfship.core.contract import Signature
-from tfship.core.errors import UnimplementedError, tensorflow_failure
+from tfship.core.errors import GRPC_CODE_NAMES, ModelError, OpPolicyError, UnimplementedError, tensorflow_failure
+from tfship.core.op_policy import check_saved_model, raise_if_refused
 from tfship.core.saved_model import SERVE_TAGS, read_signatures, serving_tags
 from tfship.serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions, input_rejected
 
@@ -150,7 +151,10 @@ class SavedModelRuntime(Runtime):
 
     Metadata is read from `saved_model.pb` itself, exactly what TF Serving reports; calls run in a
     `GraphSession`. A value the graph refuses (TensorFlow's InvalidArgumentError: a wrong dtype, a shape
-    its ops cannot take, an unparsable tf.Example) raises `ModelInputError` (INVALID_ARGUMENT).
+    its ops cannot take, an unparsable tf.Example) raises `ModelInputError` (INVALID_ARGUMENT); any other
+    TensorFlow status but INTERNAL / UNKNOWN raised inside the model (NotFound, OutOfRange, FailedPrecondition,
+    ResourceExhausted, PermissionDenied, ...) raises `ModelError` with that code (TF Serving passes it on). Before
+    loading, the version is judged by the op policy (`core.op_policy`): a graph touching the host is never loaded.
     """
 
     name = "saved_model"
@@ -167,6 +171,20 @@ class SavedModelRuntime(Runtime):
         return (Path(version_dir) / "saved_model.pb").is_file() and importlib.util.find_spec("tensorflow") is not None
 
     def load(self) -> None:
+        """Judge the version by the op policy (before TensorFlow is imported or anything runs), then load it.
+
+        Raises:
+            RuntimeLoadError: the op policy refused it (one line: the ops, where, what reaches them; `--allow-ops`
+                allows an op by name), or TensorFlow could not load it.
+        """
+        try:
+            report = raise_if_refused(check_saved_model(self.version_dir, self.options.allow_ops), "--allow-ops")
+            allowed = sorted({finding.op for finding in report.allowed})
+            self.policy_verdict = f"passed, allowed by --allow-ops: {', '.join(allowed)}" if allowed else "passed"
+        except OpPolicyError as err:  # names the folder already
+            raise RuntimeLoadError(str(err)) from err
+        except Exception as err:
+            raise RuntimeLoadError(f"cannot load SavedModel {self.version_dir}: {err}") from err
         try:
             from tfship.serving.runtimes.tf_gpu import apply_gpu_memory_fraction
 
@@ -196,6 +214,12 @@ class SavedModelRuntime(Runtime):
             # TensorFlow's code on: UNIMPLEMENTED, REST 501), e.g. a fused grouped convolution without oneDNN
             raise UnimplementedError(f"TensorFlow cannot run signature '{signature_name}' of this model on this "
                                      f"host: {tensorflow_failure(err.message)}") from err
+        except (tf.errors.InternalError, tf.errors.UnknownError):
+            raise  # a server fault: INTERNAL with an incident (or the client's, on an input off the signature)
+        except tf.errors.OpError as err:  # the model's own status (NotFound, OutOfRange, ...): its code, as TF Serving
+            code = GRPC_CODE_NAMES[err.error_code] if 0 <= err.error_code < len(GRPC_CODE_NAMES) else "UNKNOWN"
+            raise ModelError(f"signature '{signature_name}' failed in the model: {type(err).__name__}: "
+                             f"{tensorflow_failure(err.message)}", code) from err
 
     def metadata(self) -> dict[str, Signature]:
         return dict(self._signatures)

@@ -14,6 +14,7 @@ from tfship.core.dtypes import dtype_name
 from tfship.core.saved_model import read_signatures
 from tfship.serving.runtimes.base import Runtime, RuntimeLoadError, RuntimeOptions, input_rejected
 from tfship.serving.runtimes.litert import LiteRtCallError, LiteRtContract, LiteRtModel, LiteRtTensor
+from tfship.serving.runtimes.tflite_check import tflite_problems
 from tfship.serving.runtimes.tflite_tensors import tensor_signatures
 
 # LiteRT kernels' messages for an input value they refuse (GATHER: "gather index out of bounds").
@@ -49,6 +50,18 @@ class TfliteRuntime(Runtime):
         return (Path(version_dir) / "model.tflite").is_file() and importlib.util.find_spec("ai_edge_litert") is not None
 
     def load(self) -> None:
+        """Check the file (`serving.runtimes.tflite_check`: a TFLite flatbuffer, builtin ops or allowed custom ones),
+        then build its interpreter.
+
+        Raises:
+            RuntimeLoadError: the file is refused (one line: why) or LiteRT cannot load it.
+        """
+        try:
+            problems = tflite_problems(self.path, self.options.allow_ops)
+        except OSError as err:
+            raise RuntimeLoadError(f"cannot load {self.path}: {err}") from err
+        if problems:
+            raise RuntimeLoadError(f"refused {self.path}: {'; '.join(problems)}")
         try:
             self._model = LiteRtModel(self.path, num_threads=self.options.intra_op_threads or None)
             if not self._model.signature_keys:  # TF Serving's TfLiteSession: signatures over the model's tensors

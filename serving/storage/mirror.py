@@ -4,9 +4,10 @@ Bucket layout (what `tfship publish --repository s3://…` writes): `<base>/<ver
 `manifest.json` written **last**. The manifest's `files` list every other file with its sha256 and size. A version
 is complete, and may be served, only when its manifest is there; a version is fetched into
 `<cache>/<slug>/.partial-<version>-<pid>-<token>/`, every file checked against the manifest (size and sha256),
-then renamed to `<cache>/<slug>/<version>/` in one step. The model manager only ever sees that local folder,
-so every rule of local serving holds unchanged: version-folder names, version policies, polling, hot reload,
-and "a failed load keeps the old version".
+then renamed to `<cache>/<slug>/<version>/` in one step, with the version's `model.sig` when it has one and the
+manifest's own bytes (what a signature covers; `--verify-key` checks the local copy before it loads). The model
+manager only ever sees that local folder, so every rule of local serving holds unchanged: version-folder names,
+version policies, polling, hot reload, and "a failed load keeps the old version".
 
 A version whose files are missing or differ from its manifest is refused (logged once, naming the object) and
 not retried until its manifest changes; the versions already cached keep serving. The cache holds only the
@@ -31,11 +32,12 @@ from tfship.core.locations import BucketUrl
 from tfship.core.manifest import MANIFEST_FILE, ManifestError, VersionManifest
 from tfship.core.processes import pid_alive
 from tfship.serving.storage.filesystem import key_path, open_filesystem
+from tfship.serving.storage.signed import MIRROR_DIGEST_FILE, SIGNATURE_FILE
 
 log = logging.getLogger(__name__)
 
 MARKER = MANIFEST_FILE
-DIGEST_FILE = ".tfship-manifest-sha256"  # in each cached version: which publish of that version it holds
+DIGEST_FILE = MIRROR_DIGEST_FILE  # in each cached version: which publish of that version it holds (never signed)
 
 
 class VersionCorruptError(Exception):
@@ -144,8 +146,9 @@ class BucketMirror:
         """The cached copy of `remote` is present (fetched now if missing or from another publish)."""
         target = self.local / str(remote.version)
         held = target / DIGEST_FILE
-        if held.is_file() and held.read_text() == remote.digest:
-            return True
+        cached = held.is_file() and held.read_text() == remote.digest and (target / MARKER).is_file()
+        if cached and _sha256(target / MARKER) == remote.digest:  # (a cache whose manifest was rewritten is
+            return True                                           # fetched again: a signature covers its bytes)
         partial = self.local / f".partial-{remote.version}-{os.getpid()}-{secrets.token_hex(4)}"
         try:
             self._fetch(remote, partial)
@@ -180,7 +183,14 @@ class BucketMirror:
                 raise VersionCorruptError(f"{row.path!r} is {size} bytes, its manifest says {row.size_bytes}")
             if _sha256(dest) != row.sha256:
                 raise VersionCorruptError(f"{row.path!r} does not match the sha256 in its manifest")
-        remote.manifest.write(partial)
+        try:  # a signed version's signature (serving.storage.signed) comes along, checked at load (--verify-key)
+            self.fs.get_file(f"{base}/{SIGNATURE_FILE}", str(partial / SIGNATURE_FILE))
+        except FileNotFoundError:  # unsigned: refused at load under --verify-key, served otherwise
+            (partial / SIGNATURE_FILE).unlink(missing_ok=True)
+        raw = self.fs.cat_file(f"{base}/{MARKER}")  # the very bytes a signature covers, not a re-serialisation
+        if hashlib.sha256(raw).hexdigest() != remote.digest:
+            raise VersionCorruptError(f"{MARKER} changed while the version was fetched")
+        (partial / MARKER).write_bytes(raw)
         (partial / DIGEST_FILE).write_text(remote.digest)
 
     def _remove_dead_partials(self) -> None:

@@ -182,6 +182,7 @@ def predict_response(response: InferenceResponse, tensor_content: bool = False):
 
 
 ARTIFACT_FIELD = "artifact"  # tfship's metadata field: the published artifact that answers (`--artifact`)
+VERIFICATION_FIELD = "verification"  # tfship's metadata field under --verify-key: the verified version's record
 
 
 def metadata_request(proto) -> ModelRef:
@@ -202,6 +203,8 @@ def metadata_response(metadata: ModelMetadata, fields: Sequence[str] = ("signatu
     """`ModelMetadata` -> `GetModelMetadataResponse` with `metadata["signature_def"]` = Any(SignatureDefMap), and,
     when `fields` asks for `artifact` and the server runs `--artifact`, `metadata["artifact"]` =
     Any(google.protobuf.Struct {name, backend, file, sha256}); without `--artifact` that key is absent.
+    Under `--verify-key`, `metadata["verification"]` = Any(Struct {manifest_sha256, key_id, signed_files,
+    op_policy}) always: one more key of the map, which TF Serving's clients (they read `signature_def`) pass over.
     """
     proto = protocol.GetModelMetadataResponse()
     proto.model_spec.name = metadata.model_name
@@ -216,6 +219,10 @@ def metadata_response(metadata: ModelMetadata, fields: Sequence[str] = ("signatu
             key: struct_pb2.Value(string_value=value) for key, value in (
                 ("name", artifact.name), ("backend", artifact.backend), ("file", artifact.file),
                 ("sha256", artifact.sha256))}))
+    if metadata.verification is not None:
+        record = struct_pb2.Struct()
+        record.update(dict(metadata.verification))
+        proto.metadata[VERIFICATION_FIELD].Pack(record)
     return proto
 
 

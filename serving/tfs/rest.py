@@ -169,6 +169,8 @@ class _TfsRoutes:
         body = {"model_spec": _proto_json(proto.model_spec), "metadata": {"signature_def": _proto_json(defs)}}
         if meta.artifact is not None:  # `tfship serve --artifact`: a key TF Serving's clients do not read
             body["artifact"] = artifact_json(meta.artifact)
+        if meta.verification is not None:  # `--verify-key`: the verified version's record, an extra key
+            body["verification"] = dict(meta.verification)
         return web.json_response(body)
 
     async def predict(self, request: web.Request) -> web.Response:

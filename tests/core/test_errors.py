@@ -17,6 +17,8 @@ EXPECTED = {
     "UnauthenticatedError": ("UNAUTHENTICATED", 401),
     "PermissionDeniedError": ("PERMISSION_DENIED", 403), "UnimplementedError": ("UNIMPLEMENTED", 501),
     "RequestTimeoutError": ("DEADLINE_EXCEEDED", 408),  # a slow client: its own HTTP status
+    "OpPolicyError": ("INTERNAL", 500),  # an AuditError: the export refused; the server wraps it in a load error
+    "ModelError": ("UNKNOWN", 500),  # without the model's own code (each instance carries one)
 }
 
 
@@ -70,3 +72,18 @@ def test_every_cli_reports_an_error_the_same_way(tmp_path):
     done = subprocess.run([sys.executable, "-m", "tfship.serving", "query", "--target", "127.0.0.1:1"], capture_output=True,
                           text=True, check=False)
     assert done.returncode == 2 and done.stderr.startswith("python -m tfship.serving query: ConfigError: query: give --samples")
+
+
+@pytest.mark.parametrize(("code", "http"), [("NOT_FOUND", 404), ("FAILED_PRECONDITION", 400), ("OUT_OF_RANGE", 400),
+                                            ("RESOURCE_EXHAUSTED", 429), ("UNIMPLEMENTED", 501),
+                                            ("PERMISSION_DENIED", 403), ("ABORTED", 409), ("DATA_LOSS", 500),
+                                            ("OK", 500), ("NO_SUCH_CODE", 500)])
+def test_an_error_inside_the_model_answers_its_own_code(code, http):
+    error = errors.ModelError("the model failed", code)
+    assert (error.grpc_code, error.http_status) == (code if http != 500 or code == "DATA_LOSS" else "UNKNOWN", http)
+
+
+def test_tensorflow_error_numbers_are_grpc_code_numbers():
+    import grpc
+
+    assert errors.GRPC_CODE_NAMES == tuple(c.name for c in sorted(grpc.StatusCode, key=lambda c: c.value[0]))

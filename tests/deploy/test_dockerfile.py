@@ -130,7 +130,7 @@ def test_train_image_runs_the_pipeline() -> None:
     train = " ".join(_stages()["train"])
     assert "--from=train-deps" in train and "COPY configs /opt/tfship/configs" in train
     assert 'ENTRYPOINT ["tfship"]' in train
-    assert '"/tmp/deps[cloud,pipeline,tracing]"' in " ".join(_stages()["train-deps"])
+    assert '"/tmp/deps[cloud,pipeline,tracing,signing]"' in " ".join(_stages()["train-deps"])
 
 
 def _settings(stage: str) -> dict[str, object]:

@@ -14,11 +14,11 @@ from tfship.pipeline.config import PipelineConfig, load_config
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("pipeline", "signatures", "tflite", "tfjs", "onnx_format")
-# `model.keras`, `model.tflite`, ... are file names, not the [model] table's keys.
+# `model.keras`, `model.tflite`, `model.sig`, ... are file names, not the [model] table's keys.
 FILE_SUFFIXES = {"keras", "h5", "onnx", "tflite", "json", "npz", "pb", "png", "md", "log", "toml", "inputs",
                  "outputs", "weights", "layers", "name", "output", "input", "variables", "trainable_variables",
                  "optimizer", "fit", "save", "predict", "call", "summary", "get_config", "dtype_policy",
-                 "load_model", "signatures"}
+                 "load_model", "signatures", "sig"}
 
 
 def _schema_keys(model: type[BaseModel] = PipelineConfig, prefix: str = "") -> set[str]:

@@ -157,12 +157,15 @@ def _artifact_lines(summary: dict[str, Any], parity: dict[str, Any]) -> list[str
 
 
 def verdict_text(row: dict[str, Any], short: bool = False) -> str:
-    """'pass'; 'pass (undecided ...)' when a decision could not be taken on these rows and `validate.undecided =
-    publish` let the file through (the report's "Parity judgement" section gives the bounds); or 'FAIL: ...'.
+    """'reference' for the SavedModel itself (what the others are judged against: nothing to decide); 'pass';
+    'pass (undecided ...)' when a decision could not be taken on these rows and `validate.undecided = publish` let
+    the file through (the report's "Parity judgement" section gives the bounds); or 'FAIL: ...'.
     `short`: the terminal table's form (no table escaping, the undecided note cut to its word).
     """
     if not row["passed"]:
-        return "FAIL: " + first_line(row["reason"]) if short else table_cell("FAIL: " + first_line(row["reason"]))
+        return "FAIL: " + first_line(row["reason"], None) if short else table_cell("FAIL: " + first_line(row["reason"]))
+    if row.get("reference") or (row.get("artifact") == "saved_model" and "reference" not in row):
+        return "reference"
     if not row.get("undecided"):
         return "pass"
     return "pass (undecided)" if short else "pass (undecided: too few rows; validate.undecided = publish)"

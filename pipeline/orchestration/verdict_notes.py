@@ -1,5 +1,6 @@
 """The lines under the artifacts table that say what its verdicts mean: why a file is `pass (undecided)` and what
-would decide it, what a tie is, and how a regression file was judged, in plain words with the run's own figures.
+would decide it, what a tie is, how a regression file was judged, and which dynamic-range file quantised nothing,
+in plain words with the run's own figures.
 
 `tfship run` prints them under the terminal table and `report.md` carries them under its artifact table. Each
 reads `parity.json`'s dict form (`ParityReport.to_json`); nothing here imports TensorFlow.
@@ -9,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["regression_figures", "regression_line", "ties_legend", "undecided_line", "verdict_notes"]
+__all__ = ["regression_figures", "regression_line", "ties_legend", "undecided_line", "unquantised_lines",
+           "verdict_notes"]
 
 _MORE_ROWS = "hold out more rows: data.test_fraction, or data.sample_size for a streaming source"
 
@@ -89,6 +91,36 @@ def regression_line(parity: dict[str, Any]) -> str:
             f"100 a file may move a prediction by at most {first['row_bound']:.3g} ({first['row_bound_basis']})")
 
 
+def _same_outputs(row: dict[str, Any], other: dict[str, Any]) -> bool:
+    errors = {o["output"]: o["max_abs_error"] for o in other["outputs"]}
+    return bool(row["outputs"]) and all(o["output"] in errors and abs(o["max_abs_error"] - errors[o["output"]])
+                                        <= 1e-9 + 1e-6 * abs(errors[o["output"]]) for o in row["outputs"])
+
+
+def unquantised_lines(parity: dict[str, Any]) -> list[str]:
+    """One line per dynamic-range file that quantised nothing: the size of its format's float32 file (within 5 %)
+    and the same error on every output, so it is that float32 file in effect.
+    """
+    from tfship.pipeline.conversion.registry import format_of
+
+    rows, lines = parity.get("artifacts", []), []
+    for row in rows:
+        spec = format_of(row["artifact"])
+        if spec is None or row["mode"] != "dynamic_range" or not row["size_bytes"]:
+            continue
+        base = next((r for r in rows if r["mode"] == "float32" and (o := format_of(r["artifact"])) is not None
+                     and o.package == spec.package), None)
+        if base and base["size_bytes"] and row["size_bytes"] >= 0.95 * base["size_bytes"] and _same_outputs(row, base):
+            lines.append(f"{row['artifact']} is identical to {base['artifact']} in effect ({row['size_bytes']} bytes "
+                         f"against {base['size_bytes']}, the same error on every output): dynamic-range quantisation "
+                         "changed no weight (the converter leaves weight tensors under 1,024 elements in float32), "
+                         f"so it saves nothing; leave it out of convert.tflite_modes, or use int8 to shrink the model")
+    return lines
+
+
 def verdict_notes(parity: dict[str, Any]) -> list[str]:
-    """The notes that apply to this run, in order: undecided, ties, regression."""
-    return [line for line in (undecided_line(parity), ties_legend(parity), regression_line(parity)) if line]
+    """The notes that apply to this run, in order: undecided, ties, regression, dynamic-range files that quantised
+    nothing.
+    """
+    lines = [line for line in (undecided_line(parity), ties_legend(parity), regression_line(parity)) if line]
+    return lines + unquantised_lines(parity)

@@ -1,6 +1,7 @@
 """Verdicts a user can read and act on (issue 41): the SavedModel's row is the `reference`, an undecided verdict is
 explained in one line with the rows that would decide, the tie counts have a legend, reasons are never cut
-(the API carries the whole text, the terminal wraps it), and regression shows MAE and RMSE. Real ONNX files
+(the API carries the whole text, the terminal wraps it), regression shows MAE and RMSE, a dynamic-range file that
+quantised nothing is named, and the outlier allowance names its setting. Real ONNX files
 through the gate's own API; the terminal lines are rendered by rich as `tfship run` prints them."""
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from rich.console import Console
 from tfship.pipeline.api.results import ShipResult
 from tfship.pipeline.config import load_config
 from tfship.pipeline.conversion.artifacts import Artifact
-from tfship.pipeline.gate.validate import validate_artifacts
+from tfship.pipeline.gate.validate import tolerance_for, validate_artifacts
 from tfship.pipeline.orchestration.outcomes import ArtifactOutcome, OutcomeStatus
 from tfship.pipeline.orchestration.report import summary_notes, summary_tables, verdict_text, write_report
 from tfship.pipeline.orchestration.stages import RunFolder
+from tfship.pipeline.orchestration.verdict_notes import unquantised_lines
 
 from .test_decisions_with_confidence import CLASSES, _flipping_set
 from .test_gates import _contract, _linear_onnx
@@ -113,3 +115,26 @@ def test_regression_shows_mae_and_rmse_and_how_it_was_judged(tmp_path):
     run.root.mkdir()
     report = write_report(run, summary)[1].read_text()
     assert "| MAE | RMSE |" in report and "| 43.28 | 53.48 |" in report and "regression: SavedModel MAE" in report
+
+
+def test_a_dynamic_range_file_that_quantised_nothing_is_named_identical_to_float32():
+    """Same size and the same error on every output as tflite_float32 (a model whose weights are all under 1,024
+    elements): one line says so and what to do; a file that did shrink gets none."""
+    def row(name, mode, size, error):
+        return {"artifact": name, "mode": mode, "size_bytes": size, "passed": True,
+                "outputs": [{"output": "target", "max_abs_error": error}]}
+
+    same = {"artifacts": [row("tflite_float32", "float32", 4580, 6.1e-05),
+                          row("tflite_dynamic_range", "dynamic_range", 4580, 6.1e-05)]}
+    line, = unquantised_lines(same)
+    assert line.startswith("tflite_dynamic_range is identical to tflite_float32 in effect (4580 bytes against 4580")
+    assert "leave it out of convert.tflite_modes" in line
+    shrunk = {"artifacts": [row("tflite_float32", "float32", 45800, 6.1e-05),
+                            row("tflite_dynamic_range", "dynamic_range", 12000, 8.3e-02)]}
+    assert unquantised_lines(shrunk) == []
+
+
+def test_the_outlier_allowance_names_its_setting():
+    tolerance = tolerance_for("int8", load_config().parity)
+    text = tolerance.describe(np.array([21.9]), 4.8e-06)
+    assert text.endswith("(up to 0.1 % of the output's elements may exceed it: validate.int8.outlier_fraction)"), text

@@ -124,8 +124,15 @@ class ValidateSection(Section):
     prediction_output: str | None = Field(None, description="Output the task metric scores; none: picked "
                                           "from the contract (first index output, else first score output).")
     regression_max_error_increase: float = Field(
-        0.02, ge=0.0, description="Allowed MAE increase of quantized artifacts, as a fraction of the labels' "
-        "standard deviation (regression tasks).")
+        0.02, ge=0.0, description="Allowed increase of MAE and of RMSE of quantized artifacts, as a fraction of the "
+        "labels' standard deviation (regression tasks), decided with paired confidence bounds at "
+        "validate.confidence (pipeline/gate/regression_judgement.py).")
+    regression_row_quantile: float = Field(
+        0.99, gt=0.5, le=1.0, description="Regression: the quantile over rows of |artifact - SavedModel| held to "
+        "validate.regression_row_error_share (0.99: 99 rows of 100).")
+    regression_row_error_share: float = Field(
+        0.1, gt=0.0, description="Regression: that quantile may be at most this share of the SavedModel's own MAE "
+        "against the labels (without labels: of the labels' standard deviation).")
 
     @field_validator("float32", "float16", "dynamic_range", "int8", mode="before")
     @classmethod

@@ -1,7 +1,8 @@
 """The tolerance a published version's manifest records for an artifact, applied to a served answer.
 
 The parity gate writes each output's bound as text (`pipeline.gate.compare.Tolerance.describe`): e.g.
-`atol 0.1*21.9 + rtol 0 + 2x reference noise 4.8e-06 (up to 0.1 % of elements beyond)`. A served answer is
+`atol 0.1*21.9 + rtol 0 + 2x reference noise 4.8e-06 (up to 0.1 % of the output's elements may exceed it:
+validate.int8.outlier_fraction)`. A served answer is
 within the published tolerance when at most that share of its elements lie beyond
 atol * scale + rtol * |want| + multiplier * noise (elementwise), with the numbers the manifest published.
 Shared by the `--artifact` test (tests/pipeline) and the container tests (tests/deploy).
@@ -15,7 +16,8 @@ import numpy as np
 
 TOLERANCE = re.compile(r"atol (?P<atol>\S+)\*(?P<scale>\S+) \+ rtol (?P<rtol>\S+)"
                        r"(?: \+ (?P<mult>\S+)x reference noise (?P<noise>\S+))?"
-                       r"(?: \(up to (?P<share>\S+) % of elements beyond\))?")
+                       r"(?: \(up to (?P<share>\S+) % of (?:elements beyond|the output's elements may exceed it: "
+                       r"\S+)\))?")  # the earlier wording, in manifests published before, and the current one
 
 
 def beyond_published_tolerance(got: np.ndarray, want: np.ndarray, tolerance: str) -> tuple[int, int]:

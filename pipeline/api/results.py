@@ -21,12 +21,34 @@ from tfship.pipeline.orchestration.stages import RunFolder, StageRecord, StageSt
 SAVED_MODEL = "saved_model"
 
 
+def _verdict(row: dict[str, Any]) -> str:
+    """A parity row's verdict in one word (`ArtifactResult.verdict`)."""
+    if not row["passed"]:
+        return "fail"
+    if row.get("reference") or (row["artifact"] == SAVED_MODEL and "reference" not in row):
+        return "reference"
+    return "pass (undecided)" if row.get("undecided") else "pass"
+
+
+def _whole_reason(root: Path, outcome: ArtifactOutcome) -> str:
+    """The outcome's whole reason: the stage's text, else its reason file in the run folder, else the line."""
+    if outcome.full_reason:
+        return outcome.full_reason.rstrip()
+    stored = root / outcome.reason_file if outcome.reason_file else None
+    if stored is not None and stored.is_file():
+        return stored.read_text(encoding="utf-8").rstrip()
+    return outcome.reason
+
+
 @dataclass(frozen=True)
 class ArtifactResult:
     """One artifact of a run: `outcome` is `published` or `left out`, decided by `stage` for `reason`.
 
-    path: the file (the version folder for the SavedModel) in the published version; None when left out or
-    when nothing was published. required: a left-out required artifact fails the run.
+    reason: the stage's whole reason, never cut (also in `<run>/reasons/<artifact>.txt`); path: the file (the
+    version folder for the SavedModel) in the published version; None when left out or when nothing was
+    published. required: a left-out required artifact fails the run. verdict: the parity gate's word on it:
+    `reference` (the SavedModel, what the others are judged against), `pass`, `pass (undecided)` (too few
+    held-out rows to decide; `validate.undecided = publish` let it through), `fail`, or `not judged`.
     """
 
     name: str
@@ -35,6 +57,7 @@ class ArtifactResult:
     reason: str
     path: Path | None
     required: bool
+    verdict: str = "not judged"
 
     @property
     def published(self) -> bool:
@@ -93,13 +116,15 @@ class ShipResult:
         if outcomes is None:
             outcomes = [ArtifactOutcome.from_json(row) for row in summary.get("artifacts") or []]
         artifacts = []
+        verdicts = {row["artifact"]: _verdict(row) for row in (summary.get("parity") or {}).get("artifacts", [])}
         for outcome in outcomes:
             path = None
             if version_dir is not None and outcome.status == OutcomeStatus.PUBLISHED:
                 whole = outcome.artifact == SAVED_MODEL or not outcome.file
                 path = version_dir if whole else version_dir / outcome.file
-            artifacts.append(ArtifactResult(outcome.artifact, str(outcome.status), outcome.stage, outcome.reason, path,
-                                            outcome.required))
+            verdict = verdicts.get(outcome.artifact, "reference" if outcome.artifact == SAVED_MODEL else "not judged")
+            artifacts.append(ArtifactResult(outcome.artifact, str(outcome.status), outcome.stage,
+                                            _whole_reason(run.root, outcome), path, outcome.required, verdict))
         report = run.root / "report.md"
         return cls(model_name, summary["status"], summary.get("status_line", f"status: {summary['status']}"),
                    run.root, report if report.is_file() else None, version_dir, summary.get("version"),
@@ -121,9 +146,10 @@ class ShipResult:
 
     def tables(self) -> list[Table]:
         """The artifacts table and the stages table."""
-        artifacts = Table("artifacts", ("artifact", "outcome", "stage", "reason", "path", "required"), tuple(
-            (a.name, a.outcome, a.stage or "-", a.reason or "-", str(a.path) if a.path else "-",
-             "yes" if a.required else "no") for a in self.artifacts))
+        artifacts = Table("artifacts", ("artifact", "verdict", "outcome", "stage", "reason", "path", "required"),
+                          tuple((a.name, a.verdict, a.outcome, a.stage or "-", a.reason or "-",
+                                 str(a.path) if a.path else "-", "yes" if a.required else "no")
+                                for a in self.artifacts))
         stages = Table("stages", ("stage", "status", "seconds", "note"), tuple(
             (r.name, StageStatus(r.status).value, f"{r.seconds:.1f}", r.reason or "-") for r in self.stages))
         return [artifacts, stages]

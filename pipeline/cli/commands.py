@@ -19,7 +19,7 @@ from tfship.pipeline.cli.arguments import config_from_args, overrides_from_args
 from tfship.pipeline.config import with_overrides
 from tfship.pipeline.export_only.user_model import ExportOnlyRequest
 from tfship.pipeline.orchestration.outcomes import RunStatus
-from tfship.pipeline.orchestration.report import summary_tables
+from tfship.pipeline.orchestration.report import summary_notes, summary_tables
 from tfship.pipeline.orchestration.resume import resolve_run, stored_config
 from tfship.pipeline.orchestration.run import latest_run
 from tfship.pipeline.orchestration.run_config import CONFIG_FILE, RunConfig
@@ -84,6 +84,8 @@ def _pipeline_command(args: argparse.Namespace, config, started: float) -> int:
     stages, artifacts = summary_tables(result.summary, list(result.stages))
     console.print(stages)
     console.print(artifacts)
+    for note in summary_notes(result.summary):  # whole, wrapped by rich, never cut
+        console.print(note, highlight=False, markup=False)
     published = Table(title="published")
     for column in ("model", "version", "path", "audit", "served by our server", "left out", "total seconds"):
         published.add_column(column)
@@ -143,6 +145,8 @@ def _stage_command(args: argparse.Namespace, name: str) -> int:
     result = run_stage(stage_config(args, config, run), name, run)
     if name == "validate":
         console.print(summary_tables({"parity": result.fields}, [])[1])
+        for note in summary_notes({"parity": result.fields}):
+            console.print(note, highlight=False, markup=False)
         console.print(f"run folder: {result.run} (full figures in parity.json)", soft_wrap=True)
     else:
         _print_json_table(name, result.run, result.fields)

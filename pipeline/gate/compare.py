@@ -108,7 +108,10 @@ class Tolerance:
         text += f" + {self.noise_multiplier:g}x reference noise {noise:.2g}" if noise else ""
         text += (f" + {self.implementation_multiplier:g}x implementation noise {implementation:.2g}"
                  if implementation and self.implementation_multiplier else "")
-        return text + (f" (up to {100 * self.outliers:g} % of elements beyond)" if self.outliers else "")
+        if not self.outliers:
+            return text
+        key = f"{self.setting.rsplit('.', 1)[0]}.outlier_fraction" if self.setting else "outlier_fraction"
+        return text + f" (up to {100 * self.outliers:g} % of the output's elements may exceed it: {key})"
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,8 @@ The **default golden-set size** is the largest of these for the modes judged: 73
 default allowed drop of a float file can be decided. On fewer rows the report says so and names the number:
 decisions there may come out *undecided* (`validate.undecided` then publishes or leaves the file out). A
 binary output judged by AUC (`auc_drop`) has no such number: its interval narrows with the rows on which the
-two rankings disagree, not with the row count; regression's MAE rule is a point estimate.
+two rankings disagree, not with the row count; nor do regression's paired MAE and RMSE bounds
+(`regression_judgement`), which narrow with the spread of the per-row error changes.
 """
 
 from __future__ import annotations

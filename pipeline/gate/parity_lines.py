@@ -1,7 +1,8 @@
 """The parity judgement as Markdown lines for `report.md`: for every float output the noises the float32
 bound is built from (measured how, how large), each artifact's error against the SavedModel and against
 float64, the bound it was held to; and every decision taken from counts of rows (accuracy drop, flipped
-decisions) with its bounds, verdict and the rows that would decide. Reads `parity.json`'s dict form
+decisions; regression's paired MAE and RMSE changes and per-row error) with its bounds, verdict and the rows
+that would decide. Reads `parity.json`'s dict form
 (`ParityReport.to_json`); nothing here imports TensorFlow.
 """
 
@@ -72,7 +73,31 @@ def _decision_lines(parity: dict[str, Any]) -> list[str]:
     return lines + (["", note] if note else [])
 
 
+def _change_cell(change: dict[str, Any]) -> str:
+    text = (f"{change['verdict']}: {change['reference']:.4g} -> {change['candidate']:.4g}, {change['estimate']:+.3g} "
+            f"[{change['low']:+.3g}, {change['high']:+.3g}] vs +{change['allowed']:.3g}")
+    return text + (f"; ~{change['rows_to_decide']} rows would decide" if change.get("rows_to_decide") else "")
+
+
+def _regression_lines(parity: dict[str, Any]) -> list[str]:
+    rows = [row for row in parity.get("artifacts", []) if row.get("regression_decision") and not row.get("reference")]
+    if not rows:
+        return []
+    first = rows[0]["regression_decision"]
+    lines = ["", f"Regression decisions from {first['rows']} rows at {100 * first['confidence']:g} % confidence "
+             "(paired over the same rows, Student's t; label units): the MAE and RMSE change against the allowance, "
+             f"and the {100 * first['quantile']:g}th percentile of |artifact - SavedModel| against its bound.", "",
+             "| artifact | MAE change | RMSE change | per-row error (bound) |", "|---|---|---|---|"]
+    for row in rows:
+        decision = row["regression_decision"]
+        rows_cell = (f"{'FAIL' if decision['row_error'] > decision['row_bound'] else 'pass'}: "
+                     f"{decision['row_error']:.3g} ({decision['row_bound']:.3g}, {decision['row_bound_basis']})")
+        lines.append(f"| {_cell(row['artifact'])} | {_cell(_change_cell(decision['mae']))} | "
+                     f"{_cell(_change_cell(decision['rmse']))} | {_cell(rows_cell)} |")
+    return lines
+
+
 def judgement_lines(parity: dict[str, Any]) -> list[str]:
     """Markdown lines (a heading, then tables) explaining the parity verdicts of `parity` (parity.json)."""
-    body = _noise_lines(parity) + _error_lines(parity) + _decision_lines(parity)
+    body = _noise_lines(parity) + _error_lines(parity) + _decision_lines(parity) + _regression_lines(parity)
     return (["", "### Parity judgement"] + body) if body else []

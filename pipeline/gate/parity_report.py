@@ -70,6 +70,9 @@ class ArtifactParity:
     confidence, rows, rows_to_decide, method; None for regression; accuracy_decision is None for a binary
     output judged by AUC, whose drop is auc_decision: DeLong's paired test, `pipeline.gate.auc_drop`);
     undecided: the decisions too few rows could take, described ("" when every decision was taken);
+    regression_decision: a regression task's judgement (`regression_judgement.RegressionDecision` as a dict: the
+    paired MAE and RMSE changes, the per-row quantile and its bound; None otherwise); reference: the row is the
+    SavedModel itself, the reference the others are judged against (no decision is taken on it);
     latency_ms_batch1: median ms per call at batch 1; outputs: per-output rows.
     """
 
@@ -93,6 +96,8 @@ class ArtifactParity:
     flips_decision: dict[str, Any] | None = None
     undecided: str = ""
     auc_decision: dict[str, Any] | None = None
+    regression_decision: dict[str, Any] | None = None
+    reference: bool = False
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,9 @@ output at its threshold, `task_metric.TaskMetric.threshold`):
 * either refused fails the artifact; undecided (too few rows) publishes or leaves it out as
   `validate.undecided` says, with the bounds and the rows that would decide.
 
-Regression: MAE may rise by at most `validate.regression_max_error_increase` label std (point estimate).
+Regression (`pipeline.gate.regression_judgement`): the paired changes of MAE and RMSE over the same rows, decided
+with confidence against `validate.regression_max_error_increase` label std, and the 99th percentile of the per-row
+|artifact - SavedModel| held to a share of the SavedModel's own MAE.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from tfship.pipeline.config import ValidateSection
 from tfship.pipeline.conversion.artifacts import Artifact
 from tfship.pipeline.gate.auc_drop import decide_auc_drop
 from tfship.pipeline.gate.confidence import PASSED, REFUSED, UNDECIDED, Decision, decide_drop, decide_share
+from tfship.pipeline.gate.regression_judgement import RegressionDecision, decide_regression
 from tfship.pipeline.gate.task_metric import TaskMetric
 
 __all__ = ["TIE_ERROR_QUANTILE", "TaskJudgement", "max_loss", "score_output", "tie_flips"]
@@ -101,7 +104,8 @@ class TaskJudgement:
     """The worst task-metric figures over the batch sizes, and the decisions with confidence.
 
     drop: the accuracy drop decision; flips_decision: the share of non-tie flips against the mode's
-    allowance (both None for regression).
+    allowance (both None for regression); regression: the worst regression decision over the batch sizes (None
+    for classification).
     """
 
     loss: float = -float("inf")
@@ -113,14 +117,24 @@ class TaskJudgement:
     bound: float | None = None
     drop: Decision | None = None
     flips_decision: Decision | None = None
+    regression: RegressionDecision | None = None
 
     def score(self, task: TaskMetric, outputs, reference, score_name: str | None, reference_metric: float,
-              allowed: tuple[float, float], confidence: float) -> None:
-        """Fold one batch size's outputs in; `allowed`: (accuracy drop, flip share), shares of rows."""
+              allowed: tuple[float, float], confidence: float, settings: ValidateSection | None = None) -> None:
+        """Fold one batch size's outputs in; `allowed`: (accuracy drop, flip share), shares of rows; `settings`:
+        the regression rules' settings (None: the defaults).
+        """
         metric = task.score(outputs)
         if task.kind != "classification":
             if task.loss_vs(reference_metric, metric) > self.loss:
                 self.loss, self.metric = task.loss_vs(reference_metric, metric), metric
+            settings = settings or ValidateSection()
+            decision = decide_regression(reference[task.prediction], outputs[task.prediction], task.labels,
+                                         task.label_std, settings.regression_max_error_increase,
+                                         settings.regression_row_quantile, settings.regression_row_error_share,
+                                         confidence, reference_metric)
+            if self.regression is None or decision.severity() > self.regression.severity():
+                self.regression = decision
             return
         flips, ties, bound = tie_flips(task, outputs, reference, score_name)
         rows = len(flips)
@@ -148,10 +162,12 @@ class TaskJudgement:
     def reasons(self, task: TaskMetric, reference_metric: float, limit: float, undecided: str) -> list[str]:
         """Why the task judgement fails the artifact (empty: it does not); `undecided`: `validate.undecided`."""
         if task.kind != "classification":
-            if self.loss <= limit:
+            decision = self.regression
+            if decision is None or decision.verdict == PASSED or (decision.verdict == UNDECIDED
+                                                                  and undecided != "leave_out"):
                 return []
-            return [f"MAE {self.metric:.4g} on output '{task.prediction}' exceeds the SavedModel's "
-                    f"{reference_metric:.4g} by {self.loss:.3g} label std (allowed {limit:g})"]
+            suffix = "" if decision.verdict == REFUSED else " (validate.undecided = 'leave_out')"
+            return [text + suffix for text in decision.describe(task.prediction)]
         out = []
         for decision, what, unit in self._decisions(task):
             if decision is None or decision.verdict == PASSED:
@@ -169,5 +185,9 @@ class TaskJudgement:
 
     def undecided_notes(self, task: TaskMetric) -> str:
         """The undecided decisions, described (empty when every decision was taken)."""
+        if self.regression is not None:
+            changes = (self.regression.mae, self.regression.rmse)
+            return "; ".join(c.describe(task.prediction, self.regression.confidence, self.regression.rows)
+                             for c in changes if c.verdict == UNDECIDED)
         return "; ".join(d.describe(what, unit) for d, what, unit in self._decisions(task)
                          if d is not None and d.verdict == UNDECIDED)

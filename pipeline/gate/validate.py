@@ -22,7 +22,9 @@ Integer outputs are equal (index outputs judged by the values they select), stri
 quantization limit the reference goes beyond is `saturated` and fails. Then the task metric
 (`pipeline.gate.task_metric`): accuracy (AUC for a binary output, `pipeline.gate.auc_drop`) may drop at most
 `validate.<family>.max_accuracy_drop_points`, decided with
-confidence (`pipeline.gate.task_judgement`), or MAE rise by `regression_max_error_increase` label std. For
+confidence (`pipeline.gate.task_judgement`), or, regression, MAE and RMSE rise by at most
+`regression_max_error_increase` label std (paired confidence bounds) and the 99th percentile of the per-row error
+stays within a share of the SavedModel's own MAE (`pipeline.gate.regression_judgement`). For
 classification, a row whose predicted class differs from the SavedModel's (a flip) is a *tie* when the
 SavedModel's margin between the two classes is within twice the artifact's measured error bound on that score
 output (the 99th percentile of |artifact - SavedModel|): ties are reported (`flips`, `tie_flips`) and do not count
@@ -123,7 +125,7 @@ def check_artifact(artifact: Artifact, runner: Runner, inputs: dict[str, np.ndar
                    settings: ValidateSection, noise: dict[str, ReferenceNoise] | None = None,
                    outputs_by_batch: dict[int, dict[str, np.ndarray]] | None = None,
                    implementation: dict[str, ImplementationNoise] | None = None,
-                   truth: dict[str, np.ndarray] | None = None) -> ArtifactParity:
+                   truth: dict[str, np.ndarray] | None = None, is_reference: bool = False) -> ArtifactParity:
     """Run one artifact at every configured batch size and judge it against the reference outputs.
 
     Args:
@@ -134,6 +136,8 @@ def check_artifact(artifact: Artifact, runner: Runner, inputs: dict[str, np.ndar
         implementation: the SavedModel's own float32 rounding error per float output (`implementation_noise`),
             allowed `validate.implementation_noise_multiplier` times on float32 artifacts; truth: the
             SavedModel's graph in float64 on `inputs` (`float64_errors` of the row), None: not measured.
+        is_reference: `artifact` is the SavedModel itself: its value bounds and noise are checked, but no task
+            decision is taken on it (it is what the others are judged against); the row is marked `reference`.
     """
     tolerance = tolerance_for(artifact.mode, settings)
     noise, implementation = noise or {}, implementation or {}
@@ -156,7 +160,7 @@ def check_artifact(artifact: Artifact, runner: Runner, inputs: dict[str, np.ndar
         if task.prediction not in outputs or (np.asarray(outputs[task.prediction]).dtype.kind == "f" and not np.all(
                 np.isfinite(np.asarray(outputs[task.prediction], dtype=np.float64)))):
             continue  # already a failure of that output; the metric would be meaningless
-        worst.score(task, outputs, reference, score_name, reference_metric, allowed, settings.confidence)
+        worst.score(task, outputs, reference, score_name, reference_metric, allowed, settings.confidence, settings)
     reasons = [row.describe() + (f"; {noise_hint(noise.get(row.output), tolerance, implementation.get(row.output))}"
                                  if "outside tolerance" in row.detail else "")
                for row in rows.values() if not row.passed]
@@ -167,15 +171,21 @@ def check_artifact(artifact: Artifact, runner: Runner, inputs: dict[str, np.ndar
                        f"(ties, {100 * worst.ties / total:.1f} % of rows; at most {100 * settings.max_tie_share:g} % "
                        f"may be excused, validate.max_tie_share): output '{task.prediction}' does not separate "
                        "these rows well enough to tell a tie from a regression")
-    reasons += worst.reasons(task, reference_metric, limit, settings.undecided)
+    if is_reference:  # judged against itself: nothing to decide, and no "undecided" either
+        worst.drop = worst.flips_decision = None
+        worst.flips = worst.ties = None
+    else:
+        reasons += worst.reasons(task, reference_metric, limit, settings.undecided)
     latency = _latency_ms(runner, inputs) if not any(np.isinf(r.max_abs_error) for r in rows.values()) else 0.0
     return ArtifactParity(artifact.name, artifact.kind, artifact.mode, artifact.size_bytes(), worst.metric,
                           worst.agreement, latency, tuple(rows[n] for n in contract.output_names()),
                           tuple(sorted(set(settings.batch_sizes))), not reasons, "; ".join(reasons),
                           worst.tie_metric, worst.flips, worst.ties, worst.bound, errors,
                           asdict(worst.drop) if worst.drop and not task.auc else None,
-                          asdict(worst.flips_decision) if worst.flips_decision else None, worst.undecided_notes(task),
-                          asdict(worst.drop) if worst.drop and task.auc else None)
+                          asdict(worst.flips_decision) if worst.flips_decision else None,
+                          "" if is_reference else worst.undecided_notes(task),
+                          asdict(worst.drop) if worst.drop and task.auc else None,
+                          worst.regression.to_json() if worst.regression else None, is_reference)
 
 
 def _not_loaded(artifact: Artifact, settings: ValidateSection, err: Exception) -> ArtifactParity:
@@ -215,7 +225,7 @@ def validate_artifacts(reference: Artifact, candidates: list[Artifact], contract
     task = infer_task(reference_outputs, labels, settings.task, settings.prediction_output, settings.binary_threshold)
     reference_metric = task.score(reference_outputs)
     rows = [check_artifact(reference, reference_runner, inputs, task, reference_outputs, reference_metric,
-                           contract, settings, noise, by_batch, implementation, truth)]
+                           contract, settings, noise, by_batch, implementation, truth, is_reference=True)]
     del reference_runner  # one model's weights in memory at a time (bench/results/pipeline-latest.md)
     for artifact in candidates:
         gc.collect()  # the previous runner (and TensorFlow's cycles) before the next one loads

@@ -7,7 +7,7 @@ timeout or crash with its signal), `validate` (parity miss naming the output, it
 saturation; task metric) or `serve-check` (our server could not load it or answered differently). A left-out
 artifact listed in `convert.required` fails the run instead (nothing is published).
 
-A reason is one line naming the cause (`pipeline.orchestration.reasons.first_line`); the stage's full text
+A reason is one line naming the cause, never cut (`pipeline.orchestration.reasons.first_line`); the stage's full text
 goes to `<run>/reasons/<artifact>.txt`, named in the outcome's `reason_file`.
 
 Run status and `tfship run`'s exit code (`RunStatus`): `published` (0, every artifact published),
@@ -130,7 +130,7 @@ def artifact_outcomes(converted: ConvertResult | None, parity: ParityReport | No
             stage, reason = "serve-check", "not served by the serve-check"
         else:
             stage, reason = "", ""
-        outcomes.append(ArtifactOutcome(name, LEFT_OUT if reason else PUBLISHED, stage, first_line(reason),
+        outcomes.append(ArtifactOutcome(name, LEFT_OUT if reason else PUBLISHED, stage, first_line(reason, None),
                                         _filename(name), name in required, full_reason=reason))
     if run_root is not None:
         files = write_reason_files(run_root, {o.artifact: o.full_reason for o in outcomes})

@@ -70,11 +70,12 @@ def _converter_cause(text: str) -> str | None:
     return f"{error.group(1).strip().rstrip(':')}{where}" if error else None
 
 
-def first_line(reason: str, limit: int = FIRST_LINE_LIMIT) -> str:
+def first_line(reason: str, limit: int | None = FIRST_LINE_LIMIT) -> str:
     """One line (at most `limit` characters) that names the cause of `reason` (module docstring).
 
     Args:
         reason: a stage's full reason, possibly many lines of converter or traceback text.
+        limit: the longest line kept, "…" marking a cut; None: never cut (the terminal wraps it instead).
 
     Returns:
         The stage prefix (text before the first line break or traceback) and the cause, with temporary
@@ -93,7 +94,7 @@ def first_line(reason: str, limit: int = FIRST_LINE_LIMIT) -> str:
         head = _NOISE_START.split(head, maxsplit=1)[0].rstrip(" :;")
         head = f"{head}: {cause}" if head and cause not in head else (head or cause)
     line = " ".join(head.split())
-    if len(line) > limit:
+    if limit is not None and len(line) > limit:
         line = line[:limit - 1].rstrip() + "…"
     return line
 

@@ -13,6 +13,7 @@ from tfship.pipeline.gate.parity_lines import judgement_lines
 from tfship.pipeline.orchestration.outcomes import OutcomeStatus
 from tfship.pipeline.orchestration.reasons import first_line, table_cell
 from tfship.pipeline.orchestration.stages import RunFolder, StageRecord
+from tfship.pipeline.orchestration.verdict_notes import regression_figures, verdict_notes
 
 
 def _human_bytes(size: int) -> str:
@@ -117,7 +118,7 @@ def _outcome_text(outcome: dict[str, Any] | None) -> str:
 
 
 def _flips_text(row: dict[str, Any]) -> str:
-    if row.get("flips") is None:
+    if row.get("flips") is None or row.get("reference"):
         return "-"
     return f"{row['flips']} ({row.get('tie_flips') or 0} ties)"
 
@@ -140,29 +141,34 @@ def _size_ratio(row: dict[str, Any], rows: list[dict[str, Any]]) -> str:
 def _artifact_lines(summary: dict[str, Any], parity: dict[str, Any]) -> list[str]:
     rows, metric = parity["artifacts"], parity.get("metric", "accuracy_%")
     outcomes = {o["artifact"]: o for o in summary.get("artifacts", [])}
-    lines = ["", f"| artifact | mode | size | size vs its format's float32 | {metric} | agreement % | flips (ties) "
-             "| latency b1 ms | worst float output (max abs err) | integer/string outputs | verdict | outcome |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    regression = metric == "mae"
+    lines = ["", f"| artifact | mode | size | size vs its format's float32 | {'MAE | RMSE' if regression else metric} "
+             "| agreement % | flips (ties) | latency b1 ms | worst float output (max abs err) | integer/string outputs "
+             "| verdict | outcome |", "|---" * (13 if regression else 12) + "|"]
     for row in rows:
         worst = max((o for o in row["outputs"] if not o.get("exact")), key=lambda o: o["max_abs_error"], default=None)
         worst_text = f"{worst['output']} ({worst['max_abs_error']:.2e})" if worst else "-"
         exact_text = "; ".join(f"{o['output']}: {o['detail'] or 'equal'}" for o in row["outputs"] if o.get("exact"))
         ratio = _size_ratio(row, rows)
         agreement = "-" if row["top1_agreement"] is None else f"{row['top1_agreement']:.2f}"
+        figures = " | ".join(regression_figures(row)) if regression else f"{row['metric']:.4g}"
         lines.append(f"| {row['artifact']} | {row['mode']} | {_human_bytes(row['size_bytes'])} | {ratio} "
-                     f"| {row['metric']:.4g} | {agreement} | {_flips_text(row)} | {row['latency_ms_batch1']:.3f} "
+                     f"| {figures} | {agreement} | {_flips_text(row)} | {row['latency_ms_batch1']:.3f} "
                      f"| {table_cell(worst_text)} | {table_cell(exact_text)} "
                      f"| {verdict_text(row)} | {_outcome_text(outcomes.get(row['artifact']))} |")
-    return lines
+    return lines + [line for note in verdict_notes(parity) for line in ("", "- " + note)]
 
 
 def verdict_text(row: dict[str, Any], short: bool = False) -> str:
-    """'pass'; 'pass (undecided ...)' when a decision could not be taken on these rows and `validate.undecided =
-    publish` let the file through (the report's "Parity judgement" section gives the bounds); or 'FAIL: ...'.
+    """'reference' for the SavedModel itself (what the others are judged against: nothing to decide); 'pass';
+    'pass (undecided ...)' when a decision could not be taken on these rows and `validate.undecided = publish` let
+    the file through (the report's "Parity judgement" section gives the bounds); or 'FAIL: ...'.
     `short`: the terminal table's form (no table escaping, the undecided note cut to its word).
     """
     if not row["passed"]:
-        return "FAIL: " + first_line(row["reason"]) if short else table_cell("FAIL: " + first_line(row["reason"]))
+        return "FAIL (reason below)" if short else table_cell("FAIL: " + first_line(row["reason"]))
+    if row.get("reference") or (row.get("artifact") == "saved_model" and "reference" not in row):
+        return "reference"
     if not row.get("undecided"):
         return "pass"
     return "pass (undecided)" if short else "pass (undecided: too few rows; validate.undecided = publish)"
@@ -234,32 +240,52 @@ def write_report(run: RunFolder, summary: dict[str, Any]) -> tuple[Path, Path]:
 
 
 def summary_tables(summary: dict[str, Any], records: list[StageRecord]):
-    """Rich tables for the terminal: stages, and artifacts (metric, parity, size, outcome)."""
+    """Rich tables for the terminal: stages, and artifacts (metric, parity, size, outcome). Notes are whole,
+    never cut: rich wraps them (`summary_notes` gives the lines printed under the artifacts table).
+    """
     from rich.table import Table
 
     stages = Table(title="stages")
     for column in ("stage", "status", "seconds", "note"):
-        stages.add_column(column)
+        stages.add_column(column, overflow="fold")  # a narrow terminal wraps a cell, never cuts it with "…"
     for record in records:
-        stages.add_row(record.name, record.status.value, f"{record.seconds:.1f}", first_line(record.reason, 160))
+        stages.add_row(record.name, record.status.value, f"{record.seconds:.1f}", first_line(record.reason, None))
+    parity = summary["parity"]
+    regression = parity.get("metric") == "mae"
     artifacts = Table(title="artifacts (held-out test split, compared by output name with the SavedModel)")
-    for column in ("artifact", "mode", "size", summary["parity"].get("metric", "accuracy_%"), "agree %",
-                   "flips (ties)", "worst float output", "max abs err", "other outputs", "verdict", "outcome"):
-        artifacts.add_column(column)
+    for column in ("artifact", "mode", "size", *(("MAE", "RMSE") if regression else (parity.get("metric",
+                   "accuracy_%"),)), "agree %", "flips (ties)", "worst float output", "max abs err", "other outputs",
+                   "verdict", "outcome"):
+        artifacts.add_column(column, overflow="fold")
     outcomes = {o["artifact"]: o for o in summary.get("artifacts", [])}
-    for row in summary["parity"]["artifacts"]:
+    for row in parity["artifacts"]:
         floats = [o for o in row["outputs"] if not o.get("exact")]
         worst = max(floats, key=lambda o: (not o["passed"], o["max_abs_error"]), default={})
         exact = [f"{o['output']}: {o['detail'] or 'equal'}" for o in row["outputs"] if o.get("exact")]
         outcome = outcomes.get(row["artifact"])
-        artifacts.add_row(row["artifact"], row["mode"], _human_bytes(row["size_bytes"]), f"{row['metric']:.4g}",
+        figures = regression_figures(row) if regression else (f"{row['metric']:.4g}",)
+        artifacts.add_row(row["artifact"], row["mode"], _human_bytes(row["size_bytes"]), *figures,
                           "-" if row["top1_agreement"] is None else f"{row['top1_agreement']:.2f}", _flips_text(row),
                           worst.get("output", "-"), f"{worst.get('max_abs_error', float('nan')):.2e}",
                           "; ".join(exact) or "-", verdict_text(row, short=True),
                           "-" if outcome is None else ("published" if outcome["status"] == OutcomeStatus.PUBLISHED
                                                        else f"left out ({outcome['stage']})"))
     for name, outcome in outcomes.items():  # left out before the parity gate: no parity row
-        if name not in {row["artifact"] for row in summary["parity"]["artifacts"]}:
-            artifacts.add_row(name, "-", "-", "-", "-", "-", "-", "-", "-", "-",
-                              f"left out ({outcome['stage']}): {first_line(outcome['reason'], 160)}")
+        if name not in {row["artifact"] for row in parity["artifacts"]}:
+            artifacts.add_row(name, "-", "-", *(("-", "-") if regression else ("-",)), "-", "-", "-", "-", "-", "-",
+                              f"left out ({outcome['stage']}), reason below")
     return stages, artifacts
+
+
+def summary_notes(summary: dict[str, Any]) -> list[str]:
+    """The lines printed under the terminal's artifacts table: each left-out artifact's whole reason (never cut),
+    then what undecided means and what would decide it, what a tie is, how regression was judged
+    (`verdict_notes`).
+    """
+    lines = [f"{o['artifact']} left out at {o['stage']}: {first_line(o.get('reason', ''), None)}"
+             + (f" (full text: {o['reason_file']})" if o.get("reason_file") else "")
+             for o in summary.get("artifacts", []) if o["status"] != OutcomeStatus.PUBLISHED]
+    if not summary.get("artifacts"):  # the validate stage alone: its failures, no outcomes yet
+        lines = [f"{row['artifact']} fails the parity gate: {first_line(row['reason'], None)}"
+                 for row in (summary.get("parity") or {}).get("artifacts", []) if not row["passed"]]
+    return lines + verdict_notes(summary.get("parity") or {})

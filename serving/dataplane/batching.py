@@ -128,6 +128,11 @@ class Batched(Runtime):
         """As the wrapped runtime (`Runtime.resizes_inputs`)."""
         return self.inner.resizes_inputs
 
+    @property
+    def declares_ranks(self) -> bool:
+        """As the wrapped runtime (`Runtime.declares_ranks`)."""
+        return getattr(self.inner, "declares_ranks", False)
+
     def stop(self) -> None:
         """Stop the batch threads after the queued requests ran; the wrapped runtime stays loaded."""
         with self._cond:

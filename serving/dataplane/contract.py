@@ -45,7 +45,7 @@ def describe_array(array: np.ndarray) -> str:
 
 
 def validate_inputs(signature: Signature, inputs: Mapping[str, np.ndarray], shapes: bool = True,
-                    fixed_dims: bool = True) -> None:
+                    fixed_dims: bool = True, ranks: bool = False) -> None:
     """Check names, dtypes and (with `shapes`) ranks, fixed dimensions and batch agreement of `inputs`.
 
     Args:
@@ -57,7 +57,11 @@ def validate_inputs(signature: Signature, inputs: Mapping[str, np.ndarray], shap
         fixed_dims: with `shapes` False, refuse an input of the declared rank whose size differs from a fixed
             dimension (a `[-1, 20]` input sent as `[B, 30]`, which a mean pooling would silently answer). TF
             Serving feeds it to the graph; `--lenient-fixed-dimensions` (False here) does so too. A different
-            rank below `KERNEL_RANK` stays the model's to judge either way (TF Serving's `[3]` into `[-1, 1]`).
+            rank below `KERNEL_RANK` stays the model's to judge either way (TF Serving's `[3]` into `[-1, 1]`),
+            unless `ranks`.
+        ranks: with `shapes` False, refuse any rank other than the declared one before the model runs, naming the
+            input and its declared shape (a version tfship published, `Runtime.declares_ranks`: scalars sent where
+            `[?,1]` is declared would otherwise reach TensorFlow and come back as `In[0] is not a matrix`).
 
     Raises:
         InvalidRequestError: missing or extra input, wrong dtype, wrong rank or a fixed dimension that
@@ -83,12 +87,14 @@ def validate_inputs(signature: Signature, inputs: Mapping[str, np.ndarray], shap
                 f"input {echo(key)} of signature {signature.name!r}: expected dtype {spec.dtype} "
                 f"({spec.describe()}), received {received} (Expects arg[{index}] to be {tf_type_name(spec.dtype)} "
                 f"but {tf_type_name(dtype_name(array.dtype))} is provided)")
-        if spec.shape is None or (not shapes and len(spec.shape) < KERNEL_RANK and array.ndim != len(spec.shape)):
+        if spec.shape is None or (not shapes and not ranks and len(spec.shape) < KERNEL_RANK
+                                  and array.ndim != len(spec.shape)):
             continue
         if array.ndim != len(spec.shape):
             raise InvalidRequestError(
                 f"input {echo(key)} of signature {signature.name!r}: expected rank {len(spec.shape)} "
-                f"({spec.describe()}), received rank {array.ndim} ({received})")
+                f"(declared shape {spec.describe()}), received rank {array.ndim} ({received}); refused before "
+                "the model runs")
         if not (shapes or fixed_dims):
             continue
         for axis, (want, got) in enumerate(zip(spec.shape, array.shape)):
@@ -225,23 +231,24 @@ class RequestChecks:
         self._known: dict[tuple, tuple[Signature, Rows, int]] = {}
 
     def check(self, signature: Signature, inputs: Mapping[str, np.ndarray],
-              shapes: bool = True, fixed_dims: bool = True) -> tuple[Rows, int]:
+              shapes: bool = True, fixed_dims: bool = True, ranks: bool = False) -> tuple[Rows, int]:
         """(rows, bytes held) of a valid request: its `Rows` (`batch` is `batch_size`, counted here once per
         request and passed on to the runtime) and `estimate_request_bytes`.
 
-        `shapes`, `fixed_dims`: as `validate_inputs` (part of the remembered layout); `fixed_dims` is also off
-        with `lenient_fixed_dimensions`.
+        `shapes`, `fixed_dims`, `ranks`: as `validate_inputs` (part of the remembered layout); `fixed_dims` and
+        `ranks` are off with `lenient_fixed_dimensions` (TF Serving's leniency).
 
         Raises:
             InvalidRequestError: as `validate_inputs` (never remembered).
         """
         fixed_dims = fixed_dims and not self.lenient_fixed_dimensions
-        key = (id(signature), shapes, fixed_dims,
+        ranks = ranks and not self.lenient_fixed_dimensions
+        key = (id(signature), shapes, fixed_dims, ranks,
                *[(alias, array.dtype, array.shape) for alias, array in inputs.items()])
         known = self._known.get(key)
         if known is not None and known[0] is signature:
             return known[1], known[2]
-        validate_inputs(signature, inputs, shapes, fixed_dims)
+        validate_inputs(signature, inputs, shapes, fixed_dims, ranks)
         rows = Rows.of(inputs, batch_size(signature, inputs))
         held = estimate_request_bytes(signature, inputs, rows.batch)
         if len(self._known) >= self.max_entries:

@@ -217,7 +217,8 @@ class DataPlane:
                                       f"def; available: {sorted(signatures)}")
         # validates (InvalidRequestError); graph backends judge shapes themselves, as in TF Serving
         shapes = request.check_shapes or not runtime.model_judges_shapes
-        counted, held = self.checks.check(signature, request.inputs, shapes, not runtime.resizes_inputs)
+        counted, held = self.checks.check(signature, request.inputs, shapes, not runtime.resizes_inputs,
+                                          getattr(runtime, "declares_ranks", False))
         rows = counted.batch
         if request.output_filter:
             check_output_filter(signature, request.output_filter)

@@ -143,6 +143,17 @@ class Runtime(abc.ABC):
         self.options = options or RuntimeOptions()
         self.ready = False
 
+    @property
+    def declares_ranks(self) -> bool:
+        """True when the version was published by tfship (its folder holds `manifest.json`): the signature is the
+        contract tfship exported and the parity gate proved, so an input of another rank than declared (scalars
+        where `[?,1]` is declared) is refused before the model runs (`contract.validate_inputs(ranks=True)`).
+        A folder without a manifest (TF Serving's own models) keeps TF Serving's leniency.
+        """
+        from tfship.core.manifest import MANIFEST_FILE
+
+        return (self.version_dir / MANIFEST_FILE).is_file()
+
     @classmethod
     @abc.abstractmethod
     def can_serve(cls, version_dir: Path) -> bool:

@@ -5,11 +5,17 @@ conversion (`pipeline.config`).
 from __future__ import annotations
 
 import types
+from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationInfo, field_validator
+
+from tfship.core.locations import pydantic_validator
 
 _NUMBERS = {int, float}
+
+# A local path: a URL (s3://, gs://, ...) is refused naming the field, never taken for a folder name.
+LocalPath = Annotated[Path, BeforeValidator(pydantic_validator("path", buckets=False))]
 
 
 def _kinds(annotation: Any) -> set[Any]:

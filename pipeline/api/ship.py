@@ -198,5 +198,5 @@ def ship(model: Any = None, data: Any = None, *, repository: Path | str | None =
             chosen = repository_name(name) if name else model_name_from(spec)
             resolved = configure(config, extra | {"run.model_name": chosen}, **settings)
         request = ExportOnlyRequest(spec, _data_path(data, resolved.run.runs_dir), tuple(tags),
-                                    tuple(custom_objects))
+                                    tuple(custom_objects), origin="python")
     return ship_configured(resolved, request, resume, on_stage=on_stage)

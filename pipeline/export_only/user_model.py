@@ -25,6 +25,22 @@ from tfship.core.errors import ConfigError, DatasetError
 from tfship.core.imports import import_function
 
 LABEL_KEYS = ("y", "label", "labels")
+# Where a request came from, and how each of its parts is named there: the command line's flag or the
+# Python argument (`tfship.ship(model=...)`), so a refusal names what the caller typed.
+ORIGINS = ("cli", "python")
+_FLAGS = {"model": "--model", "data": "--data", "custom_objects": "--custom-objects"}
+
+
+def argument(origin: str, key: str, value: object = "...") -> str:
+    """`key` ("model", "data", "custom_objects") with `value` as the caller gave it: `--model x.keras` from the
+    command line (`origin` "cli"), `tfship.ship(model='x.keras')` from Python ("python").
+    """
+    if origin == "python":
+        if value != "...":
+            value = repr(list(value) if isinstance(value, tuple | list) else str(value))
+        return f"tfship.ship({key}={value})"
+    shown = " ".join(value) if isinstance(value, tuple | list) else value
+    return f"{_FLAGS[key]} {shown}"
 
 
 @dataclass(frozen=True)
@@ -48,7 +64,7 @@ class EvalData:
                 "labels": self.labels is not None, "calibration_rows": len(next(iter(self.calibration.values())))}
 
 
-def import_custom_objects(modules: tuple[str, ...]) -> None:
+def import_custom_objects(modules: tuple[str, ...], origin: str = "cli") -> None:
     """Import each `--custom-objects` module, so the Keras classes it registers
     (`@keras.saving.register_keras_serializable`) are known before a `.keras` file is loaded.
 
@@ -61,29 +77,43 @@ def import_custom_objects(modules: tuple[str, ...]) -> None:
         try:
             importlib.import_module(name)
         except Exception as err:
-            raise ConfigError(f"--custom-objects {name}: cannot import it: {type(err).__name__}: {err}") from err
+            raise ConfigError(f"{argument(origin, 'custom_objects', (name,))}: cannot import it: "
+                              f"{type(err).__name__}: {err}") from err
 
 
 _UNKNOWN_CLASS = re.compile(r"Could not locate (?:class|function) '([^']+)'"
                             r"|Unknown (?:layer|object)[^'\"]*['\"]([^'\"]+)")
 
 
-def _keras_load_error(spec: str, err: Exception | None, modules: tuple[str, ...], name: str = "") -> ConfigError:
-    """The error for a Keras file Keras cannot load (`err`), or whose class `name` no module registers."""
+_LAMBDA_HELP = ("tfship loads with Keras' safe mode on and has no switch to turn it off: rebuild the model without "
+                "the Lambda layer (a built-in layer or plain ops), or write it as a layer class registered with "
+                "@keras.saving.register_keras_serializable and give its module with {custom}")
+
+
+def _keras_load_error(spec: str, err: Exception | None, modules: tuple[str, ...], name: str = "",
+                      origin: str = "cli") -> ConfigError:
+    """The error for a Keras file Keras cannot load (`err`), or whose class `name` no module registers; a
+    refusal that asks for `safe_mode=False` (Keras' own, for a Lambda) says what the user can do instead.
+    """
     text = " ".join(f"{type(err).__name__}: {err}".split()) if err is not None else ""
     match = _UNKNOWN_CLASS.search(text)
+    model = argument(origin, "model", spec)
+    if "safe_mode" in text:  # the cause kept, without the option tfship cannot take
+        cause = " ".join(part for part in re.split(r"(?<=\.)\s+", text) if "safe_mode" not in part)
+        return ConfigError(f"{model}: Keras refuses to load code stored in the file ({cause.rstrip('.')}); "
+                           + _LAMBDA_HELP.format(custom=argument(origin, "custom_objects", ("package.module",))))
     if match is None and not name:
-        return ConfigError(f"--model {spec}: Keras cannot load it: {text}")
+        return ConfigError(f"{model}: Keras cannot load it: {text}")
     tried = f"; imported {list(modules)}, which did not register it" if modules else ""
     name = name or match.group(1) or match.group(2)
     return ConfigError(
-        f"--model {spec}: Could not locate class '{name}' (a custom class Keras does not know{tried}). Give the "
-        "module that defines and registers it (@keras.saving.register_keras_serializable) with --custom-objects "
-        "package.module (imported before "
-        "loading), or pass --model package.module:function, a factory that builds or loads the model itself")
+        f"{model}: Could not locate class '{name}' (a custom class Keras does not know{tried}). Give the "
+        "module that defines and registers it (@keras.saving.register_keras_serializable) with "
+        f"{argument(origin, 'custom_objects', ('package.module',))} (imported before loading), or pass "
+        f"{argument(origin, 'model', 'package.module:function')}, a factory that builds or loads the model itself")
 
 
-def _refuse_code_in_config(spec: str, path: Path, modules: tuple[str, ...]) -> None:
+def _refuse_code_in_config(spec: str, path: Path, modules: tuple[str, ...], origin: str = "cli") -> None:
     """Refuse a Keras file whose config names code or an unregistered class (`pipeline.export_only.keras_config`)
     before Keras reads it.
     """
@@ -92,56 +122,61 @@ def _refuse_code_in_config(spec: str, path: Path, modules: tuple[str, ...]) -> N
     try:
         code, unregistered = keras_config_problems(read_keras_config(path))
     except ValueError as err:
-        raise ConfigError(f"--model {spec}: not a Keras file: {err}") from err
+        raise ConfigError(f"{argument(origin, 'model', spec)}: not a Keras file: {err}") from err
     if code:
         more = f" (+{len(code) - 3} more)" if len(code) > 3 else ""
-        raise ConfigError(f"--model {spec}: refused before loading: {'; '.join(code[:3])}{more}")
+        help_ = ("; " + _LAMBDA_HELP.format(custom=argument(origin, "custom_objects", ("package.module",)))
+                 if any("Lambda" in line for line in code) else "")
+        raise ConfigError(f"{argument(origin, 'model', spec)}: refused before loading: {'; '.join(code[:3])}{more}"
+                          f"{help_}")
     if unregistered:
-        raise _keras_load_error(spec, None, modules, unregistered[0])
+        raise _keras_load_error(spec, None, modules, unregistered[0], origin)
 
 
-def load_user_model(spec: str, custom_objects: tuple[str, ...] = ()):
+def load_user_model(spec: str, custom_objects: tuple[str, ...] = (), origin: str = "cli"):
     """Load `spec` as a Keras model, or return the SavedModel folder's Path for re-export.
 
     Args:
         spec: a `.keras` / `.h5` file, a SavedModel folder or `package.module:function`.
         custom_objects: modules imported first (`--custom-objects`): they register the custom layers the
             file names.
+        origin: "cli" or "python": refusals name `--model` or `tfship.ship(model=...)` (`argument`).
 
     Raises:
         ConfigError: the path does not exist, a custom-objects module or the factory cannot be imported,
             the factory does not return a `keras.Model`, the file's config names code (a Lambda layer, a
             TFSMLayer, a class no imported module registers: refused before Keras reads it), or the file cannot be
             loaded (the cause is kept; an unknown custom class names `--custom-objects` and the `module:function`
-            route).
+            route; Keras' safe-mode refusal of a Lambda says how to rebuild or register the layer instead).
     """
     import keras
 
     import tfship.pipeline.training.sparse_embedding  # noqa: F401  (registers tfship's own layers for .keras files)
 
-    import_custom_objects(tuple(custom_objects))
+    import_custom_objects(tuple(custom_objects), origin)
+    model_arg = argument(origin, "model", spec)
     path = Path(spec)
     if path.is_dir():
         if not (path / "saved_model.pb").is_file():
-            raise ConfigError(f"--model {spec}: folder holds no saved_model.pb")
+            raise ConfigError(f"{model_arg}: folder holds no saved_model.pb")
         return path
     if path.suffix in (".keras", ".h5"):
         if not path.is_file():
-            raise ConfigError(f"--model {spec}: file not found")
-        _refuse_code_in_config(spec, path, tuple(custom_objects))
+            raise ConfigError(f"{model_arg}: file not found")
+        _refuse_code_in_config(spec, path, tuple(custom_objects), origin)
         try:
             return keras.models.load_model(path, compile=False)
         except Exception as err:
-            raise _keras_load_error(spec, err, tuple(custom_objects)) from err
+            raise _keras_load_error(spec, err, tuple(custom_objects), origin=origin) from err
     if ":" not in spec:
-        raise ConfigError(f"--model {spec}: expected a .keras/.h5 file, a SavedModel folder or module:function")
-    factory = import_function(spec, f"--model {spec}")
+        raise ConfigError(f"{model_arg}: expected a .keras/.h5 file, a SavedModel folder or module:function")
+    factory = import_function(spec, model_arg)
     try:
         model = factory()
     except Exception as err:
-        raise ConfigError(f"--model {spec}: factory failed: {type(err).__name__}: {err}") from err
+        raise ConfigError(f"{model_arg}: factory failed: {type(err).__name__}: {err}") from err
     if not isinstance(model, keras.Model):
-        raise ConfigError(f"--model {spec}: factory returned {type(model).__name__}, expected a keras.Model")
+        raise ConfigError(f"{model_arg}: factory returned {type(model).__name__}, expected a keras.Model")
     return model
 
 
@@ -224,19 +259,20 @@ def _check_values(path: Path, inputs: dict[str, np.ndarray], labels: np.ndarray 
 
 
 def load_user_data(path: Path | str, contract: Signature, calibration_rows: int, seed: int,
-                   classes: tuple[str, ...] = ()) -> EvalData:
+                   classes: tuple[str, ...] = (), origin: str = "cli") -> EvalData:
     """Read `--data` for the model's contract: validation inputs, labels and int8 calibration rows.
 
     Args:
         classes: declared class names (`data.classes`); integer labels must index them. Empty: the
             names the file itself gives (CSV / image folder / string labels), if any.
+        origin: "cli" or "python": a missing path is named as `--data` or `tfship.ship(data=...)`.
 
     Raises:
         DatasetError: unreadable file, missing arrays or columns, shape or row-count mismatch (named).
     """
     path = Path(path)
     if not path.exists():
-        raise DatasetError(f"--data {path}: not found")
+        raise DatasetError(f"{argument(origin, 'data', path)}: not found")
     features, labels, file_classes = _read_arrays(path, contract)
     classes = tuple(classes) or tuple(file_classes)
     inputs = {t.name: _coerce(t.name, features[t.name], t.dtype, t.shape, str(path)) for t in contract.inputs.values()}
@@ -257,10 +293,16 @@ class ExportOnlyRequest:
     """`tfship run --model SPEC --data PATH`: the model to export and the data to validate/calibrate on.
 
     tags: the SavedModel MetaGraph tag-set to export (`--tags`, default `serve`); custom_objects: modules
-    imported before a Keras file is loaded (`--custom-objects`).
+    imported before a Keras file is loaded (`--custom-objects`); origin: where the request came from, "cli"
+    (`tfship run`) or "python" (`tfship.ship`), so refusals name the flag or the argument (`argument`).
     """
 
     model: str
     data: Path
     tags: tuple[str, ...] = ("serve",)
     custom_objects: tuple[str, ...] = ()
+    origin: str = "cli"
+
+    def argument(self, key: str) -> str:
+        """`key` ("model", "data", "custom_objects") named as the caller gave it (module-level `argument`)."""
+        return argument(self.origin, key, getattr(self, key))

@@ -185,7 +185,7 @@ def _data(ctx: StageContext) -> Any:
     if ctx.request is not None:
         from tfship.pipeline.export_only.user_model import load_user_model
 
-        ctx.model = load_user_model(ctx.request.model, ctx.request.custom_objects)
+        ctx.model = load_user_model(ctx.request.model, ctx.request.custom_objects, ctx.request.origin)
         return ctx.model
     from tfship.pipeline.data.splits import load_splits, scan_cache_dir
     from tfship.pipeline.training.input_specs import check_trainable
@@ -217,7 +217,7 @@ def _export(ctx: StageContext) -> ExportRecord:
         if ctx.model is None:
             raise StageError("export: the user's model is not loaded; run the data stage first")
         exported, ctx.data = steps.export_user_stage(ctx.config, ctx.run, ctx.model, ctx.request.data,
-                                                     ctx.request.tags)
+                                                     ctx.request.tags, ctx.request.origin)
     elif _is_named(ctx.config):  # named inputs: exported, gated and queried on the held-out rows, by name
         exported, ctx.data = steps.export_user_stage(ctx.config, ctx.run, _trained_model(ctx), _held_out(ctx))
     else:
@@ -354,7 +354,7 @@ def run_chain(ctx: StageContext, runner, resume: bool = False) -> list[StageReco
     rerun = not resume
     for stage in CHAIN:
         if stage.name == "train" and ctx.request is not None:
-            runner.skip("train", f"--model {ctx.request.model} given: export-only")
+            runner.skip("train", f"{ctx.request.argument('model')} given: export-only")
             continue
         if stage.name == "data" or rerun or not stage.complete(ctx.run):
             rerun = rerun or stage.name != "data"

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from tfship.core.errors import ConfigError
 from tfship.pipeline.config import PipelineConfig
-from tfship.pipeline.export_only.user_model import ExportOnlyRequest
+from tfship.pipeline.export_only.user_model import ORIGINS, ExportOnlyRequest
 from tfship.pipeline.orchestration.stages import RunFolder
 
 CONFIG_FILE = "config.json"
@@ -41,7 +41,8 @@ class RunConfig:
         if self.export_only is not None:
             request = self.export_only
             payload[EXPORT_ONLY] = {"model": request.model, "data": str(Path(request.data).resolve()),
-                                    "tags": list(request.tags), "custom_objects": list(request.custom_objects)}
+                                    "tags": list(request.tags), "custom_objects": list(request.custom_objects),
+                                    "origin": request.origin}
         return payload
 
     @classmethod
@@ -99,4 +100,5 @@ def _request(stored: Any, source: str | Path) -> ExportOnlyRequest | None:
         raise ConfigError(f"{source}: field {EXPORT_ONLY!r} must hold 'model' and 'data' strings, got "
                           f"{str(stored)[:120]!r}")
     return ExportOnlyRequest(stored["model"], Path(stored["data"]), tuple(stored.get("tags", ("serve",))),
-                             tuple(stored.get("custom_objects", ())))
+                             tuple(stored.get("custom_objects", ())),
+                             stored.get("origin") if stored.get("origin") in ORIGINS else "cli")

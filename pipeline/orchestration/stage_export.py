@@ -62,7 +62,7 @@ def _audit_and_prove(config: PipelineConfig, run: RunFolder, contract: Signature
 
 
 def export_user_stage(config: PipelineConfig, run: RunFolder, model, data_path: Path,
-                      tags: tuple[str, ...] = ("serve",)) -> tuple[ExportOutcome, EvalData]:
+                      tags: tuple[str, ...] = ("serve",), origin: str = "cli") -> tuple[ExportOutcome, EvalData]:
     """Export-only mode: export a user's Keras model (or re-export a SavedModel), audit and prove it.
 
     The contract comes from the model (`signatures.keras_export.contract_from_keras`; a SavedModel keeps
@@ -70,7 +70,8 @@ def export_user_stage(config: PipelineConfig, run: RunFolder, model, data_path: 
     variables those signatures use are re-exported); mixed-precision models are exported as a float32 copy.
     A Keras model's extra signatures come from `[export] extra_signatures`. `data_path` is read for this
     contract (`pipeline.export_only.user_model`). `export.json` records the signatures written and what the
-    export removed from the function library (`signatures.forward_only`).
+    export removed from the function library (`signatures.forward_only`). `origin` ("cli" / "python") names the
+    user's model and data in refusals as the caller gave them (`--model` or `tfship.ship(model=...)`).
 
     Raises:
         OpPolicyError: a SavedModel source holds an op the policy refuses (judged before it is loaded).
@@ -82,10 +83,10 @@ def export_user_stage(config: PipelineConfig, run: RunFolder, model, data_path: 
     from tfship.signatures.layers import keras_layers
 
     if isinstance(model, Path):
-        contract, others = _user_saved_model_contracts(model, tags)
+        contract, others = _user_saved_model_contracts(model, tags, origin)
         _refuse_before_loading(config, run, model, contract, tags)
         data = load_user_data(data_path, contract, config.convert.representative_samples, config.run.seed,
-                              config.data.classes)
+                              config.data.classes, origin)
         module = build_savedmodel_module(model, contract, tags, others)
         result = export_saved_model(module, contract, run.artifacts, others)
         run.write_json("data.json", data.summary() | {"tags": list(tags),
@@ -94,7 +95,7 @@ def export_user_stage(config: PipelineConfig, run: RunFolder, model, data_path: 
     model = float32_copy(model)
     contract = contract_from_keras(model)
     data = load_user_data(data_path, contract, config.convert.representative_samples, config.run.seed,
-                          config.data.classes)
+                          config.data.classes, origin)
     extras = dict(config.export.extra_signatures)
     result = export_saved_model(build_keras_module(model, contract, extras), contract, run.artifacts,
                                 tuple(extra_contract(contract, name, outs) for name, outs in extras.items()))
@@ -123,12 +124,15 @@ def _refuse_before_loading(config: PipelineConfig, run: RunFolder, folder: Path,
     raise_if_refused(policy, "export.allow_ops")
 
 
-def _user_saved_model_contracts(folder: Path, tags: tuple[str, ...]) -> tuple[Signature, tuple[Signature, ...]]:
+def _user_saved_model_contracts(folder: Path, tags: tuple[str, ...],
+                                origin: str = "cli") -> tuple[Signature, tuple[Signature, ...]]:
     """(`serving_default`, the MetaGraph's other signatures by name): all are re-exported and served."""
     contracts = read_signatures(folder, tags)
     if "serving_default" not in contracts:
-        raise ContractError(f"--model {folder}: the MetaGraph tagged {list(tags)} has no 'serving_default' signature; "
-                         f"it has {sorted(contracts)}")
+        from tfship.pipeline.export_only.user_model import argument
+
+        raise ContractError(f"{argument(origin, 'model', folder)}: the MetaGraph tagged {list(tags)} has no "
+                            f"'serving_default' signature; it has {sorted(contracts)}")
     return contracts["serving_default"], tuple(contracts[name] for name in sorted(contracts)
                                                if name != "serving_default")
 

@@ -3,15 +3,20 @@
 Accepted forms (anything else is a `ConfigError` naming them):
 
 * `(x, y)`: `x` one array [N, ...] (a single-input model), a list of arrays in the model's input order
-  (needs a `keras.Model` object, whose `inputs` give the names), or a dict {input name: array [N, ...]};
-  `y` labels [N] (class ids, or float targets [N, ...]) or None.
+  (needs a `keras.Model` object, whose `inputs` give the names), a dict {input name: array [N, ...]}, or a
+  data frame (pandas' `DataFrame`, or any object with `columns` and `to_numpy()`; pandas is not imported)
+  with one column per input, the column's name the input's, as Keras' `fit` takes it (a single-input model
+  whose input names no column takes the whole frame as its [N, columns] array); `y` labels [N] (class ids, or
+  float targets [N, ...], a Series too) or None.
 * a `tf.data.Dataset` of `(x, y)` batches (or of `x` batches): every batch is read and concatenated, so
   it must be finite; `x` takes the same three forms.
 * a dict {input name: array, optional "y"} (the NPZ layout), or one array `x`.
 
 Every form becomes named arrays {input name | "x": [N, ...], "y": [N]} for `data.npz`, which
-`pipeline.export_only.user_model` reads. Arrays must be numeric or string; a ragged list (numpy would make
-an object array, which NPZ refuses) is named here, not in an internal temporary file.
+`pipeline.export_only.user_model` reads. Arrays must be numeric or string; a rectangular object array whose
+values are all `str` (pandas' form for text) or all `bytes` becomes a string array, while a ragged list or an
+object array of mixed or other values (numpy would pickle it, which NPZ refuses) is named here, not in an
+internal temporary file.
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ from tfship.core.errors import ConfigError
 
 LABEL_KEYS = ("y", "label", "labels")
 FORMS = ("(x, y) with x an array, a list of arrays in the model's input order or a dict {input name: array}",
-         "a tf.data.Dataset of (x, y) batches", "a dict {input name: array, optional 'y': labels}", "an array x",
+         "a data frame with one column per input", "a tf.data.Dataset of (x, y) batches",
+         "a dict {input name: array, optional 'y': labels}", "an array x",
          "a path (NPZ, CSV, image folder)")
 
 
@@ -51,9 +57,10 @@ def named_arrays(data: Any, input_names: Sequence[str] | None = None) -> dict[st
 
     Raises:
         ConfigError: an unaccepted form (the accepted ones named), a list `x` whose length differs from the
-            model's inputs or whose names are unknown, an input named like a label key, an array numpy cannot
-            hold without pickling (ragged or object values: the input is named), or a Dataset whose
-            elements are no batches.
+            model's inputs or whose names are unknown, an input named like a label key, a data frame whose
+            columns are not the model's inputs, an array numpy cannot hold without pickling (ragged rows, or
+            object values not all `str` or all `bytes`: the input is named), or a Dataset whose elements are
+            no batches.
     """
     if _is_dataset(data):
         return _from_dataset(data, input_names)
@@ -63,10 +70,14 @@ def named_arrays(data: Any, input_names: Sequence[str] | None = None) -> dict[st
         return {str(name): _array(value, str(name)) for name, value in data.items()}
     if isinstance(data, np.ndarray) or _is_tensor(data):
         return {"x": _array(data, "x")}
+    if _is_frame(data):
+        return _named_x(data, input_names, "x")
     raise ConfigError(f"ship: data is a {type(data).__name__}; {expected_forms()}")
 
 
 def _named_x(x: Any, input_names: Sequence[str] | None, where: str) -> dict[str, np.ndarray]:
+    if _is_frame(x):
+        return _from_frame(x, input_names, where)
     if isinstance(x, Mapping):
         clash = sorted(set(map(str, x)) & set(LABEL_KEYS))
         if clash:
@@ -87,6 +98,22 @@ def _named_x(x: Any, input_names: Sequence[str] | None, where: str) -> dict[str,
     raise ConfigError(f"ship: {where} is a {type(x).__name__}; {expected_forms()}")
 
 
+def _is_frame(value: Any) -> bool:
+    return hasattr(value, "columns") and hasattr(value, "to_numpy") and not isinstance(value, np.ndarray)
+
+
+def _from_frame(frame: Any, input_names: Sequence[str] | None, where: str) -> dict[str, np.ndarray]:
+    """A data frame's columns by name (one per input), or the whole frame for a single input no column names."""
+    columns = [str(column) for column in frame.columns]
+    if input_names is not None and len(input_names) == 1 and input_names[0] not in columns:
+        return {"x": _array(frame.to_numpy(), where)}
+    if input_names is not None and set(columns) != set(input_names):
+        raise ConfigError(f"ship: {where} is a data frame with columns {columns}; the model's inputs are "
+                          f"{list(input_names)}: give one column per input, named as the input")
+    return _named_x({column: np.asarray(frame[original].to_numpy())
+                     for column, original in zip(columns, frame.columns, strict=True)}, None, where)
+
+
 def _with_labels(arrays: dict[str, np.ndarray], y: Any) -> dict[str, np.ndarray]:
     if y is None:
         return arrays
@@ -99,11 +126,18 @@ def _with_labels(arrays: dict[str, np.ndarray], y: Any) -> dict[str, np.ndarray]
 def _array(value: Any, where: str) -> np.ndarray:
     if _is_ragged(value):
         raise ConfigError(f"ship: {where} is a tf.RaggedTensor; pad it to a dense array (to_tensor()) first")
+    if hasattr(value, "to_numpy") and not isinstance(value, np.ndarray):  # a pandas Series or DataFrame
+        value = value.to_numpy()
     try:
         array = np.asarray(value)
     except ValueError as err:  # numpy >= 1.24: a ragged nested list raises here
         raise ConfigError(f"ship: {where} is ragged or mixed ({err}); give a rectangular numeric or string "
                           "array") from None
+    if array.dtype == object and array.size and array.ndim:
+        values = array.ravel()
+        for kind in (str, bytes):  # pandas' text column: rectangular, every value a str (or bytes)
+            if all(isinstance(value, kind) for value in values):
+                return array.astype(kind)
     if array.dtype == object:
         raise ConfigError(f"ship: {where} holds Python objects (dtype object: ragged rows or mixed values); give "
                           "a rectangular numeric or string array")

@@ -197,6 +197,8 @@ def _coerce(name: str, array: np.ndarray, dtype: str, shape: tuple | None, where
         array = _as_text(name, np.asarray(array), where)
     else:
         array = np.asarray(array).astype(dtype)
+    if shape is not None and array.ndim == len(shape) - 1 and shape[-1] == 1:  # a column [N] for [N, 1]
+        array = array[..., None]
     if shape is not None and (array.ndim != len(shape)
                               or any(w is not None and w != g for w, g in zip(shape[1:], array.shape[1:]))):
         raise DatasetError(f"{where}: array for input '{name}' has shape {list(array.shape)}; the model expects "

@@ -25,13 +25,22 @@ from pathlib import Path
 
 
 def recurrent_layers(model) -> dict[str, int | None]:
-    """{layer name: time steps (None when dynamic)} for every `keras.layers.RNN` in `model` (LSTM, GRU, ...)."""
+    """{layer name: time steps (None when dynamic)} for every `keras.layers.RNN` in `model` (LSTM, GRU, ...).
+
+    The steps are read from the sequence the layer is called on: a masked layer (after
+    `Embedding(mask_zero=True)`) has `[sequence, mask]` as its `input`, and the sequence is the first.
+    """
     import keras
 
     found = {}
     for layer in model._flatten_layers(include_self=False):
         if isinstance(layer, keras.layers.RNN):
-            shape = getattr(layer, "input_shape", None) or getattr(layer.input, "shape", (None, None))
+            try:
+                given = layer.input
+            except (AttributeError, ValueError):  # never called in a functional graph
+                given = None
+            first = keras.tree.flatten(given)[0] if given is not None else None
+            shape = tuple(getattr(first, "shape", None) or getattr(layer, "input_shape", None) or (None, None))
             found[layer.name] = shape[1] if len(shape) > 1 else None
     return found
 

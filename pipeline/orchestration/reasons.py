@@ -28,6 +28,8 @@ _TRACEBACK = re.compile(r"^\s*(Traceback \(most recent call last\)|File \".*\", 
 _CONVERTER_ERROR = re.compile(r"error:\s*(.+?)(?=\s*(?:<unknown>|loc\(|\S+:\d+:\d+:\s*(?:error|note)|$))")
 _NOT_SUPPORTED = re.compile(r"'(tf\.\w+)' op is neither a custom op nor a flex op")
 _RECURRENT = re.compile(r"recurrent layer\(s\) (\[[^\]]*\]) have a dynamic time dimension")
+_UNROLLED_TRIED = "recipe 'unrolled' (recurrent layers with unroll=True): "  # tflite.formats' recipe record
+_FUSED_NOTE = "; TFLite's fused"  # the fused-LSTM note after the recipes (tflite.formats.FUSED_LSTM_NOTE)
 _NODE = re.compile(r'"([\w.-]+(?:/[\w.-]+)+)(?:@[^"]*)?"')  # a graph node path inside a converter's loc(...)
 _NOISE_START = re.compile(r"\s*(?:<unknown>|loc\(|error:|File \"|Traceback \(|\.\.\.|\n|;\s*output tail:)")
 # A child's output tail is one whitespace-collapsed line (core.processes): its exceptions are found inline.
@@ -55,17 +57,30 @@ def _exception_line(lines: list[str]) -> str | None:
 
 
 def _converter_cause(text: str) -> str | None:
-    """The TFLite/MLIR converter's own cause: ops it cannot express, the node, its first `error:`."""
+    """The blocker the conversion itself reports, then tfship's diagnosis only where it holds: ops the converter
+    cannot express (from any recipe tried: an unrolled copy's string ops are the blocker, not its loop), the
+    unrolled copy's own error, and only then the TensorList loop, whose "fix that axis's length" is said only
+    when the export found a recurrent layer with a dynamic time dimension.
+    """
+    unsupported = [m for m in _NOT_SUPPORTED.finditer(text) if "TensorList" not in m.group(1)]
+    if unsupported:
+        nodes = list(_NODE.finditer(text, 0, unsupported[0].start()))
+        where = f" at node '{nodes[-1].group(1)}'" if nodes else ""
+        ops = ", ".join(dict.fromkeys(m.group(1) for m in unsupported))
+        return f"ops {ops} are neither TFLite builtins nor Flex ops{where}"
     if "Lowering tensor list ops is failed" in text:
+        if _UNROLLED_TRIED in text:
+            later = _converter_cause(text.split(_UNROLLED_TRIED, 1)[1].split(_FUSED_NOTE, 1)[0])
+            if later:
+                return f"with the recurrent layers unrolled, the converter still fails: {later}"
         layers = _RECURRENT.search(text)
-        who = f"recurrent layer(s) {layers.group(1)}" if layers else "a loop (recurrent layer or tf.while_loop)"
-        return (f"{who} over a variable-length axis: its TensorList ops are no TFLite builtin and the bundled "
-                "LiteRT runs no Flex ops; fix that axis's length to unroll it")
-    unsupported = list(dict.fromkeys(_NOT_SUPPORTED.findall(text)))
+        if layers:
+            return (f"recurrent layer(s) {layers.group(1)} over a variable-length axis: its TensorList ops are no "
+                    "TFLite builtin and the bundled LiteRT runs no Flex ops; fix that axis's length to unroll it")
+        return ("a loop (recurrent layer or tf.while_loop): its TensorList ops are no TFLite builtin and the "
+                "bundled LiteRT runs no Flex ops")
     node = _NODE.search(text)
     where = f" at node '{node.group(1)}'" if node else ""
-    if unsupported:
-        return f"ops {', '.join(unsupported)} are neither TFLite builtins nor Flex ops{where}"
     error = _CONVERTER_ERROR.search(text)
     return f"{error.group(1).strip().rstrip(':')}{where}" if error else None
 

@@ -246,7 +246,7 @@ def run_query(args: argparse.Namespace) -> int:
     if args.samples is not None:
         inputs, labels = samples_from_file(args.samples, args.count)
     elif getattr(args, "held_out", None) is not None:
-        inputs, labels = args.held_out(args.count, args.config, getattr(args, "run", None))
+        inputs, labels = args.held_out(args.count, args.config, getattr(args, "run", None), args.model_name)
     else:
         raise ConfigError("query: give --samples FILE.npz (inputs and labels); `tfship query` sends the run's or "
                           "the config's held-out rows instead")
@@ -260,8 +260,9 @@ def register(subparsers, held_out=None) -> None:
 
     Args:
         subparsers: from `ArgumentParser.add_subparsers`.
-        held_out: `(count, config_path, run) -> (named inputs, labels)`, the rows `query` sends without `--samples`
-            (the pipeline CLI passes its held-out digits; serving itself knows no data set).
+        held_out: `(count, config_path, run, model_name) -> (named inputs, labels)`, the rows `query` sends
+            without `--samples`, the served model's own (`model_name` is `--model-name`; the pipeline CLI passes
+            `pipeline.orchestration.held_out.held_out_rows`; serving itself knows no data set).
     """
     serve = subparsers.add_parser("serve", help="serve models over TF Serving's gRPC and REST APIs")
     add_serve_arguments(serve)

@@ -27,9 +27,11 @@ from tfship.serving import shadow_cli
 from tfship.serving.shadow_cli import DEFAULT_SERVER
 
 
-def _held_out_rows(count: int, config: Path | None, run: Path | None = None):
-    """`tfship query`'s rows (data read only when the command runs): {input name: [count, ...]} and labels."""
-    return held_out_rows(count, config, run)
+def _held_out_rows(count: int, config: Path | None, run: Path | None = None, model_name: str | None = None):
+    """`tfship query`'s rows (data read only when the command runs): {input name: [count, ...]} and labels, the
+    served model's own (`pipeline.orchestration.held_out`).
+    """
+    return held_out_rows(count, config, run, model_name)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -5,6 +5,8 @@ TextVectorization's string ops, not its loop; a string-op model with no recurren
 
 from __future__ import annotations
 
+import pytest
+
 from tfship.pipeline.orchestration.reasons import FIRST_LINE_LIMIT, first_line
 from tfship.signatures.recurrent import recurrent_layers, unrolled_copy
 
@@ -63,3 +65,39 @@ def test_dynamic_time_axis_keeps_the_unroll_advice():
               f"fixed steps; {FUSED}")
     assert "recurrent layer(s) ['gru'] over a variable-length axis" in first_line(reason)
     assert "fix that axis's length to unroll it" in first_line(reason)
+
+
+@pytest.mark.slow
+def test_masked_gru_behind_text_vectorization_is_told_its_string_ops(tmp_path):
+    """The real conversion: the masked GRU unrolls (time axis 16), and the headline names the string ops."""
+    import keras
+    import numpy as np
+
+    from tfship.core.errors import TfshipError
+    from tfship.pipeline.config import load_config
+    from tfship.pipeline.export_only.user_model import load_user_data
+    from tfship.pipeline.orchestration import steps
+    from tfship.pipeline.orchestration.stages import RunFolder
+
+    keras.utils.set_random_seed(0)
+    texts = np.array([["good film"], ["bad film"], ["fine story"], ["dull plot"]] * 4)
+    vectorize = keras.layers.TextVectorization(50, output_sequence_length=16, name="vectorize")
+    vectorize.adapt(texts[:, 0])
+    text = keras.Input((1,), dtype="string", name="text")
+    tokens = vectorize(text)
+    embedded = keras.layers.Embedding(50, 4, mask_zero=True, name="embedding")(tokens)
+    model = keras.Model(text, keras.layers.Dense(2, name="scores")(keras.layers.GRU(3, name="gru")(embedded)))
+    assert recurrent_layers(model) == {"gru": 16}
+    config = load_config(None, {"convert.tflite_modes": ["float32"], "export.behaviour_checks": False,
+                                "convert.onnx": False})
+    run = RunFolder.create(tmp_path / "runs", "masked")
+    np.savez(tmp_path / "data.npz", text=texts, y=np.array([1, 0, 1, 0] * 4))
+    steps.export_user_stage(config, run, model, tmp_path / "data.npz")
+    data = load_user_data(tmp_path / "data.npz", steps.read_contract(run), 8, 0)
+    try:
+        reason = {o.name: o.reason for o in steps.convert_stage(config, run, data).outcomes}["tflite_float32"]
+    except TfshipError as err:
+        reason = str(err)
+    line = first_line(reason)
+    assert "fix that axis" not in line and "variable-length" not in line, (line, reason)
+    assert "tf.String" in line or "neither TFLite builtins" in line, (line, reason)

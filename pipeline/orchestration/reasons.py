@@ -70,7 +70,8 @@ def _converter_cause(text: str) -> str | None:
         return f"ops {ops} are neither TFLite builtins nor Flex ops{where}"
     if "Lowering tensor list ops is failed" in text:
         if _UNROLLED_TRIED in text:
-            later = _converter_cause(text.split(_UNROLLED_TRIED, 1)[1].split(_FUSED_NOTE, 1)[0])
+            tried = text.split(_UNROLLED_TRIED, 1)[1].split(_FUSED_NOTE, 1)[0]
+            later = _converter_cause(tried) or re.split(r"\.\s", tried, maxsplit=1)[0].strip()  # its first sentence
             if later:
                 return f"with the recurrent layers unrolled, the converter still fails: {later}"
         layers = _RECURRENT.search(text)

@@ -59,6 +59,17 @@ def test_unrolled_copy_s_own_error_is_the_headline():
     assert "fix that axis" not in line
 
 
+def test_unrolled_copy_needing_flex_ops_is_the_headline():
+    reason = (f"refused: recipe 'default' (dynamic batch): {TENSOR_LIST}; recipe 'unrolled' (recurrent layers with "
+              "unroll=True): needs Flex (select TF) ops ['StringLower', 'StringSplitV2'], which the bundled LiteRT "
+              "(ai_edge_litert) cannot run: it has no Flex delegate. Express the layer with TFLite builtin ops; "
+              f"{FUSED}")
+    line = first_line(reason)
+    assert ("with the recurrent layers unrolled, the converter still fails: needs Flex (select TF) ops "
+            "['StringLower', 'StringSplitV2']") in line, line
+    assert "fix that axis" not in line and "TensorList" not in line
+
+
 def test_dynamic_time_axis_keeps_the_unroll_advice():
     reason = (f"refused: recipe 'default' (dynamic batch): {TENSOR_LIST}; recipe 'unrolled' not available: no "
               "unrolled copy: ValueError: recurrent layer(s) ['gru'] have a dynamic time dimension; unrolling needs "
@@ -67,10 +78,8 @@ def test_dynamic_time_axis_keeps_the_unroll_advice():
     assert "fix that axis's length to unroll it" in first_line(reason)
 
 
-@pytest.mark.slow
-def test_masked_gru_behind_text_vectorization_is_told_its_string_ops(tmp_path):
-    """The real conversion: the masked GRU unrolls (time axis 16), and the headline names the string ops."""
-    import keras
+def _tflite_reason(tmp_path, model, texts):
+    """The tflite_float32 reason of a real export + conversion of `model` on `texts`."""
     import numpy as np
 
     from tfship.core.errors import TfshipError
@@ -79,25 +88,47 @@ def test_masked_gru_behind_text_vectorization_is_told_its_string_ops(tmp_path):
     from tfship.pipeline.orchestration import steps
     from tfship.pipeline.orchestration.stages import RunFolder
 
+    config = load_config(None, {"convert.tflite_modes": ["float32"], "export.behaviour_checks": False,
+                                "convert.onnx": False})
+    run = RunFolder.create(tmp_path / "runs", "blocker")
+    np.savez(tmp_path / "data.npz", text=texts, y=np.array([1, 0, 1, 0] * 4))
+    steps.export_user_stage(config, run, model, tmp_path / "data.npz")
+    data = load_user_data(tmp_path / "data.npz", steps.read_contract(run), 8, 0)
+    try:
+        return {o.name: o.reason for o in steps.convert_stage(config, run, data).outcomes}["tflite_float32"]
+    except TfshipError as err:
+        return str(err)
+
+
+def _text_model(recurrent: bool):
+    import keras
+    import numpy as np
+
     keras.utils.set_random_seed(0)
     texts = np.array([["good film"], ["bad film"], ["fine story"], ["dull plot"]] * 4)
     vectorize = keras.layers.TextVectorization(50, output_sequence_length=16, name="vectorize")
     vectorize.adapt(texts[:, 0])
     text = keras.Input((1,), dtype="string", name="text")
-    tokens = vectorize(text)
-    embedded = keras.layers.Embedding(50, 4, mask_zero=True, name="embedding")(tokens)
-    model = keras.Model(text, keras.layers.Dense(2, name="scores")(keras.layers.GRU(3, name="gru")(embedded)))
+    embedded = keras.layers.Embedding(50, 4, mask_zero=recurrent, name="embedding")(vectorize(text))
+    pooled = keras.layers.GRU(3, name="gru")(embedded) if recurrent else \
+        keras.layers.GlobalAveragePooling1D(name="pool")(embedded)
+    return keras.Model(text, keras.layers.Dense(2, name="scores")(pooled)), texts
+
+
+@pytest.mark.slow
+def test_masked_gru_behind_text_vectorization_is_told_its_string_ops(tmp_path):
+    """The real conversion: the masked GRU unrolls (time axis 16), and the headline names the string ops."""
+    model, texts = _text_model(recurrent=True)
     assert recurrent_layers(model) == {"gru": 16}
-    config = load_config(None, {"convert.tflite_modes": ["float32"], "export.behaviour_checks": False,
-                                "convert.onnx": False})
-    run = RunFolder.create(tmp_path / "runs", "masked")
-    np.savez(tmp_path / "data.npz", text=texts, y=np.array([1, 0, 1, 0] * 4))
-    steps.export_user_stage(config, run, model, tmp_path / "data.npz")
-    data = load_user_data(tmp_path / "data.npz", steps.read_contract(run), 8, 0)
-    try:
-        reason = {o.name: o.reason for o in steps.convert_stage(config, run, data).outcomes}["tflite_float32"]
-    except TfshipError as err:
-        reason = str(err)
+    reason = _tflite_reason(tmp_path, model, texts)
     line = first_line(reason)
     assert "fix that axis" not in line and "variable-length" not in line, (line, reason)
-    assert "tf.String" in line or "neither TFLite builtins" in line, (line, reason)
+    assert "with the recurrent layers unrolled" in line and "StringLower" in line, (line, reason)
+
+
+@pytest.mark.slow
+def test_text_model_without_recurrence_is_told_its_string_ops(tmp_path):
+    model, texts = _text_model(recurrent=False)
+    reason = _tflite_reason(tmp_path, model, texts)
+    line = first_line(reason)
+    assert "StringLower" in line and "Flex" in line and "TensorList" not in line, (line, reason)

@@ -54,3 +54,30 @@ def test_cli_refuses_before_sending(tmp_path):
     assert done.returncode != 0
     lines = [line for line in done.stderr.splitlines() if "no run under" in line]
     assert lines and "pass --run RUN" in lines[0] and "INVALID_ARGUMENT" not in done.stderr, done.stderr
+
+
+@pytest.mark.slow
+def test_query_without_run_sends_the_served_model_s_own_rows(tmp_path):
+    """A real served model (not digits): `tfship query --model-name NAME` finds the run that published NAME and
+    sends its rows, reporting its accuracy on all of them."""
+    import re
+
+    import keras
+    import numpy as np
+
+    import tfship
+
+    keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((40, 4)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64)
+    features = keras.Input((4,), name="features")
+    model = keras.Model(features, keras.layers.Dense(2, name="logits")(features), name="tumours")
+    result = tfship.ship(model, (x, y), runs_dir=tmp_path / "runs", repository=tmp_path / "models",
+                         convert={"tflite_modes": ["float32"], "onnx": False})
+    assert result.ok, result.errors
+    with tfship.serve(tmp_path / "models") as served:
+        done = run_tfship("query", "--target", served.grpc, "--model-name", "tumours", "--config",
+                          str(_config(tmp_path)), "--count", "40", timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert re.search(r"accuracy: \d\.\d{4} on 40 rows", done.stdout), done.stdout[-2000:]

@@ -101,15 +101,16 @@ def unquantised_lines(parity: dict[str, Any]) -> list[str]:
     """One line per dynamic-range file that quantised nothing: the size of its format's float32 file (within 5 %)
     and the same error on every output, so it is that float32 file in effect.
     """
+    from tfship.core.formats import ToleranceFamily
     from tfship.pipeline.conversion.registry import format_of
 
     rows, lines = parity.get("artifacts", []), []
     for row in rows:
         spec = format_of(row["artifact"])
-        if spec is None or row["mode"] != "dynamic_range" or not row["size_bytes"]:
+        if spec is None or row["mode"] != ToleranceFamily.DYNAMIC_RANGE or not row["size_bytes"]:
             continue
-        base = next((r for r in rows if r["mode"] == "float32" and (o := format_of(r["artifact"])) is not None
-                     and o.package == spec.package), None)
+        base = next((r for r in rows if r["mode"] == ToleranceFamily.FLOAT32
+                     and (o := format_of(r["artifact"])) is not None and o.package == spec.package), None)
         if base and base["size_bytes"] and row["size_bytes"] >= 0.95 * base["size_bytes"] and _same_outputs(row, base):
             lines.append(f"{row['artifact']} is identical to {base['artifact']} in effect ({row['size_bytes']} bytes "
                          f"against {base['size_bytes']}, the same error on every output): dynamic-range quantisation "

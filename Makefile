@@ -58,8 +58,7 @@ test-fast: setup
 	$(PY) -m pytest -q -m "not slow and not docker" $(PYTEST_ARGS)
 
 serve: setup
-	$(TFSHIP) serve --repository $(REPOSITORY) --model-name $(MODEL_NAME) --port $(GRPC_PORT) --rest-port $(REST_PORT) \
-		$(if $(VERIFY_KEY),--verify-key $(VERIFY_KEY))
+	$(TFSHIP) serve --repository $(REPOSITORY) --model-name $(MODEL_NAME) --port $(GRPC_PORT) --rest-port $(REST_PORT) $(if $(VERIFY_KEY),--verify-key $(VERIFY_KEY))
 
 query: setup
 	$(TFSHIP) query --target 127.0.0.1:$(GRPC_PORT) --model-name $(MODEL_NAME) --config $(CONFIG) $(if $(RUN),--run $(RUN))

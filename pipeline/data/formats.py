@@ -228,8 +228,8 @@ def lookup_ids(texts, values: Sequence[str]):
     return tf.where(found, index, tf.constant(-1, tf.int64))
 
 
-def csv_format(config, first_file: str, vocabularies: Mapping[str, Sequence[str]] | None = None) -> CsvFormat:
-    """The `CsvFormat` of a `DataSection`, its header read from the first line of `first_file`.
+def csv_columns(config, first_file: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the header of `first_file`, the feature columns: `data.features`, else every column but the label).
 
     Raises:
         DatasetError: an unreadable header, or a feature, categorical or label column the header lacks.
@@ -245,6 +245,16 @@ def csv_format(config, first_file: str, vocabularies: Mapping[str, Sequence[str]
     for column in [*columns, config.label, *config.categorical]:
         if column not in header:
             raise DatasetError(f"{first_file}: missing column {column!r}; the header has {list(header)}")
+    return header, columns
+
+
+def csv_format(config, first_file: str, vocabularies: Mapping[str, Sequence[str]] | None = None) -> CsvFormat:
+    """The `CsvFormat` of a `DataSection`, its header read from the first line of `first_file`.
+
+    Raises:
+        DatasetError: an unreadable header, or a feature, categorical or label column the header lacks.
+    """
+    header, columns = csv_columns(config, first_file)
     vocab = {c: tuple(v) for c, v in config.categorical.items()}
     for column, values in (vocabularies or {}).items():
         if not vocab.get(column):

@@ -177,16 +177,8 @@ def named_csv_format(config, first_file: str) -> NamedFormat:
         DatasetError: an unreadable header, or a feature, categorical or label column the header lacks.
         ConfigError: two columns whose input names collide.
     """
-    import csv
+    from tfship.pipeline.data.formats import csv_columns
 
-    try:
-        with open(first_file, newline="", encoding="utf-8") as handle:
-            header = tuple(next(csv.reader(handle), []))
-    except (OSError, UnicodeDecodeError, csv.Error) as err:
-        raise DatasetError(f"{first_file}: cannot read CSV header: {err}") from err
-    columns = tuple(config.features) or tuple(c for c in header if c != config.label)
-    for column in [*columns, config.label, *config.categorical]:
-        if column not in header:
-            raise DatasetError(f"{first_file}: missing column {column!r}; the header has {list(header)}")
+    header, columns = csv_columns(config, first_file)
     return NamedFormat("csv", csv_specs(columns, dict(config.categorical)), config.label, "string",
                        header=header)

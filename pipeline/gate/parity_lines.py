@@ -86,12 +86,17 @@ def _regression_lines(parity: dict[str, Any]) -> list[str]:
     first = rows[0]["regression_decision"]
     lines = ["", f"Regression decisions from {first['rows']} rows at {100 * first['confidence']:g} % confidence "
              "(paired over the same rows, Student's t; label units): the MAE and RMSE change against the allowance, "
-             f"and the {100 * first['quantile']:g}th percentile of |artifact - SavedModel| against its bound.", "",
+             f"and the share of rows whose |artifact - SavedModel| exceeds its bound against "
+             f"{100 * (1 - first['quantile']):.3g} % (exact binomial test: the {100 * first['quantile']:g}th "
+             "percentile within the bound).", "",
              "| artifact | MAE change | RMSE change | per-row error (bound) |", "|---|---|---|---|"]
     for row in rows:
         decision = row["regression_decision"]
-        rows_cell = (f"{'FAIL' if decision['row_error'] > decision['row_bound'] else 'pass'}: "
-                     f"{decision['row_error']:.3g} ({decision['row_bound']:.3g}, {decision['row_bound_basis']})")
+        row_verdict = decision.get("row_verdict") or ("refused" if decision["row_error"] > decision["row_bound"]
+                                                       else "passed")
+        rows_cell = (f"{row_verdict}: {decision['row_error']:.3g} ({decision['row_bound']:.3g}, "
+                     f"{decision['row_bound_basis']}); {decision.get('rows_over_bound', '?')} of {decision['rows']} "
+                     "rows over it")
         lines.append(f"| {_cell(row['artifact'])} | {_cell(_change_cell(decision['mae']))} | "
                      f"{_cell(_change_cell(decision['rmse']))} | {_cell(rows_cell)} |")
     return lines

@@ -14,11 +14,16 @@ the SavedModel's own predictions):
 * each change is **refused** when its lower bound exceeds the allowance, **passed** when its upper bound is within
   it, **undecided** otherwise (`validate.undecided` decides, as for classification). The allowance is in label
   units: `validate.regression_max_error_increase` times the labels' standard deviation;
-* **per-row error**: the `validate.regression_row_quantile` quantile (default the 99th percentile) over rows of the
-  largest |candidate - SavedModel| in the row must be at most `validate.regression_row_error_share` (default 0.1)
-  times the SavedModel's own MAE (without labels, or a perfect fit: times the labels' standard deviation). In
-  words: on 99 rows of 100 the file moves a prediction by at most a tenth of the model's own typical error. An
-  averaged metric can improve while single rows go far off (errors that cancel); this rule refuses that.
+* **per-row error**: the share of rows whose largest |candidate - SavedModel| exceeds a bound,
+  `validate.regression_row_error_share` (default 0.1) times the SavedModel's own MAE (without labels, or a perfect
+  fit: times the labels' standard deviation), judged against 1 - `validate.regression_row_quantile` (default 0.01:
+  the 99th percentile) with an exact binomial test at the same one-sided level: **passed** when so few rows exceed
+  it that, at `validate.confidence`, fewer than 1 row in 100 would (the 99th percentile is within the bound);
+  **refused** when so many do that more than 1 in 100 would; **undecided** otherwise (a distribution-free
+  statement: zero rows over the bound needs ln(0.025) / ln(0.99) = 368 rows to pass at 95 %). A quantile of 1
+  means every row: passed when none exceeds. In words: on 99 rows of 100 the file moves a prediction by at most a
+  tenth of the model's own typical error. An averaged metric can improve while single rows go far off (errors
+  that cancel); this rule refuses that.
 
 Nothing here imports TensorFlow.
 """
@@ -32,7 +37,7 @@ import numpy as np
 
 from tfship.pipeline.gate.confidence import PASSED, REFUSED, UNDECIDED, verdict_of
 
-__all__ = ["PairedChange", "RegressionDecision", "decide_regression", "paired_change"]
+__all__ = ["PairedChange", "RegressionDecision", "decide_regression", "paired_change", "row_share_verdict"]
 
 _SEVERITY = {PASSED: 0, UNDECIDED: 1, REFUSED: 2}
 PAIRED_T = "paired Student's t"
@@ -144,10 +149,9 @@ class RegressionDecision:
     label_std: float
     confidence: float
     rows: int
-
-    @property
-    def row_verdict(self) -> str:
-        return REFUSED if not self.row_error <= self.row_bound else PASSED
+    rows_over_bound: int = 0
+    row_verdict: str = PASSED
+    row_rows_to_decide: int | None = None
 
     @property
     def verdict(self) -> str:
@@ -158,18 +162,28 @@ class RegressionDecision:
         return _SEVERITY[self.verdict], self.row_error / max(self.row_bound, 1e-300)
 
     def describe_rows(self, output: str) -> str:
-        """The per-row rule in plain words, with its figures."""
-        percent = f"{100 * self.quantile:g}"
-        return (f"per-row error on output '{output}': {percent}th percentile of |artifact - SavedModel| "
-                f"{self.row_error:.3g} {'over' if self.row_verdict == REFUSED else 'within'} the bound "
-                f"{self.row_bound:.3g} ({self.row_bound_basis}; validate.regression_row_error_share): on "
-                f"{percent} rows of 100 the artifact may move a prediction by at most that much")
+        """The per-row rule in plain words, with its figures and its verdict."""
+        percent, share = f"{100 * self.quantile:g}", f"{100 * (1 - self.quantile):.3g}"
+        figures = (f"per-row error on output '{output}': {percent}th percentile of |artifact - SavedModel| "
+                   f"{self.row_error:.3g} {'over' if self.row_error > self.row_bound else 'within'} the bound "
+                   f"{self.row_bound:.3g} ({self.row_bound_basis}; validate.regression_row_error_share); "
+                   f"{self.rows_over_bound} of {self.rows} rows over it")
+        level = f"{100 * self.confidence:g} %"
+        if self.row_verdict == REFUSED:
+            return (f"{figures}: refused, at {level} confidence more than {share} % of rows would be (the "
+                    f"artifact may move a prediction by at most that much on {percent} rows of 100)")
+        if self.row_verdict == UNDECIDED:
+            more = (f"about {self.row_rows_to_decide} rows would decide" if self.row_rows_to_decide
+                    else "no number of rows decides at this share")
+            return (f"{figures}: undecided, {self.rows} rows cannot show at {level} confidence whether more or "
+                    f"fewer than {share} % of rows are; {more}")
+        return f"{figures}: passed at {level} confidence (at most {share} % of rows over it)"
 
     def describe(self, output: str) -> list[str]:
         """Each rule that did not pass, described (`verdict` says whether it refuses)."""
         out = [change.describe(output, self.confidence, self.rows) for change in (self.mae, self.rmse)
                if change.verdict != PASSED]
-        return out + ([self.describe_rows(output)] if self.row_verdict == REFUSED else [])
+        return out + ([self.describe_rows(output)] if self.row_verdict != PASSED else [])
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -207,4 +221,39 @@ def decide_regression(reference: np.ndarray, candidate: np.ndarray, labels: np.n
         bound, basis = row_share * own, f"{row_share:g} x the SavedModel's own MAE {own:.4g}"
     else:
         bound, basis = row_share * label_std, f"{row_share:g} x the labels' standard deviation {label_std:.4g}"
-    return RegressionDecision(mae, rmse, quantile, row_error, bound, basis, label_std, confidence, rows)
+    over = int(np.sum(~(per_row <= bound))) if rows else 0  # NaN counts as over
+    verdict, needed = row_share_verdict(over, rows, 1.0 - quantile, 1.0 - (1.0 - confidence) / 2.0)
+    return RegressionDecision(mae, rmse, quantile, row_error, bound, basis, label_std, confidence, rows, over,
+                              verdict, needed)
+
+
+def row_share_verdict(over: int, rows: int, share: float, one_sided: float) -> tuple[str, int | None]:
+    """(verdict, rows that would decide) of "at most `share` of rows exceed the bound", `over` of `rows` seen.
+
+    Exact binomial tails at the true share `share`: passed when P(X <= over) <= 1 - one_sided, refused when
+    P(X >= over) <= 1 - one_sided, else undecided (then the smallest row count, at the observed share of rows
+    over, that would decide: None if the observed share is `share` itself). `share` 0 (quantile 1, every row):
+    passed when none exceeds, refused otherwise.
+    """
+    from scipy.stats import binom
+
+    if share <= 0.0 or rows == 0:
+        return (PASSED if over == 0 else REFUSED), None
+    alpha = 1.0 - one_sided
+    if binom.cdf(over, rows, share) <= alpha:
+        return PASSED, None
+    if binom.sf(over - 1, rows, share) <= alpha:
+        return REFUSED, None
+    observed = over / rows
+    if over == 0:  # exact: (1 - share)^N <= alpha
+        return UNDECIDED, math.ceil(math.log(alpha) / math.log1p(-share))
+    if observed == share:
+        return UNDECIDED, None
+    for candidate in (int(rows * 1.1 ** k) + 1 for k in range(1, 200)):
+        seen = round(observed * candidate)
+        if (binom.cdf(seen, candidate, share) <= alpha if observed < share
+                else binom.sf(seen - 1, candidate, share) <= alpha):
+            return UNDECIDED, candidate
+        if candidate > 10_000_000:
+            break
+    return UNDECIDED, None

@@ -14,7 +14,7 @@ from scipy.stats import ttest_rel
 from tfship.core.contract import Signature, TensorSpec
 from tfship.pipeline.config import load_config
 from tfship.pipeline.conversion.artifacts import Artifact
-from tfship.pipeline.gate.regression_judgement import decide_regression, paired_change
+from tfship.pipeline.gate.regression_judgement import decide_regression, paired_change, row_share_verdict
 from tfship.pipeline.gate.validate import validate_artifacts
 from tfship.pipeline.orchestration.report import verdict_text
 
@@ -101,6 +101,27 @@ def test_a_worse_candidate_is_refused_on_its_mae_and_rmse_change(tmp_path):
 
 def test_without_labels_the_row_bound_is_a_share_of_the_labels_spread():
     """No labels: the SavedModel's predictions are the labels, its own MAE is 0, the bound is 0.1 x their std."""
-    truth = np.linspace(0.0, 10.0, 100)[:, None]
+    truth = np.linspace(0.0, 10.0, 400)[:, None]
     decision = decide_regression(truth, truth + 0.01, truth, float(np.std(truth)), 0.02, 0.99, 0.1, 0.95)
     assert decision.row_bound == pytest.approx(0.1 * np.std(truth)) and decision.verdict == "passed"
+
+
+def test_the_per_row_rule_is_a_binomial_statement_that_few_rows_cannot_make():
+    """The 99th percentile within the bound is proved only by enough rows: none of 106 rows over it is undecided
+    (368 rows would decide: 0.99^368 < 0.025), none of 400 passes; 3 of 200 over is undecided, 10 of 200
+    refuses (more than 1 in 100 at 95 %), whatever the point estimate of the percentile says."""
+    truth = np.linspace(0.0, 10.0, 106)[:, None]
+    few = decide_regression(truth, truth + 0.01, truth, float(np.std(truth)), 0.02, 0.99, 0.1, 0.95)
+    assert (few.row_verdict, few.rows_over_bound, few.row_rows_to_decide) == ("undecided", 0, 368)
+    assert few.verdict == "undecided" and "106 rows cannot show at 95 % confidence" in few.describe("y")[0]
+    assert row_share_verdict(0, 400, 0.01, 0.975) == ("passed", None)
+    verdict, needed = row_share_verdict(3, 200, 0.01, 0.975)
+    assert verdict == "undecided" and needed is not None and needed > 200
+    assert row_share_verdict(10, 200, 0.01, 0.975) == ("refused", None)
+    truth = np.linspace(0.0, 10.0, 200)[:, None]
+    moved = truth + 0.01
+    moved[::20] += 5.0  # 10 of 200 rows moved by half the labels' range
+    refused = decide_regression(truth, moved, truth, float(np.std(truth)), 0.02, 0.99, 0.1, 0.95)
+    assert refused.row_verdict == "refused" and refused.rows_over_bound == 10
+    assert "10 of 200 rows over it: refused" in refused.describe_rows("y")
+    assert row_share_verdict(1, 50, 0.0, 0.975) == ("refused", None)  # quantile 1: every row within

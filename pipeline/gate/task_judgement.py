@@ -186,8 +186,11 @@ class TaskJudgement:
     def undecided_notes(self, task: TaskMetric) -> str:
         """The undecided decisions, described (empty when every decision was taken)."""
         if self.regression is not None:
-            changes = (self.regression.mae, self.regression.rmse)
-            return "; ".join(c.describe(task.prediction, self.regression.confidence, self.regression.rows)
-                             for c in changes if c.verdict == UNDECIDED)
+            decision = self.regression
+            notes = [c.describe(task.prediction, decision.confidence, decision.rows)
+                     for c in (decision.mae, decision.rmse) if c.verdict == UNDECIDED]
+            if decision.row_verdict == UNDECIDED:
+                notes.append(decision.describe_rows(task.prediction))
+            return "; ".join(notes)
         return "; ".join(d.describe(what, unit) for d, what, unit in self._decisions(task)
                          if d is not None and d.verdict == UNDECIDED)

@@ -22,6 +22,8 @@ def _rows_to_decide(row: dict[str, Any]) -> int | None:
     regression = row.get("regression_decision") or {}
     needs += [regression[k].get("rows_to_decide") for k in ("mae", "rmse")
               if regression.get(k, {}).get("verdict") == "undecided"]
+    if regression.get("row_verdict") == "undecided":
+        needs.append(regression.get("row_rows_to_decide"))
     return max((n for n in needs if n), default=None)
 
 

@@ -72,6 +72,23 @@ def test_mlp_trains_a_breast_cancer_csv_as_binary_with_normalisation(tmp_path):
     assert result.model.outputs[0].shape[-1] == 1 and "normalize" in [layer.name for layer in result.model.layers]
 
 
+def test_check_numerics_passes_a_clean_binary_step_and_names_a_broken_one(tmp_path):
+    """Binary cross-entropy (the hand-written, clipped one) raises no check-numerics report on clean data; a
+    feature column holding infinities does, naming the op and the step."""
+    rows = [[float(i % 7), float(i % 3), i % 2] for i in range(400)]
+    clean = _csv(tmp_path / "clean.csv", ["a", "b", "y"], rows)
+    data = {"source": "csv", "path": str(clean), "label": "y", "batch_size": 32}
+    model = {"kind": "mlp", "task": "binary", "hidden_units": [8], "dropout": 0.0}
+    result, _ = _train(_config(data, model, {"epochs": 1, "check_numerics": True}, tmp_path / "a"), tmp_path / "a")
+    assert result.summary()["debug"]["check_numerics"] and result.steps > 0
+    for row in rows[::10]:
+        row[0] = float("inf")  # every split gets some
+    broken = _csv(tmp_path / "broken.csv", ["a", "b", "y"], rows)
+    with pytest.raises(StageError, match=r"check_numerics: op '\w+' produced NaN or Inf.*at step \d+"):
+        _train(_config(data | {"path": str(broken)}, model,
+                       {"epochs": 1, "check_numerics": True}, tmp_path / "b"), tmp_path / "b")
+
+
 def test_tabular_regression_with_accumulation_and_early_stopping_on_the_validation_mae(tmp_path):
     config = _config({"source": "csv", "path": str(diabetes(tmp_path / "diabetes.csv")), "label": "progression",
                       "batch_size": 16, "test_fraction": 0.2, "validation_fraction": 0.2},

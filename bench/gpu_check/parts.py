@@ -7,6 +7,7 @@ raises is recorded as failed with the error's first line. Servers are real tfshi
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import math
 import os
@@ -74,6 +75,27 @@ def _need_gpu(ctx: Context, what: str) -> None:
         raise Skip(f"no NVIDIA GPU (nvidia-smi lists none): {what} needs one")
 
 
+def _need_tensorflow(what: str) -> None:
+    """Skip when TensorFlow is not importable (a machine image without it: the TF-free parts still run)."""
+    if importlib.util.find_spec("tensorflow") is None:
+        raise Skip(f"TensorFlow is not installed in this Python ({sys.executable}): {what} needs it")
+
+
+def _gpu_backends() -> tuple[list[str], list[str]]:
+    """(backends that can serve on this machine's GPU, why each other one cannot): `saved_model` needs
+    TensorFlow, `onnx` needs ONNX Runtime's CUDAExecutionProvider (the `onnxruntime-gpu` wheel)."""
+    usable, why_not = [], []
+    if importlib.util.find_spec("tensorflow") is None:
+        why_not.append("saved_model: TensorFlow is not installed")
+    else:
+        usable.append("saved_model")
+    if "CUDAExecutionProvider" in probe.onnx_providers():
+        usable.append("onnx")
+    else:
+        why_not.append(f"onnx: ONNX Runtime offers no CUDAExecutionProvider ({', '.join(probe.onnx_providers())})")
+    return usable, why_not
+
+
 def _python(args: list[str], env: dict | None = None, timeout_s: float = 300.0) -> str:
     done = subprocess.run([sys.executable, *args], check=False, capture_output=True, text=True, cwd=ROOT,
                           env={**child_env(), **(env or {})}, timeout=timeout_s)
@@ -87,6 +109,7 @@ def _python(args: list[str], env: dict | None = None, timeout_s: float = 300.0) 
 def training(ctx: Context) -> PartResult:
     """The digits CNN's XLA train step on GPU (float32, mixed_float16 with loss scaling, mixed_bfloat16) against
     the same step on CPU in this run (`publish` then proves each precision still publishes float32)."""
+    _need_tensorflow("the training step")
     steps = ["--warmup", "2", "--windows", "2", "--window-steps", "10"] if ctx.quick else []
     devices = (["gpu"] if ctx.gpus else []) + ["cpu"]
     cpu_precisions = ("float32",) if ctx.quick else PRECISIONS
@@ -109,6 +132,7 @@ def training(ctx: Context) -> PartResult:
 def publish(ctx: Context) -> PartResult:
     """`tfship run` on GPU per precision: each must publish a float32 SavedModel that passed the gate."""
     _need_gpu(ctx, "publishing from GPU training")
+    _need_tensorflow("publishing")
     rows = []
     for precision in PRECISIONS[:1] if ctx.quick else PRECISIONS:
         started = time.monotonic()
@@ -141,6 +165,12 @@ def _models(ctx: Context, with_resnet: bool) -> dict[str, tuple]:
     from bench.serve.models import build_mlp
 
     repo = ctx.work / "repo"
+    if importlib.util.find_spec("tensorflow") is None:  # a TF-free image: the ONNX file built elsewhere
+        onnx = repo / "mlp" / "1" / "model.onnx"
+        if with_resnet or not onnx.is_file():
+            raise Skip(f"TensorFlow is not installed and {onnx} is not there: build it on a TensorFlow machine "
+                       "with `python -m bench.gpu_check.prebuild --work DIR`, then pass --work DIR")
+        return {"mlp": ("x", (784,))}
     info = build_mlp(repo / "mlp" / "1")
     models = {"mlp": (info.input_alias, info.input_shape)}
     if with_resnet:
@@ -184,12 +214,16 @@ def serving(ctx: Context) -> PartResult:
     """SavedModel on GPU and ONNX Runtime's CUDA provider, heavy MLP and ResNet50, c=1/8/32, batching on/off;
     the GPU memory each server holds (nvidia-smi) and the providers its session used, read back."""
     _need_gpu(ctx, "GPU serving")
+    backends, why_not = _gpu_backends()
+    if not backends:
+        raise Skip("no backend can serve on this GPU: " + "; ".join(why_not))
     models = _models(ctx, with_resnet=not ctx.quick)
-    facts = {"onnx providers read back": _providers_read_back(ctx.work / "repo" / "mlp" / "1")}
+    facts = {"onnx providers read back": _providers_read_back(ctx.work / "repo" / "mlp" / "1"),
+             "backends left out": "; ".join(why_not) or "none"}
     rows = []
     for model, (alias, shape) in models.items():
         request = _request(ctx, model, alias, shape)
-        for backend in ("saved_model", "onnx"):
+        for backend in backends:
             for batched in (False, True):
                 endpoint = TfshipEndpoint(ctx.work / "repo", model, backend,
                                           _batching_file(ctx) if batched else None, cpu=None)
@@ -220,6 +254,7 @@ def multi_model(ctx: Context) -> PartResult:
     """Two models in one server under `--per_process_gpu_memory_fraction`; the memory the process holds must
     stay near the fraction, and a fraction too small for the model must fail the load with a clear error."""
     _need_gpu(ctx, "the GPU memory fraction")
+    _need_tensorflow("the GPU memory fraction (the saved_model backend)")
     models = _models(ctx, with_resnet=not ctx.quick)
     config = ctx.work / "models.config"
     config.write_text("model_config_list {\n" + "".join(
@@ -330,6 +365,7 @@ def _scaled_rate(ctx: Context, n: int, server_cores: list[int], loadgen_cores: l
 def training_loop(ctx: Context) -> PartResult:
     """`tfship train` against a hand-written Keras fit on the GPU, with nvidia-smi's utilisation
     (bench/gpu_check/train_loop.py)."""
+    _need_tensorflow("`tfship train`")
     from bench.gpu_check.train_loop import training_loop as run
 
     return run(ctx, _need_gpu, _python)

@@ -83,3 +83,36 @@ def test_provider_choice_and_read_back(tmp_path: Path) -> None:
     expected = "CUDAExecutionProvider" if "CUDAExecutionProvider" in probe.onnx_providers() else "CPUExecutionProvider"
     assert runtime.providers[0] == expected
     np.testing.assert_array_equal(runtime.predict({"x": np.array([[-1.0, 2.0]], np.float32)})["y"], [[0.0, 2.0]])
+
+
+def test_an_image_without_tensorflow_skips_the_tensorflow_parts_and_uses_a_prebuilt_onnx(
+        tmp_path: Path, monkeypatch) -> None:
+    """A GPU machine whose image has no TensorFlow (no wheel can be installed there): the TensorFlow parts are
+    skipped naming it, serving leaves out the backends that cannot use the GPU and says why, and the models come
+    from `bench.gpu_check.prebuild`'s folder, or the part says how to make one."""
+    import importlib.util
+
+    from bench.gpu_check import parts
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "tensorflow" else real_find_spec(name, *a))
+    monkeypatch.setattr(probe, "onnx_providers", lambda: ["CPUExecutionProvider"])
+    gpu = probe.Gpu(index=0, name="test GPU", memory_total_mib=1024, driver="0")
+    ctx = Context(work=tmp_path, gpus=[gpu], deadline=float("inf"))
+    for name in ("training", "publish", "multi_model", "training_loop"):
+        result = run_part(name, parts.PARTS[name], ctx)
+        assert result.status is PartStatus.SKIPPED and "TensorFlow is not installed" in result.reason, result
+    serving = run_part("serving", parts.PARTS["serving"], ctx)
+    assert serving.status is PartStatus.SKIPPED
+    assert "saved_model: TensorFlow is not installed" in serving.reason
+    assert "onnx: ONNX Runtime offers no CUDAExecutionProvider (CPUExecutionProvider)" in serving.reason
+    try:
+        parts._models(ctx, with_resnet=False)
+        raise AssertionError("no prebuilt model, no TensorFlow: _models must skip")
+    except Skip as why:
+        assert "bench.gpu_check.prebuild" in str(why)
+    onnx_file = tmp_path / "repo" / "mlp" / "1" / "model.onnx"
+    onnx_file.parent.mkdir(parents=True)
+    onnx_file.write_bytes(b"prebuilt")
+    assert parts._models(ctx, with_resnet=False) == {"mlp": ("x", (784,))}

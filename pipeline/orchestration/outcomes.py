@@ -188,11 +188,12 @@ def signature_carriers(signatures: list[str], default: str, outcomes: list[Artif
     carried = carried or {SAVED_MODEL: tuple(signatures)}
     served = tuple(serve_check.artifacts) if serve_check is not None else ()
     unchecked = serve_check.signatures_unchecked if serve_check is not None else {}
-    carriers = {}
+    carriers: dict[str, dict[str, Any]] = {}
     for name in signatures:
         if name == default:
             artifacts = published
-            verdicts = {a: _answer_text(serve_check.verdict(a)) for a in served}
+            verdicts = {a: _answer_text(answer) for a in served
+                        if serve_check is not None and (answer := serve_check.verdict(a)) is not None}
         else:
             artifacts = [a for a in published if name in carried.get(a, ())]
             verdicts = {}

@@ -27,7 +27,7 @@ def _tfship_imports() -> list[str]:
     """Each `tfship.*` import the package's modules write (at any depth, TYPE_CHECKING ones too), as one line each,
     every name bound to an alias of its own so that no two lines shadow each other."""
     lines: set[str] = set()
-    for name, folder in PACKAGE_DIRS.items():
+    for folder in PACKAGE_DIRS.values():
         for path in (ROOT / folder).rglob("*.py"):
             if "node_modules" in path.parts:
                 continue

@@ -49,7 +49,7 @@ def _only_model(repository: Path) -> str:
     return names[0]
 
 
-def _source(repository, model_name: str | None) -> tuple[Path, str]:
+def _source(repository, model_name: str | None) -> tuple[Path | BucketUrl, str]:
     published = getattr(repository, "published", None)
     if published is not None or hasattr(repository, "status_line"):  # a ShipResult
         if published is None:

@@ -347,7 +347,7 @@ def run_smoke(model: str, signature: Signature, representative: str | None,
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m tfship.tflite.worker", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tfship.tflite.worker", description=(__doc__ or "").splitlines()[0])
     steps = parser.add_subparsers(dest="step", required=True)
     convert = steps.add_parser("convert", help="convert a SavedModel's serving_default to .tflite")
     convert.add_argument("--saved-model", required=True)

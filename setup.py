@@ -24,7 +24,7 @@ def mapped_packages() -> list[str]:
         if (ROOT / folder / "__init__.py").is_file():
             packages.append(name)
             packages += [f"{name}.{sub}" for sub in find_namespace_packages(str(ROOT / folder), exclude=NOT_PACKAGES)]
-    return packages
+    return list(dict.fromkeys(packages))  # tfship/'s links (tfship/core -> ../core) find the same names again
 
 
 setup(packages=mapped_packages())

@@ -9,15 +9,18 @@ status TF Serving would send for the same failure.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+T = TypeVar("T", str, int)
 
 
-class _StatusField:
+class _StatusField(Generic[T]):
     """Reads one field of the error's `ErrorStatus`, on the class (`ConfigError.grpc_code`) or an instance."""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
 
-    def __get__(self, error: TfshipError | None, kind: type[TfshipError]) -> str | int:
+    def __get__(self, error: TfshipError | None, kind: type[TfshipError]) -> T:
         return getattr(status_of(kind if error is None else error), self.name)
 
 
@@ -30,9 +33,9 @@ class TfshipError(Exception):
         exit_code: exit status of a CLI that stops on this error.
     """
 
-    grpc_code = _StatusField()
-    http_status = _StatusField()
-    exit_code = _StatusField()
+    grpc_code = _StatusField[str]()
+    http_status = _StatusField[int]()
+    exit_code = _StatusField[int]()
 
 
 class ConfigError(TfshipError):
@@ -181,8 +184,9 @@ def status_of(error: TfshipError | type[TfshipError]) -> ErrorStatus:
     An instance may carry its own status (`RemoteError` repeats a remote server's code) through a
     `status` attribute; otherwise the table decides.
     """
-    if not isinstance(error, type) and isinstance(getattr(error, "status", None), ErrorStatus):
-        return error.status
+    status = None if isinstance(error, type) else getattr(error, "status", None)
+    if isinstance(status, ErrorStatus):
+        return status
     kind = error if isinstance(error, type) else type(error)
     for base in kind.__mro__:
         if base in STATUS_TABLE:

@@ -219,7 +219,7 @@ class GraphTrace:
             return found
         item = self.objects[bound[index - first]] if bound[index - first] < len(self.objects) else None
         kind = item.WhichOneof("kind") if item is not None else "missing node"
-        if kind == "constant":
+        if kind == "constant" and item is not None:
             return [*found, (None, item.constant.operation)]
         if kind != "asset":
             bad.append(f"a {kind} of the object graph bound to function {scope[:100]}")

@@ -120,7 +120,9 @@ def _cli(value: str, buckets: bool) -> Location:
 
 def cli_path(value: str) -> Path:
     """Argparse `type=` for flags that take a local path: any URL is refused (argparse: exit 2 naming the flag)."""
-    return _cli(value, buckets=False)
+    location = _cli(value, buckets=False)
+    assert isinstance(location, Path), location  # buckets=False: parse_location refuses every URL
+    return location
 
 
 def cli_location(value: str) -> Location:

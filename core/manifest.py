@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 from pydantic import (
     BaseModel,
@@ -134,13 +134,13 @@ class VersionManifest(_Entry):
     @classmethod
     def _fill_from_files(cls, payload: Any) -> Any:
         """An artifact row without size or sha256 (manifests written before they were) takes its file's row."""
-        if not isinstance(payload, dict) or not isinstance(payload.get("files"), list | tuple) or \
+        if not _is_object(payload) or not isinstance(payload.get("files"), list | tuple) or \
                 not isinstance(payload.get("artifacts"), list | tuple):
             return payload
-        listed = {row.get("path"): row for row in payload["files"] if isinstance(row, dict)}
-        rows = []
+        listed = {row.get("path"): row for row in payload["files"] if _is_object(row)}
+        rows: list[Any] = []
         for row in payload["artifacts"]:
-            entry = listed.get(row.get("file")) if isinstance(row, dict) else None
+            entry = listed.get(row.get("file")) if _is_object(row) else None
             if entry is not None and "sha256" not in row and "size_bytes" not in row:
                 row = {**row, "sha256": entry.get("sha256", ""), "size_bytes": entry.get("size_bytes")}
             rows.append(row)
@@ -243,9 +243,14 @@ class VersionManifest(_Entry):
         return cls.from_json(raw, path)
 
 
+def _is_object(value: Any) -> TypeGuard[dict[str, Any]]:
+    """A JSON object (a dict: its keys are strings)."""
+    return isinstance(value, dict)
+
+
 def _describe(err: ValidationError) -> str:
     """`field 'a.0.b': message (got value)` for the first `ERRORS_SHOWN` errors."""
-    parts = []
+    parts: list[str] = []
     for error in err.errors()[:ERRORS_SHOWN]:
         where = ".".join(str(part) for part in error["loc"]) or "(top level)"
         given = error.get("input")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 from tfship.core import protocol
 from tfship.core.contract import Signature, TensorSpec
@@ -19,7 +20,7 @@ from tfship.core.errors import ContractError
 SERVE_TAGS = ("serve",)
 _CACHE_SIZE = 8
 MAX_PROTO_BYTES = 2**31 - 1  # protobuf's hard limit on one serialised message (TF Serving refuses above it)
-_cache: dict[tuple[str, int, int], object] = {}
+_cache: dict[tuple[str, int, int], Any] = {}  # SavedModel messages: classes built at run time
 _lock = threading.Lock()
 
 

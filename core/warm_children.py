@@ -43,7 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, Literal
 
 from tfship.core.processes import OUTPUT_TAIL_CHARS, ChildOutcome, die_with_parent_command, run_converter_child
 
@@ -155,7 +155,7 @@ class WarmChildren:
         finally:
             self._give_back(child, keep)
 
-    def _reply(self, child: WarmChild, deadline: float) -> dict | str | None:
+    def _reply(self, child: WarmChild, deadline: float) -> dict[str, Any] | Literal["timeout"] | None:
         """The job's reply; "timeout" past `deadline`; None when the child closed the pipe (it died)."""
         while b"\n" not in child.buffer:
             remaining = deadline - time.monotonic()

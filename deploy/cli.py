@@ -28,7 +28,7 @@ DEFAULT_CONTAINER = "tfship-{target}"
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add `deploy` with its `build`, `run` and `stop` subcommands; each sets `func(args) -> int`."""
     deploy = subparsers.add_parser("deploy", help="build, run and stop the server containers (Docker)",
-                                   description=__doc__.split("\n\n")[0])
+                                   description=(__doc__ or "").split("\n\n")[0])
     actions = deploy.add_subparsers(dest="deploy_action", required=True, metavar="{build,run,stop}")
 
     build = actions.add_parser("build", help="build the cloud, edge or train image, streaming progress")

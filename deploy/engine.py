@@ -206,7 +206,7 @@ class Engine:
             if isinstance(aux, dict) and "ID" in aux:
                 image_id = aux["ID"]
         if not image_id:
-            image_id = self._client.images.get(spec.tag).id
+            image_id = self._client.images.get(spec.tag).id or ""
         size = self._client.images.get(spec.tag).attrs["Size"]
         return BuildResult(tag=spec.tag, image_id=image_id, size_bytes=size, seconds=time.monotonic() - started)
 

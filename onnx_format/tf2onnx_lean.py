@@ -38,7 +38,7 @@ import gc
 import numpy as np
 
 if not hasattr(np, "product"):
-    np.product = np.prod  # the name NumPy < 2 had for the same function
+    np.product = np.prod  # pyright: ignore[reportAttributeAccessIssue]  # NumPy < 2's name, gone from NumPy 2's stubs
 
 
 def _nodes(graph):

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, Field, ValidationError, field_validator
+from pydantic_core import ErrorDetails
 
 from tfship.core.errors import ConfigError
 from tfship.core.locations import Location, pydantic_validator
@@ -20,7 +21,7 @@ from tfship.pipeline.config_train import StepSection as StepSection  # re-export
 from tfship.pipeline.config_train import TrainSection
 from tfship.pipeline.config_validate import TOP1_AGREEMENT_FLOORS as TOP1_AGREEMENT_FLOORS  # re-exported
 from tfship.pipeline.config_validate import ValidateSection, refuse_moved_keys
-from tfship.tflite.modes import TFLITE_MODES
+from tfship.tflite.modes import TfliteModeName
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "digits.toml"
 # A repository: a local folder or an s3:// bucket prefix (core.locations); other URL schemes refused.
@@ -160,7 +161,7 @@ class ConvertSection(_Section):
     onnx_opset: int = Field(17, ge=13, le=21, description="ONNX opset passed to tf2onnx (pinned default 17).")
     onnx_simplify: bool = Field(False, description="Run onnxslim on the ONNX file, then re-check it (needs the "
                                 "`onnxslim` package; the parity gate judges the simplified file).")
-    tflite_modes: tuple[Literal[TFLITE_MODES], ...] = Field(
+    tflite_modes: tuple[TfliteModeName, ...] = Field(
         ("float32",), min_length=1, description="TFLite variants to produce.")
     representative_samples: int = Field(200, ge=1, description="Calibration samples for int8 (representative_dataset).")
     tfjs_modes: tuple[Literal["float32", "float16", "uint8"], ...] = Field(
@@ -224,7 +225,7 @@ class PipelineConfig(_Section):
     publish: PublishSection = PublishSection()
 
 
-def _describe(error: dict[str, Any]) -> str:
+def _describe(error: ErrorDetails) -> str:
     key = ".".join(str(part) for part in error["loc"])
     if error["type"] == "extra_forbidden":
         known = _known_keys(error["loc"][:-1])
@@ -328,7 +329,7 @@ def _tree_of(dotted: str, value: Any) -> dict[str, Any]:
     return tree
 
 
-def _origin(error: dict[str, Any], overrides: dict[str, Any], origin: str = "--set") -> str:
+def _origin(error: ErrorDetails, overrides: dict[str, Any], origin: str = "--set") -> str:
     """'<origin> KEY=VALUE: ' when the failing key came from an override (or lies inside one), else ''."""
     key = ".".join(str(part) for part in error["loc"])
     for dotted, value in overrides.items():

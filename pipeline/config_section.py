@@ -74,6 +74,7 @@ class Section(BaseModel):
     @field_validator("*", mode="before")
     @classmethod
     def _no_silent_conversion(cls, value: Any, info: ValidationInfo) -> Any:
+        assert info.field_name is not None  # a field validator ("*"): pydantic names the field
         problem = conversion_problem(cls.model_fields[info.field_name].annotation, value)
         if problem:
             raise ValueError(problem)

@@ -78,7 +78,7 @@ def refuse_moved_keys(tree: dict[str, Any], source: str) -> None:
     """
     section = tree.get("validate")
     for old in MOVED_KEYS if isinstance(section, dict) else ():
-        if old in section:
+        if isinstance(section, dict) and old in section:
             raise ConfigError(f"{source}: key 'validate.{old}' moved: set {MOVED_KEYS[old]} instead")
 
 

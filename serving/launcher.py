@@ -53,8 +53,8 @@ class ServerProcess:
         ServerStartError: the process died or was not SERVING within `startup_timeout_s`.
     """
 
-    def __init__(self, repository: Path, model_name: str, backend: str = "auto", extra_args: Sequence[str] = (),
-                 startup_timeout_s: float = 120.0, python: str | None = None,
+    def __init__(self, repository: Path | BucketUrl, model_name: str, backend: str = "auto",
+                 extra_args: Sequence[str] = (), startup_timeout_s: float = 120.0, python: str | None = None,
                  env: dict[str, str] | None = None, stop_timeout_s: float = 30.0,
                  credentials: grpc.ChannelCredentials | None = None, module: str = "tfship.serving",
                  installed: bool = False) -> None:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from tfship.core.locations import pydantic_validator
 from tfship.serving.runtimes import backend_names
+
+if TYPE_CHECKING:
+    from tfship.serving.operations.security import AccessPolicy
 
 
 class ServerSettings(BaseModel):
@@ -183,7 +186,7 @@ class ServerSettings(BaseModel):
             raise ValueError(f"unknown backend {value!r}; choose from {list(backend_names())}")
         return value
 
-    def access_policy(self):
+    def access_policy(self) -> AccessPolicy:
         """The `serving.operations.security.AccessPolicy` these settings define; raises `ConfigError` (see there)."""
         from tfship.serving.operations.security import access_policy
 

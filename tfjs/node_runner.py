@@ -73,19 +73,21 @@ class NodeGraphModelRunner:
         command = [node_executable(), str(SCRIPT), str(Path(model_dir).resolve())]
         self._proc = subprocess.Popen(die_with_parent_command(command), cwd=NODE_DIR, stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        assert self._proc.stdin and self._proc.stdout and self._proc.stderr  # all three are pipes (PIPE above)
+        self._stdin, self._stdout, self._stderr_pipe = self._proc.stdin, self._proc.stdout, self._proc.stderr
         self._stderr: list[str] = []
         threading.Thread(target=self._drain_stderr, daemon=True).start()
         ready = self._read_line("loading the model")
         self.inputs, self.outputs, self.versions = ready["inputs"], ready["outputs"], ready.get("versions", {})
 
     def _drain_stderr(self) -> None:
-        for line in self._proc.stderr:
+        for line in self._stderr_pipe:
             self._stderr.append(line.rstrip())
             del self._stderr[:-40]
 
     def _read_line(self, what: str) -> dict[str, Any]:
         result: list[str] = []
-        reader = threading.Thread(target=lambda: result.append(self._proc.stdout.readline()), daemon=True)
+        reader = threading.Thread(target=lambda: result.append(self._stdout.readline()), daemon=True)
         reader.start()
         reader.join(self.timeout_s)
         if reader.is_alive():
@@ -102,8 +104,8 @@ class NodeGraphModelRunner:
         self._next_id += 1
         request = {"id": self._next_id, "inputs": {name: _encode(value) for name, value in inputs.items()}}
         try:
-            self._proc.stdin.write(json.dumps(request) + "\n")
-            self._proc.stdin.flush()
+            self._stdin.write(json.dumps(request) + "\n")
+            self._stdin.flush()
         except (BrokenPipeError, ValueError) as err:
             raise ConversionError(f"TF.js runner: node is not running ({err})") from err
         reply = self._read_line("running a batch")
@@ -116,7 +118,7 @@ class NodeGraphModelRunner:
         """Stop the node child (SIGKILL to its process group if it does not exit on end of input)."""
         if self._proc.poll() is None:
             try:
-                self._proc.stdin.close()
+                self._stdin.close()
                 self._proc.wait(timeout=5)
             except (subprocess.TimeoutExpired, BrokenPipeError, OSError):
                 os.killpg(self._proc.pid, signal.SIGKILL)

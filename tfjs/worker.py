@@ -66,8 +66,10 @@ def name_outputs(model_json: dict[str, Any], nodes: dict[str, tuple[str, str]]) 
 def convert(saved_model_dir: Path, output_dir: Path, quantization: str) -> dict[str, Any]:
     """Convert, name the outputs, and return the report (see the module docstring)."""
     import tensorflow as tf
-    import tensorflowjs
-    from tensorflowjs.converters.tf_saved_model_conversion_v2 import convert_tf_saved_model
+    import tensorflowjs  # pyright: ignore[reportMissingImports]  # installed in .venv-tfjs only (tfjs/venv.py)
+    from tensorflowjs.converters.tf_saved_model_conversion_v2 import (  # pyright: ignore[reportMissingImports]  # same
+        convert_tf_saved_model,
+    )
 
     nodes = signature_output_nodes(saved_model_dir)
     try:
@@ -87,7 +89,7 @@ def convert(saved_model_dir: Path, output_dir: Path, quantization: str) -> dict[
 
 def main(argv: list[str] | None = None) -> int:
     """Run the TF.js conversion worker on the command line `argv`; returns the exit status."""
-    parser = argparse.ArgumentParser(prog="tfjs/worker.py", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="tfjs/worker.py", description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--saved-model", type=Path, required=True)
     parser.add_argument("--output", type=Path, required=True)
     parser.add_argument("--quantization", choices=sorted(QUANTIZATION_MAPS), default="float32")

@@ -196,7 +196,7 @@ class _VariantRun:
         convert_report = str(reports / "convert.json")
         step = _run_child(self.commands.convert(tmp_model, convert_report), "convert", deadline, self.timeout_s)
         self.peaks.append(step.peak_rss_bytes)
-        if step.failure:
+        if step.failure or step.report is None:  # no failure: the report was read
             return self.result(ConversionStatus.CRASHED, step.failure, [])
         flex = list(step.report.get("flex_ops", []))
         if step.report["status"] != ConversionStatus.PRODUCED:
@@ -204,7 +204,7 @@ class _VariantRun:
         smoke = _run_child(self.commands.smoke(tmp_model, convert_report, str(reports / "smoke.json")),
                            "LiteRT check", deadline, self.timeout_s)
         self.peaks.append(smoke.peak_rss_bytes)
-        if smoke.failure:
+        if smoke.failure or smoke.report is None:
             return self.result(ConversionStatus.CRASHED, smoke.failure, flex)
         if smoke.report["status"] != ConversionStatus.PRODUCED:
             prefix = (f"uses Flex ops {flex} (convert.allow_flex), which the bundled LiteRT (ai_edge_litert) "

@@ -34,6 +34,8 @@ class TfliteMode(str, Enum):
 
 # The one list of TFLite modes (and of the parity gate's modes: ONNX and TF.js map onto them), in order.
 TFLITE_MODES: tuple[str, ...] = tuple(mode.value for mode in TfliteMode)
+# The same names as a type (the config's `convert.tflite_modes`); tests/pipeline/test_vocabulary.py holds them equal.
+TfliteModeName = Literal["float32", "float16", "dynamic_range", "int8"]
 
 Int8Io = Literal["float", "int8"]
 _INT8_IO_VALUES: tuple[str, ...] = ("float", "int8")

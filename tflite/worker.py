@@ -21,6 +21,7 @@ import re
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -294,7 +295,7 @@ def _litert_reason(err: Exception, table_files: list[str]) -> str:
     return reason
 
 
-def run_smoke_all(model: str, signature: Signature, representative: str | None, table_files: list[str] = (),
+def run_smoke_all(model: str, signature: Signature, representative: str | None, table_files: Sequence[str] = (),
                   others: dict[str, Signature] | None = None) -> dict[str, Any]:
     """`run_smoke` for `serving_default`, then for each other signature the file carries (`others`: name ->
     the SavedModel's contract; run on random inputs of its own shapes). The first refusal is the report's,
@@ -311,7 +312,7 @@ def run_smoke_all(model: str, signature: Signature, representative: str | None, 
 
 
 def run_smoke(model: str, signature: Signature, representative: str | None,
-              table_files: list[str] = (), signature_key: str = SIGNATURE_KEY) -> dict[str, Any]:
+              table_files: Sequence[str] = (), signature_key: str = SIGNATURE_KEY) -> dict[str, Any]:
     """Load `model` in LiteRT, check its `signature_key` contract against the SavedModel signature, run it once.
 
     `table_files`: asset files lookup tables are initialised from (named in the reason when LiteRT
@@ -347,7 +348,7 @@ def run_smoke(model: str, signature: Signature, representative: str | None,
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m tfship.tflite.worker", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tfship.tflite.worker", description=(__doc__ or "").splitlines()[0])
     steps = parser.add_subparsers(dest="step", required=True)
     convert = steps.add_parser("convert", help="convert a SavedModel's serving_default to .tflite")
     convert.add_argument("--saved-model", required=True)

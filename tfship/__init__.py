@@ -2,9 +2,10 @@
 
 Everything tfship installs is importable under this one name; the repository's top-level folders are its
 subpackages (`tfship.core` is the folder `core/`, and likewise `tfship.serving`, `tfship.pipeline`,
-`tfship.signatures`, `tfship.tflite`, `tfship.tfjs`, `tfship.onnx_format`, `tfship.deploy`), mapped by pyproject.toml's
-`[tool.setuptools.package-dir]` with no links: the wheel holds them under `tfship/`, and the editable install
-(`make setup`) finds them through the same mapping (docs/architecture.md, "One import name").
+`tfship.signatures`, `tfship.tflite`, `tfship.tfjs`, `tfship.onnx_format`, `tfship.deploy`). In a checkout this
+folder links each of them (`tfship/core -> ../core`), so the names resolve by path for Python and static tools
+alike; the wheel and the editable install map them by pyproject.toml's `[tool.setuptools.package-dir]`
+(docs/architecture.md, "One import name").
 
 The Python API (`tfship.pipeline.api`) is re-exported here and loaded on first use, so `import tfship` imports
 neither TensorFlow nor the server:
@@ -20,15 +21,7 @@ neither TensorFlow nor the server:
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
 from typing import Any
-
-# Imported from a checkout (the repository root on sys.path, e.g. a server started there by an interpreter whose
-# installed tfship this folder shadows): the subpackages are this folder's siblings, as pyproject.toml's
-# package-dir maps them. Only a checkout has them there; an installed tfship holds them inside this folder.
-_CHECKOUT = Path(__file__).resolve().parent.parent
-if (_CHECKOUT / "pyproject.toml").is_file() and (_CHECKOUT / "core" / "__init__.py").is_file():
-    __path__.append(str(_CHECKOUT))
 
 _EXPORTS = {
     "ship": "tfship.pipeline.api.ship",

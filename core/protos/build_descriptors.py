@@ -59,7 +59,7 @@ def build() -> bytes:
 
 def main(argv: list[str] | None = None) -> None:
     """CLI entry: write the descriptor set to `--output` (default: next to this script)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--output", type=Path, default=OUTPUT)
     args = parser.parse_args(argv)
     data = build()

@@ -30,7 +30,7 @@ def build() -> bytes:
         RuntimeError: protoc reported an error (its exit status is named).
     """
     from google.protobuf import descriptor_pb2
-    from grpc_tools import protoc
+    from grpc_tools import protoc  # pyright: ignore[reportMissingImports]  # the maintainer's tool: grpcio-tools, by hand
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "set.desc"
@@ -43,7 +43,7 @@ def build() -> bytes:
 
 def main(argv: list[str] | None = None) -> None:
     """CLI entry: write the descriptor set to `--output` (default: next to this script)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--output", type=Path, default=OUTPUT)
     args = parser.parse_args(argv)
     data = build()

@@ -22,7 +22,8 @@ def main() -> int:
     with grpc.insecure_channel(target) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
-            reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
+            reply = stub.Check(  # pyright: ignore[reportAttributeAccessIssue]  # typeshed's HealthStub lacks Check
+                health_pb2.HealthCheckRequest(service=service), timeout=timeout)
         except grpc.RpcError as err:
             print(f"health {target} service={service!r}: {err.code().name} {err.details()}")
             return 1

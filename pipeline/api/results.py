@@ -114,9 +114,11 @@ class ShipResult:
         """
         version_dir = Path(summary["published"]) if summary.get("published") else None
         if outcomes is None:
-            outcomes = [ArtifactOutcome.from_json(row) for row in summary.get("artifacts") or []]
-        artifacts = []
-        verdicts = {row["artifact"]: _verdict(row) for row in (summary.get("parity") or {}).get("artifacts", [])}
+            stored_rows: list[dict[str, Any]] = summary.get("artifacts") or []
+            outcomes = [ArtifactOutcome.from_json(row) for row in stored_rows]
+        artifacts: list[ArtifactResult] = []
+        parity: dict[str, Any] = summary.get("parity") or {}
+        verdicts = {row["artifact"]: _verdict(row) for row in parity.get("artifacts", [])}
         for outcome in outcomes:
             path = None
             if version_dir is not None and outcome.status == OutcomeStatus.PUBLISHED:
@@ -140,8 +142,9 @@ class ShipResult:
         folder = RunFolder(Path(run).resolve())
         summary = json.loads((folder.root / "report.json").read_text(encoding="utf-8"))
         stored = folder.root / "stages.json"
+        rows: list[dict[str, Any]] = json.loads(stored.read_text(encoding="utf-8")) if stored.is_file() else []
         records = [StageRecord(r["name"], StageStatus(r["status"]), r["seconds"], r["reason"], r["summary"])
-                   for r in (json.loads(stored.read_text(encoding="utf-8")) if stored.is_file() else [])]
+                   for r in rows]
         return cls.from_summary(RunConfig.read(folder).config.run.model_name, folder, summary, records)
 
     def tables(self) -> list[Table]:
@@ -186,7 +189,7 @@ class StageResult:
     fields: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def tables(self) -> list[Table]:
-        rows = []
+        rows: list[tuple[str, str]] = []
         for key, value in self.fields.items():
             text = value if isinstance(value, str) else json.dumps(value, default=str)
             rows.append((str(key), text if len(text) < 400 else text[:400] + "…"))
@@ -219,7 +222,7 @@ class Inspection:
         return self.info.get("signatures", {})
 
     def tables(self) -> list[Table]:
-        tables = []
+        tables: list[Table] = []
         if self.info.get("artifacts"):
             tables.append(Table(f"artifacts (status: {self.info.get('status')})",
                                 ("artifact", "outcome", "stage", "reason", "file", "required"), tuple(

@@ -30,7 +30,7 @@ class Served:
     rest: str | None
     metrics: str | None
     model_name: str
-    repository: Path
+    repository: Path | BucketUrl
 
     def client(self, protocol: str = "grpc", timeout_s: float = 30.0) -> Client:
         """A `Client` for this server's model over `grpc` or `rest`."""
@@ -49,7 +49,7 @@ def _only_model(repository: Path) -> str:
     return names[0]
 
 
-def _source(repository, model_name: str | None) -> tuple[Path, str]:
+def _source(repository, model_name: str | None) -> tuple[Path | BucketUrl, str]:
     published = getattr(repository, "published", None)
     if published is not None or hasattr(repository, "status_line"):  # a ShipResult
         if published is None:
@@ -86,6 +86,7 @@ def serve(repository, model_name: str | None = None, *, backend: str = "auto", r
     repository, model_name = _source(repository, model_name)
     flags = [*(() if rest else ("--rest-port", "-1")), *(() if metrics else ("--metrics-port", "-1")), *args]
     source_tree = (SOURCE_ROOT / "pyproject.toml").is_file()  # a checkout, not an installed copy
-    with ServerProcess(repository.resolve(), model_name, backend=backend, extra_args=flags,
+    where = repository.resolve() if isinstance(repository, Path) else repository  # or a bucket URL
+    with ServerProcess(where, model_name, backend=backend, extra_args=flags,
                        startup_timeout_s=startup_timeout_s, installed=not source_tree) as server:
         yield Served(server.grpc_target, server.rest_url, server.metrics_url, model_name, repository)

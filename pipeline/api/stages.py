@@ -33,7 +33,7 @@ def stage_fields(name: str, value: Any) -> dict[str, Any]:
         checked, published = value
         return {"serve_check": checked.served, "left_out": checked.left_out, "version": published.version,
                 "path": str(published.version_dir), "status": published.manifest.status}
-    return value.to_json() if hasattr(value, "to_json") else dict(enumerate(value))
+    return value.to_json() if hasattr(value, "to_json") else {str(i): item for i, item in enumerate(value)}
 
 
 def run_stage(config: PipelineConfig, name: str, run: RunFolder | None = None, progress=None,

@@ -36,7 +36,7 @@ def _held_out_rows(count: int, config: Path | None, run: Path | None = None, mod
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand registered."""
-    parser = argparse.ArgumentParser(prog="tfship", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="tfship", description=(__doc__ or "").split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     _add_run_command(sub)
     _add_stage_commands(sub)

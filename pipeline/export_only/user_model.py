@@ -105,7 +105,7 @@ def _keras_load_error(spec: str, err: Exception | None, modules: tuple[str, ...]
     if match is None and not name:
         return ConfigError(f"{model}: Keras cannot load it: {text}")
     tried = f"; imported {list(modules)}, which did not register it" if modules else ""
-    name = name or match.group(1) or match.group(2)
+    name = name or (match.group(1) or match.group(2) if match is not None else "")
     return ConfigError(
         f"{model}: Could not locate class '{name}' (a custom class Keras does not know{tried}). Give the "
         "module that defines and registers it (@keras.saving.register_keras_serializable) with "

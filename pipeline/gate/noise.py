@@ -130,7 +130,8 @@ def noise_hint(noise: ReferenceNoise | None, tolerance, implementation: Implemen
     """
     current = tolerance.atol
     measured = noise is not None and noise.max_abs > 0
-    text = (f"{noise.describe()}, allowed {tolerance.noise_multiplier:g}x on top of the bound" if measured
+    text = (f"{noise.describe()}, allowed {tolerance.noise_multiplier:g}x on top of the bound"
+            if measured and noise is not None
             else "the SavedModel shows no difference against itself on it")
     if implementation is not None and tolerance.implementation_multiplier:
         text += f"; {implementation.describe()}"

@@ -194,7 +194,8 @@ def _binary_labels(labels: np.ndarray | None, reference: Mapping[str, np.ndarray
         return False
     name = prediction or _classification_output(reference, None)
     values = np.unique(np.asarray(labels))
-    return name in reference and one_column(reference[name]) and bool(np.all(np.isin(values, (0.0, 1.0))))
+    return name is not None and name in reference and one_column(reference[name]) \
+        and bool(np.all(np.isin(values, (0.0, 1.0))))
 
 
 def _regression_output(reference: Mapping[str, np.ndarray], labels: np.ndarray | None,
@@ -233,8 +234,8 @@ def infer_task(reference: Mapping[str, np.ndarray], labels: np.ndarray | None, t
             task = "classification" if _classification_output(reference, prediction) else "regression"
     name = (_classification_output(reference, prediction) if task == "classification"
             else _regression_output(reference, labels, prediction))
-    if name in reference and task == "classification" and one_column(reference[name]) and labels is not None \
-            and not np.all(np.isin(np.unique(np.asarray(labels)), (0, 1))):
+    if name is not None and name in reference and task == "classification" and one_column(reference[name]) \
+            and labels is not None and not np.all(np.isin(np.unique(np.asarray(labels)), (0, 1))):
         name = None  # one score per row decides between two classes only
     if name is None or name not in reference:
         raise ParityError(f"validate: no output fits a {task} metric (prediction output {name!r}; outputs "

@@ -17,6 +17,7 @@ Run status and `tfship run`'s exit code (`RunStatus`): `published` (0, every art
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -174,7 +175,7 @@ def _answer_text(answer: tuple[bool, str]) -> str:
 
 def signature_carriers(signatures: list[str], default: str, outcomes: list[ArtifactOutcome],
                        serve_check: ServeCheckResult | None = None,
-                       carried: dict[str, tuple[str, ...] | SignatureCarriage] | None = None
+                       carried: Mapping[str, tuple[str, ...] | SignatureCarriage] | None = None
                        ) -> dict[str, dict[str, Any]]:
     """{signature name: published artifacts that carry it, the file of each, its serve-check verdict, the
     published artifacts that do not carry it with why (`left_out`, one line each), and a note saying so}.
@@ -188,11 +189,12 @@ def signature_carriers(signatures: list[str], default: str, outcomes: list[Artif
     carried = carried or {SAVED_MODEL: tuple(signatures)}
     served = tuple(serve_check.artifacts) if serve_check is not None else ()
     unchecked = serve_check.signatures_unchecked if serve_check is not None else {}
-    carriers = {}
+    carriers: dict[str, dict[str, Any]] = {}
     for name in signatures:
         if name == default:
             artifacts = published
-            verdicts = {a: _answer_text(serve_check.verdict(a)) for a in served}
+            verdicts = {a: _answer_text(answer) for a in served
+                        if serve_check is not None and (answer := serve_check.verdict(a)) is not None}
         else:
             artifacts = [a for a in published if name in carried.get(a, ())]
             verdicts = {}

@@ -22,7 +22,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from tfship.core.errors import StageError
 from tfship.core.locations import parse_location
@@ -33,6 +33,9 @@ from tfship.pipeline.gate.validate import ParityReport
 from tfship.pipeline.orchestration.outcomes import ArtifactOutcome
 from tfship.pipeline.orchestration.publish import PublishResult
 from tfship.pipeline.orchestration.stages import RunFolder
+
+if TYPE_CHECKING:
+    from tfship.pipeline.training.train_records import TrainResult
 
 R = TypeVar("R")
 
@@ -52,7 +55,7 @@ class TrainRecord:
         return self.summary.get("test_accuracy")
 
     @classmethod
-    def from_result(cls, result) -> TrainRecord:
+    def from_result(cls, result: TrainResult) -> TrainRecord:
         """From a `pipeline.training.train.TrainResult`."""
         return cls(result.summary(), tuple(dict(h.__dict__) for h in result.history))
 
@@ -93,7 +96,7 @@ class ExportRecord:
 
     def tflite_sources(self) -> dict[str, Any]:
         """The TFLite recipes' sources the export wrote (`unrolled`: an unrolled copy's SavedModel, or None)."""
-        recurrent = self.details.get("recurrent") or {}
+        recurrent: dict[str, Any] = self.details.get("recurrent") or {}
         source = recurrent.get("unrolled_source")
         return {"unrolled": source if source and Path(source).is_dir() else None,
                 "unrolled_reason": recurrent.get("reason", "")}
@@ -174,14 +177,16 @@ def _read_publish(run: RunFolder) -> PublishResult:
     """
     summary = read_json(run, "summary.json")
     version_dir = parse_location(summary["published"], "summary.json: published")
-    local = isinstance(version_dir, Path) and (version_dir / MANIFEST_FILE).is_file()
-    manifest = VersionManifest.read(version_dir) if local else VersionManifest(files=())
+    if isinstance(version_dir, Path) and (version_dir / MANIFEST_FILE).is_file():  # a local folder
+        manifest = VersionManifest.read(version_dir)
+    else:
+        manifest = VersionManifest(files=())
     outcomes = tuple(ArtifactOutcome.from_json(row) for row in summary.get("artifacts") or ())
     return PublishResult(int(summary["version"]), version_dir, manifest, outcomes)
 
 
 def _writer(name: str) -> Callable[[RunFolder, Any], None]:
-    def write(run: RunFolder, record) -> None:
+    def write(run: RunFolder, record: Any) -> None:
         run.write_json(name, record.to_json())
 
     return write

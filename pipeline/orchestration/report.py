@@ -16,7 +16,7 @@ from tfship.pipeline.orchestration.stages import RunFolder, StageRecord
 from tfship.pipeline.orchestration.verdict_notes import regression_figures, verdict_notes
 
 
-def _human_bytes(size: int) -> str:
+def _human_bytes(size: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if size < 1024 or unit == "GiB":
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"

@@ -99,6 +99,7 @@ def _request(stored: Any, source: str | Path) -> ExportOnlyRequest | None:
             not isinstance(stored.get("data"), str):
         raise ConfigError(f"{source}: field {EXPORT_ONLY!r} must hold 'model' and 'data' strings, got "
                           f"{str(stored)[:120]!r}")
+    origin = stored.get("origin")
     return ExportOnlyRequest(stored["model"], Path(stored["data"]), tuple(stored.get("tags", ("serve",))),
                              tuple(stored.get("custom_objects", ())),
-                             stored.get("origin") if stored.get("origin") in ORIGINS else "cli")
+                             origin if isinstance(origin, str) and origin in ORIGINS else "cli")

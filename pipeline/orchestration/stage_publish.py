@@ -123,6 +123,7 @@ def publish_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits 
     for record_file, record in ((VALIDATE, parity), (SERVE_CHECK, served), (EXPORT, exported)):
         if record is None or not record.passed:
             raise StageError(f"publish: {record_file.path(run)} is missing or did not pass; nothing was published")
+    assert parity is not None and served is not None and exported is not None  # the loop above raised otherwise
     outcomes = artifact_outcomes(converted, parity, served, config.convert.required, run.root)
     manifest = version_manifest(run, splits, metrics, outcomes, exported, converted, parity, served)
     candidate = run.candidate_repository / config.run.model_name / "1"

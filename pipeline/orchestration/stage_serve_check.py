@@ -90,7 +90,7 @@ def _serve_targets(config: PipelineConfig, run: RunFolder, parity: ParityReport,
         kind = kinds.get(row.artifact)
         if row.passed and kind is not None and kind.backend:
             own = _own_answers(kind.artifact(run.artifacts), inputs)
-            targets.append(ServeTarget(kind.name, kind.backend, exact, kind.serve_flags, own, noise))
+            targets.append(ServeTarget(kind.name, kind.backend, exact, kind.serve_flags, own, noise=noise))
     return targets
 
 

@@ -186,8 +186,8 @@ class InputMeter:
         self.steps += steps
         self.window = [self.window[0] + wait_s, self.window[1] + busy_s, self.window[2] + steps]
 
-    def take_window(self) -> tuple[float, float]:
-        """(records/s, input-wait share) since the last call (the live figures)."""
+    def take_window(self) -> tuple[float, float | None]:
+        """(records/s, input-wait share; None when not timed) since the last call (the live figures)."""
         wait, busy, steps = self.window
         self.window = [0.0, 0.0, 0]
         return steps * self.batch / max(busy, 1e-9), (wait / max(busy, 1e-9) if self.timed else None)

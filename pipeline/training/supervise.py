@@ -24,7 +24,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from tfship.core.errors import StageError
 from tfship.pipeline.training.cluster import Cluster, describe_unreachable
@@ -117,7 +117,7 @@ def supervised(work: Callable[[], T], cluster: Cluster, watch: Watch, stop: Stop
             within `timeout_s` after a signal, or `timeout_s` without progress while waiting for peers (naming
             the peers that do not answer, with their addresses).
     """
-    outcome: dict[str, object] = {}
+    outcome: dict[str, Any] = {}  # "value": what work() returned, or "error": what it raised
 
     def target() -> None:
         try:

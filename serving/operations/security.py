@@ -33,6 +33,7 @@ import ssl
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tfship.core.errors import ConfigError, PermissionDeniedError, UnauthenticatedError
 
@@ -137,7 +138,7 @@ def _member(token: str, tokens: frozenset[str]) -> bool:
     return found
 
 
-def access_policy(settings) -> AccessPolicy:
+def access_policy(settings: Any) -> AccessPolicy:  # a ServerSettings: serving.settings sits above this floor
     """The `AccessPolicy` of `ServerSettings`; raises `ConfigError` for empty token sources or unsafe mixes."""
     inference: frozenset[str] = frozenset()
     if settings.auth_token_file:

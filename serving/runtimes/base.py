@@ -14,11 +14,15 @@ from collections.abc import Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tfship.core.contract import Signature
 from tfship.core.errors import ConfigError, FailedPreconditionError, InvalidRequestError
+
+if TYPE_CHECKING:
+    from tfship.serving.runtimes.published import PublishedArtifact
 
 # A model call expected to take less than this (seconds) runs on the event loop: handing it to a worker
 # thread and back costs more (two GIL hand-offs and a self-pipe wake-up, ~25 % of a one-core server's time
@@ -134,7 +138,7 @@ class Runtime(abc.ABC):
     # `serving.runtimes.published`): the manifest's file for an artifact picks the backend.
     artifact_files: tuple[str, ...] = ()
     artifact: str = ""  # the manifest's artifact this runtime serves (set by `--artifact`); "" otherwise
-    published = None  # its `published.PublishedArtifact` (name, file, backend, sha256) under `--artifact`
+    published: PublishedArtifact | None = None  # name, file, backend, sha256 under `--artifact`
     # The load-time checks' verdict on the file (the op policy for a SavedModel): a refused file never loads.
     policy_verdict: str = "passed"
 
@@ -207,7 +211,7 @@ class Runtime(abc.ABC):
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(executor, self._timed_predict, inputs, signature_name, rows.cost)
 
-    def _timed_predict(self, inputs: Mapping[str, np.ndarray], signature_name: str, rows: int) -> dict:
+    def _timed_predict(self, inputs: Mapping[str, np.ndarray], signature_name: str, rows: int) -> dict[str, np.ndarray]:
         """`predict()`, timed: keeps the per-row cost estimate (seconds) up to date."""
         started = time.perf_counter()
         outputs = self.predict(inputs, signature_name)
@@ -260,7 +264,7 @@ class RuntimeRegistry:
                 (`ArtifactNotPublishedError`), or served by another backend than a non-`auto` `backend`.
         """
         if options is not None and options.artifact is not None:
-            return self._create_artifact(backend, version_dir, options)
+            return self._create_artifact(backend, version_dir, options, options.artifact)
         for name in options.prefer if options else ():
             cls = self.get(name)
             if cls.can_serve(version_dir):
@@ -273,7 +277,7 @@ class RuntimeRegistry:
         raise RuntimeLoadError(f"no backend among {self.names()} can serve {version_dir} "
                                "(need saved_model.pb with TensorFlow installed, model.onnx or model.tflite)")
 
-    def resolve_artifact(self, backend: str, version_dir: Path, artifact: str):
+    def resolve_artifact(self, backend: str, version_dir: Path, artifact: str) -> PublishedArtifact:
         """`serving.runtimes.published.PublishedArtifact` for `--artifact` in `version_dir`, on these backends.
 
         Raises:
@@ -288,7 +292,7 @@ class RuntimeRegistry:
                               f"--backend {backend} contradicts it (leave --backend auto)")
         return chosen
 
-    def _create_artifact(self, backend: str, version_dir: Path, options: RuntimeOptions) -> Runtime:
+    def _create_artifact(self, backend: str, version_dir: Path, options: RuntimeOptions, artifact: str) -> Runtime:
         """The runtime for the published artifact `options.artifact` (its file, on its backend); logged.
         Options that choose another file (`tflite_file`, `prefer`) are refused, whichever door they came by.
         """
@@ -296,7 +300,7 @@ class RuntimeRegistry:
 
         check_artifact_flags(options.artifact, options.tflite_file, bool(options.prefer),
                              RuntimeOptions.tflite_file)
-        chosen = self.resolve_artifact(backend, version_dir, options.artifact)
+        chosen = self.resolve_artifact(backend, version_dir, artifact)
         runtime = self.get(chosen.backend)(version_dir, replace(options, tflite_file=chosen.file, prefer=()))
         runtime.artifact = chosen.name
         runtime.published = chosen

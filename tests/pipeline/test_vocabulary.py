@@ -5,13 +5,14 @@ table states exactly those."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
 from tfship.core.formats import ToleranceFamily
 from tfship.pipeline.config import TOP1_AGREEMENT_FLOORS, ConvertSection, ExportSection, ValidateSection
 from tfship.pipeline.conversion.artifacts import artifact_kinds
-from tfship.tflite.modes import TFLITE_MODES, TfliteMode
+from tfship.tflite.modes import TFLITE_MODES, TfliteMode, TfliteModeName
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "pipeline.md"
 
@@ -23,7 +24,7 @@ def _row(mode: str) -> str:
 
 
 def test_one_list_of_tflite_modes():
-    assert TFLITE_MODES == tuple(m.value for m in TfliteMode)
+    assert TFLITE_MODES == tuple(m.value for m in TfliteMode) == get_args(TfliteModeName)
     assert set(TFLITE_MODES) == {family.value for family in ToleranceFamily}  # one TFLite mode per family
     assert {f"tflite_{m}" for m in TFLITE_MODES} <= set(artifact_kinds())
     assert set(TOP1_AGREEMENT_FLOORS) == {family.value for family in ToleranceFamily}

@@ -14,7 +14,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-GRPC_ROWS = (("ort", "hand-written grpcio + ONNX Runtime, per request"), ("onnx_batching", "tfship onnx, batching"),
+GRPC_ROWS = (("ort", "hand-written grpcio + ONNX Runtime, per request"),
+             ("ort_batching", "hand-written grpc.aio micro-batching ONNX Runtime (32 rows, 1 ms)"),
+             ("onnx_batching", "tfship onnx, batching"),
              ("onnx_batching_tensor_content", "tfship onnx, batching, tensor_content answers"),
              ("onnx", "tfship onnx, no batching"), ("saved_model_batching", "tfship saved_model, batching"))
 # Answer encodings (issue 19): TF Serving's default typed fields vs --enable_serialization_as_tensor_content.
@@ -135,6 +137,9 @@ def _targets(rows: list[dict], levels: tuple[int, ...]) -> tuple[list[dict], dic
     heavy = m.get(("grpc", "mlp", "onnx_batching", 32))
     out.append(_target("heavy: tfship onnx batching c=32 / one-core limit",
                        heavy["inf_s"] / limit if heavy and limit else None, 0.90))
+    hand = _rate(m, "grpc", "mlp", "ort_batching", 32)
+    out.append(_target("heavy: tfship onnx batching / hand-written micro-batching ORT, c=32",
+                       heavy["inf_s"] / hand if heavy and hand else None, 1.0))
     out.append(_target("heavy: tfship onnx batching c=32 p99 / p50", heavy["p99"] / heavy["p50"] if heavy and
                        heavy["p50"] else None, 3.0, higher=False))
     for model, label in MODELS:
@@ -330,7 +335,7 @@ def plot(doc: dict, path: Path) -> None:
     for ax, (mode, model) in zip(axes[0], panels):
         for case in sorted({k[2] for k in m if k[:2] == (mode, model)}):
             pts = sorted((k[3], v["inf_s"]) for k, v in m.items() if k[:3] == (mode, model, case))
-            ref = case in ("bare", "ort", "rest_bare", "rest_ort")
+            ref = case in ("bare", "ort", "ort_batching", "rest_bare", "rest_ort")
             ax.plot(*zip(*pts), marker="o", linestyle="--" if ref else "-", label=case)
         if (mode, model) == ("grpc", "mlp") and doc["limit"]["limit"]:
             ax.axhline(doc["limit"]["limit"], color="grey", linewidth=0.8, linestyle=":")

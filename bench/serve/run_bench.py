@@ -8,6 +8,8 @@ concurrency level from a load generator pinned to the other core (`bench.serve.l
 * `bare`: 60-line `grpc.aio` server answering with prebuilt bytes (tfship's identity reply);
 * `identity`: tfship with its `identity` backend (transport and tfship's per-request code, no model);
 * `ort`: hand-written per-request ONNX Runtime grpcio server (`bench.serve.ort_server`);
+* `ort_batching`: hand-written grpc.aio micro-batching ONNX Runtime server, 32 rows / 1 ms
+  (`bench.serve.ort_batch_server`);
 * `onnx_batching`, `onnx`, `saved_model_batching`: tfship (batching max 32, 1 ms, 1 batch thread);
 * `identity_tensor_content`, `onnx_batching_tensor_content`: the same with `--enable_serialization_as_tensor_content`
   (answers as raw bytes instead of TF Serving's default typed fields: the cost of each encoding);
@@ -162,6 +164,8 @@ def model_rounds(plan: Plan, info: ModelInfo) -> list[dict]:
         onnx_file = repo / info.name / "1" / "model.onnx"
         grpc_cases["ort"] = (stack.enter_context(ReferenceEndpoint("ort_server", ["--model", str(onnx_file)],
                                                                    server_cpu)), files["grpc"])
+        grpc_cases["ort_batching"] = (stack.enter_context(ReferenceEndpoint(
+            "ort_batch_server", ["--model", str(onnx_file)], server_cpu)), files["grpc"])
         rest_cases = {}
         if plan.rest:
             tfship = grpc_cases["onnx_batching"][0]

@@ -77,17 +77,17 @@ def predict_request(proto, time_remaining: float | None = None,
     )
 
 
-def judged_predict_request(proto, model: ModelRef, entries: Sequence[tuple], time_remaining: float | None,
+def judged_predict_request(proto, model: ModelRef, judged: Sequence[tuple], time_remaining: float | None,
                            ) -> InferenceRequest:
     """`predict_request` of a `PredictRequest` whose inputs' declarations the caller judged already
-    (`PredictionServicer`: `declared_bytes` of each of `entries`, its `(alias, TensorProto)` pairs, walked once,
-    and the total), for `model` (`model_ref` of its spec): each input decoded once (`tensor_content` of the
-    declared size is an `np.frombuffer` view, no copy).
+    (`PredictionServicer`: `judged` holds `(alias, TensorProto, dims)` of each input, the map walked once, dims as
+    `tensors.judge_declared` read them, and the total was judged), for `model` (`model_ref` of its spec): each
+    input decoded once (`tensor_content` of the declared size is an `np.frombuffer` view, no copy).
 
     Raises:
         InvalidRequestError: an input whose values do not decode (`tensors.decode_declared`).
     """
-    inputs = {key: decode_declared(tensor, key) for key, tensor in entries}
+    inputs = {key: decode_declared(tensor, key, dims) for key, tensor, dims in judged}
     return InferenceRequest(model=model, inputs=inputs, signature_name=proto.model_spec.signature_name or
                             DEFAULT_SIGNATURE, output_filter=tuple(proto.output_filter),
                             deadline=None if time_remaining is None else time.monotonic() + time_remaining)

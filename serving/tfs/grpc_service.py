@@ -24,7 +24,7 @@ from tfship.serving.dataplane.admission import check_declared
 from tfship.serving.dataplane.model_config import from_proto
 from tfship.serving.dataplane.offload import OFF_LOOP_BYTES
 from tfship.serving.dataplane.service import DataPlane
-from tfship.serving.dataplane.tensors import declared_bytes
+from tfship.serving.dataplane.tensors import judge_declared
 from tfship.serving.dataplane.types import InferenceRequest, ModelMetadata
 from tfship.serving.grpc_calls import generic_handler, rpc, split_large, time_remaining
 from tfship.serving.operations.security import AccessPolicy
@@ -77,17 +77,20 @@ class PredictionServicer:
         async def decode(meta: ModelMetadata | None) -> InferenceRequest | None:
             if meta is None and offload:  # the lookup's error is the answer
                 return None
-            entries = tuple(request.inputs.items())  # the protobuf map walked once
-            declared = sum(declared_bytes(t, name, limits.max_tensor_bytes) for name, t in entries)  # each one's bounds
+            declared, judged, shapes = 0, [], {}  # the protobuf map walked once, each input's shape read once
+            for name, tensor in request.inputs.items():
+                size, dims = judge_declared(tensor, name, limits.max_tensor_bytes)  # each input's own bounds
+                declared += size
+                judged.append((name, tensor, dims))
+                shapes[name] = dims
             if meta is not None:
-                shapes = {name: [d.size for d in t.tensor_shape.dim] for name, t in entries}
                 check_declared(meta.signatures.get(signature_name), shapes, limits.max_batch_per_request,
                                limits.max_request_memory_bytes)
             converters.check_declared_total(request, declared, limits.max_request_memory_bytes)  # unknown ones too
             if offload:
                 return await self._dp.offloader.run_if_large(len(wire_bytes), decode_predict, wire_bytes, remaining,
                                                              limits.max_tensor_bytes)
-            decoded = converters.judged_predict_request(request, model, entries, remaining)  # judged above
+            decoded = converters.judged_predict_request(request, model, judged, remaining)  # judged above
             return decoded if meta is not None else None
 
         return decode

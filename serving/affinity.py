@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 log = logging.getLogger(__name__)
@@ -88,3 +89,18 @@ class CoreShare:
         """
         return ThreadPoolExecutor(max_workers, thread_name_prefix=thread_name_prefix,
                                   initializer=self.join if pinned else self.unpin)
+
+
+def lower_thread_priority(nice: int) -> None:
+    """Give the calling thread nice value `nice` (0..19; Linux sets it per thread), so that on a shared core the
+    threads at the process' own value (the transport loops) run first; a thread already at `nice` or above, or an
+    OS without per-thread priorities, is left as it is. A refusal (a container without the right) is logged.
+    """
+    if nice <= 0 or not hasattr(os, "setpriority") or not hasattr(threading, "get_native_id"):
+        return
+    try:
+        tid = threading.get_native_id()
+        if os.getpriority(os.PRIO_PROCESS, tid) < nice:
+            os.setpriority(os.PRIO_PROCESS, tid, nice)
+    except OSError as err:
+        log.warning("thread priority not lowered to nice %d: %s", nice, err)

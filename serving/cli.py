@@ -93,6 +93,11 @@ def _port_flags(a) -> None:
     a("--worker-threads", type=int, default=16, help="threads running backend calls")
     a("--enable-batching", action="store_true", help="merge concurrent requests into one backend call")
     a("--batching-parameters-file", type=cli_path, help="TF Serving BatchingParameters text file (implies batching)")
+    a("--batch-thread-nice", type=int, default=0,
+      help="nice value 0..19 of the batch threads (default 0: unchanged). On a core the batch threads share with "
+           "the transport (a server pinned to one CPU), the event loop then decodes the requests that arrive "
+           "while a batch runs, and batches fill (heavy MLP, c=32: 3 -> 16 rows per call at 5); under a load "
+           "beyond the model's capacity a higher value leaves the model less of that core")
     a("--max-message-bytes", type=int, default=64 << 20, help="largest request/response, bytes")
     a("--max-batch-per-request", type=int, default=1024,
       help="largest batch (dim 0) per request; 0 = unlimited (default: 1024)")
@@ -131,9 +136,25 @@ def _operation_flags(a) -> None:
     a("--spread-transport-threads", dest="pin_transport_threads", action="store_false",
       help="let the OS run the gRPC and REST threads on any core (default: both share one core, which keeps "
            "the GIL's handovers on it; see docs/serving.md)")
-    a("--num-processes", type=int, default=1,
-      help="server processes sharing the gRPC/REST ports via SO_REUSEPORT (use the host's cores); default 1")
+    a("--num-processes", type=count_or_auto, default=1,
+      help="server processes sharing the gRPC/REST ports via SO_REUSEPORT (use the host's cores), or 'auto': one "
+           "per CPU of this process' CPU set (os.sched_getaffinity); backend threads left at 0 are split between "
+           "them; default 1")
     a("--reuse-port", action="store_true", help="bind the REST port with SO_REUSEPORT (set for each worker)")
+
+def count_or_auto(value: str) -> int:
+    """`--num-processes`: a count, or `auto`: the CPUs of this process' CPU set (`os.sched_getaffinity`; the
+    machine's CPU count where it is missing), at least 1.
+
+    Raises:
+        ValueError: neither an integer nor `auto` (argparse names the flag and the value).
+    """
+    if value.strip().lower() == "auto":
+        from tfship.serving.affinity import process_cpus
+
+        return max(len(process_cpus() or ()) or os.cpu_count() or 1, 1)
+    return int(value)
+
 
 def _shadow_flags(a) -> None:
     """`serve` flags: shadow traffic (`serving.dataplane.shadow`); `a` adds one (argparse's add_argument)."""

@@ -145,6 +145,13 @@ def _deserializer(request_cls, max_bytes: int):
     return deserialize
 
 
+def _serialize(message) -> bytes:
+    """A handler's answer on the wire: a message serialised, or bytes a handler serialised itself (Predict, which
+    measures its answer against --max-message-bytes) as they are.
+    """
+    return message if type(message) is bytes else message.SerializeToString()
+
+
 def generic_handler(service: str, servicer, methods: dict[str, tuple[type, type]],
              max_bytes: int | None = None) -> grpc.GenericRpcHandler:
     """Generic handler of `servicer`'s methods; requests above `max_bytes` (default: the servicer's data plane
@@ -156,7 +163,7 @@ def generic_handler(service: str, servicer, methods: dict[str, tuple[type, type]
         name: grpc.unary_unary_rpc_method_handler(
             getattr(servicer, name),
             request_deserializer=_deserializer(request_cls, max_bytes),
-            response_serializer=lambda message: message.SerializeToString(),
+            response_serializer=_serialize,
         )
         for name, (request_cls, _response_cls) in methods.items()
     }

@@ -49,6 +49,9 @@ class ServerSettings(BaseModel):
     worker_threads: int = Field(16, ge=1, description="Threads running backend calls.")
     enable_batching: bool = Field(False, description="Merge concurrent requests (Batched runtime).")
     batching_parameters_file: Path | None = Field(None, description="TF Serving BatchingParameters text file.")
+    batch_thread_nice: int = Field(0, ge=0, le=19, description="Nice value of the batch threads (0 = unchanged); "
+                                   "on a core shared with the transport, batches then fill with the requests "
+                                   "decoded while one runs.")
     max_message_bytes: int = Field(64 << 20, ge=1024, description="Largest gRPC/REST message, bytes.")
     max_batch_per_request: int = Field(1024, ge=0, description="Largest batch (dim 0) per request; 0 = unlimited "
                                                                "(default 1024: a serving-sized batch).")

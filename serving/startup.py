@@ -76,7 +76,7 @@ def runtime_wrapper(settings: ServerSettings, metrics: Metrics):
 
     params = (BatchingParameters.from_file(settings.batching_parameters_file)
               if settings.batching_parameters_file else BatchingParameters())
-    return lambda runtime: Batched(runtime, params, metrics)
+    return lambda runtime: Batched(runtime, params, metrics, settings.batch_thread_nice)
 
 
 def start_shadows(settings: ServerSettings, manager: ModelManager, metrics: Metrics, grpc_port: int):

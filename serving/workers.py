@@ -30,7 +30,7 @@ from pathlib import Path
 from tfship.core.errors import TfshipError
 from tfship.core.processes import die_with_parent_command
 from tfship.core.scratch import remove_orphaned_scratch, scratch_folder
-from tfship.serving.affinity import WORKER_INDEX_ENV
+from tfship.serving.affinity import WORKER_INDEX_ENV, process_cpus
 from tfship.serving.settings import ServerSettings
 
 log = logging.getLogger(__name__)
@@ -47,8 +47,15 @@ def _free_port(host: str) -> int:
 
 
 def worker_settings(settings: ServerSettings) -> ServerSettings:
-    """The parent's settings for each worker: fixed ports (shared with SO_REUSEPORT), one process each."""
+    """The parent's settings for each worker: fixed ports (shared with SO_REUSEPORT), one process each, and the
+    backend's thread counts left at 0 (the backend's default: every core, in each worker) set to the worker's
+    share of the process' CPU set (`--num-processes auto`: one core each, 1 thread).
+    """
+    cpus = len(process_cpus() or ()) or os.cpu_count() or 1
+    share = max(1, cpus // settings.num_processes)
     return settings.model_copy(update={
+        "intra_op_threads": settings.intra_op_threads or share,
+        "inter_op_threads": settings.inter_op_threads or share,
         "num_processes": 1,
         "reuse_port": True,
         "port": settings.port or _free_port(settings.host),

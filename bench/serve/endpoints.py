@@ -26,6 +26,9 @@ PREDICT_METHOD = "/tensorflow.serving.PredictionService/Predict"
 THREAD_FLAGS = ("--intra-op-threads", "1", "--inter-op-threads", "1")
 
 
+BATCH_FLAGS = ("--batch-thread-nice", "5")
+
+
 def child_env() -> dict[str, str]:
     """This environment with the repository root first on PYTHONPATH and TensorFlow's C++ logs off."""
     env = dict(os.environ)
@@ -47,8 +50,8 @@ class TfshipEndpoint:
         from tfship.serving.launcher import ServerProcess
 
         args = ["--file-system-poll-wait-seconds", "0", *THREAD_FLAGS, *extra]
-        if batching_file:
-            args += ["--batching-parameters-file", str(batching_file)]
+        if batching_file:  # the batch thread yields the pinned core to the event loop: batches fill (issue 43)
+            args += ["--batching-parameters-file", str(batching_file), *BATCH_FLAGS]
         self.model, self.cpu = model, cpu
         # `python -m bench.serve.identity`: serving's CLI with the benchmark-only `identity` backend registered.
         self._server = ServerProcess(repo, model, backend, args, env=child_env(), module="bench.serve.identity")

@@ -27,6 +27,11 @@ from pathlib import Path
 import numpy as np
 
 
+def _wire(reply) -> bytes:
+    """What grpc sends for a handler's answer (`serving.grpc_calls`: bytes as they are, a message serialised)."""
+    return reply if isinstance(reply, bytes) else reply.SerializeToString()
+
+
 class _Context:
     """The one `grpc.aio.ServicerContext` method `Predict` calls on success (no deadline)."""
 
@@ -59,7 +64,7 @@ async def measure(repo: Path, model: str, request: bytes, calls: int, repeats: i
     await manager.apply_config(from_repository(repo, model))
     servicer, context, parse = PredictionServicer(dataplane), _Context(), protocol.PredictRequest.FromString
     for _ in range(500):  # warm-up: the first calls go to a thread until the backend's cost is measured
-        (await servicer.Predict(parse(request), context)).SerializeToString()
+        _wire(await servicer.Predict(parse(request), context))
     per_call, clock = [], time.thread_time
     evict = np.zeros(evict_mib << 18, np.float32) if evict_mib > 0 else None
     for _ in range(repeats):
@@ -68,7 +73,7 @@ async def measure(repo: Path, model: str, request: bytes, calls: int, repeats: i
             if evict is not None:
                 evict += 1.0
             started = clock()
-            (await servicer.Predict(parse(request), context)).SerializeToString()
+            _wire(await servicer.Predict(parse(request), context))
             spent += clock() - started
         per_call.append(spent / calls * 1e6)
     executor.shutdown(wait=False)

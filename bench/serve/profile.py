@@ -3,7 +3,15 @@
 `summarise(path)` returns total samples, the functions with the most *self* samples (leaf frames)
 and with the most *inclusive* samples (anywhere on the stack, counted once per stack), as shares
 of all samples. `markdown(cases)` renders them for `bench/results/serve-profile.md`; text above the
-`GENERATED` marker in that file (the written-up findings) is kept across runs.
+`GENERATED` marker in that file (the written-up findings) is kept across runs. Each share is also shown as
+microseconds of server CPU per request (share x server CPU seconds / requests answered in the window).
+
+Alone (issue 43: a profile before and after a change, each in its own file), without the benchmark's rounds:
+
+    python -m bench.serve.run_bench --profile-only --profile-s 5 --profile-name serve-profile-after.md
+
+profiles the identity server (mlp payload) and mlp onnx batched at c=32 into `<out>/<name>` (the raw py-spy
+stacks beside it, `<name>.raw-<case>.txt`).
 """
 
 from __future__ import annotations
@@ -57,12 +65,16 @@ def markdown(cases: dict) -> str:
     ]
     for name, case in cases.items():
         row = case["rows"][0] if case["rows"] else {}
+        per_s, cpu = row.get("requests_per_s") or 0, row.get("server_cpu") or 0
+        us = cpu / per_s * 1e6 if per_s else 0.0  # server CPU per request, microseconds
+        rows = f", {row['mean_batch_rows']:.1f} rows per model call" if row.get("mean_batch_rows") else ""
         lines += [
             f"## {name}",
             "",
             (
                 f"{row.get('inferences_per_s', 0):.0f} inf/s, p50 "
-                f"{(row.get('latency_ms') or {}).get('p50', 0):.2f} ms, server CPU {row.get('server_cpu') or 0:.2f} cores."
+                f"{(row.get('latency_ms') or {}).get('p50', 0):.2f} ms, server CPU {cpu:.2f} cores = "
+                f"**{us:.0f} us per request**{rows}."
             ),
             "",
         ]
@@ -70,10 +82,10 @@ def markdown(cases: dict) -> str:
         if not top or not top["samples"]:
             lines += ["(no samples: py-spy missing or not permitted to attach)", ""]
             continue
-        lines += [f"{top['samples']} samples.", "", "| self | function |", "|---:|---|"]
-        lines += [f"| {s:.1%} | `{f}` |" for f, s in top["self"]]
-        lines += ["", "| inclusive | function |", "|---:|---|"]
-        lines += [f"| {s:.1%} | `{f}` |" for f, s in top["inclusive"]]
+        lines += [f"{top['samples']} samples.", "", "| self | us/request | function |", "|---:|---:|---|"]
+        lines += [f"| {s:.1%} | {s * us:.1f} | `{f}` |" for f, s in top["self"]]
+        lines += ["", "| inclusive | us/request | function |", "|---:|---:|---|"]
+        lines += [f"| {s:.1%} | {s * us:.1f} | `{f}` |" for f, s in top["inclusive"]]
         lines.append("")
     return "\n".join(lines)
 
@@ -86,7 +98,8 @@ def _record(pid: int, out: Path, seconds: float) -> subprocess.Popen:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def profile_cases(plan, info, files: dict[str, Path], loadgen, cores: tuple[int, int]) -> dict:
+def profile_cases(plan, info, files: dict[str, Path], loadgen, cores: tuple[int, int],
+                  name: str = "serve-profile.md", top: int = 15) -> dict:
     """py-spy the server at concurrency 32 (identity: the pure per-request path; onnx batched); writes
     `<out>/serve-profile.md` keeping the hand-written text above `GENERATED`.
 
@@ -99,20 +112,23 @@ def profile_cases(plan, info, files: dict[str, Path], loadgen, cores: tuple[int,
 
     cases = {}
     longer = dataclasses.replace(plan, levels=(32,), window_s=plan.profile_s + 2, warmup_s=max(plan.warmup_s, 1.0))
-    for name, model, backend, batching in ((f"identity_{info.name}", f"identity_{info.name}", "identity", None),
+    for case, model, backend, batching in ((f"identity_{info.name}", f"identity_{info.name}", "identity", None),
                                            (f"{info.name}_onnx_batched", info.name, "onnx", plan.work / "batching.txt")):
-        raw = plan.work / f"profile_{name}.txt"
+        raw = plan.work / f"profile_{case}.txt"
         raw.unlink(missing_ok=True)
         with TfshipEndpoint(plan.work / "repo", model, backend, batching, cores[0]) as endpoint:
             request = files["identity" if backend == "identity" else "grpc"]
-            runner = threading.Thread(target=lambda name=name, endpoint=endpoint, request=request: cases.setdefault(
-                name, {}).update(rows=loadgen(longer, endpoint, request, cpu=cores[1])))
+            runner = threading.Thread(target=lambda case=case, endpoint=endpoint, request=request: cases.setdefault(
+                case, {}).update(rows=loadgen(longer, endpoint, request, cpu=cores[1])))
             runner.start()
             time.sleep(longer.warmup_s + 1.0)  # the load generator's start and warm-up: profile the steady state
             _record(endpoint.pids[0], raw, plan.profile_s).wait(timeout=plan.profile_s + 60)
             runner.join()
-        cases[name]["top"] = summarise(raw) if raw.exists() else None
-    path = plan.out / "serve-profile.md"
+        cases[case]["top"] = summarise(raw, top) if raw.exists() else None
+        if raw.exists() and name != "serve-profile.md":
+            (plan.out / f"{name}.raw-{case}.txt").write_text(raw.read_text())
+    path = plan.out / name
     kept = path.read_text().split(GENERATED)[0] if path.exists() else ""  # hand-written findings
     path.write_text(kept + GENERATED + "\n" + markdown(cases))
     return cases
+

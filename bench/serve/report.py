@@ -14,7 +14,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-GRPC_ROWS = (("ort", "hand-written grpcio + ONNX Runtime, per request"), ("onnx_batching", "tfship onnx, batching"),
+GRPC_ROWS = (("ort", "hand-written grpcio + ONNX Runtime, per request"),
+             ("ort_batching", "hand-written grpc.aio micro-batching ONNX Runtime (32 rows, 1 ms)"),
+             ("onnx_batching", "tfship onnx, batching"),
              ("onnx_batching_tensor_content", "tfship onnx, batching, tensor_content answers"),
              ("onnx", "tfship onnx, no batching"), ("saved_model_batching", "tfship saved_model, batching"))
 # Answer encodings (issue 19): TF Serving's default typed fields vs --enable_serialization_as_tensor_content.
@@ -84,7 +86,42 @@ def _target(name: str, value: float | None, goal: float, higher: bool = True) ->
 
 
 def targets(rows: list[dict], levels: tuple[int, ...]) -> tuple[list[dict], dict]:
-    """Issue 14's targets as PASS/MISS rows, plus the one-core limit's parts."""
+    """Issue 14's targets as PASS/MISS rows (each with its value in every round, `rounds`, and their `min` and
+    `max`: the spread over the repetitions), plus the one-core limit's parts and the heavy model's rows per
+    model call at c=32 (`rows_per_call_c32`, batching).
+    """
+    out, limit = _targets(rows, levels)
+    repeats = sorted({r["repeat"] for r in rows if "repeat" in r})
+    per_round = [_targets([r for r in rows if r.get("repeat") == k], levels)[0] for k in repeats]
+    for i, target in enumerate(out):
+        values = [p[i]["value"] for p in per_round if p[i]["value"] is not None]
+        target.update(rounds=values, min=min(values) if values else None, max=max(values) if values else None)
+    heavy = medians(rows).get(("grpc", "mlp", "onnx_batching", 32))
+    return out, {**limit, "rows_per_call_c32": heavy["rows_per_call"] if heavy else None}
+
+
+def compare(previous: dict | None, found: list[dict]) -> list[dict]:
+    """Each target of this run beside the previous report's (`previous`: its JSON document): `fell` when it moved
+    the wrong way by more than its spread (the larger of the two runs' max - min over their rounds; 0 with one
+    round). [] without a previous report.
+    """
+    if not previous:
+        return []
+    before = {t["target"]: t for t in previous.get("targets", [])}
+    out = []
+    for t in found:
+        old = before.get(t["target"])
+        if old is None or old.get("value") is None or t["value"] is None:
+            continue
+        spread = max([(x["max"] - x["min"]) for x in (t, old) if x.get("max") is not None] or [0.0])
+        change = t["value"] - old["value"]
+        worse = -change if t["goal"] != 3.0 else change  # p99/p50 (goal <= 3) is better lower
+        out.append({"target": t["target"], "before": old["value"], "now": t["value"], "spread": spread,
+                    "fell": worse > spread})
+    return out
+
+
+def _targets(rows: list[dict], levels: tuple[int, ...]) -> tuple[list[dict], dict]:
     m, out = medians(rows), []
     for c in levels:
         bare, ident = _rate(m, "grpc", "mlp", "bare", c), _rate(m, "grpc", "mlp", "identity", c)
@@ -100,6 +137,9 @@ def targets(rows: list[dict], levels: tuple[int, ...]) -> tuple[list[dict], dict
     heavy = m.get(("grpc", "mlp", "onnx_batching", 32))
     out.append(_target("heavy: tfship onnx batching c=32 / one-core limit",
                        heavy["inf_s"] / limit if heavy and limit else None, 0.90))
+    hand = _rate(m, "grpc", "mlp", "ort_batching", 32)
+    out.append(_target("heavy: tfship onnx batching / hand-written micro-batching ORT, c=32",
+                       heavy["inf_s"] / hand if heavy and hand else None, 1.0))
     out.append(_target("heavy: tfship onnx batching c=32 p99 / p50", heavy["p99"] / heavy["p50"] if heavy and
                        heavy["p50"] else None, 3.0, higher=False))
     for model, label in MODELS:
@@ -145,13 +185,18 @@ def markdown(doc: dict) -> str:
              f"({' '.join(doc['server_flags'])}), load generator to the other; batch-1 requests, closed loop. "
              f"Batching: max 32, 1 ms, 1 batch thread.", "",
              f"Machine load: before `{host.get('uptime_before', '')}`; after `{host.get('uptime_after', '')}`.", "",
-             "## Targets (ratios inside this run)", "", "| target | value | goal | |", "|---|---:|---:|:---:|"]
+             "## Targets (ratios inside this run)", "", "| target | value | rounds min - max | goal | |",
+             "|---|---:|---:|---:|:---:|"]
     for t in doc["targets"]:
-        lines.append(f"| {t['target']} | {_cell(t['value'], '{:.2f}')} | {'>=' if t['goal'] != 3.0 else '<='} "
-                     f"{t['goal']:.2f} | {'PASS' if t['met'] else 'MISS'} |")
+        spread = f"{t['min']:.2f} - {t['max']:.2f}" if t.get("min") is not None else "-"
+        lines.append(f"| {t['target']} | {_cell(t['value'], '{:.2f}')} | {spread} | "
+                     f"{'>=' if t['goal'] != 3.0 else '<='} {t['goal']:.2f} | {'PASS' if t['met'] else 'MISS'} |")
+    lines += _comparison(doc)
     lim = doc["limit"]
     lines += ["", f"One-core limit (heavy, c=32) = 1 / (1/bare + 1/in-process) = 1 / (1/{_cell(lim['bare_c32'])} + "
                   f"1/{_cell(lim['inprocess_b32'])}) = **{_cell(lim['limit'])}** inferences/s.", "",
+              f"Heavy model, onnx batching, c=32: **{_cell(lim.get('rows_per_call_c32'), '{:.1f}')} rows per model "
+              "call** (median of the rounds; `tfship_batch_size` over the window).", "",
               "## gRPC Predict, inferences/s (ratio to the hand-written server)", ""]
     lines += _rate_table(m, "grpc", GRPC_ROWS, levels, ratio_to="ort")
     lines += _encodings(m, levels)
@@ -177,6 +222,20 @@ def markdown(doc: dict) -> str:
     failed = [r for r in rows if "error" in r]
     lines += [f"\nFailed case {r['mode']} {r['model']}/{r.get('case')}: {r['error']}" for r in failed]
     return "\n".join(lines) + "\n"
+
+
+def _comparison(doc: dict) -> list[str]:
+    """The targets beside the previous report's (`compare`), naming those that fell by more than their spread."""
+    rows, previous = doc.get("compared_with") or [], doc.get("previous") or {}
+    if not rows:
+        return []
+    fell = [r["target"] for r in rows if r["fell"]]
+    lines = ["", f"Against the previous report ({previous.get('file', '?')}, git {previous.get('git', '?')}): "
+             + (f"**fell by more than its spread: {'; '.join(fell)}**." if fell else "nothing fell by more than its "
+                "spread."), "", "| target | before | now | spread | |", "|---|---:|---:|---:|:---:|"]
+    lines += [f"| {r['target']} | {r['before']:.2f} | {r['now']:.2f} | {r['spread']:.2f} | "
+              f"{'FELL' if r['fell'] else ''} |" for r in rows]
+    return lines
 
 
 def _mixed_load(results: list[dict] | None) -> list[str]:
@@ -276,7 +335,7 @@ def plot(doc: dict, path: Path) -> None:
     for ax, (mode, model) in zip(axes[0], panels):
         for case in sorted({k[2] for k in m if k[:2] == (mode, model)}):
             pts = sorted((k[3], v["inf_s"]) for k, v in m.items() if k[:3] == (mode, model, case))
-            ref = case in ("bare", "ort", "rest_bare", "rest_ort")
+            ref = case in ("bare", "ort", "ort_batching", "rest_bare", "rest_ort")
             ax.plot(*zip(*pts), marker="o", linestyle="--" if ref else "-", label=case)
         if (mode, model) == ("grpc", "mlp") and doc["limit"]["limit"]:
             ax.axhline(doc["limit"]["limit"], color="grey", linewidth=0.8, linestyle=":")
@@ -289,10 +348,16 @@ def plot(doc: dict, path: Path) -> None:
 
 
 def write(doc: dict, out: Path) -> list[Path]:
-    """Add targets; write serve-<timestamp>.json, serve-latest.json/.md/.png under `out`; returns the paths."""
+    """Add targets and their comparison with the previous `serve-latest.json` in `out`; write
+    serve-<timestamp>.json, serve-latest.json/.md/.png under `out`; returns the paths.
+    """
     found, limit = targets(doc["rows"], tuple(doc["plan"]["levels"]))
-    doc = {**doc, "targets": found, "limit": limit}
+    latest = out / "serve-latest.json"
+    previous = json.loads(latest.read_text()) if latest.exists() else None
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(doc["started"]))
+    doc = {**doc, "targets": found, "limit": limit, "compared_with": compare(previous, found),
+           "previous": {"file": f"serve-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(previous['started']))}.json",
+                        "git": previous.get("host", {}).get("git_commit")} if previous else None}
     text = json.dumps(doc, indent=1, default=str)
     paths = [out / f"serve-{stamp}.json", out / "serve-latest.json", out / "serve-latest.md", out / "serve-latest.png"]
     for p in paths[:2]:

@@ -8,6 +8,8 @@ concurrency level from a load generator pinned to the other core (`bench.serve.l
 * `bare`: 60-line `grpc.aio` server answering with prebuilt bytes (tfship's identity reply);
 * `identity`: tfship with its `identity` backend (transport and tfship's per-request code, no model);
 * `ort`: hand-written per-request ONNX Runtime grpcio server (`bench.serve.ort_server`);
+* `ort_batching`: hand-written grpc.aio micro-batching ONNX Runtime server, 32 rows / 1 ms
+  (`bench.serve.ort_batch_server`);
 * `onnx_batching`, `onnx`, `saved_model_batching`: tfship (batching max 32, 1 ms, 1 batch thread);
 * `identity_tensor_content`, `onnx_batching_tensor_content`: the same with `--enable_serialization_as_tensor_content`
   (answers as raw bytes instead of TF Serving's default typed fields: the cost of each encoding);
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import subprocess
@@ -74,6 +77,8 @@ class Plan:
     rest: bool
     profile_s: float
     quick: bool
+    profile_name: str = "serve-profile.md"  # the profile's file under `out`
+    profile_only: bool = False  # build the models, profile, write nothing else (issue 43's before/after)
 
 
 def cores() -> tuple[int, int]:
@@ -159,6 +164,8 @@ def model_rounds(plan: Plan, info: ModelInfo) -> list[dict]:
         onnx_file = repo / info.name / "1" / "model.onnx"
         grpc_cases["ort"] = (stack.enter_context(ReferenceEndpoint("ort_server", ["--model", str(onnx_file)],
                                                                    server_cpu)), files["grpc"])
+        grpc_cases["ort_batching"] = (stack.enter_context(ReferenceEndpoint(
+            "ort_batch_server", ["--model", str(onnx_file)], server_cpu)), files["grpc"])
         rest_cases = {}
         if plan.rest:
             tfship = grpc_cases["onnx_batching"][0]
@@ -208,23 +215,25 @@ def run(plan: Plan) -> dict:
     """Every case of `plan`; returns the result document (see `report.write`)."""
     infos = prepare(plan)
     started, uptime_before, rows = time.time(), host.uptime(), []
-    for info in infos:
+    for info in infos if not plan.profile_only else ():
         rows += model_rounds(plan, info)
     heavy = [i for i in infos if i.name == "mlp"]
-    if plan.multiprocess and heavy:
+    if plan.multiprocess and heavy and not plan.profile_only:
         print("[bench-serve] --num-processes 1 vs 2", flush=True)
         rows += multiprocess(plan, heavy[0])
     mixed = None
-    if plan.rest and any(i.name == "digits" for i in infos):
+    if plan.rest and any(i.name == "digits" for i in infos) and not plan.profile_only:
         print("[bench-serve] mixed load: each protocol alone and together", flush=True)
         mixed = mixed_load.run(plan.work / "repo", list(mixed_load.PAIRS), window_s=1.5 if plan.quick else 3.0,
                                repeats=plan.repeats)
-    cost = {"warm": handler_cost(plan, heavy[0]), "cold": handler_cost(plan, heavy[0], evict_mib=64)} if heavy else None
+    cost = ({"warm": handler_cost(plan, heavy[0]), "cold": handler_cost(plan, heavy[0], evict_mib=64)}
+            if heavy and not plan.profile_only else None)
     profile = None
     if plan.profile_s > 0 and heavy:
         from bench.serve.profile import profile_cases
 
-        profile = profile_cases(plan, heavy[0], _model_files(plan, heavy[0]), loadgen, cores())
+        profile = profile_cases(plan, heavy[0], _model_files(plan, heavy[0]), loadgen, cores(), plan.profile_name,
+                                25 if plan.profile_only else 15)
     return {"schema": "tfship.bench.serve/2", "started": started, "seconds": time.time() - started,
             "host": {**host.host_info(), "uptime_before": uptime_before, "uptime_after": host.uptime()},
             "plan": {k: str(v) if isinstance(v, Path) else v for k, v in vars(plan).items()},
@@ -249,17 +258,25 @@ def parse(argv: list[str] | None = None) -> Plan:
     p.add_argument("--no-rest", action="store_true")
     p.add_argument("--profile-s", type=float, default=float(os.environ.get("BENCH_PROFILE_S", "0")),
                    help="seconds of py-spy per profiled case; 0 = no profile")
+    p.add_argument("--profile-name", default="serve-profile.md", help="the profile's file name under --out")
+    p.add_argument("--profile-only", action="store_true", help="only the profile (mlp): no rounds, no report")
     a = p.parse_args(argv)
     return Plan(work=a.work, out=a.out, warmup_s=a.warmup_s or (0.2 if a.quick else 0.7),
                 window_s=a.window_s or (0.5 if a.quick else 2.0), levels=tuple(int(c) for c in a.concurrency.split(",")),
                 repeats=a.repeats or (1 if a.quick else 3), models=tuple(a.models.split(",")),
-                multiprocess=not a.no_multiprocess, rest=not a.no_rest, profile_s=a.profile_s, quick=a.quick)
+                multiprocess=not a.no_multiprocess, rest=not a.no_rest, profile_s=a.profile_s, quick=a.quick,
+                profile_name=a.profile_name, profile_only=a.profile_only)
 
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point: run, then write JSON, Markdown and the plot; prints the Markdown."""
     plan = parse(argv)
     plan.out.mkdir(parents=True, exist_ok=True)
+    if plan.profile_only:
+        plan = dataclasses.replace(plan, models=("mlp",), profile_s=plan.profile_s or 5.0)
+        run(plan)
+        print(plan.out / plan.profile_name)
+        return 0
     paths = report.write(run(plan), plan.out)
     print(paths[2].read_text())
     print("\n".join(str(p) for p in paths))

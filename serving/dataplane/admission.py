@@ -67,19 +67,42 @@ def check_declared(signature: Signature | None, shapes: Mapping[str, Sequence[in
     """
     if signature is None:
         return
-    rows = declared_rows(batched_inputs(signature), shapes)
+    batched, items, per_row, fixed = _plan(signature)
+    rows = declared_rows(batched, shapes)
     if max_rows and rows is not None and rows > max_rows:
         raise rows_over_limit(rows, max_rows)
     if not memory_cap:
         return
-    held = 0
+    held = (rows or 1) * per_row + fixed
     for name, dims in shapes.items():
-        spec = signature.inputs.get(name)
-        if spec is not None and all(d >= 0 for d in dims):
-            held += math.prod(int(d) for d in dims) * item_bytes(spec.dtype)
-    for spec in signature.outputs.values():
-        if spec.shape is not None:
-            held += math.prod((rows or 1) if i == 0 and d is None else (d or 1)
-                              for i, d in enumerate(spec.shape)) * item_bytes(spec.dtype)
+        item = items.get(name)
+        if item is not None and all(d >= 0 for d in dims):
+            held += math.prod(int(d) for d in dims) * item
     if held > memory_cap:
         raise memory_over_limit(held, rows, memory_cap)
+
+
+_PLANS: dict[int, tuple] = {}  # id(signature) -> (signature, its `_plan`)
+
+
+def _plan(signature: Signature) -> tuple[tuple[str, ...], dict[str, int], int, int]:
+    """What `check_declared` needs of `signature`, worked out once per signature object: its batched inputs, each
+    input's item bytes, and its outputs' bytes per row (dim 0 declared unknown) and fixed bytes (the rest; an
+    unknown or 0 dim past the first counts 1).
+    """
+    known = _PLANS.get(id(signature))
+    if known is not None and known[0] is signature:
+        return known[1]
+    per_row = fixed = 0
+    for spec in signature.outputs.values():
+        if spec.shape is not None:
+            size = math.prod(d or 1 for i, d in enumerate(spec.shape) if i or d is not None) * item_bytes(spec.dtype)
+            if spec.shape and spec.shape[0] is None:
+                per_row += size
+            else:
+                fixed += size
+    plan = (batched_inputs(signature), {n: item_bytes(s.dtype) for n, s in signature.inputs.items()}, per_row, fixed)
+    if len(_PLANS) >= 256:
+        _PLANS.clear()
+    _PLANS[id(signature)] = (signature, plan)
+    return plan

@@ -31,6 +31,7 @@ import numpy as np
 
 from tfship.core.contract import Signature
 from tfship.core.errors import DeadlineExceededError, InvalidRequestError, ResourceExhaustedError
+from tfship.serving.affinity import lower_thread_priority
 from tfship.serving.dataplane.batch_results import join_parts, settle
 from tfship.serving.dataplane.batching_parameters import BatchingParameters
 from tfship.serving.operations import tracing
@@ -66,11 +67,12 @@ class Batched(Runtime):
         runtime: the loaded backend (its `load()` has been called).
         params: `BatchingParameters`.
         metrics: optional `serving.operations.metrics.Metrics` (batch size histogram, queue depth).
+        nice: the batch threads' nice value (`--batch-thread-nice`, 0..19; 0: as every thread, `affinity`).
     """
 
     name = "batched"
 
-    def __init__(self, runtime: Runtime, params: BatchingParameters | None = None, metrics=None) -> None:
+    def __init__(self, runtime: Runtime, params: BatchingParameters | None = None, metrics=None, nice: int = 0) -> None:
         super().__init__(runtime.version_dir, runtime.options)
         self.inner = runtime
         self.params = params = params or BatchingParameters()
@@ -91,7 +93,7 @@ class Batched(Runtime):
         self._gathered_rows = 0
         self._closed = False
         self._cond = threading.Condition()
-        self._threads = [threading.Thread(target=self._worker, name=f"tfship-batch-{i}", daemon=True)
+        self._threads = [threading.Thread(target=self._worker, args=(nice,), name=f"tfship-batch-{i}", daemon=True)
                          for i in range(params.num_batch_threads)]
         for thread in self._threads:
             thread.start()
@@ -275,7 +277,8 @@ class Batched(Runtime):
         self._queue = kept
         return total
 
-    def _worker(self) -> None:
+    def _worker(self, nice: int = 0) -> None:
+        lower_thread_priority(nice)  # on a core shared with the loop: the loop decodes while a batch runs
         while True:
             with self._cond:
                 while not self._queue and not self._closed:

@@ -146,23 +146,25 @@ async def judged(call: Awaitable[dict], signature: Signature, inputs: Mapping[st
     """
     try:
         return await call
-    except ModelInputError as err:  # the backend refused a value: add the declared shape where it differs
-        problem = nonconforming_input(signature, inputs)
-        if problem is None:
-            raise
-        raise ModelInputError(f"{err} ({problem})") from err
-    except UnimplementedError as err:
-        problem = nonconforming_input(signature, inputs)
-        if problem is None:
-            raise
-        raise _not_conforming(backend, signature, problem, err) from err
-    except TfshipError:
-        raise
     except Exception as err:
-        problem = nonconforming_input(signature, inputs)
-        if problem is None:
+        fault = refault(err, signature, inputs, backend)
+        if fault is None:
             raise
-        raise _not_conforming(backend, signature, problem, err) from err
+        raise fault from err
+
+
+def refault(err: Exception, signature: Signature, inputs: Mapping[str, np.ndarray], backend: str) -> Exception | None:
+    """`judged`'s verdict on a backend's failure `err`, for a caller that awaits the call itself (the data plane:
+    no coroutine per request): the error to raise instead (from `err`), or None to re-raise `err` as it is.
+    """
+    if isinstance(err, TfshipError) and not isinstance(err, ModelInputError | UnimplementedError):
+        return None  # tfship's own errors are classified already
+    problem = nonconforming_input(signature, inputs)
+    if problem is None:
+        return None
+    if isinstance(err, ModelInputError):  # the backend refused a value: add the declared shape where it differs
+        return ModelInputError(f"{err} ({problem})")
+    return _not_conforming(backend, signature, problem, err)
 
 
 def _not_conforming(backend: str, signature: Signature, problem: str, err: Exception) -> InvalidRequestError:

@@ -30,7 +30,7 @@ from tfship.core.errors import InvalidRequestError, ModelNotFoundError, TfshipEr
 from tfship.core.locations import BucketUrl
 from tfship.serving.dataplane.memory import release_freed_memory
 from tfship.serving.dataplane.model_config import ModelConfig
-from tfship.serving.dataplane.types import ModelRef, VersionState, VersionStatus
+from tfship.serving.dataplane.types import ModelMetadata, ModelRef, VersionState, VersionStatus
 from tfship.serving.dataplane.version_folders import check_config, fingerprint, version_folders
 from tfship.serving.dataplane.warmup import warmup_predicts
 from tfship.serving.runtimes import REGISTRY, Runtime, RuntimeLoadError, RuntimeOptions
@@ -54,6 +54,19 @@ class ServedVersion:
     verification: dict | None = None  # under --verify-key: manifest sha256, signer's key id, op-policy verdict
     inflight: int = 0
     idle: asyncio.Event = field(default_factory=asyncio.Event)
+    _metadata: tuple | None = field(default=None, repr=False)  # (runtime, ModelMetadata) of `metadata`
+
+    def metadata(self, name: str) -> ModelMetadata:
+        """This loaded version's `ModelMetadata` as model `name`: signatures, backend and, under `--artifact`, the
+        artifact; made once per runtime (the data plane asks for it per Predict).
+        """
+        runtime, known = self.runtime, self._metadata
+        if known is not None and known[0] is runtime and known[1].model_name == name:
+            return known[1]
+        meta = ModelMetadata(name, self.version, runtime.metadata(), runtime.backend,
+                             getattr(runtime, "published", None), self.verification)
+        self._metadata = (runtime, meta)
+        return meta
 
     def status(self) -> VersionStatus:
         """This version as a GetModelStatus entry."""

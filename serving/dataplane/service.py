@@ -24,7 +24,7 @@ from tfship.core.errors import (
 from tfship.serving.dataplane import inference
 from tfship.serving.dataplane.admission import memory_over_limit, rows_over_limit
 from tfship.serving.dataplane.answer_checks import check_output_filter, check_response_size
-from tfship.serving.dataplane.contract import RequestChecks, judged
+from tfship.serving.dataplane.contract import RequestChecks, refault
 from tfship.serving.dataplane.inference import ExamplesRequest, ExamplesResponse, TaskResult
 from tfship.serving.dataplane.manager import ModelManager
 from tfship.serving.dataplane.memory import release_freed_memory
@@ -170,7 +170,7 @@ class DataPlane:
             As `predict`, and whatever `decode` raises.
         """
         async def work(served) -> InferenceResponse:
-            meta = _metadata(model.name, served)
+            meta = served.metadata(model.name)
             with tracing.decode_span():
                 request = await decode(meta)
             return await self._predict(request, served.version, served.runtime)
@@ -236,9 +236,13 @@ class DataPlane:
         if cap and held > cap:
             raise memory_over_limit(held, rows, cap)
         started = time.perf_counter()
-        # a backend failing on an input the signature does not declare: the client's fault (contract.judged)
-        outputs = await judged(self._run(runtime, request, counted, deadline), signature, request.inputs,
-                               runtime.backend)
+        try:  # a backend failing on an input the signature does not declare: the client's fault (contract.judged)
+            outputs = await self._run(runtime, request, counted, deadline)
+        except Exception as err:
+            fault = refault(err, signature, request.inputs, runtime.backend)
+            if fault is None:
+                raise
+            raise fault from err
         if self.shadow is not None:  # serving.dataplane.shadow: a draw and a non-blocking put, nothing more
             self.shadow.offer(request.model.name, version, request.signature_name, request.inputs, outputs,
                               time.perf_counter() - started, deadline)
@@ -258,9 +262,12 @@ class DataPlane:
                 raise ResourceExhaustedError(f"{self._inflight} requests in flight; limit is {cap}")
             self._inflight += 1
         try:
-            call = runtime.predict_async(request.inputs, request.signature_name, rows=rows, deadline=deadline,
-                                         executor=self._executor)
-            with tracing.span("runtime call", {"tfship.backend": runtime.backend, "tfship.rows": rows.batch or 0}):
+            with tracing.runtime_span(runtime.backend, rows.batch):
+                outputs = runtime.predict_now(request.inputs, request.signature_name, rows)  # cheap: inline, no timer
+                if outputs is not None:
+                    return outputs
+                call = runtime.predict_async(request.inputs, request.signature_name, rows=rows, deadline=deadline,
+                                             executor=self._executor)
                 if deadline is None:
                     return await call
                 try:
@@ -298,7 +305,7 @@ class DataPlane:
         """TF Serving GetModelMetadata (`signature_def`): signatures of the targeted version."""
         served = self.manager.resolve(ref)
         note_request(version=str(served.version))
-        return _metadata(ref.name, served)
+        return served.metadata(ref.name)
 
     def server_ready(self) -> bool:
         """Open Inference Protocol ServerReady: not draining and every configured model has a version AVAILABLE."""
@@ -387,9 +394,3 @@ class DataPlane:
                 results.append(TaskResult(task, inference.regression(outputs, rows)))
         return tuple(results)
 
-
-def _metadata(name: str, served) -> ModelMetadata:
-    """The `ModelMetadata` of a held version: its signatures, backend and, under `--artifact`, the artifact."""
-    runtime = served.runtime
-    return ModelMetadata(name, served.version, runtime.metadata(), runtime.backend,
-                         getattr(runtime, "published", None), getattr(served, "verification", None))

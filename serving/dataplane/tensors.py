@@ -111,6 +111,15 @@ def declared_bytes(proto, name: str = "tensor", max_bytes: int = DEFAULT_MAX_TEN
             values that fits no shape (names `name`).
         ResourceExhaustedError: the decoded array would exceed `max_bytes`.
     """
+    return judge_declared(proto, name, max_bytes)[0]
+
+
+def judge_declared(proto, name: str = "tensor", max_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -> tuple[int, list[int]]:
+    """`declared_bytes` and the declared dims (`tensor_shape`, read once: `decode_declared` takes them back).
+
+    Raises:
+        As `declared_bytes`.
+    """
     dtype, _little, dt_name = _from_enum(proto.dtype)
     if proto.tensor_shape.unknown_rank:
         raise InvalidRequestError(f"input {echo(name)}: tensor_shape has unknown rank; send a concrete shape")
@@ -119,13 +128,14 @@ def declared_bytes(proto, name: str = "tensor", max_bytes: int = DEFAULT_MAX_TEN
     if count * dtype.itemsize > max_bytes or (shape and (min(shape) < 0 or max(shape) > MAX_DIM
                                                          or len(shape) > MAX_RANK)):
         check_shape(name, shape, dtype.itemsize, max_bytes, "tensor_shape", dtype_name(dtype))
-    if not proto.tensor_content and dt_name in _VAL_FIELD:
+    if dt_name in _VAL_FIELD:
         listed = len(getattr(proto, _VAL_FIELD[dt_name]))  # O(1): no value is read
         if dt_name in ("DT_COMPLEX64", "DT_COMPLEX128"):
             listed = listed // 2 if listed % 2 == 0 else 1  # an odd count is refused, worded, when decoded
-        if listed not in (0, 1, count):
+        # typed values count only without tensor_content (read last: reading a bytes field copies it)
+        if listed not in (0, 1, count) and not proto.tensor_content:
             raise InvalidRequestError(f"input {echo(name)}: shape {shape} needs {count} values, got {listed}")
-    return count * dtype.itemsize
+    return count * dtype.itemsize, shape
 
 
 def from_tensor_proto(proto, name: str = "tensor", max_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -> np.ndarray:
@@ -140,8 +150,20 @@ def from_tensor_proto(proto, name: str = "tensor", max_bytes: int = DEFAULT_MAX_
         ResourceExhaustedError: the decoded array would exceed `max_bytes`.
     """
     declared_bytes(proto, name, max_bytes)
+    return decode_declared(proto, name)
+
+
+def decode_declared(proto, name: str = "tensor", dims: list[int] | None = None) -> np.ndarray:
+    """`from_tensor_proto` of a `TensorProto` whose declaration `declared_bytes` already judged (the Predict path
+    judges every input's declaration before any is decoded, so it is not judged twice); `dims`: its declared dims
+    as `judge_declared` read them (None: read here). `tensor_content` of the declared size is one `np.frombuffer`
+    view (no copy); typed `*_val` fields are converted in bulk.
+
+    Raises:
+        InvalidRequestError: content whose size disagrees with the shape, values out of the dtype's range.
+    """
     dtype, little, dt_name = _from_enum(proto.dtype)
-    shape = tuple([d.size for d in proto.tensor_shape.dim])
+    shape = tuple(dims if dims is not None else [d.size for d in proto.tensor_shape.dim])
     count = math.prod(shape)
     if not count and math.prod(d for d in shape if d) * dtype.itemsize >= _INT64_LIMIT:
         raise InvalidRequestError(f"input {echo(name)}: tensor_shape {list(shape)}: the product of its dims "

@@ -181,6 +181,14 @@ def span(name: str, attributes: dict | None = None):
     return _tracer.start_as_current_span(name, attributes=attributes)
 
 
+def runtime_span(backend: str, rows: int | None):
+    """The `runtime call` span (`tfship.backend`, `tfship.rows`; `span`), its attributes made only when recorded."""
+    if not _recording():
+        return _NOOP
+    return _tracer.start_as_current_span("runtime call", attributes={"tfship.backend": backend,
+                                                                      "tfship.rows": rows or 0})
+
+
 @contextlib.contextmanager
 def _server_span(name: str, carrier: Mapping[str, str], attributes: dict):
     """The transport's SERVER span, continuing the W3C `traceparent` in `carrier`, with derived `decode` (unless
@@ -203,14 +211,19 @@ def _server_span(name: str, carrier: Mapping[str, str], attributes: dict):
         _MARKS.reset(token)
 
 
-@contextlib.contextmanager
 def predict_span(api: str, model: str):
     """The data plane's `predict` span (`tfship.model`; the caller adds `tfship.version`); marks its start and
-    end for the transport's derived spans and notes the trace id in the request-log line.
+    end for the transport's derived spans and notes the trace id in the request-log line. Off or unsampled: a
+    shared no-op context whose value is None (one branch, no generator per request).
     """
     if not _recording():
-        yield None
-        return
+        return _NOOP
+    return _predict_span(api, model)
+
+
+@contextlib.contextmanager
+def _predict_span(api: str, model: str):
+    """`predict_span` of a recorded request."""
     from tfship.serving.operations.request_log import note_request
 
     marks = _MARKS.get()

@@ -152,11 +152,15 @@ class Runtime(abc.ABC):
         """True when the version was published by tfship (its folder holds `manifest.json`): the signature is the
         contract tfship exported and the parity gate proved, so an input of another rank than declared (scalars
         where `[?,1]` is declared) is refused before the model runs (`contract.validate_inputs(ranks=True)`).
-        A folder without a manifest (TF Serving's own models) keeps TF Serving's leniency.
+        A folder without a manifest (TF Serving's own models) keeps TF Serving's leniency. Looked up once (a
+        served version's folder does not change; this was a `stat` per request).
         """
-        from tfship.core.manifest import MANIFEST_FILE
+        known = self.__dict__.get("_declares_ranks")
+        if known is None:
+            from tfship.core.manifest import MANIFEST_FILE
 
-        return (self.version_dir / MANIFEST_FILE).is_file()
+            known = self.__dict__["_declares_ranks"] = (self.version_dir / MANIFEST_FILE).is_file()
+        return known
 
     @classmethod
     @abc.abstractmethod
@@ -205,11 +209,21 @@ class Runtime(abc.ABC):
             deadline: when the caller stops waiting, `time.monotonic()` seconds; None = no deadline.
             executor: threads for the blocking call; None = the loop's default executor.
         """
+        outputs = self.predict_now(inputs, signature_name, rows)
+        if outputs is not None:
+            return outputs
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(executor, self._timed_predict, inputs, signature_name, rows.cost)
+
+    def predict_now(self, inputs: Mapping[str, np.ndarray], signature_name: str, rows: Rows) -> dict | None:
+        """`predict()` on the calling thread (the event loop) when calls are measured cheaper than
+        `INLINE_CALL_BUDGET_S` for `rows`; None (nothing run) otherwise, and always for a runtime that overrides
+        `predict_async` (it never measures `predict` here). Nothing can time out while it runs: the loop waits.
+        """
         estimate = self._seconds_per_row
         if estimate is not None and estimate * rows.cost < INLINE_CALL_BUDGET_S:
             return self._timed_predict(inputs, signature_name, rows.cost)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(executor, self._timed_predict, inputs, signature_name, rows.cost)
+        return None
 
     def _timed_predict(self, inputs: Mapping[str, np.ndarray], signature_name: str, rows: int) -> dict[str, np.ndarray]:
         """`predict()`, timed: keeps the per-row cost estimate (seconds) up to date."""

@@ -24,6 +24,7 @@ from tfship.serving.dataplane.tensors import (
     DEFAULT_MAX_TENSOR_BYTES,
     data_type,
     declared_bytes,
+    decode_declared,
     fill_tensor_proto,
     from_tensor_proto,
 )
@@ -74,6 +75,22 @@ def predict_request(proto, time_remaining: float | None = None,
         output_filter=tuple(proto.output_filter),
         deadline=deadline,
     )
+
+
+def judged_predict_request(proto, model: ModelRef, judged: Sequence[tuple], time_remaining: float | None,
+                           ) -> InferenceRequest:
+    """`predict_request` of a `PredictRequest` whose inputs' declarations the caller judged already
+    (`PredictionServicer`: `judged` holds `(alias, TensorProto, dims)` of each input, the map walked once, dims as
+    `tensors.judge_declared` read them, and the total was judged), for `model` (`model_ref` of its spec): each
+    input decoded once (`tensor_content` of the declared size is an `np.frombuffer` view, no copy).
+
+    Raises:
+        InvalidRequestError: an input whose values do not decode (`tensors.decode_declared`).
+    """
+    inputs = {key: decode_declared(tensor, key, dims) for key, tensor, dims in judged}
+    return InferenceRequest(model=model, inputs=inputs, signature_name=proto.model_spec.signature_name or
+                            DEFAULT_SIGNATURE, output_filter=tuple(proto.output_filter),
+                            deadline=None if time_remaining is None else time.monotonic() + time_remaining)
 
 
 def declared_input_bytes(proto, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -> int:

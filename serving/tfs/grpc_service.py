@@ -24,10 +24,11 @@ from tfship.serving.dataplane.admission import check_declared
 from tfship.serving.dataplane.model_config import from_proto
 from tfship.serving.dataplane.offload import OFF_LOOP_BYTES
 from tfship.serving.dataplane.service import DataPlane
+from tfship.serving.dataplane.tensors import judge_declared
 from tfship.serving.dataplane.types import InferenceRequest, ModelMetadata
 from tfship.serving.grpc_calls import generic_handler, rpc, split_large, time_remaining
 from tfship.serving.operations.security import AccessPolicy
-from tfship.serving.tfs import converters, examples
+from tfship.serving.tfs import converters, examples, wire
 
 log = logging.getLogger(__name__)
 
@@ -50,19 +51,19 @@ class PredictionServicer:
     async def Predict(self, request, context):
         limit = self._dp.limits.max_tensor_bytes
         request, wire_bytes = split_large(request)
-        response = await self._dp.predict_decoded(converters.model_ref(request.model_spec),
-                                                  self._decoder(request, wire_bytes, context))
+        model = converters.model_ref(request.model_spec)
+        response = await self._dp.predict_decoded(model, self._decoder(request, model, wire_bytes, context))
         if sum(a.nbytes for a in response.outputs.values()) > OFF_LOOP_BYTES:
-            proto = await asyncio.to_thread(converters.predict_response, response, self._tensor_content)
+            data = await asyncio.to_thread(wire.predict_response_bytes, response, self._tensor_content)
         else:
-            proto = converters.predict_response(response, self._tensor_content)
-        size = proto.ByteSize()  # computed, not serialised: an oversized answer never reaches gRPC's send
+            data = wire.predict_response_bytes(response, self._tensor_content)
+        size = len(data)  # serialised once (upb's ByteSize() serialises too); gRPC sends these bytes as they are
         if size > limit:
             raise ResourceExhaustedError(f"response of {size} bytes exceeds --max-message-bytes {limit} bytes; ask "
                                          "for fewer rows or fewer outputs (output_filter)")
-        return proto
+        return data
 
-    def _decoder(self, request, wire_bytes: bytes | None, context):
+    def _decoder(self, request, model, wire_bytes: bytes | None, context):
         """`predict_decoded`'s decoder of a Predict: judged on its declared shapes against the held version's
         signature first (`serving.dataplane.admission`: a batch or size above the limits is refused before anything
         is copied or filled: one `float_val` fills a whole declared shape), then decoded inline, or, when large
@@ -76,16 +77,20 @@ class PredictionServicer:
         async def decode(meta: ModelMetadata | None) -> InferenceRequest | None:
             if meta is None and offload:  # the lookup's error is the answer
                 return None
-            declared = converters.declared_input_bytes(request, limits.max_tensor_bytes)  # each input's own bounds
+            declared, judged, shapes = 0, [], {}  # the protobuf map walked once, each input's shape read once
+            for name, tensor in request.inputs.items():
+                size, dims = judge_declared(tensor, name, limits.max_tensor_bytes)  # each input's own bounds
+                declared += size
+                judged.append((name, tensor, dims))
+                shapes[name] = dims
             if meta is not None:
-                shapes = {name: [d.size for d in t.tensor_shape.dim] for name, t in request.inputs.items()}
                 check_declared(meta.signatures.get(signature_name), shapes, limits.max_batch_per_request,
                                limits.max_request_memory_bytes)
             converters.check_declared_total(request, declared, limits.max_request_memory_bytes)  # unknown ones too
             if offload:
                 return await self._dp.offloader.run_if_large(len(wire_bytes), decode_predict, wire_bytes, remaining,
                                                              limits.max_tensor_bytes)
-            decoded = converters.predict_request(request, remaining, limits.max_tensor_bytes)  # total judged above
+            decoded = converters.judged_predict_request(request, model, judged, remaining)  # judged above
             return decoded if meta is not None else None
 
         return decode

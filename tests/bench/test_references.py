@@ -94,3 +94,26 @@ def test_answer_encodings_get_a_target_and_a_table():
     text = "\n".join(report._encodings(report.medians(rows), (32,)))
     assert "| tfship onnx, batching (10 outputs) | typed fields (float_val, ...) | - | 1,900 (0.95x) |" in text
     assert "| tfship identity (echoes the input: 64 / 784 floats) | tensor_content | 3,300 | - |" in text
+
+
+def test_targets_carry_their_spread_over_rounds_and_a_fall_is_named():
+    def rounds(ident_rates):
+        rows = []
+        for repeat, rate in enumerate(ident_rates):
+            rows += [{**_row("grpc", "mlp", "bare", 32, 4000), "repeat": repeat},
+                     {**_row("grpc", "mlp", "identity", 32, rate), "repeat": repeat}]
+        return rows
+
+    found, limit = report.targets(rounds((2000, 2400, 2200)), (32,))
+    ident = next(t for t in found if t["target"] == "identity / bare grpc.aio, heavy payload, c=32")
+    assert ident["value"] == pytest.approx(0.55) and (ident["min"], ident["max"]) == (0.5, 0.6)
+    assert ident["rounds"] == pytest.approx([0.5, 0.6, 0.55]) and limit["rows_per_call_c32"] is None
+    previous = {"targets": found}
+    fell, _ = report.targets(rounds((1000, 1100, 1200)), (32,))  # 0.275: below 0.55 by more than 0.1 + 0.05
+    held, _ = report.targets(rounds((2000, 2100, 1900)), (32,))  # 0.5: within the spread
+    assert [c["fell"] for c in report.compare(previous, fell) if c["target"] == ident["target"]] == [True]
+    assert [c["fell"] for c in report.compare(previous, held) if c["target"] == ident["target"]] == [False]
+    assert report.compare(None, held) == []
+    doc = {"compared_with": report.compare(previous, fell), "previous": {"file": "serve-x.json", "git": "abc"}}
+    text = "\n".join(report._comparison(doc))
+    assert "fell by more than its spread: identity / bare grpc.aio, heavy payload, c=32" in text

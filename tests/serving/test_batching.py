@@ -328,3 +328,25 @@ def test_server_batches_merge_under_concurrent_load(repository, tmp_path):
     rows = sample[f'tfship_batch_size_sum{{model="{MODEL}"}}']
     assert rows == 16 * 20
     assert rows / calls > 1.5  # rows per backend call: requests actually merged
+
+
+def test_batch_threads_run_at_the_nice_value_asked_and_answer_alike(onnx_runtime):
+    """`--batch-thread-nice N`: the batch threads (and only they) run at nice N; answers are unchanged."""
+    import os
+
+    class Niceness(Gated):
+        def predict(self, inputs, signature_name="serving_default"):
+            self.seen = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+            return self.inner.predict(inputs, signature_name)
+
+    base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    for nice in (0, 5):
+        runtime = Niceness(onnx_runtime)
+        batched = Batched(runtime, BatchingParameters(num_batch_threads=1), nice=nice)
+        try:
+            x = _x(2, seed=3)
+            np.testing.assert_array_equal(batched.predict(x)["class_id"], onnx_runtime.predict(x)["class_id"])
+            assert runtime.seen == (max(base, nice) if nice else base)
+        finally:
+            batched.stop()
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == base  # the caller's thread: untouched

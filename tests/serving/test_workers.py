@@ -101,3 +101,29 @@ def test_crashed_worker_restarts_and_workers_die_with_a_killed_parent(repository
     left = list(temp.glob("tfship-workers-*"))
     assert len(left) == 1, left  # a SIGKILLed parent cannot clean up
     assert remove_orphaned_scratch(temp) == left  # what the next `tfship serve` runs at start
+
+
+def test_num_processes_auto_is_one_worker_per_cpu_with_the_threads_split(tmp_path):
+    """`--num-processes auto`: one worker per CPU of the process' CPU set; backend threads left at 0 are split."""
+    import argparse
+
+    import pytest
+
+    from tfship.serving.cli import count_or_auto
+    from tfship.serving.settings import ServerSettings
+    from tfship.serving.workers import worker_settings
+
+    cpus = len(os.sched_getaffinity(0))
+    assert count_or_auto("auto") == count_or_auto("AUTO") == cpus and count_or_auto("3") == 3
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--num-processes", type=count_or_auto, default=1)
+    assert parser.parse_args(["--num-processes", "auto"]).num_processes == cpus
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--num-processes", "many"])
+    base = ServerSettings(model_base_path=str(tmp_path), model_name=MODEL, num_processes=cpus)
+    worker = worker_settings(base)
+    assert worker.num_processes == 1 and worker.intra_op_threads == worker.inter_op_threads == 1
+    two = worker_settings(base.model_copy(update={"num_processes": 1, "intra_op_threads": 0}))
+    assert two.intra_op_threads == cpus  # one worker: the whole CPU set
+    kept = worker_settings(base.model_copy(update={"intra_op_threads": 4, "inter_op_threads": 2}))
+    assert (kept.intra_op_threads, kept.inter_op_threads) == (4, 2)  # set by the user: kept

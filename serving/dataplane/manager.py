@@ -61,6 +61,7 @@ class ServedVersion:
         artifact; made once per runtime (the data plane asks for it per Predict).
         """
         runtime, known = self.runtime, self._metadata
+        assert runtime is not None, "metadata() of a version that holds no runtime"  # served versions hold one
         if known is not None and known[0] is runtime and known[1].model_name == name:
             return known[1]
         meta = ModelMetadata(name, self.version, runtime.metadata(), runtime.backend,

@@ -183,9 +183,10 @@ def span(name: str, attributes: dict | None = None):
 
 def runtime_span(backend: str, rows: int | None):
     """The `runtime call` span (`tfship.backend`, `tfship.rows`; `span`), its attributes made only when recorded."""
-    if not _recording():
+    tracer = _tracer
+    if tracer is None or not _recording():
         return _NOOP
-    return _tracer.start_as_current_span("runtime call", attributes={"tfship.backend": backend,
+    return tracer.start_as_current_span("runtime call", attributes={"tfship.backend": backend,
                                                                       "tfship.rows": rows or 0})
 
 

@@ -155,11 +155,11 @@ class Runtime(abc.ABC):
         A folder without a manifest (TF Serving's own models) keeps TF Serving's leniency. Looked up once (a
         served version's folder does not change; this was a `stat` per request).
         """
-        known = self.__dict__.get("_declares_ranks")
+        known = self._declares_ranks
         if known is None:
             from tfship.core.manifest import MANIFEST_FILE
 
-            known = self.__dict__["_declares_ranks"] = (self.version_dir / MANIFEST_FILE).is_file()
+            known = self._declares_ranks = (self.version_dir / MANIFEST_FILE).is_file()
         return known
 
     @classmethod
@@ -176,6 +176,7 @@ class Runtime(abc.ABC):
         """The backend that runs the model (`onnx`, ...); a wrapper reports the runtime it wraps."""
         return self.name
 
+    _declares_ranks: bool | None = None  # `declares_ranks`, once looked up
     _seconds_per_row: float | None = None  # measured cost of `predict` (moving average), None before a call
 
     @abc.abstractmethod
@@ -215,7 +216,8 @@ class Runtime(abc.ABC):
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(executor, self._timed_predict, inputs, signature_name, rows.cost)
 
-    def predict_now(self, inputs: Mapping[str, np.ndarray], signature_name: str, rows: Rows) -> dict | None:
+    def predict_now(self, inputs: Mapping[str, np.ndarray], signature_name: str,
+                    rows: Rows) -> dict[str, np.ndarray] | None:
         """`predict()` on the calling thread (the event loop) when calls are measured cheaper than
         `INLINE_CALL_BUDGET_S` for `rows`; None (nothing run) otherwise, and always for a runtime that overrides
         `predict_async` (it never measures `predict` here). Nothing can time out while it runs: the loop waits.

@@ -20,6 +20,7 @@ from tfship.core import kserve_protocol as kp
 from tfship.core.echo import echo
 from tfship.core.errors import InvalidRequestError
 from tfship.serving.dataplane.admission import check_declared
+from tfship.serving.dataplane.contract import check_input_names
 from tfship.serving.dataplane.offload import OFF_LOOP_BYTES
 from tfship.serving.dataplane.service import DataPlane
 from tfship.serving.dataplane.types import InferenceRequest, ModelMetadata, ModelRef
@@ -109,6 +110,9 @@ class InferenceServicer:
             if meta is None:  # the lookup's error is the answer
                 return None
             signature = signature_of(meta.signatures, options.signature_name)
+            names = [t.name for t in request.inputs]
+            if all(names) and len(set(names)) == len(names):  # else `check_inputs` names the fault
+                check_input_names(signature, names)  # before any value is decoded, as the Predict decoder
             if wire_bytes is not None and _slow_to_decode(request):
                 # converting typed contents, or splitting raw BYTES, is one long GIL-holding call, so it runs in the
                 # helper process, once the declared shapes are within the limits (serving.dataplane.admission)

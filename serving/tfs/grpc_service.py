@@ -21,6 +21,7 @@ from tfship.core.contract import DEFAULT_SIGNATURE
 from tfship.core.echo import echo
 from tfship.core.errors import ResourceExhaustedError, TfshipError
 from tfship.serving.dataplane.admission import check_declared
+from tfship.serving.dataplane.contract import check_input_names
 from tfship.serving.dataplane.model_config import from_proto
 from tfship.serving.dataplane.offload import OFF_LOOP_BYTES
 from tfship.serving.dataplane.service import DataPlane
@@ -77,6 +78,9 @@ class PredictionServicer:
         async def decode(meta: ModelMetadata | None) -> InferenceRequest | None:
             if meta is None and offload:  # the lookup's error is the answer
                 return None
+            signature = None if meta is None else meta.signatures.get(signature_name)
+            if signature is not None:  # names first, as TF Serving: nothing decoded for a request that is refused
+                check_input_names(signature, request.inputs)
             declared, judged, shapes = 0, [], {}  # the protobuf map walked once, each input's shape read once
             for name, tensor in request.inputs.items():
                 size, dims = judge_declared(tensor, name, limits.max_tensor_bytes)  # each input's own bounds
@@ -84,7 +88,7 @@ class PredictionServicer:
                 judged.append((name, tensor, dims))
                 shapes[name] = dims
             if meta is not None:
-                check_declared(meta.signatures.get(signature_name), shapes, limits.max_batch_per_request,
+                check_declared(signature, shapes, limits.max_batch_per_request,
                                limits.max_request_memory_bytes)
             converters.check_declared_total(request, declared, limits.max_request_memory_bytes)  # unknown ones too
             if offload:

@@ -327,7 +327,10 @@ def test_server_batches_merge_under_concurrent_load(repository, tmp_path):
     calls = sample[f'tfship_batch_size_count{{model="{MODEL}"}}']
     rows = sample[f'tfship_batch_size_sum{{model="{MODEL}"}}']
     assert rows == 16 * 20
-    assert rows / calls > 1.5  # rows per backend call: requests actually merged
+    # Unbatched, each request is one backend call (calls == rows). How many merge depends on how the requests
+    # arrive: 8-11 rows per call on an idle 2-core host, 2.5-4.4 beside three busy loops, 1.3 seen in CI beside
+    # a training worker; the batch-forming rules themselves are pinned in-process above.
+    assert calls < rows, (calls, rows)  # requests actually merged
 
 
 def test_batch_threads_run_at_the_nice_value_asked_and_answer_alike(onnx_runtime):

@@ -248,11 +248,19 @@ def test_a_small_predict_is_judged_on_its_declared_rows_before_its_values_are_fi
 
 def test_all_inputs_declared_are_bounded_together_before_any_is_filled(tmp_path):
     """Issue 21: 20 unexpected inputs of one `float_val` each, declaring 64 MiB apiece, made a 559-byte request
-    allocate 1.3 GB before their names were refused."""
+    allocate 1.3 GB before their names were refused. Their names are refused first now, as TF Serving refuses them
+    (VerifyRequestInputsSize before TensorFromProto), so nothing is filled; where no signature judges the names
+    (one the model does not have), their declared total is still bounded before any is filled."""
     each = MEMORY_CAP // 4 // 4  # float32 values, a quarter of the cap per input
     request = _broadcast_predict({"x": [1, 4], **{f"extra{i}": [each] for i in range(8)}})
     limits = ServerLimits(max_request_memory_bytes=MEMORY_CAP)
     (code, details, _), _ = asyncio.run(_with_dataplane(tmp_path, limits, _grpc(PREDICT, request,
+                                                                               protocol.PredictResponse)))
+    assert code == "INVALID_ARGUMENT", details
+    assert "unexpected input(s) ['extra0', 'extra1', 'extra2'" in details, details
+    request.model_spec.signature_name = "not_a_signature"
+    (tmp_path / "unknown").mkdir()
+    (code, details, _), _ = asyncio.run(_with_dataplane(tmp_path / "unknown", limits, _grpc(PREDICT, request,
                                                                                protocol.PredictResponse)))
     assert code == "RESOURCE_EXHAUSTED", details
     assert details == (f"the request's 9 input(s) declare {16 + 8 * each * 4} bytes in all (their tensor_shape), "

@@ -14,7 +14,7 @@ from pydantic import BaseModel, BeforeValidator, Field, ValidationError, field_v
 from pydantic_core import ErrorDetails
 
 from tfship.core.errors import ConfigError
-from tfship.core.locations import Location, pydantic_validator
+from tfship.core.locations import BucketUrl, Location, pydantic_validator
 from tfship.pipeline.config_section import LocalPath
 from tfship.pipeline.config_section import Section as _Section
 from tfship.pipeline.config_train import StepSection as StepSection  # re-exported
@@ -31,10 +31,10 @@ RepositoryLocation = Annotated[Any, BeforeValidator(pydantic_validator("reposito
 class RunSection(_Section):
     """Run identity and folders."""
 
-    model_name: str = Field("digits", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
+    model_name: str = Field(default="digits", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
                             description="Model name in the repository (<repository>/<model_name>/<version>).")
-    runs_dir: LocalPath = Field(Path("runs"), description="Folder holding one subfolder per run.")
-    seed: int = Field(42, ge=0, description="Seed for splits, shuffling and weight initialisation.")
+    runs_dir: LocalPath = Field(default=Path("runs"), description="Folder holding one subfolder per run.")
+    seed: int = Field(default=42, ge=0, description="Seed for splits, shuffling and weight initialisation.")
 
 
 class FeatureSpecSection(_Section):
@@ -42,59 +42,68 @@ class FeatureSpecSection(_Section):
     (`pipeline.data.input_spec`).
     """
 
-    dtype: Literal["float32", "int64", "string"] = Field("float32", description="Feature dtype in the tf.Example.")
-    shape: tuple[int, ...] = Field((), description="Fixed feature shape per example; [] is a scalar.")
-    kind: Literal["dense", "categorical", "sequence"] = Field("dense", description="Input kind (training.input_specs).")
-    vocabulary: tuple[str, ...] = Field((), description="String values: the known ones (the model's StringLookup: "
-                                        "id 1 + index, 0 unknown); empty: the values the scan finds.")
-    num_ids: int | None = Field(None, ge=2, description="int64 ids lie in [0, num_ids) (embedding rows).")
-    length: int | None = Field(None, ge=1, description="Sequence: padded (or cut) to this many ids.")
-    ragged: bool = Field(False, description="Sequence: a ragged input of any length instead of padding.")
-    input_name: str | None = Field(None, pattern=r"^[A-Za-z][A-Za-z0-9_]{0,63}$", description="Model input name.")
+    dtype: Literal["float32", "int64", "string"] = Field(default="float32", description="Feature dtype in the "
+                                                         "tf.Example.")
+    shape: tuple[int, ...] = Field(default=(), description="Fixed feature shape per example; [] is a scalar.")
+    kind: Literal["dense", "categorical", "sequence"] = Field(default="dense", description="Input kind "
+                                                              "(training.input_specs).")
+    vocabulary: tuple[str, ...] = Field(default=(), description="String values: the known ones (the model's "
+                                        "StringLookup: id 1 + index, 0 unknown); empty: the values the scan finds.")
+    num_ids: int | None = Field(default=None, ge=2, description="int64 ids lie in [0, num_ids) (embedding rows).")
+    length: int | None = Field(default=None, ge=1, description="Sequence: padded (or cut) to this many ids.")
+    ragged: bool = Field(default=False, description="Sequence: a ragged input of any length instead of padding.")
+    input_name: str | None = Field(default=None, pattern=r"^[A-Za-z][A-Za-z0-9_]{0,63}$", description="Model input "
+                                   "name.")
 
 
 class DataSection(_Section):
     """Where the data comes from and how it is split and batched (readers: `pipeline.data.sources`)."""
 
     source: Literal["digits", "csv", "npz", "image_folder", "tfrecord"] = Field(
-        "digits", description="Dataset source; `digits` is scikit-learn's bundled set (no download).")
-    path: LocalPath | None = Field(None, description="CSV / NPZ / TFRecord file or image folder (not for digits).")
-    features: tuple[str, ...] = Field((), description="CSV feature columns, NPZ array or TFRecord feature names.")
-    label: str = Field("label", min_length=1, description="CSV label column, NPZ label array or TFRecord feature.")
-    classes: tuple[str, ...] = Field((), description="Declared class names (index = class id); empty: inferred.")
+        default="digits", description="Dataset source; `digits` is scikit-learn's bundled set (no download).")
+    path: LocalPath | None = Field(default=None, description="CSV / NPZ / TFRecord file or image folder (not for "
+                                   "digits).")
+    features: tuple[str, ...] = Field(default=(), description="CSV feature columns, NPZ array or TFRecord feature "
+                                      "names.")
+    label: str = Field(default="label", min_length=1, description="CSV label column, NPZ label array or TFRecord "
+                       "feature.")
+    classes: tuple[str, ...] = Field(default=(), description="Declared class names (index = class id); empty: "
+                                     "inferred.")
     categorical: dict[str, tuple[str, ...]] = Field(
-        {}, description="CSV categorical columns -> allowed values (one-hot; for tabular / recommender a string "
-        "input with a StringLookup in the model); an empty list: the values the scan finds.")
-    input_name: str | None = Field(None, pattern=r"^[A-Za-z][A-Za-z0-9_]{0,63}$",
+        default={}, description="CSV categorical columns -> allowed values (one-hot; for tabular / recommender a "
+        "string input with a StringLookup in the model); an empty list: the values the scan finds.")
+    input_name: str | None = Field(default=None, pattern=r"^[A-Za-z][A-Za-z0-9_]{0,63}$",
                                    description="Model input name; default per source (image, features, ...).")
-    image_size: tuple[int, int] | None = Field(None, description="Image folder: resize to [height, width] pixels.")
-    rescale: float = Field(1.0 / 255.0, gt=0.0, description="Image folder: pixel multiplier after decoding.")
-    color_mode: Literal["grayscale", "rgb"] = Field("rgb", description="Image folder: channels to decode.")
-    feature_spec: dict[str, FeatureSpecSection] = Field({}, description="TFRecord: tf.Example feature specs.")
-    validation_fraction: float = Field(0.15, gt=0.0, lt=0.5, description="Share of samples for validation.")
-    test_fraction: float = Field(0.2, gt=0.0, lt=0.5, description="Share of samples held out for test.")
-    batch_size: int = Field(64, ge=1, le=65536, description="Training batch size (samples).")
-    shuffle_buffer: int = Field(2048, ge=1, description="tf.data shuffle buffer (samples).")
-    cache: bool = Field(True, description="Cache the decoded training split in memory (tf.data cache; in-memory "
-                        "sources only: digits, npz).")
-    train_path: LocalPath | None = Field(None, description="Streaming sources: the train files (a glob); with "
+    image_size: tuple[int, int] | None = Field(default=None, description="Image folder: resize to [height, width] "
+                                               "pixels.")
+    rescale: float = Field(default=1.0 / 255.0, gt=0.0, description="Image folder: pixel multiplier after decoding.")
+    color_mode: Literal["grayscale", "rgb"] = Field(default="rgb", description="Image folder: channels to decode.")
+    feature_spec: dict[str, FeatureSpecSection] = Field(default={}, description="TFRecord: tf.Example feature specs.")
+    validation_fraction: float = Field(default=0.15, gt=0.0, lt=0.5, description="Share of samples for validation.")
+    test_fraction: float = Field(default=0.2, gt=0.0, lt=0.5, description="Share of samples held out for test.")
+    batch_size: int = Field(default=64, ge=1, le=65536, description="Training batch size (samples).")
+    shuffle_buffer: int = Field(default=2048, ge=1, description="tf.data shuffle buffer (samples).")
+    cache: bool = Field(default=True, description="Cache the decoded training split in memory (tf.data cache; "
+                        "in-memory sources only: digits, npz).")
+    train_path: LocalPath | None = Field(default=None, description="Streaming sources: the train files (a glob); with "
                                          "validation_path and test_path it replaces the hash split of `path`.")
-    validation_path: LocalPath | None = Field(None, description="Streaming sources: the validation files (a glob).")
-    test_path: LocalPath | None = Field(None, description="Streaming sources: the test files (a glob).")
+    validation_path: LocalPath | None = Field(default=None, description="Streaming sources: the validation files (a "
+                                              "glob).")
+    test_path: LocalPath | None = Field(default=None, description="Streaming sources: the test files (a glob).")
     compression: Literal["auto", "none", "GZIP", "ZLIB"] = Field(
-        "auto", description="TFRecord compression; auto: GZIP for *.gz, ZLIB for *.zz / *.zlib, else none.")
-    stream_cache: str = Field("none", description="Streaming sources: cache the train split's records after the "
-                              "first epoch: none, memory, or a file path prefix (tf.data cache file).")
-    sample_size: int = Field(2000, ge=1, description="Streaming sources: records of the test split the gate, "
+        default="auto", description="TFRecord compression; auto: GZIP for *.gz, ZLIB for *.zz / *.zlib, else none.")
+    stream_cache: str = Field(default="none", description="Streaming sources: cache the train split's records after "
+                              "the first epoch: none, memory, or a file path prefix (tf.data cache file).")
+    sample_size: int = Field(default=2000, ge=1, description="Streaming sources: records of the test split the gate, "
                              "warm-up and `tfship query` use, and of the train split normalisation is adapted on.")
-    split_key: str | None = Field(None, description="Streaming sources: hash this feature (TFRecord, a declared "
-                                  "scalar) or column (CSV) for the split instead of the whole record, so records "
-                                  "sharing a key (a user, a session) stay in one split.")
-    skip_corrupt: bool = Field(False, description="Streaming sources: skip corrupt or malformed records and count "
-                               "them (train.json `input.skipped_records`) instead of stopping with exit 2.")
+    split_key: str | None = Field(default=None, description="Streaming sources: hash this feature (TFRecord, a "
+                                  "declared scalar) or column (CSV) for the split instead of the whole record, so "
+                                  "records sharing a key (a user, a session) stay in one split.")
+    skip_corrupt: bool = Field(default=False, description="Streaming sources: skip corrupt or malformed records and "
+                               "count them (train.json `input.skipped_records`) instead of stopping with exit 2.")
     split_sizes: dict[Literal["train", "validation", "test"], Annotated[int, Field(ge=1)]] = Field(
-        {}, description="Streaming sources: records per split, declared ({train = N, validation = N, test = N}): no "
-        "counted pass over the data (so data.classes and string vocabularies must be declared too).")
+        default={}, description="Streaming sources: records per split, declared ({train = N, validation = N, test = "
+        "N}): no counted pass over the data (so data.classes and string vocabularies must be declared too).")
 
     @field_validator("split_sizes")
     @classmethod
@@ -108,24 +117,26 @@ class ModelSection(_Section):
     """Built-in model architecture, or a user factory `module:function` returning a keras.Model."""
 
     kind: Literal["cnn", "mlp", "text", "tabular", "recommender"] = Field(
-        "cnn", description="Built-in model family; tabular and recommender take data.feature_spec's named inputs.")
+        default="cnn", description="Built-in model family; tabular and recommender take data.feature_spec's named "
+        "inputs.")
     task: Literal["classification", "binary", "regression"] = Field(
-        "classification", description="Loss, head and judged metric (core.tasks): accuracy, AUC or MAE.")
-    factory: str | None = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
+        default="classification", description="Loss, head and judged metric (core.tasks): accuracy, AUC or MAE.")
+    factory: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
                                 description="`module:function` called as f(input_shape=, num_classes=, **args) "
                                 "for one input, f(specs=, task=, num_classes=, **args) for named inputs (task= "
                                 "also for one input when the function accepts it).")
-    factory_args: dict[str, Any] = Field({}, description="Keyword arguments passed to the factory.")
-    filters: tuple[int, ...] = Field((16, 32), min_length=1, max_length=4, description="Conv filters per block.")
-    hidden_units: tuple[int, ...] = Field((128, 64), min_length=1, description="MLP hidden layer widths.")
-    dense_units: int = Field(64, ge=1, description="Width of the hidden dense layer (cnn, text).")
-    dropout: float = Field(0.1, ge=0.0, lt=1.0, description="Dropout rate before the classifier.")
-    vocab_size: int = Field(10000, ge=2, description="Text: token ids in [0, vocab_size); 0 is padding.")
-    embedding_dim: int = Field(32, ge=1, description="Text: embedding width.")
-    pooling: Literal["mean", "max"] = Field("mean", description="Text: pooling over tokens.")
-    normalize: bool = Field(False, description="Bake a Normalization layer, adapted on the train split, into the "
-                            "model (cnn, mlp: the input; tabular, recommender: each dense input).")
-    recompute: tuple[str, ...] = Field((), description="Layer names recomputed in the backward pass "
+    factory_args: dict[str, Any] = Field(default={}, description="Keyword arguments passed to the factory.")
+    filters: tuple[int, ...] = Field(default=(16, 32), min_length=1, max_length=4, description="Conv filters per "
+                                     "block.")
+    hidden_units: tuple[int, ...] = Field(default=(128, 64), min_length=1, description="MLP hidden layer widths.")
+    dense_units: int = Field(default=64, ge=1, description="Width of the hidden dense layer (cnn, text).")
+    dropout: float = Field(default=0.1, ge=0.0, lt=1.0, description="Dropout rate before the classifier.")
+    vocab_size: int = Field(default=10000, ge=2, description="Text: token ids in [0, vocab_size); 0 is padding.")
+    embedding_dim: int = Field(default=32, ge=1, description="Text: embedding width.")
+    pooling: Literal["mean", "max"] = Field(default="mean", description="Text: pooling over tokens.")
+    normalize: bool = Field(default=False, description="Bake a Normalization layer, adapted on the train split, into "
+                            "the model (cnn, mlp: the input; tabular, recommender: each dense input).")
+    recompute: tuple[str, ...] = Field(default=(), description="Layer names recomputed in the backward pass "
                                        "(tf.recompute_grad).")
 
 
@@ -135,15 +146,15 @@ class ExportSection(_Section):
     extra_signatures: dict[str, tuple[str, ...]] = Field(
         default_factory=dict, description="Signature name -> output names it returns (a subset of the "
         "contract's outputs), e.g. {predict_proba = [\"probabilities\"]}.")
-    behaviour_checks: bool = Field(True, description="Run the behavioural checks (determinism, batch "
+    behaviour_checks: bool = Field(default=True, description="Run the behavioural checks (determinism, batch "
                                    "independence, no state change) on the reloaded SavedModel.")
     batch_independence_tolerance: float = Field(
-        1e-3, gt=0.0, lt=1.0, description="Behaviour check: how far a row run alone (batch 1) may differ from the "
-        "same row in a batch of 8, as a fraction of max(1, max |output|) plus the same fraction of each value, on "
+        default=1e-3, gt=0.0, lt=1.0, description="Behaviour check: how far a row run alone (batch 1) may differ from "
+        "the same row in a batch of 8, as a fraction of max(1, max |output|) plus the same fraction of each value, on "
         "top of twice the float rounding the SavedModel shows between batches of 8 and 16 of the same rows. "
         "Batch statistics (BatchNormalization in training mode) move outputs far more than this.")
-    allow_ops: tuple[str, ...] = Field((), description="Op names the op policy allows although they touch the host "
-                                       "(core.op_policy), e.g. [\"PrintV2\"]; recorded in audit.json and the "
+    allow_ops: tuple[str, ...] = Field(default=(), description="Op names the op policy allows although they touch the "
+                                       "host (core.op_policy), e.g. [\"PrintV2\"]; recorded in audit.json and the "
                                        "manifest (`allowed_ops`). Empty: every host op is refused.")
 
     @field_validator("allow_ops")
@@ -157,39 +168,41 @@ class ExportSection(_Section):
 class ConvertSection(_Section):
     """Artifact conversion."""
 
-    onnx: bool = Field(True, description="Produce the ONNX file (model.onnx, tf2onnx; onnx_format/).")
-    onnx_opset: int = Field(17, ge=13, le=21, description="ONNX opset passed to tf2onnx (pinned default 17).")
-    onnx_simplify: bool = Field(False, description="Run onnxslim on the ONNX file, then re-check it (needs the "
+    onnx: bool = Field(default=True, description="Produce the ONNX file (model.onnx, tf2onnx; onnx_format/).")
+    onnx_opset: int = Field(default=17, ge=13, le=21, description="ONNX opset passed to tf2onnx (pinned default 17).")
+    onnx_simplify: bool = Field(default=False, description="Run onnxslim on the ONNX file, then re-check it (needs the "
                                 "`onnxslim` package; the parity gate judges the simplified file).")
     tflite_modes: tuple[TfliteModeName, ...] = Field(
-        ("float32",), min_length=1, description="TFLite variants to produce.")
-    representative_samples: int = Field(200, ge=1, description="Calibration samples for int8 (representative_dataset).")
+        default=("float32",), min_length=1, description="TFLite variants to produce.")
+    representative_samples: int = Field(default=200, ge=1, description="Calibration samples for int8 "
+                                        "(representative_dataset).")
     tfjs_modes: tuple[Literal["float32", "float16", "uint8"], ...] = Field(
-        (), description="TF.js graph models to produce (tfjs/, tfjs_float16/, tfjs_uint8/; weights as float32, "
+        default=(), description="TF.js graph models to produce (tfjs/, tfjs_float16/, tfjs_uint8/; weights as float32, "
         "float16 or uint8), each proven in Node.js; empty: none (the converter needs .venv-tfjs and Node.js >= 20).")
-    formats: tuple[str, ...] = Field((), description="Further registered artifact formats to produce, by name: "
+    formats: tuple[str, ...] = Field(default=(), description="Further registered artifact formats to produce, by name: "
                                      "a format with no [convert] key of its own (a plug-in's; enable_key 'formats'). "
                                      "Names are checked against the registry (`pipeline.conversion.registry`).")
-    timeout_seconds: float = Field(300.0, gt=0.0, description="Per-conversion time limit, seconds.")
-    max_workers: int = Field(0, ge=0, description="Conversions that do not depend on each other run side by side, "
-                             "each in its own child process with its time limit: at most this many at once; 0 = the "
-                             "number of cores this process may run on. Within `convert.memory_budget_bytes` too.")
-    memory_budget_bytes: int = Field(0, ge=0, description="Memory the convert stage's process tree may use, bytes: "
-                                     "conversions run side by side only while their predicted peaks fit, the rest "
-                                     "one after another (`pipeline.conversion.memory_budget`); 0 = "
+    timeout_seconds: float = Field(default=300.0, gt=0.0, description="Per-conversion time limit, seconds.")
+    max_workers: int = Field(default=0, ge=0, description="Conversions that do not depend on each other run side by "
+                             "side, each in its own child process with its time limit: at most this many at once; 0 = "
+                             "the number of cores this process may run on. Within `convert.memory_budget_bytes` too.")
+    memory_budget_bytes: int = Field(default=0, ge=0, description="Memory the convert stage's process tree may use, "
+                                     "bytes: conversions run side by side only while their predicted peaks fit, the "
+                                     "rest one after another (`pipeline.conversion.memory_budget`); 0 = "
                                      "`convert.memory_share` of the memory available when the stage starts.")
-    memory_share: float = Field(0.25, gt=0.0, le=1.0, description="Share of the available memory (MemAvailable) "
-                                "the convert stage plans for when `convert.memory_budget_bytes` is 0.")
-    size_limit_bytes: int = Field(2**31 - 1, ge=1, description="Largest protobuf (ONNX) or FlatBuffer (TFLite) file, "
-                                  "bytes (both formats stop at 2 GiB). A SavedModel whose weights exceed it is written "
-                                  "to ONNX with external data (tf2onnx --large_model) and refused for TFLite by name.")
-    allow_flex: bool = Field(False, description="TFLite: when builtins cannot express the graph (an unsupported "
-                             "op, or a recurrent layer's tensor list ops), also try SELECT_TF_OPS (Flex) and report "
-                             "the Flex ops the file needs. The bundled LiteRT (ai_edge_litert) has no Flex delegate "
-                             "and cannot run such a file, so it is never kept: this only tells which ops are "
+    memory_share: float = Field(default=0.25, gt=0.0, le=1.0, description="Share of the available memory "
+                                "(MemAvailable) the convert stage plans for when `convert.memory_budget_bytes` is 0.")
+    size_limit_bytes: int = Field(default=2**31 - 1, ge=1, description="Largest protobuf (ONNX) or FlatBuffer (TFLite) "
+                                  "file, bytes (both formats stop at 2 GiB). A SavedModel whose weights exceed it is "
+                                  "written to ONNX with external data (tf2onnx --large_model) and refused for TFLite "
+                                  "by name.")
+    allow_flex: bool = Field(default=False, description="TFLite: when builtins cannot express the graph (an "
+                             "unsupported op, or a recurrent layer's tensor list ops), also try SELECT_TF_OPS (Flex) "
+                             "and report the Flex ops the file needs. The bundled LiteRT (ai_edge_litert) has no Flex "
+                             "delegate and cannot run such a file, so it is never kept: this only tells which ops are "
                              "missing. Recurrent layers go on to the `unrolled` recipe either way.")
     required: tuple[str, ...] = Field(
-        (), description="Artifacts that must be published or the run fails (nothing published), e.g. "
+        default=(), description="Artifacts that must be published or the run fails (nothing published), e.g. "
         "[\"onnx\", \"tflite_float32\"]; the SavedModel always is. Any other artifact that fails is left out "
         "with its reason and the rest is published. Names are checked against the registered artifact kinds "
         "(`pipeline.conversion.artifacts.check_required`).")
@@ -198,17 +211,17 @@ class ConvertSection(_Section):
 class PublishSection(_Section):
     """Model repository (TF Serving layout)."""
 
-    repository: RepositoryLocation = Field(Path("models"), description="Base path: <repository>/<model_name>/"
+    repository: RepositoryLocation = Field(default=Path("models"), description="Base path: <repository>/<model_name>/"
                                            "<version>/; a local folder or s3://BUCKET/PREFIX (docs/buckets.md).")
 
-    signing_key: Path | None = Field(None, description="PEM EC private key: each published version is signed with "
-                                     "it (model.sig over every file and the manifest's model name and version; "
+    signing_key: Path | None = Field(default=None, description="PEM EC private key: each published version is signed "
+                                     "with it (model.sig over every file and the manifest's model name and version; "
                                      "docs/security.md, Signed versions). None: unsigned.")
 
     @field_validator("repository", mode="after")
     @classmethod
     def _location(cls, value: Any) -> Location:
-        return value if isinstance(value, Path | str) else Path(value)
+        return value if isinstance(value, Path | BucketUrl) else Path(value)
 
 
 class PipelineConfig(_Section):
@@ -220,7 +233,7 @@ class PipelineConfig(_Section):
     train: TrainSection = TrainSection()
     export: ExportSection = ExportSection()
     convert: ConvertSection = ConvertSection()
-    parity: ValidateSection = Field(ValidateSection(), alias="validate",
+    parity: ValidateSection = Field(default=ValidateSection(), alias="validate",
                                     description="The [validate] table: parity gate settings.")
     publish: PublishSection = PublishSection()
 

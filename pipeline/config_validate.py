@@ -85,54 +85,55 @@ def refuse_moved_keys(tree: dict[str, Any], source: str) -> None:
 class ValidateSection(Section):
     """Parity gate between artifacts and the SavedModel."""
 
-    float32: FamilyTolerance = Field(FAMILY_DEFAULTS[ToleranceFamily.FLOAT32], description=(
+    float32: FamilyTolerance = Field(default=FAMILY_DEFAULTS[ToleranceFamily.FLOAT32], description=(
         "[validate.float32]: ONNX, TFLite float32, TF.js float32 (a second float32 implementation of the graph)."))
-    float16: FamilyTolerance = Field(FAMILY_DEFAULTS[ToleranceFamily.FLOAT16], description=(
+    float16: FamilyTolerance = Field(default=FAMILY_DEFAULTS[ToleranceFamily.FLOAT16], description=(
         "[validate.float16]: float16 weights (TFLite float16, TF.js float16)."))
-    dynamic_range: FamilyTolerance = Field(FAMILY_DEFAULTS[ToleranceFamily.DYNAMIC_RANGE], description=(
+    dynamic_range: FamilyTolerance = Field(default=FAMILY_DEFAULTS[ToleranceFamily.DYNAMIC_RANGE], description=(
         "[validate.dynamic_range]: integer weights, float activations (TFLite dynamic range, TF.js uint8)."))
-    int8: FamilyTolerance = Field(FAMILY_DEFAULTS[ToleranceFamily.INT8], description=(
+    int8: FamilyTolerance = Field(default=FAMILY_DEFAULTS[ToleranceFamily.INT8], description=(
         "[validate.int8]: integer weights and activations (TFLite int8)."))
     noise_multiplier: float = Field(
-        2.0, ge=1.0, description="Every float bound also allows this many times the largest difference the "
+        default=2.0, ge=1.0, description="Every float bound also allows this many times the largest difference the "
         "SavedModel shows against itself on that output (between the configured batch sizes and across repeated "
         "calls), so a difference the SavedModel shows against itself never fails anything.")
     implementation_noise_multiplier: float = Field(
-        4.0, ge=0.0, description="Float32 artifacts (ONNX, TFLite float32) also allow this many times the "
+        default=4.0, ge=0.0, description="Float32 artifacts (ONNX, TFLite float32) also allow this many times the "
         "SavedModel's own float32 rounding error on each float output (max |SavedModel - the same graph in "
         "float64| on the held-out rows): a second correct float32 implementation may round differently "
         "(docs/pipeline.md, Parity tolerances).")
     confidence: float = Field(
-        0.95, gt=0.5, lt=1.0, description="Confidence of the decisions taken from counts of rows (accuracy drop, "
-        "flipped decisions): exact binomial (Clopper-Pearson) bounds; a refusal and a pass are each wrong at most "
-        "1 - confidence of the time (docs/pipeline.md, Parity tolerances).")
+        default=0.95, gt=0.5, lt=1.0, description="Confidence of the decisions taken from counts of rows (accuracy "
+        "drop, flipped decisions): exact binomial (Clopper-Pearson) bounds; a refusal and a pass are each wrong at "
+        "most 1 - confidence of the time (docs/pipeline.md, Parity tolerances).")
     undecided: Literal["publish", "leave_out"] = Field(
-        "publish", description="What an artifact whose accuracy drop or flips too few held-out rows can decide "
+        default="publish", description="What an artifact whose accuracy drop or flips too few held-out rows can decide "
         "(neither refused nor passed at validate.confidence) gets; every value bound still holds. The report "
         "gives the bounds and the rows that would decide.")
     binary_threshold: float | None = Field(
-        None, description="Decision threshold of a one-column score output ([N, 1] or [N]): none = 0.5 when "
+        default=None, description="Decision threshold of a one-column score output ([N, 1] or [N]): none = 0.5 when "
         "every SavedModel value lies in [0, 1] (a sigmoid probability), else 0 (a logit).")
     max_tie_share: float = Field(
-        0.05, ge=0.0, le=1.0, description="Largest share of rows whose SavedModel top two scores lie within the "
-        "artifact's error (ties): beyond it a vacuously bounded output, or a task metric excusing its flips as "
+        default=0.05, ge=0.0, le=1.0, description="Largest share of rows whose SavedModel top two scores lie within "
+        "the artifact's error (ties): beyond it a vacuously bounded output, or a task metric excusing its flips as "
         "ties, is too flat to judge and fails.")
-    batch_sizes: tuple[int, ...] = Field((1, 7, 64), min_length=1, description="Batch sizes each artifact is run at.")
+    batch_sizes: tuple[int, ...] = Field(default=(1, 7, 64), min_length=1, description="Batch sizes each artifact is "
+                                         "run at.")
     task: Literal["auto", "classification", "regression"] = Field(
-        "auto", description="Task metric for quantized artifacts: auto picks from the labels' dtype "
+        default="auto", description="Task metric for quantized artifacts: auto picks from the labels' dtype "
         "(integer: classification accuracy; float: regression MAE).")
-    prediction_output: str | None = Field(None, description="Output the task metric scores; none: picked "
+    prediction_output: str | None = Field(default=None, description="Output the task metric scores; none: picked "
                                           "from the contract (first index output, else first score output).")
     regression_max_error_increase: float = Field(
-        0.02, ge=0.0, description="Allowed increase of MAE and of RMSE of quantized artifacts, as a fraction of the "
-        "labels' standard deviation (regression tasks), decided with paired confidence bounds at "
+        default=0.02, ge=0.0, description="Allowed increase of MAE and of RMSE of quantized artifacts, as a fraction "
+        "of the labels' standard deviation (regression tasks), decided with paired confidence bounds at "
         "validate.confidence (pipeline/gate/regression_judgement.py).")
     regression_row_quantile: float = Field(
-        0.99, gt=0.5, le=1.0, description="Regression: the quantile over rows of |artifact - SavedModel| held to "
-        "validate.regression_row_error_share (0.99: 99 rows of 100).")
+        default=0.99, gt=0.5, le=1.0, description="Regression: the quantile over rows of |artifact - SavedModel| held "
+        "to validate.regression_row_error_share (0.99: 99 rows of 100).")
     regression_row_error_share: float = Field(
-        0.1, gt=0.0, description="Regression: that quantile may be at most this share of the SavedModel's own MAE "
-        "against the labels (without labels: of the labels' standard deviation).")
+        default=0.1, gt=0.0, description="Regression: that quantile may be at most this share of the SavedModel's own "
+        "MAE against the labels (without labels: of the labels' standard deviation).")
 
     @field_validator("float32", "float16", "dynamic_range", "int8", mode="before")
     @classmethod

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from tfship.core.errors import ConversionError
+from tfship.core.files import write_npz
 from tfship.core.scratch import scratch_folder
 from tfship.core.statuses import ConversionStatus
 from tfship.core.warm_children import run_warm_or_cold
@@ -125,7 +126,7 @@ def _run_child(command: list[str], name: str, deadline: float, total_s: float) -
 def _write_representative(path: Path, inputs: dict[str, np.ndarray]) -> None:
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp.npz")
     try:
-        np.savez(tmp, **{name: np.asarray(value) for name, value in inputs.items()})
+        write_npz(tmp, {name: np.asarray(value) for name, value in inputs.items()})
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

@@ -20,9 +20,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from tfship.core.errors import ConfigError
+from tfship.core.files import write_npz
 from tfship.pipeline.api.data_forms import model_input_names, named_arrays
 from tfship.pipeline.api.results import ShipResult
 from tfship.pipeline.config import PipelineConfig, load_config
@@ -136,7 +135,7 @@ def _data_path(data: Any, runs_dir: Path, input_names: tuple[str, ...] | None = 
         return Path(data)
     arrays = named_arrays(data, input_names)
     path = _inputs_folder(runs_dir) / "data.npz"
-    np.savez(path, **arrays)
+    write_npz(path, arrays)
     return path
 
 

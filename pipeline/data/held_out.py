@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from tfship.core.errors import DatasetError
+from tfship.core.files import write_npz
 
 
 def held_out_rows(splits, rows: int | None = None) -> tuple[dict[str, np.ndarray], np.ndarray]:
@@ -44,7 +45,7 @@ def write_held_out(splits, path, rows: int | None = None) -> Path:
     arrays = {name: _unicode(array) if array.dtype == object else array for name, array in inputs.items()}
     path = Path(path)
     partial = path.with_name(path.name + ".partial.npz")
-    np.savez(partial, **arrays, y=labels)
+    write_npz(partial, arrays | {"y": labels})
     os.replace(partial, path)
     return path
 

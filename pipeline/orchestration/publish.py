@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from tfship.core.errors import StageError
+from tfship.core.files import write_npz
 from tfship.core.locations import BucketUrl, Location
 from tfship.core.manifest import MANIFEST_FILE, VersionManifest
 from tfship.core.processes import pid_alive
@@ -69,7 +70,7 @@ def write_golden_set(version_dir: Path, inputs: dict[str, np.ndarray], outputs: 
     path = version_dir / GOLDEN_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     arrays = {f"input:{k}": v for k, v in inputs.items()} | {f"output:{k}": v for k, v in outputs.items()}
-    np.savez(path, **arrays)
+    write_npz(path, arrays)
     return path
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfship.core.errors import ConfigError, StageError
 from tfship.pipeline.config import PipelineConfig
@@ -48,6 +48,10 @@ from tfship.pipeline.orchestration.records import (
 )
 from tfship.pipeline.orchestration.run_config import RunConfig
 from tfship.pipeline.orchestration.stages import RunFolder, StageRecord
+
+if TYPE_CHECKING:
+    from tfship.pipeline.data.split_types import DatasetSplits
+    from tfship.pipeline.export_only.user_model import EvalData
 
 HELD_OUT = "held_out.npz"  # a named-input run's held-out rows (export, gate, `tfship query --run`)
 RESUMED = {"skipped": "outputs complete and valid in the resumed run; not rerun"}
@@ -128,7 +132,7 @@ class Stage:
         return value
 
 
-def load_run_data(config: PipelineConfig, run: RunFolder):
+def load_run_data(config: PipelineConfig, run: RunFolder) -> DatasetSplits | EvalData:
     """The data a run folder was made with: an export-only run's own `--data` file (read for its contract),
     else the config's splits (`pipeline.data.splits.load_splits`: every kind, task and source).
 
@@ -151,7 +155,7 @@ def load_run_data(config: PipelineConfig, run: RunFolder):
     return load_splits(config, scan_cache_dir(config))
 
 
-def _named_run_data(config: PipelineConfig, run: RunFolder):
+def _named_run_data(config: PipelineConfig, run: RunFolder) -> DatasetSplits | EvalData:
     """A named-input (or non-classification) run's data: its held-out rows (`held_out.npz`, read for the
     exported contract) once the export wrote them, else the config's splits (`load_splits`).
     """

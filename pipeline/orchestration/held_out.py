@@ -9,8 +9,12 @@ is that model's; otherwise nothing is sent and the refusal says to pass `--run` 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from tfship.pipeline.data.split_types import DatasetSplits
 
 
 def served_model_run(runs_dir: Path, model_name: str) -> Path | None:
@@ -63,16 +67,21 @@ def held_out_rows(count: int, config: Path | None = None, run: Path | str | None
     if run is None:
         from tfship.pipeline.data.splits import load_splits, scan_cache_dir
 
-        splits = load_splits(cfg, scan_cache_dir(cfg))
-        images = splits.test.images  # a streamed split's bounded sample; named inputs: a dict
-        named = images if isinstance(images, dict) else {splits.input_name: images}
-        return {name: value[:count] for name, value in named.items()}, splits.test.labels[:count]
+        return _test_rows(load_splits(cfg, scan_cache_dir(cfg)), count)
+    from tfship.pipeline.export_only.user_model import EvalData
     from tfship.pipeline.orchestration.chain import load_run_data
     from tfship.pipeline.orchestration.resume import resolve_run, stored_config
 
     folder = resolve_run(run, cfg.run.runs_dir)
     data = load_run_data(stored_config(folder), folder)
-    if hasattr(data, "inputs"):  # export-only EvalData: every row of --data is held out
+    if isinstance(data, EvalData):  # export-only (or a named run's held_out.npz): every row of it is held out
         labels = data.labels if data.labels is not None else np.zeros(len(next(iter(data.inputs.values()))))
         return {name: value[:count] for name, value in data.inputs.items()}, labels[:count]
-    return {data.input_name: data.test.images[:count]}, data.test.labels[:count]
+    return _test_rows(data, count)  # a named run before its export wrote held_out.npz: the config's splits
+
+
+def _test_rows(splits: DatasetSplits, count: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The test split's first `count` rows by input name (a streamed split's bounded sample)."""
+    images = splits.test.images
+    named = images if isinstance(images, dict) else {splits.input_name: images}
+    return {name: value[:count] for name, value in named.items()}, splits.test.labels[:count]

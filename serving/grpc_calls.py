@@ -36,7 +36,8 @@ def rpc(method=None, *, large: bool = False):
     async def wrapper(self, request, context: grpc.aio.ServicerContext):
         dataplane = getattr(self, "_dp", None)  # servicers hold their DataPlane as `_dp`
         gate = getattr(dataplane, "gate", None)
-        entered, status, failure = False, "OK", None
+        entered, status = False, "OK"
+        failure: tuple[grpc.StatusCode, str] | None = None
         size = len(request.data) if type(request) is LargeRequest else 0
         message = request.message if size else request
         request_log = getattr(dataplane, "request_log", None)
@@ -58,18 +59,19 @@ def rpc(method=None, *, large: bool = False):
             log.exception("unexpected error in %s (incident %s)", method.__name__, incident)
             failure = (grpc.StatusCode.INTERNAL, f"internal server error (incident {incident})")
         finally:
-            if entered:
+            if entered and gate is not None:
                 gate.leave()
-            if logged is not None:
-                dataplane.request_log.finish(logged, status)
-            if failure is None and size and hasattr(dataplane, "release_after"):
+            if logged is not None and request_log is not None:
+                request_log.finish(logged, status)
+            if failure is None and size and dataplane is not None and hasattr(dataplane, "release_after"):
                 dataplane.release_after(size)  # a large message's heap goes back to the OS
         # Aborted outside the handlers, with the request dropped first: an abort raised inside `except` chains
         # the error, its traceback and every frame holding the request to the AbortError, which gRPC keeps in a
         # reference cycle; four refused 64 MB requests then held 1.2 GB until the garbage collector ran.
         request = message = None
-        if size and hasattr(dataplane, "release_after"):
+        if size and dataplane is not None and hasattr(dataplane, "release_after"):
             dataplane.release_after(size)  # a large message's heap goes back to the OS
+        assert failure is not None  # reached from an `except` only: the `try` returns the response
         await context.abort(*failure)
 
     return wrapper
@@ -157,12 +159,11 @@ def generic_handler(service: str, servicer, methods: dict[str, tuple[type, type]
     """Generic handler of `servicer`'s methods; requests above `max_bytes` (default: the servicer's data plane
     limit, --max-message-bytes) reach `rpc` as `TooLarge`.
     """
-    if max_bytes is None:
-        max_bytes = servicer._dp.limits.max_tensor_bytes
+    limit: int = servicer._dp.limits.max_tensor_bytes if max_bytes is None else max_bytes
     handlers = {
         name: grpc.unary_unary_rpc_method_handler(
             getattr(servicer, name),
-            request_deserializer=_deserializer(request_cls, max_bytes),
+            request_deserializer=_deserializer(request_cls, limit),
             response_serializer=_serialize,
         )
         for name, (request_cls, _response_cls) in methods.items()

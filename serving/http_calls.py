@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable, Sequence
 
 from aiohttp import http_exceptions, web, web_protocol
+from aiohttp.typedefs import Handler
 from aiohttp.web_urldispatcher import _default_expect_handler  # aiohttp's own `Expect` answer (100 Continue / 417)
 
 from tfship.core.echo import cap_message, clip
@@ -130,10 +131,10 @@ def error_middleware(policy: AccessPolicy, gate=None, request_log: RequestLog | 
     the request log's record, and `release_after(body bytes)` once a request is done.
     """
     @web.middleware
-    async def middleware(request: web.Request, handler):
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         entered = False
         logged = _start_request_log(request_log, request)
-        response = None
+        response: web.StreamResponse | None = None
         try:
             policy.check(request.headers.get("Authorization", ""))
             response = declared_too_large(request)  # before the body is read: no wait for a body refused anyway
@@ -146,14 +147,15 @@ def error_middleware(policy: AccessPolicy, gate=None, request_log: RequestLog | 
         except Exception as err:  # noqa: BLE001 - every error becomes an answer here (see _answer_error)
             response = _answer_error(request, err, unrouted)
         finally:
-            if entered:
+            if entered and gate is not None:
                 gate.leave()
             if release_after is not None and request.content_length:
                 release_after(request.content_length)  # a large body's heap goes back to the OS
-            if logged is not None:
+            if logged is not None and request_log is not None:
                 status = response.status if response is not None else 500
                 code = response.get(GRPC_CODE) if response is not None else None
                 request_log.finish(logged, code or _CODE_OF_HTTP.get(status, "UNKNOWN"), status)
+        assert response is not None  # the handler's answer or, when it raised, the error's
         return response
 
     return middleware

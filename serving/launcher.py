@@ -105,7 +105,7 @@ class ServerProcess:
             self.process = subprocess.Popen(guarded, stdout=stderr, stderr=subprocess.STDOUT, env=env,
                                             cwd=self._dir if self.installed else None)
         try:
-            self._wait_ready()
+            self._wait_ready(self.process)
         except BaseException:
             self.stop()
             raise
@@ -115,12 +115,12 @@ class ServerProcess:
         return ServerStartError(f"model server {why}; command: {' '.join(self.command())}\n"
                                 f"--- server output (tail) ---\n{self.stderr_tail()}")
 
-    def _wait_ready(self) -> None:
+    def _wait_ready(self, process: subprocess.Popen) -> None:
         deadline = time.monotonic() + self.startup_timeout_s
         port_file = self._dir / "ports.json"
         while not port_file.exists():  # written atomically once the models are loaded and the ports bound
-            if self.process.poll() is not None:
-                raise self._fail(f"exited with code {self.process.returncode} before binding its ports (models "
+            if process.poll() is not None:
+                raise self._fail(f"exited with code {process.returncode} before binding its ports (models "
                                  "load first)")
             if time.monotonic() > deadline:
                 raise self._fail(f"did not load its models and bind its ports within {self.startup_timeout_s}s")
@@ -133,8 +133,8 @@ class ServerProcess:
         with PredictClient(self.grpc_target, timeout_s=5.0, credentials=self.credentials) as client:
             while True:
                 remaining = deadline - time.monotonic()
-                if self.process.poll() is not None:
-                    raise self._fail(f"exited with code {self.process.returncode} while loading models")
+                if process.poll() is not None:
+                    raise self._fail(f"exited with code {process.returncode} while loading models")
                 if remaining <= 0:
                     raise self._fail(f"was not SERVING within {self.startup_timeout_s}s")
                 try:

@@ -60,8 +60,12 @@ class ConvertResult:
         Raises:
             TypeError, KeyError: a row is not a `VariantOutcome`.
         """
-        return cls(tuple(VariantOutcome(**(row | {"warnings": tuple(row.get("warnings", ()))}))
-                         for row in rows), memory)
+        return cls(tuple(VariantOutcome(**_outcome_fields(row)) for row in rows), memory)
+
+
+def _outcome_fields(row: dict[str, Any]) -> dict[str, Any]:
+    """A `convert.json` row as `VariantOutcome` keyword arguments (its warnings a tuple again)."""
+    return row | {"warnings": tuple(row.get("warnings", ()))}
 
 
 def remove_path(path: Path) -> None:

@@ -9,9 +9,12 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
 from tfship.core.errors import DatasetError
 
+# TFRecordDataset's `compression_type` of one file: "" (none), "GZIP" or "ZLIB".
+Compression = Literal["", "GZIP", "ZLIB"]
 GZIP_SUFFIXES = (".gz", ".gzip")
 ZLIB_SUFFIXES = (".zz", ".zlib")
 
@@ -58,7 +61,7 @@ def _check_readable(file: str) -> None:
         raise DatasetError(f"{file}: unreadable file: permission denied")
 
 
-def compression_of(file: str, setting: str) -> str:
+def compression_of(file: str, setting: str) -> Compression:
     """TFRecordDataset's `compression_type` for `file`: "" (none), "GZIP" or "ZLIB".
 
     `setting` "auto" follows the suffix (*.gz / *.gzip: GZIP; *.zz / *.zlib: ZLIB; else none).

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tfship.core.errors import DatasetError
+from tfship.pipeline.data.files import Compression
 
 TFRECORD_FRAMING_BYTES = 16  # length (8) + length CRC (4) + data CRC (4) around each record's bytes
 
@@ -39,7 +40,7 @@ class TFRecordFormat:
     shape: tuple[int, ...]
     label: str
     label_dtype: str
-    compression: str
+    compression: Compression
     input_name: str
     kind: str = "tfrecord"
     categorical: dict[str, tuple[str, ...]] = field(default_factory=dict)

@@ -112,10 +112,14 @@ def _one(name: str, feature) -> InputSpec:
                               "kind = 'sequence' for several")
         made = InputSpec(model_name, name, "categorical", dtype, (), feature.dtype, (), int(feature.num_ids or 0))
     else:
-        if feature.length is None and not feature.ragged:
+        shape: tuple[int | None, ...]
+        if feature.ragged:
+            shape = (None,)
+        elif feature.length is None:
             raise ConfigError(f"{key}.length = None: a sequence is padded to a declared length, or set "
                               "ragged = true")
-        shape = (None,) if feature.ragged else (int(feature.length),)
+        else:
+            shape = (int(feature.length),)
         made = InputSpec(model_name, name, "sequence", dtype, shape, feature.dtype, (), int(feature.num_ids or 0),
                          feature.ragged)
     return made.with_vocabulary(feature.vocabulary) if feature.vocabulary and dtype == "string" else made

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from tfship.core.errors import ConfigError, DatasetError
+from tfship.pipeline.data.files import Compression
 from tfship.pipeline.data.input_spec import InputSpec, csv_specs, input_specs, model_inputs, parse_spec
 
 
@@ -41,7 +42,7 @@ class NamedFormat:
     specs: tuple[InputSpec, ...]
     label: str
     label_dtype: str = "string"
-    compression: str = ""
+    compression: Compression = ""
     header: tuple[str, ...] = ()
     key_dtypes: dict[str, str] = field(default_factory=dict)
     input_name: str = "features"

@@ -14,7 +14,7 @@ from tfship.core.saved_model import read_signatures
 from tfship.pipeline.config import PipelineConfig
 from tfship.pipeline.data.splits import DatasetSplits
 from tfship.pipeline.export_only.user_model import EvalData
-from tfship.pipeline.gate.behaviour import refused_behaviour
+from tfship.pipeline.gate.behaviour import BehaviourReport, refused_behaviour
 from tfship.pipeline.orchestration.records import EXPORT, ExportRecord
 from tfship.pipeline.orchestration.stage_inputs import eval_inputs
 from tfship.pipeline.orchestration.stages import RunFolder
@@ -31,8 +31,8 @@ class ExportOutcome:
 
     contract: Signature
     audit: AuditReport
-    behaviour: object | None = None
-    record: ExportRecord | None = None
+    behaviour: BehaviourReport | None
+    record: ExportRecord
 
 
 def _audit_and_prove(config: PipelineConfig, run: RunFolder, contract: Signature, inputs,
@@ -45,6 +45,7 @@ def _audit_and_prove(config: PipelineConfig, run: RunFolder, contract: Signature
     audit = audit_saved_model(run.artifacts, expected_variables=expected_variables, layers=layers,
                               allow_ops=config.export.allow_ops)
     policy = audit.op_policy
+    assert policy is not None  # audit_saved_model always runs the op policy
     if not config.export.behaviour_checks:
         behaviour = None
     elif not policy.passed:  # the graph would do what the policy refuses: it is never run, not even here

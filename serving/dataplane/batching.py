@@ -1,15 +1,13 @@
 """Dynamic batching by composition: `Batched(runtime)` merges concurrent requests into one backend call.
 
-Knobs carry TF Serving's names and meaning (BatchingParameters). Requests for the same signature and
-the same non-batch shapes are concatenated along dim 0, optionally padded up to the next
-`allowed_batch_sizes` entry, run once, and the outputs split back exactly per request. A batch that
-fails fails every request in it.
+Knobs carry TF Serving's names and meaning (BatchingParameters). Requests for the same signature and the same non-batch
+shapes are concatenated along dim 0, optionally padded up to the next `allowed_batch_sizes` entry, run once, and the
+outputs split back exactly per request. A batch that fails fails every request in it.
 
-When to dispatch: a worker waits up to `batch_timeout_micros` for its batch to fill while another batch
-is running, or while fewer requests are queued or running than were in flight at once lately (the
-peak over `PEAK_WINDOW_S`: under a steady concurrency, the peers of this request are about to
-arrive). A lone request (nothing else in flight lately) is dispatched at once, so it gets no added
-latency.
+When to dispatch: a worker waits up to `batch_timeout_micros` for its batch to fill while another batch is running, or
+while fewer requests are queued or running than were in flight at once lately (the peak over `PEAK_WINDOW_S`: under a
+steady concurrency, the peers of this request are about to arrive). A lone request (nothing else in flight lately) is
+dispatched at once, so it gets no added latency.
 
 Two entry points: `predict()` blocks the calling thread; `predict_async()` (the `Runtime` interface's
 async call, overridden here) awaits the result on the event loop (no executor thread parked per queued
@@ -56,6 +54,7 @@ class _Task:
         """At dispatch: False if the caller gave up (cancelled) while queued; else the request can no longer be."""
         if self.waiter is not None:
             return not self.waiter.cancelled()  # a late cancel is harmless: delivery skips done waiters
+        assert self.future is not None  # a task has its waiter or its future
         return self.future.set_running_or_notify_cancel()
 
 
@@ -89,8 +88,7 @@ class Batched(Runtime):
         self._peak_since = 0.0
         self._idle = 0  # workers waiting for work
         self._filling = 0  # workers waiting for their batch to fill
-        self._gathered = 0  # requests (rows) those workers hold
-        self._gathered_rows = 0
+        self._gathered = self._gathered_rows = 0  # requests (rows) those workers hold
         self._closed = False
         self._cond = threading.Condition()
         self._threads = [threading.Thread(target=self._worker, args=(nice,), name=f"tfship-batch-{i}", daemon=True)
@@ -200,7 +198,7 @@ class Batched(Runtime):
         common = rows.common
         limit = self.params.max_batch_size
         if common is None or common <= limit:
-            return self._enqueue(_Task(inputs, common, self._key(inputs, signature_name, common), deadline)), 1
+            return self._put(_Task(inputs, common, self._key(inputs, signature_name, common), deadline)), 1
         if not self.params.enable_large_batch_splitting:
             raise InvalidRequestError(f"batch of {common} rows exceeds max_batch_size {limit}")
         capacity = self.params.max_enqueued_batches * limit
@@ -213,7 +211,7 @@ class Batched(Runtime):
         try:
             for i, part in enumerate(parts):
                 part_rows = min(limit, common - i * limit)  # every part keeps the common dim 0
-                futures.append(self._enqueue(_Task(part, part_rows, self._key(part, signature_name, 1), deadline)))
+                futures.append(self._put(_Task(part, part_rows, self._key(part, signature_name, 1), deadline)))
         except ResourceExhaustedError:
             self._release(len(futures))  # the parts already queued run, unawaited
             raise
@@ -226,7 +224,12 @@ class Batched(Runtime):
             return (signature_name, ())
         return (signature_name, tuple(sorted((k, v.shape[1:], v.dtype.str) for k, v in inputs.items())))
 
-    def _enqueue(self, task: _Task) -> Future | None:
+    def _put(self, task: _Task) -> Future:  # a thread's task (`submit`): queued; its result future
+        self._enqueue(task)
+        assert task.future is not None  # made with it (the event loop's task has a waiter instead)
+        return task.future
+
+    def _enqueue(self, task: _Task) -> None:
         rows = task.rows or 0
         with self._cond:
             capacity = self.params.max_enqueued_batches * self.params.max_batch_size
@@ -244,7 +247,6 @@ class Batched(Runtime):
                     self._cond.notify_all()
             elif self._idle:  # a busy worker looks at the queue when its batch is done
                 self._cond.notify()
-        return task.future
 
     def _release(self, parts: int) -> None:
         """The caller has taken its result: its requests no longer count as in flight."""
@@ -374,7 +376,7 @@ class Batched(Runtime):
             settle(settled)
 
     def _merge(self, tasks: list[_Task]) -> tuple[dict[str, np.ndarray], int]:
-        rows = sum(t.rows for t in tasks)
+        rows = sum(t.rows or 0 for t in tasks)  # every merged task has a batch dimension (`_take`)
         target = next((s for s in self.params.allowed_batch_sizes if s >= rows), rows)
         if len(tasks) == 1 and target == rows:
             return dict(tasks[0].inputs), rows

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tfship.core.errors import ConfigError
 
@@ -60,7 +61,7 @@ class BatchingParameters:
             raise ConfigError(f"{source}: unknown batching parameter(s) {unknown}; known: {sorted(known)}")
         try:
             flags = ("pad_variable_length_inputs", "enable_large_batch_splitting")
-            kwargs = {k: (tuple(int(x) for x in v) if k == "allowed_batch_sizes"
+            kwargs: dict[str, Any] = {k: (tuple(int(x) for x in v) if k == "allowed_batch_sizes"
                           else v.lower() == "true" if k in flags
                           else int(v)) for k, v in values.items()}
         except ValueError as err:

@@ -212,10 +212,14 @@ def _read_arrays(path: Path, contract: Signature) -> tuple[dict[str, np.ndarray]
     names = list(contract.input_names())
     if path.is_dir():
         (single,) = contract.inputs.values() if len(contract.inputs) == 1 else (None,)
-        if single is None or single.rank != 4:
+        if single is None or single.shape is None or len(single.shape) != 4:
             raise DatasetError(f"{path}: an image folder needs a model with one [B, H, W, C] input; has {names}")
-        data = sources.read_image_folder(path, (single.shape[1], single.shape[2]), input_name=single.name,
-                                         color_mode="grayscale" if single.shape[3] == 1 else "rgb")
+        _, height, width, channels = single.shape
+        if height is None or width is None:  # the folder's images are resized to the input's height and width
+            raise DatasetError(f"{path}: an image folder needs the model's input height and width fixed; "
+                               f"{single.name} is {single.describe()}")
+        data = sources.read_image_folder(path, (height, width), input_name=single.name,
+                                         color_mode="grayscale" if channels == 1 else "rgb")
         return data.features, data.labels, data.class_names
     if path.suffix == ".csv":
         if len(names) != 1:

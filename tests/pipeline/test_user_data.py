@@ -59,3 +59,17 @@ def test_sequential_model_gets_a_contract():
     contract = contract_from_keras(model)
     assert list(contract.inputs) == ["features"]
     assert [(t.name, t.shape) for t in contract.outputs.values()] == [("scores", (None, 3))]
+
+
+def test_image_folder_for_an_input_of_any_height_and_width_is_refused(tmp_path):
+    """The folder's images are resized to the input's height and width: a model declaring neither gets the
+    refusal naming the input, not TensorFlow's error on resizing to (None, None)."""
+    import tensorflow as tf
+
+    (tmp_path / "images" / "cat").mkdir(parents=True)
+    png = tf.io.encode_png(np.zeros((4, 5, 3), np.uint8)).numpy()
+    (tmp_path / "images" / "cat" / "a.png").write_bytes(png)
+    contract = classifier_contract("image", (None, None, 3), 2)
+    with pytest.raises(DatasetError) as error:
+        load_user_data(tmp_path / "images", contract, 4, 0, ("cat", "dog"))
+    assert "height and width fixed" in str(error.value) and "float32[?,?,?,3]" in str(error.value)

@@ -158,20 +158,9 @@ def make_dataset(split: ArraySplit, batch_size: int, *, training: bool, seed: in
     if not isinstance(split, ArraySplit):  # a StreamSplit streams its files
         return split.dataset(batch_size, training=training, seed=seed, shuffle_buffer=shuffle_buffer, repeat=repeat)
     label_dtype = tf.float32 if split.labels.dtype.kind == "f" else tf.int64
-    if isinstance(split.images, dict):
-        dtypes = {k: tf.string if v.dtype.kind in "USO" else tf.as_dtype(v.dtype) for k, v in split.images.items()}
-
-        def as_model_dtypes(inputs, labels):
-            cast = {k: v if dtypes[k] == tf.string else tf.cast(v, dtypes[k]) for k, v in inputs.items()}
-            return cast, tf.cast(labels, label_dtype)
-    else:
-        dtype = tf.as_dtype(split.images.dtype)
-
-        def as_model_dtypes(inputs, labels):
-            return tf.cast(inputs, dtype), tf.cast(labels, label_dtype)
-
-    dataset = tf.data.Dataset.from_tensor_slices((split.images, split.labels))
-    dataset = dataset.map(as_model_dtypes, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    dataset = tf.data.Dataset.from_tensor_slices((split.images, split.labels))  # pyright: ignore[reportArgumentType]  # tf stub: a nested structure (tuple, dict of arrays) is sliced too
+    dataset = dataset.map(_model_dtypes(split.images, label_dtype), num_parallel_calls=tf.data.AUTOTUNE,
+                          deterministic=True)
     if cache:
         dataset = dataset.cache()
     if training:
@@ -182,11 +171,30 @@ def make_dataset(split: ArraySplit, batch_size: int, *, training: bool, seed: in
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
-def held_out_digits(count: int, config: Path | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """The first `count` held-out test rows of the configured data (`tfship query`'s samples).
+def _model_dtypes(images: np.ndarray | dict[str, np.ndarray], label_dtype):
+    """The map function casting a split's (inputs, labels) to the model's dtypes (string inputs kept)."""
+    import tensorflow as tf
+
+    if isinstance(images, dict):
+        dtypes = {k: tf.string if v.dtype.kind in "USO" else tf.as_dtype(v.dtype) for k, v in images.items()}
+
+        def named_dtypes(inputs, labels):
+            cast = {k: v if dtypes[k] == tf.string else tf.cast(v, dtypes[k]) for k, v in inputs.items()}
+            return cast, tf.cast(labels, label_dtype)
+        return named_dtypes
+    dtype = tf.as_dtype(images.dtype)
+
+    def one_dtype(inputs, labels):
+        return tf.cast(inputs, dtype), tf.cast(labels, label_dtype)
+    return one_dtype
+
+
+def held_out_digits(count: int, config: Path | None = None) -> tuple[np.ndarray | dict[str, np.ndarray], np.ndarray]:
+    """The first `count` held-out test rows of the configured data (`tfship promote --label stable`'s evidence).
 
     Returns:
-        images [count, ...] (float32 in [0, 1] for the bundled digits, [count, 8, 8, 1]) and labels int64 [count].
+        images [count, ...] (float32 in [0, 1] for the bundled digits, [count, 8, 8, 1]), or for named inputs
+        {input name: [count, ...]}, and labels int64 [count].
 
     Raises:
         ConfigError, DatasetError: the config or its data source is unusable.
@@ -195,7 +203,9 @@ def held_out_digits(count: int, config: Path | None = None) -> tuple[np.ndarray,
 
     cfg = load_config(config)
     test = load_split_arrays(cfg.data, cfg.run.seed, scan_cache_dir(cfg)).test
-    return test.images[:count], test.labels[:count]
+    images = test.images
+    return ({k: v[:count] for k, v in images.items()} if isinstance(images, dict) else images[:count],
+            test.labels[:count])
 
 
 def scan_cache_dir(config) -> Path:

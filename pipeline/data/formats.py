@@ -93,7 +93,7 @@ def tfrecord_format(config, files: Sequence[str], task: str = "classification") 
     """
     from tfship.pipeline.data.files import compression_of
 
-    kinds = {compression_of(f, config.compression) for f in files}
+    kinds: set[Compression] = {compression_of(f, config.compression) for f in files}
     if len(kinds) > 1:
         raise DatasetError(f"data.compression: the files mix compressions {sorted(k or 'none' for k in kinds)} "
                            "(by suffix); give one kind of file, or set data.compression")

@@ -160,7 +160,7 @@ def named_tfrecord_format(config, files: Sequence[str], task: str) -> NamedForma
 
     if not config.feature_spec:
         raise ConfigError("data.feature_spec = {}: named inputs from TFRecord files need their features declared")
-    kinds = {compression_of(f, config.compression) for f in files}
+    kinds: set[Compression] = {compression_of(f, config.compression) for f in files}
     if len(kinds) > 1:
         raise DatasetError(f"data.compression: the files mix compressions {sorted(k or 'none' for k in kinds)} "
                            "(by suffix); give one kind of file, or set data.compression")

@@ -130,7 +130,7 @@ class StreamSplit:
                 by_record = shard
         if training and self.cache == "none":
             files = files.shuffle(len(self.files), seed=seed, reshuffle_each_iteration=True)
-        records = files.interleave(self._file_records, cycle_length=min(len(self.files), 8),
+        records = files.interleave(self._file_records, cycle_length=min(len(self.files), 8),  # pyright: ignore[reportArgumentType]  # tf stub: a tuple dataset's map function gets each part as an argument
                                    num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         if by_record is not None:
             records = records.shard(*by_record)
@@ -172,6 +172,7 @@ class StreamSplit:
     def _keep_split(self, records):
         import tensorflow as tf
 
+        assert self.hash_split is not None and self.split_id is not None  # mapped over a hash split only (dataset)
         return tf.boolean_mask(records, tf.equal(self.hash_split.split_ids(records), self.split_id))
 
     def _parse(self, *batch):

@@ -108,8 +108,10 @@ def _tensorflow_started() -> bool:
 
 def _load_stream_splits(config, seed: int, cache_dir: Path | None = None, say: Callable[[str], None] | None = None,
                         kind: str = "cnn", task: str = "classification"):
+    from tfship.pipeline.data.formats import CsvFormat
     from tfship.pipeline.data.input_spec import InputSpec
     from tfship.pipeline.data.labels import label_rule
+    from tfship.pipeline.data.named_format import NamedFormat
     from tfship.pipeline.data.scan import cached_scan, scan, scan_key
     from tfship.pipeline.data.split_types import DatasetSplits
     from tfship.pipeline.data.stream import HashSplit, StreamSplit
@@ -132,7 +134,7 @@ def _load_stream_splits(config, seed: int, cache_dir: Path | None = None, say: C
                                           fmt) if "all" in sets else None
     order = [(files, None if name == "all" else ("train", "validation", "test").index(name))
              for name, files in sets.items()]
-    scan_fmt = fmt.for_scan() if hasattr(fmt, "for_scan") else fmt
+    scan_fmt = fmt.for_scan() if isinstance(fmt, CsvFormat) else fmt
     declared = tuple(folder_classes or config.classes)
     rule = label_rule(task, declared, getattr(fmt, "label_dtype", "string") == "int64")
     say = say or (lambda line: print(line, file=sys.stderr, flush=True))
@@ -143,11 +145,11 @@ def _load_stream_splits(config, seed: int, cache_dir: Path | None = None, say: C
             scan_fmt, order, hash_split, skip_corrupt=config.skip_corrupt, declared_classes=declared, say=say,
             labels_by=rule))
     class_names = {"binary": ("0", "1"), "regression": ()}.get(task, declared or result.labels)
-    if config.source == "csv" and hasattr(fmt, "for_scan"):
+    if config.source == "csv" and isinstance(fmt, CsvFormat):
         from tfship.pipeline.data.formats import csv_format
 
         fmt = csv_format(config, every[0], result.categories)
-    if hasattr(fmt, "with_vocabularies"):
+    if isinstance(fmt, NamedFormat):
         fmt = fmt.with_vocabularies(result.categories)
     if task == "classification":
         if len(class_names) < 2:
@@ -158,7 +160,7 @@ def _load_stream_splits(config, seed: int, cache_dir: Path | None = None, say: C
     bad = {int(k): v for k, v in result.bad_records.items()}
     splits = {}
     for index, name in enumerate(("train", "validation", "test")):
-        files = sets.get(name, sets.get("all"))
+        files = sets[name] if name in sets else sets["all"]
         offset = 0 if "all" in sets else sum(len(sets[n]) for n in ("train", "validation", "test")[:index])
         split_bad = {i - offset: rows for i, rows in bad.items() if offset <= i < offset + len(files)}
         if result.counts[name] == 0:

@@ -191,13 +191,14 @@ def _decision_details(got: np.ndarray, want: np.ndarray, tolerance: Tolerance,
     return details, agreement, tie_share
 
 
-def _multi_label_details(got: np.ndarray, want: np.ndarray, tolerance: Tolerance) -> list[str]:
+def _multi_label_details(got: np.ndarray, want: np.ndarray, tolerance: Tolerance, floor: float) -> list[str]:
     """A multi-label output's decisions (each value against 0.5), as binary outputs are judged: refused when
     the share of rows with a flipped label (ties included: a file wrong by a lot makes every flip a tie of its
-    own error) is shown above 100 % minus the mode's top-1 floor, whatever the value tolerance.
+    own error) is shown above 100 % minus the mode's top-1 floor (`floor`: `tolerance.min_top1_agreement`), whatever
+    the value tolerance.
     """
     flipped, ties = label_flips(got, want)
-    judged = decide_share(int(flipped.sum()), len(want), (100.0 - tolerance.min_top1_agreement) / 100.0,
+    judged = decide_share(int(flipped.sum()), len(want), (100.0 - floor) / 100.0,
                           tolerance.confidence)
     if judged.verdict != REFUSED:
         return []
@@ -228,7 +229,7 @@ def _compare_floats(name: str, got: np.ndarray, want: np.ndarray, tolerance: Tol
         judged, agreement, tie_share = _decision_details(got64, want64, tolerance, absolute)
         details += judged
     elif not scores and tolerance.min_top1_agreement is not None and is_multi_label(want64):
-        details += _multi_label_details(got64, want64, tolerance)
+        details += _multi_label_details(got64, want64, tolerance, tolerance.min_top1_agreement)
     return OutputParity(name, max_abs, rel, tolerance.describe(want64, noise, implementation), not details,
                         "; ".join(details), error_histogram(error), top1_agreement=agreement, tie_share=tie_share)
 
@@ -270,7 +271,8 @@ def _compare_integers(name: str, got: np.ndarray, want: np.ndarray, tolerance: T
         unexplained = _unexplained_by_values(got, want, values, tolerance, score_noise)
     indexed = scores is not None or values is not None
     if not indexed and tolerance.integer_share is not None and want.ndim >= 1 and len(want):
-        return _integer_agreement(name, got, want, tolerance, max_abs, error_histogram(distance))
+        return _integer_agreement(name, got, want, tolerance, tolerance.integer_share, max_abs,
+                                  error_histogram(distance))
     detail = (f"{unexplained} of {differ.size} {'indices' if indexed else 'values'} differ"
               + (" (ties excluded: an index passes when the value it selects is equal within the bound)"
                  if indexed else "")) if unexplained else ""
@@ -278,17 +280,17 @@ def _compare_integers(name: str, got: np.ndarray, want: np.ndarray, tolerance: T
                         unexplained == 0, detail, error_histogram(distance), exact=True)
 
 
-def _integer_agreement(name: str, got: np.ndarray, want: np.ndarray, tolerance: Tolerance, max_abs: float,
-                       histogram: tuple[int, ...]) -> OutputParity:
+def _integer_agreement(name: str, got: np.ndarray, want: np.ndarray, tolerance: Tolerance, share: float,
+                       max_abs: float, histogram: tuple[int, ...]) -> OutputParity:
     """An integer output a reduced-precision file derives from floats (a count of positive scores, a thresholded
     flag, a bucket index): a float within the file's error of a boundary moves it by one, so the rows it
     differs on are judged as a share with confidence (`confidence.decide_share`), not bit for bit: refused when
-    the share is shown above `tolerance.integer_share`.
+    the share is shown above `share` (`tolerance.integer_share`).
     """
     rows = np.any((got != want).reshape(len(want), -1), axis=1)
-    judged = decide_share(int(rows.sum()), len(want), tolerance.integer_share, tolerance.confidence)
+    judged = decide_share(int(rows.sum()), len(want), share, tolerance.confidence)
     detail = judged.describe("rows differing", "% of rows") + f" (validate.{tolerance.mode}.min_top1_agreement)"
-    return OutputParity(name, max_abs, 0.0, f"agreement (rows differing at most {100 * tolerance.integer_share:g} %)",
+    return OutputParity(name, max_abs, 0.0, f"agreement (rows differing at most {100 * share:g} %)",
                         judged.verdict != REFUSED, detail if judged.verdict == REFUSED else "", histogram, exact=True)
 
 

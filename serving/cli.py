@@ -32,7 +32,7 @@ def _env_defaults(parser: argparse.ArgumentParser, actions: list[argparse.Action
             if action.nargs == 0:  # store_true flag
                 parsed = value.strip().lower() in ("1", "true", "yes", "on")
             else:
-                parsed = action.type(value) if action.type else value
+                parsed = action.type(value) if callable(action.type) else value
         except (TypeError, ValueError) as err:
             raise ConfigError(f"{ENV_PREFIX}{action.dest.upper()}={value!r}: {err}") from err
         if action.choices and parsed not in action.choices:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import functools
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, overload
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -23,7 +25,14 @@ from tfship.serving.dataplane.offload import OFF_LOOP_BYTES
 log = logging.getLogger(__name__)
 
 
-def rpc(method=None, *, large: bool = False):
+_Handler = Callable[..., Awaitable[Any]]  # a servicer's `async def Method(self, request, context)`
+
+
+@overload
+def rpc(method: _Handler, *, large: bool = False) -> _Handler: ...
+@overload
+def rpc(method: None = None, *, large: bool = False) -> Callable[[_Handler], _Handler]: ...
+def rpc(method: _Handler | None = None, *, large: bool = False) -> _Handler | Callable[[_Handler], _Handler]:
     """Map exceptions raised by `method` to gRPC statuses (the single error-mapping point).
 
     Requests above `OFF_LOOP_BYTES` arrive from the deserializer as `LargeRequest`; `method` gets the bare message,

@@ -26,7 +26,7 @@ from tfship.core.echo import cap_message, clip
 from tfship.core.errors import InvalidRequestError, RequestTimeoutError, TfshipError
 from tfship.serving.operations.metrics import CONTENT_TYPE, Metrics
 from tfship.serving.operations.request_log import RequestLog
-from tfship.serving.operations.security import AccessPolicy
+from tfship.serving.operations.security import AccessPolicy, Policy
 
 log = logging.getLogger(__name__)
 MAX_BYTES = web.AppKey("max_bytes", int)
@@ -125,7 +125,7 @@ def _answer_error(request: web.Request, err: BaseException, unrouted: Unrouted) 
     return error_response(f"internal server error (incident {incident})", 500)
 
 
-def error_middleware(policy: AccessPolicy, gate=None, request_log: RequestLog | None = None,
+def error_middleware(policy: Policy, gate=None, request_log: RequestLog | None = None,
                      release_after: Callable[[int], None] | None = None, unrouted: Unrouted = plain_unrouted):
     """The host's middleware: token check, drain gate (`gate.enter()`: 503 while draining), errors as answers,
     the request log's record, and `release_after(body bytes)` once a request is done.
@@ -195,7 +195,7 @@ async def read_body(request: web.Request, timeout_s: float) -> bytes:
                                   ) from None
 
 
-def new_app(dataplane=None, policy: AccessPolicy | None = None, max_bytes: int = 64 << 20,
+def new_app(dataplane=None, policy: Policy | None = None, max_bytes: int = 64 << 20,
             unrouted: Unrouted = plain_unrouted, outer: Sequence = ()) -> web.Application:
     """An aiohttp app with the host's middleware (under `outer` middlewares, e.g. CORS) and no routes yet.
 

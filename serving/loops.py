@@ -20,6 +20,7 @@ import asyncio
 import inspect
 import threading
 from collections.abc import Callable, Coroutine
+from typing import TypeVar, cast
 
 LAG_INTERVAL_S = 0.5  # how often `watch_lag` measures its loop
 
@@ -82,6 +83,16 @@ class LoopBridge:
             return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(value(*args, **kwargs), loop))
 
         return on_owner_loop
+
+
+_T = TypeVar("_T")
+
+
+def bridged(target: _T, loop: asyncio.AbstractEventLoop) -> _T:
+    """`LoopBridge(target, loop)`, typed as the `target` it stands for (every attribute of `target`, its coroutine
+    methods run on `loop`).
+    """
+    return cast(_T, LoopBridge(target, loop))  # cast: LoopBridge forwards each attribute (__getattr__) as its target's
 
 
 def _run_on(home: asyncio.AbstractEventLoop, callback):

@@ -19,14 +19,14 @@ from tfship.serving.http_calls import metrics_handler, new_app, start_app
 from tfship.serving.kserve.rest import V2_PREFIX, add_v2_routes
 from tfship.serving.operations import tracing
 from tfship.serving.operations.metrics import Metrics
-from tfship.serving.operations.security import AccessPolicy
+from tfship.serving.operations.security import Policy
 from tfship.serving.tfs.cors import cors_middleware
 from tfship.serving.tfs.flags import PROMETHEUS_PATH  # TF Serving's path (--monitoring_config_file)
 from tfship.serving.tfs.rest import add_tfs_routes, unrouted_answer
 from tfship.serving.tfs.shadow_route import add_shadow_routes
 
 
-def build_app(dataplane: DataPlane, policy: AccessPolicy | None = None, max_bytes: int = 64 << 20,
+def build_app(dataplane: DataPlane, policy: Policy | None = None, max_bytes: int = 64 << 20,
               metrics: Metrics | None = None, metrics_path: str = PROMETHEUS_PATH,
               timeout_s: float = 30.0, offloader: Offloader | None = None, cors: bool = False) -> web.Application:
     """TF Serving's REST API and the Open Inference Protocol's over `dataplane`, under `policy` (bearer tokens;
@@ -48,7 +48,7 @@ def build_app(dataplane: DataPlane, policy: AccessPolicy | None = None, max_byte
     return app
 
 
-async def start_rest(dataplane: DataPlane, settings, policy: AccessPolicy, metrics: Metrics,
+async def start_rest(dataplane: DataPlane, settings, policy: Policy, metrics: Metrics,
                      ssl_context: ssl.SSLContext | None) -> tuple[web.AppRunner, int]:
     """Start the REST port on `settings.host:settings.rest_port` (0 = any free), HTTPS when `ssl_context` is
     given, under `policy`; returns (runner, bound port).
@@ -60,7 +60,7 @@ async def start_rest(dataplane: DataPlane, settings, policy: AccessPolicy, metri
     return await start_app(app, settings, settings.rest_port, ssl_context)
 
 
-async def start_metrics(metrics: Metrics, settings, policy: AccessPolicy,
+async def start_metrics(metrics: Metrics, settings, policy: Policy,
                         ssl_context: ssl.SSLContext | None) -> tuple[web.AppRunner, int]:
     """Serve Prometheus text at `/metrics` and `/monitoring/prometheus/metrics` on `settings.metrics_port`, under
     the same TLS and token policy as the other ports; returns (runner, bound port).

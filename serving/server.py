@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import sys
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +33,7 @@ from tfship.serving.dataplane.service import DataPlane
 from tfship.serving.dataplane.types import ServerLimits
 from tfship.serving.dataplane.version_folders import check_config
 from tfship.serving.kserve.grpc_service import add_inference_service
-from tfship.serving.loops import LoopBridge, TransportLoop, watch_lag
+from tfship.serving.loops import TransportLoop, bridged, watch_lag
 from tfship.serving.operations import tracing
 from tfship.serving.operations.metrics import Metrics
 from tfship.serving.operations.request_log import RequestLog
@@ -46,7 +47,7 @@ from tfship.serving.operations.security import (
 )
 from tfship.serving.settings import ServerSettings
 from tfship.serving.startup import model_configs, poll_model_config_file, runtime_wrapper, start_shadows
-from tfship.serving.tfs.grpc_service import AccessInterceptor, add_services
+from tfship.serving.tfs.grpc_service import AccessInterceptor, HealthServicer, add_services
 from tfship.serving.unix_socket import bind_unix_socket
 
 log = logging.getLogger(__name__)
@@ -94,19 +95,21 @@ class _Health:
     """Per-model and overall ("") health: overall SERVING when every configured model has a version up."""
 
     def __init__(self, configured: list[str]) -> None:
-        self.servicer = None
+        self.servicer: HealthServicer | None = None  # joined by _grpc_server, before any model loads
         self.ok: dict[str, bool] = dict.fromkeys(configured, False)
         self.names = lambda: list(configured)  # replaced by the manager's live list once it exists
         self.draining = False
 
     async def update(self, name: str, available: bool) -> None:
         self.ok[name] = available
+        assert self.servicer is not None
         await self.servicer.set(name, SERVING if available and not self.draining else NOT_SERVING)
         await self.overall()
 
     async def overall(self) -> None:
         names = self.names()
         up = bool(names) and all(self.ok.get(n) for n in names) and not self.draining
+        assert self.servicer is not None
         await self.servicer.set("", SERVING if up else NOT_SERVING)
 
 
@@ -155,7 +158,7 @@ class _Ports:
     def closers(self) -> list:
         """Each HTTP runner's cleanup, as a coroutine on its own loop."""
         rest, rest_loop = self.rest, self.rest_loop
-        return ([lambda: rest_loop.run(rest[0].cleanup())] if rest else []) + (
+        return ([lambda: rest_loop.run(rest[0].cleanup())] if rest is not None and rest_loop is not None else []) + (
             [self.metrics[0].cleanup] if self.metrics else [])
 
 
@@ -191,7 +194,7 @@ async def _open_ports(settings: ServerSettings, server: grpc.aio.Server, core: _
     # REST on its own loop and thread, gRPC and the data plane on this one: neither protocol starves the other
     cores.join()  # this thread serves gRPC; the REST thread joins it on the same core
     rest_loop = TransportLoop("tfship-rest", cores.join) if settings.rest_port >= 0 else None
-    bridge = LoopBridge(core.dataplane, asyncio.get_running_loop())
+    bridge = bridged(core.dataplane, asyncio.get_running_loop())
     rest = await _bind_http(rest_loop.run(start_rest(bridge, settings, policy, metrics, ssl_ctx))
                             if rest_loop else None, settings, "--rest-port", settings.rest_port)
     metrics_site = await _bind_http(start_metrics(metrics, settings, policy, ssl_ctx), settings, "--metrics-port",
@@ -204,7 +207,7 @@ async def _open_ports(settings: ServerSettings, server: grpc.aio.Server, core: _
 
 
 def _start_polls(settings: ServerSettings, manager: ModelManager, secrets: SecretWatcher, metrics: Metrics,
-                 rest_loop: TransportLoop | None) -> tuple[list[asyncio.Task], object]:
+                 rest_loop: TransportLoop | None) -> tuple[list[asyncio.Task], Future | None]:
     """The background tasks of a running server: repository, config and secret polls, loop-lag watches.
 
     Returns:

@@ -32,8 +32,8 @@ def model_configs(settings: ServerSettings) -> list[ModelConfig]:
             raise ConfigError(f"cannot read --model-config-file {settings.model_config_file}: {err}") from err
         return parse_model_server_config(text, str(settings.model_config_file))
     if settings.model_base_path:  # TF Serving's --model_name + --model_base_path (the model's own folder)
-        check_model_name(settings.model_name)
-        return [ModelConfig(name=settings.model_name, base_path=settings.model_base_path)]
+        name = check_model_name(settings.model_name)
+        return [ModelConfig(name=name, base_path=settings.model_base_path)]
     if settings.repository and settings.model_name:
         return from_repository(settings.repository, settings.model_name)
     raise ConfigError("give --model-config-file, --model_base_path (and --model_name), or --repository and "

@@ -224,7 +224,7 @@ def _shape_fits(want: tuple[int | None, ...] | None, got: tuple[int, ...]) -> bo
 
 def _check_batch(signature: Signature, inputs: Mapping[str, np.ndarray]) -> None:
     batched = {k: a.shape[0] for k, a in inputs.items()
-               if a.ndim > 0 and signature.inputs[k].shape and signature.inputs[k].shape[0] is None}
+               if a.ndim > 0 and (shape := signature.inputs[k].shape) and shape[0] is None}
     if len(set(batched.values())) > 1:
         raise InvalidRequestError(f"signature {signature.name!r}: inputs disagree on batch size: {batched}")
 

@@ -89,6 +89,13 @@ class Classification:
     labels: np.ndarray | None
     scores: np.ndarray | None
 
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """[n, c]: of `labels`, else of `scores` (a classify signature has classes or scores)."""
+        present = self.labels if self.labels is not None else self.scores
+        assert present is not None  # checked when the signature was judged for classify
+        return present.shape
+
 
 @dataclass(frozen=True)
 class Regression:

@@ -23,6 +23,8 @@ from tfship.core.echo import clip
 class OutOfRangeNumber(float):
     """A JSON number literal beyond float64's range (`1e309`): value ±inf, `text` the literal as written."""
 
+    text: str
+
     def __new__(cls, text: str) -> OutOfRangeNumber:
         number = super().__new__(cls, float(text))
         number.text = text

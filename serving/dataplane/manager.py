@@ -186,7 +186,9 @@ class ModelManager:
                               model.config.base_path)
 
     async def _reconcile_model(self, name: str, model: _Model) -> None:
-        on_disk = version_folders(model.config.base_path)
+        base = model.config.base_path
+        assert isinstance(base, Path)  # a bucket's versions are read from its local mirror (`_localize`)
+        on_disk = version_folders(base)
         for version in [v for v, s in model.versions.items() if s.error is not None and (
                 v not in on_disk or s.fingerprint != fingerprint(on_disk[v]))]:
             del model.versions[version]  # gone or changed since it failed: forget the failure, try again
@@ -252,6 +254,7 @@ class ModelManager:
             served.state = VersionState.UNLOADING
         await served.idle.wait()
         runtime, served.runtime = served.runtime, None
+        assert runtime is not None  # an AVAILABLE version holds its runtime
         await asyncio.get_running_loop().run_in_executor(self._executor, _unload_and_release, runtime)
         served.state = VersionState.END
         self._event(name, "unloaded")
@@ -317,7 +320,7 @@ class ModelManager:
             on_home = home is None or asyncio.get_running_loop() is home
         except RuntimeError:  # no loop in this thread
             on_home = False
-        if on_home:
+        if on_home or home is None:
             served.idle.set()
         else:
             home.call_soon_threadsafe(self._set_idle_if_unheld, served)
@@ -355,6 +358,7 @@ async def _ignore(name: str, available: bool) -> None:
 
 def _unknown_label(ref: ModelRef, labels) -> InvalidRequestError:
     """TF Serving's answer to a label the model does not define: INVALID_ARGUMENT (not NOT_FOUND)."""
+    assert ref.label is not None  # asked for a version by label
     return InvalidRequestError(f"Unrecognized servable version label: {clip(ref.label)} (model {echo(ref.name)}; "
                                f"labels: {sorted(labels)})")
 

@@ -19,9 +19,9 @@ MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 PLATFORMS = ("tensorflow", "tflite", "onnx")
 
 
-def check_model_name(name: str) -> str:
+def check_model_name(name: str | None) -> str:
     """Return `name` if it is a safe model name (no path separators, no `..`); raise `ConfigError` otherwise."""
-    if not MODEL_NAME_RE.match(name or "") or ".." in name:
+    if name is None or not MODEL_NAME_RE.match(name) or ".." in name:
         raise ConfigError(f"invalid model name {name!r}: use 1-64 of [A-Za-z0-9_.-], starting alphanumeric, no '..'")
     return name
 

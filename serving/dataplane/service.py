@@ -30,6 +30,7 @@ from tfship.serving.dataplane.manager import ModelManager
 from tfship.serving.dataplane.memory import release_freed_memory
 from tfship.serving.dataplane.model_config import ModelConfig
 from tfship.serving.dataplane.offload import Offloader
+from tfship.serving.dataplane.shadow import Shadows
 from tfship.serving.dataplane.types import (
     InferenceRequest,
     InferenceResponse,
@@ -127,7 +128,7 @@ class DataPlane:
         # --enable_signature_method_name_check: Classify/Regress/MultiInference demand the signature's
         # method_name (TF Serving's default, off: a predict signature of the right shape is served too)
         self.signature_method_name_check = False
-        self.shadow = None  # serving.dataplane.shadow.Shadows when a model has a shadow (--shadow)
+        self.shadow: Shadows | None = None  # when a model has a shadow (--shadow)
 
     @property
     def draining(self) -> bool:
@@ -173,6 +174,7 @@ class DataPlane:
             meta = served.metadata(model.name)
             with tracing.decode_span():
                 request = await decode(meta)
+            assert request is not None  # decode builds the request whenever it is given metadata
             return await self._predict(request, served.version, served.runtime)
 
         return await self._on_held_version(model, "predict", work, on_missing=lambda: decode(None))

@@ -254,9 +254,10 @@ def check_floors(report: dict[str, Any], version: int, min_pairs: int, min_top1:
     if top1 is not None and top1 < min_top1:
         reasons.append(f"top-1 agreement {top1:.2%} below the floor {min_top1:.2%}")
     if value is not None and value < min_value_agreement:
-        worst = max(figures["outputs"].items(), key=lambda kv: kv[1]["max_error"], default=(None, None))
+        worst = max(figures["outputs"].items(), key=lambda kv: kv[1]["max_error"], default=None)
         reasons.append(f"value agreement {value:.2%} of pairs below the floor {min_value_agreement:.2%}"
-                       + (f" (largest error {worst[1]['max_error']:.3g} on output '{worst[0]}')" if worst[0] else ""))
+                       + (f" (largest error {worst[1]['max_error']:.3g} on output '{worst[0]}')"
+                          if worst is not None and worst[0] else ""))
     if figures["shadow_errors"]:
         reasons.append(f"{figures['shadow_errors']} shadow error(s): {report.get('errors')}")
     return reasons

@@ -248,6 +248,9 @@ class LivePolicy:
         self.current.check(authorization, admin)
 
 
+Policy = AccessPolicy | LivePolicy  # what the transports check calls against (`check`, `requires_token`)
+
+
 class LiveTls:
     """TLS material in force on every port, replaced without a restart.
 
@@ -271,7 +274,7 @@ class LiveTls:
         """`grpc.ServerCredentials` that follow `apply` (client certificate required when a client CA is set)."""
         import grpc
 
-        return grpc.dynamic_ssl_server_credentials(self._grpc_config(self.material), self._fetch,
+        return grpc.dynamic_ssl_server_credentials(self._grpc_config(self.material), self._fetch,  # pyright: ignore[reportArgumentType]  # typeshed's grpc stub: a fetcher may answer None ("no change"), as _fetch does
                                                    require_client_authentication=self.material.client_ca is not None)
 
     @staticmethod
@@ -288,6 +291,7 @@ class LiveTls:
     def _select(self, ssl_object: ssl.SSLObject, _server_name: str | None, bound: ssl.SSLContext) -> None:
         """`sni_callback` of the bound context: switch the handshake to the latest context."""
         serving = self._serving
+        assert serving is not None  # installed on a bound context only
         if serving is not bound:
             ssl_object.context = serving
 
@@ -368,7 +372,9 @@ class SecretWatcher:
                 log.error("token files changed but were not taken into use; the running tokens stay: %s", err)
         if changed & set(self._tls_paths):
             try:
-                self._tls.apply(tls_material(self._settings))
+                material = tls_material(self._settings)
+                assert self._tls is not None and material is not None  # watched only when TLS is on (--tls-cert)
+                self._tls.apply(material)
                 took = True
                 log.info("re-read the TLS files %s; new connections use them", [str(p) for p in self._tls_paths])
             except ConfigError as err:

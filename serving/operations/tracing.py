@@ -32,11 +32,15 @@ import contextlib
 import inspect
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from tfship.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 EXPORTERS = ("otlp", "console", "none")
 PROTOCOLS = ("http/protobuf", "grpc")
@@ -55,11 +59,15 @@ def _recording() -> bool:
     """Tracing is on and the current span records (its trace was sampled): only then are children made, so an
     unsampled request costs its transport span's sampling decision and nothing more.
     """
-    return _tracer is not None and _current_span().is_recording()
+    current = _current_span() if _tracer is not None else None
+    return current is not None and current.is_recording()
 
 
-def _current_span():  # replaced by opentelemetry's `trace.get_current_span` once `configure` turned tracing on
+def _no_span() -> Span | None:
     return None
+
+
+_current_span: Callable[[], Span | None] = _no_span  # opentelemetry's `trace.get_current_span` once tracing is on
 
 
 def enabled() -> bool:
@@ -176,7 +184,7 @@ def span(name: str, attributes: dict | None = None):
     """A context manager recording a child span of the current one (a shared no-op when tracing is off or the
     request is not sampled).
     """
-    if not _recording():
+    if _tracer is None or not _recording():
         return _NOOP
     return _tracer.start_as_current_span(name, attributes=attributes)
 
@@ -197,17 +205,19 @@ def _server_span(name: str, carrier: Mapping[str, str], attributes: dict):
     """
     from opentelemetry import trace
 
-    parent = _propagator.extract(carrier=carrier)
+    tracer, propagator = _tracer, _propagator
+    assert tracer is not None and propagator is not None  # the transports' hooks exist while tracing is on
+    parent = propagator.extract(carrier=carrier)
     marks = [time.time_ns(), None, None, False]
     token = _MARKS.set(marks)
     try:
-        with _tracer.start_as_current_span(name, context=parent, kind=trace.SpanKind.SERVER,
-                                           attributes=attributes) as server:
+        with tracer.start_as_current_span(name, context=parent, kind=trace.SpanKind.SERVER,
+                                          attributes=attributes) as server:
             yield server
             if marks[1] is not None and server.is_recording():
                 if not marks[3]:
-                    _tracer.start_span("decode", start_time=marks[0]).end(end_time=marks[1])
-                _tracer.start_span("encode", start_time=marks[2]).end(end_time=time.time_ns())
+                    tracer.start_span("decode", start_time=marks[0]).end(end_time=marks[1])
+                tracer.start_span("encode", start_time=marks[2]).end(end_time=time.time_ns())
     finally:
         _MARKS.reset(token)
 
@@ -227,11 +237,13 @@ def _predict_span(api: str, model: str):
     """`predict_span` of a recorded request."""
     from tfship.serving.operations.request_log import note_request
 
+    tracer = _tracer
+    assert tracer is not None  # predict_span found the request recorded
     marks = _MARKS.get()
     if marks is not None:
         marks[1] = time.time_ns()
     try:
-        with _tracer.start_as_current_span(api, attributes={"tfship.model": model}) as current:
+        with tracer.start_as_current_span(api, attributes={"tfship.model": model}) as current:
             context = current.get_span_context()
             if context.is_valid:
                 note_request(trace_id=f"{context.trace_id:032x}")
@@ -243,7 +255,7 @@ def _predict_span(api: str, model: str):
 
 def decode_span():
     """The `decode` span of a transport that decodes inside the data plane (`DataPlane.predict_decoded`)."""
-    if not _recording():
+    if _tracer is None or not _recording():
         return _NOOP
     marks = _MARKS.get()
     if marks is not None:

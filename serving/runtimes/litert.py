@@ -298,8 +298,9 @@ def _encode(spec: LiteRtTensor, value: np.ndarray) -> np.ndarray:
         raise InvalidRequestError(f"input {spec.name!r} holds text ({value.dtype}); expected numbers of "
                                   f"dtype {spec.dtype}")
     if spec.quantized and value.dtype.kind == "f":
-        info = np.iinfo(spec.dtype)
-        quantized = np.round(value.astype(np.float64) / spec.scale) + spec.zero_point
+        info, scale, zero_point = np.iinfo(spec.dtype), spec.scale, spec.zero_point
+        assert scale is not None and zero_point is not None  # a quantized tensor has them (per-axis: refused)
+        quantized = np.round(value.astype(np.float64) / scale) + zero_point
         return np.clip(quantized, info.min, info.max).astype(spec.dtype)
     if value.dtype == spec.dtype:
         return np.ascontiguousarray(value)

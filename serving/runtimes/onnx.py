@@ -191,5 +191,5 @@ def _is_input_error(err: Exception) -> bool:
 
 def _spec(node) -> TensorSpec:
     shape = None if node.shape is None else tuple(d if isinstance(d, int) and d >= 0 else None for d in node.shape)
-    return TensorSpec(dtype=_ORT_TYPES.get(node.type, node.type), shape=shape, tensor_name=node.name)
+    return TensorSpec(dtype=_ORT_TYPES.get(node.type) or node.type, shape=shape, tensor_name=node.name)
 

@@ -46,7 +46,7 @@ def _varint(data, at: int) -> tuple[int, int]:
         shift += 7
 
 
-def _fields(data) -> Iterator[tuple[int, int, object]]:
+def _fields(data) -> Iterator[tuple[int, int, int | memoryview]]:
     """(field number, wire type, value) of one message: an int for varints, a memoryview for the rest."""
     at = 0
     while at < len(data):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -58,10 +58,11 @@ class GraphSession:
             tf.compat.v1.saved_model.load(self._session, tags, str(version_dir))
             self.unrestored = _unrestored_variables(self._graph, self._session)
         self._signatures = dict(signatures)
-        self._callables: dict[tuple[str, tuple[str, ...]], object] = {}
+        self._callables: dict[tuple[str, tuple[str, ...]], tuple[Callable[..., list], dict[str, tuple[bool, int]]]] = {}
         self._lock = threading.Lock()
 
-    def _callable(self, signature_name: str, aliases: tuple[str, ...]):
+    def _callable(self, signature_name: str,
+                  aliases: tuple[str, ...]) -> tuple[Callable[..., list], dict[str, tuple[bool, int]]]:
         """(callable, plan) for one signature fed `aliases`: the callable takes the fed arrays in `aliases`
         order and returns the fetched ones; `plan[output alias]` is `(True, i)` for fetched value i or
         `(False, j)` for fed array j (an output that is also an input, e.g. an identity: a Session may not
@@ -76,7 +77,7 @@ class GraphSession:
         signature = self._signatures[signature_name]
         feeds = [signature.inputs[a].tensor_name for a in aliases]
         fetches: list[str] = []
-        plan = {}
+        plan: dict[str, tuple[bool, int]] = {}
         for alias, spec in signature.outputs.items():
             if spec.tensor_name in feeds:
                 plan[alias] = (False, feeds.index(spec.tensor_name))
@@ -135,6 +136,7 @@ class ObjectSession:
     def run(self, signature_name: str, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         import tensorflow as tf
 
+        assert self._loaded is not None, "closed"
         function = self._loaded.signatures[signature_name]
         try:
             outputs = function(**{alias: tf.constant(value) for alias, value in inputs.items()})
@@ -206,8 +208,10 @@ class SavedModelRuntime(Runtime):
                 signature_name: str = "serving_default") -> dict[str, np.ndarray]:
         import tensorflow as tf
 
+        session = self._session
+        assert session is not None, "load() first"
         try:
-            return self._session.run(signature_name, inputs)
+            return session.run(signature_name, inputs)
         except tf.errors.InvalidArgumentError as err:  # a value the graph refuses (TF Serving: INVALID_ARGUMENT)
             raise input_rejected("TensorFlow", inputs, err.message) from err
         except tf.errors.UnimplementedError as err:  # an op this TensorFlow build cannot run (TF Serving passes

@@ -77,8 +77,10 @@ class TfliteRuntime(Runtime):
         if (self.version_dir / "saved_model.pb").is_file():
             declared = read_signatures(self.version_dir, include_internal=True)
         out = {}
-        for key in self._model.signature_keys:
-            own = _signature(self._model.contract(key))
+        model = self._model
+        assert model is not None  # called by load()
+        for key in model.signature_keys:
+            own = _signature(model.contract(key))
             match = declared.get(key)
             ok = match and set(match.inputs) == set(own.inputs) and set(match.outputs) == set(own.outputs)
             out[key] = match if ok else own
@@ -86,10 +88,12 @@ class TfliteRuntime(Runtime):
 
     def predict(self, inputs: Mapping[str, np.ndarray],
                 signature_name: str = "serving_default") -> dict[str, np.ndarray]:
+        model = self._model
+        assert model is not None, "load() first"
         try:
             if self._tensors:
-                return self._model.run_over_tensors(self._tensors[signature_name], inputs)
-            return self._model.run_raw(inputs, signature_name)
+                return model.run_over_tensors(self._tensors[signature_name], inputs)
+            return model.run_raw(inputs, signature_name)
         except LiteRtCallError as err:
             # Over tensors the model judges shapes, so any refusal is the input's; with signature runners
             # only a kernel's index refusal is (the data plane checked shapes and dtypes).

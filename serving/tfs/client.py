@@ -26,7 +26,7 @@ from tfship.serving.dataplane.types import VersionState, VersionStatus
 class RemoteError(TfshipError):
     """The server answered with a non-OK status; `grpc_code` is that status' name (e.g. `NOT_FOUND`)."""
 
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+    def __init__(self, code: grpc.StatusCode, details: str | None) -> None:
         super().__init__(f"{code.name}: {details}")
         self.status = ErrorStatus(code.name)
         self.details = details
@@ -68,7 +68,7 @@ class PredictClient:
         methods = protocol.PREDICTION_METHODS if service == protocol.PREDICTION_SERVICE else protocol.MODEL_METHODS
         response_cls = methods[method][1]
         stub = self._channel.unary_unary(protocol.method_path(service, method),
-                                         request_serializer=lambda m: m.SerializeToString(),
+                                         request_serializer=type(request).SerializeToString,
                                          response_deserializer=response_cls.FromString)
         try:
             return stub(request, timeout=timeout_s or self._timeout_s, metadata=self._metadata)
@@ -148,7 +148,7 @@ class PredictClient:
         """grpc.health.v1 Check: `SERVING`, `NOT_SERVING`, ...; raises `RemoteError` (e.g. UNAVAILABLE)."""
         stub = health_pb2_grpc.HealthStub(self._channel)
         try:
-            response = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=self._timeout_s)
+            response = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=self._timeout_s)  # pyright: ignore[reportAttributeAccessIssue]  # typeshed's HealthStub stub lacks the methods __init__ sets
         except grpc.RpcError as err:
             raise RemoteError(err.code(), err.details()) from err
         return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
@@ -163,7 +163,7 @@ class PredictClient:
         last = "no answer"
         while time.monotonic() < deadline:
             try:
-                for response in stub.Watch(health_pb2.HealthCheckRequest(service=service),
+                for response in stub.Watch(health_pb2.HealthCheckRequest(service=service),  # pyright: ignore[reportAttributeAccessIssue]  # typeshed's HealthStub stub lacks the methods __init__ sets
                                            timeout=max(deadline - time.monotonic(), 0.01), wait_for_ready=True):
                     last = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
                     if response.status == health_pb2.HealthCheckResponse.SERVING:

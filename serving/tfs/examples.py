@@ -116,7 +116,7 @@ def _label(raw: bytes, row: int) -> str:
 
 def _fill_classification(proto_result, result: Classification) -> None:
     labels, scores = result.labels, result.scores
-    shape = (labels if labels is not None else scores).shape
+    shape = result.shape
     label_rows = labels.tolist() if labels is not None else None
     score_rows = scores.tolist() if scores is not None else None
     for row in range(shape[0]):
@@ -140,6 +140,7 @@ def classification_response(response: ExamplesResponse):
     proto = protocol.ClassificationResponse()
     (task_result,) = response.results
     _fill_spec(proto.model_spec, response.model_name, response.version, task_result.task.signature_name)
+    assert isinstance(task_result.result, Classification)  # a classify task's result
     _fill_classification(proto.result, task_result.result)
     return proto
 
@@ -149,6 +150,7 @@ def regression_response(response: ExamplesResponse):
     proto = protocol.RegressionResponse()
     (task_result,) = response.results
     _fill_spec(proto.model_spec, response.model_name, response.version, task_result.task.signature_name)
+    assert isinstance(task_result.result, Regression)  # a regress task's result
     for value in task_result.result.values.tolist():
         proto.result.regressions.add().value = value
     return proto
@@ -279,7 +281,7 @@ def rest_response(response: ExamplesResponse) -> dict:
     result = task_result.result
     if isinstance(result, Regression):
         return {"results": _float_json(result.values)}
-    shape = (result.labels if result.labels is not None else result.scores).shape
+    shape = result.shape
     labels = ([[_label(v, r) for v in row] for r, row in enumerate(result.labels.tolist())]
               if result.labels is not None else [[""] * shape[1]] * shape[0])
     scores = _float_json(result.scores) if result.scores is not None else [[0.0] * shape[1]] * shape[0]

@@ -25,7 +25,9 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format
 
@@ -36,8 +38,9 @@ from tfship.core.scratch import make_scratch
 PROMETHEUS_PATH = "/monitoring/prometheus/metrics"
 INT32_MAX = (1 << 31) - 1
 
+Converter = Callable[[str], Any]  # a flag's value type: the text -> the value (argparse's `type`)
 # TF Serving flag -> (tfship dest, value type) for flags with the same meaning under another name.
-ALIASES: dict[str, tuple[str, type]] = {
+ALIASES: dict[str, tuple[str, Converter]] = {
     "model_name": ("model_name", str),
     "model_config_file": ("model_config_file", cli_location),  # a file, or an s3:// object
     "batching_parameters_file": ("batching_parameters_file", cli_path),
@@ -93,7 +96,7 @@ def _tags(text: str) -> tuple[str, ...]:
 
 
 # TF Serving flags tfship implements with TF Serving's meaning: flag -> (ServerSettings field, type, is_bool).
-ACTING: dict[str, tuple[str, object, bool]] = {
+ACTING: dict[str, tuple[str, Converter, bool]] = {
     "grpc_socket_path": ("grpc_socket_path", str, False),
     "grpc_channel_arguments": ("grpc_channel_arguments", channel_arguments, False),
     "prefer_tflite_model": ("prefer_tflite_model", _bool, True),
@@ -107,7 +110,7 @@ ACTING: dict[str, tuple[str, object, bool]] = {
     "rest_api_enable_cors_support": ("rest_api_enable_cors_support", _bool, True),
 }
 # TF Serving flags that tune machinery tfship does not have: flag -> (value type, why the answers are the same).
-NO_OP: dict[str, tuple[object, str]] = {
+NO_OP: dict[str, tuple[Converter, str]] = {
     "rest_api_num_threads": (int, "REST runs on the event loop; backend calls use --worker-threads"),
     "allow_version_labels_for_unavailable_models": (_bool, "labels are checked against the versions on disk"),
     "enable_per_model_batching_parameters": (_bool, "one --batching_parameters_file applies to every model"),
@@ -130,7 +133,7 @@ NO_OP: dict[str, tuple[object, str]] = {
     "enable_grpc_healthcheck_service": (_bool, "grpc.health.v1 is always served"),
 }
 # Accepted with a start-up warning: the feature is absent and a caller could notice.
-WARNED: dict[str, tuple[object, str]] = {
+WARNED: dict[str, tuple[Converter, str]] = {
     "enable_profiler": (_bool, "tfship serves no TensorFlow profiler service (calls to it answer UNIMPLEMENTED); "
                                "profile with `make bench-serve BENCH_PROFILE_S=...`"),
     "mixed_precision": (str, "models run at the precision they were exported in"),
@@ -151,6 +154,7 @@ class _Note(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
         notes = list(getattr(namespace, NOTES_DEST, None) or [])
+        assert option_string is not None  # an optional flag (--name), never positional
         notes.append((option_string.lstrip("-"), values))
         setattr(namespace, NOTES_DEST, notes)
 

@@ -28,7 +28,7 @@ from tfship.serving.dataplane.service import DataPlane
 from tfship.serving.dataplane.tensors import judge_declared
 from tfship.serving.dataplane.types import InferenceRequest, ModelMetadata
 from tfship.serving.grpc_calls import generic_handler, rpc, split_large, time_remaining
-from tfship.serving.operations.security import AccessPolicy
+from tfship.serving.operations.security import Policy
 from tfship.serving.tfs import converters, examples, wire
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ class PredictionServicer:
                 check_declared(signature, shapes, limits.max_batch_per_request,
                                limits.max_request_memory_bytes)
             converters.check_declared_total(request, declared, limits.max_request_memory_bytes)  # unknown ones too
-            if offload:
+            if offload and wire_bytes is not None:  # offload: large wire bytes
                 return await self._dp.offloader.run_if_large(len(wire_bytes), decode_predict, wire_bytes, remaining,
                                                              limits.max_tensor_bytes)
             decoded = converters.judged_predict_request(request, model, judged, remaining)  # judged above
@@ -149,7 +149,7 @@ class AccessInterceptor(grpc.aio.ServerInterceptor):
     OPEN = ("/grpc.health.v1.Health/", "/grpc.reflection.")
     ADMIN_METHODS = frozenset({protocol.method_path(protocol.MODEL_SERVICE, "HandleReloadConfigRequest")})
 
-    def __init__(self, policy: AccessPolicy) -> None:
+    def __init__(self, policy: Policy) -> None:
         self._policy = policy
 
     async def intercept_service(self, continuation, handler_call_details):
@@ -159,7 +159,8 @@ class AccessInterceptor(grpc.aio.ServerInterceptor):
             return await continuation(handler_call_details)
         metadata = dict(handler_call_details.invocation_metadata or ())
         try:
-            self._policy.check(metadata.get("authorization", ""), admin=admin)
+            authorization = metadata.get("authorization", "")  # bytes only for `-bin` keys
+            self._policy.check(authorization if isinstance(authorization, str) else "", admin=admin)
         except TfshipError as error:
             code, message = grpc.StatusCode[error.grpc_code], str(error)
 
@@ -170,7 +171,7 @@ class AccessInterceptor(grpc.aio.ServerInterceptor):
         return await continuation(handler_call_details)
 
 
-class HealthServicer(health.aio.HealthServicer):
+class HealthServicer(health.aio.HealthServicer):  # pyright: ignore[reportAttributeAccessIssue]  # typeshed's grpc_health stub lacks `aio`
     """grpc.health.v1 whose NOT_FOUND for an unknown service names it and the known ones."""
 
     def __init__(self) -> None:
@@ -189,7 +190,7 @@ class HealthServicer(health.aio.HealthServicer):
 
 
 def add_services(server: grpc.aio.Server, dataplane: DataPlane, other_services: tuple[str, ...] = (),
-                 tensor_content: bool = False) -> health.aio.HealthServicer:
+                 tensor_content: bool = False) -> HealthServicer:
     """Register PredictionService, ModelService, grpc.health.v1 and reflection on `server`.
 
     Requests above the data plane's message limit (--max-message-bytes) are answered RESOURCE_EXHAUSTED

@@ -65,7 +65,7 @@ def nested_text(texts: np.ndarray) -> RawJson:
         return RawJson(texts.item())
     if texts.size == 0:
         return RawJson(json.dumps(np.zeros(texts.shape).tolist(), separators=(",", ":")))
-    level = texts
+    level: np.ndarray = texts
     while level.ndim > 0:
         rows = level.reshape(-1, level.shape[-1])
         joined = np.array(["[" + ",".join(row) + "]" for row in rows.tolist()], dtype=object)
@@ -156,6 +156,7 @@ def response_json(outputs: Mapping[str, np.ndarray], rows: bool, batch: int | No
                                       f"{batch} (send the request in columnar format, 'inputs', to get every output)")
         batch = array.shape[0] if batch is None else batch
     values = {k: _output_json(k, a, batch) for k, a in arrays.items()}
+    assert batch is not None  # set by the loop over the (non-empty) outputs
     if len(values) == 1:
         return {"predictions": next(iter(values.values()))}
     return {"predictions": [{k: v[i] for k, v in values.items()} for i in range(batch)]}

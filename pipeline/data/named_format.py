@@ -103,8 +103,15 @@ class NamedFormat:
             fields = self._columns(batch)
             return {s.feature: fields[s.feature] for s in open_specs}
         parsed = tf.io.parse_example(batch, parse_spec(tuple(open_specs)))
-        return {s.feature: parsed[s.feature].flat_values if isinstance(parsed[s.feature], tf.RaggedTensor)
-                else tf.reshape(parsed[s.feature], [-1]) for s in open_specs}
+        flat = {}
+        for s in open_specs:
+            value = parsed[s.feature]
+            if isinstance(value, tf.RaggedTensor):
+                flat[s.feature] = value.flat_values
+            else:
+                assert isinstance(value, tf.Tensor)  # parse_spec: dense and ragged features, never sparse
+                flat[s.feature] = tf.reshape(value, [-1])
+        return flat
 
     def vocabulary_key(self, feature: str) -> str:
         """The setting that declares `feature`'s vocabulary (named in errors)."""

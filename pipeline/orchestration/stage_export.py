@@ -172,7 +172,9 @@ def export_stage(config: PipelineConfig, run: RunFolder, splits: DatasetSplits, 
     record = {"trained_precision": trained_policies or ["float32"], "exported_precision": "float32",
               "float32_copy": bool(trained_policies)}
 
-    contract = classifier_contract(model.inputs[0].name, tuple(splits.train.images.shape[1:]),
+    images = splits.train.images
+    assert not isinstance(images, dict)  # named inputs are exported by export_user_stage (chain._export)
+    contract = classifier_contract(model.inputs[0].name, tuple(images.shape[1:]),
                                    len(splits.class_names), str(model.inputs[0].dtype))
     export_saved_model(build_classifier_module(model, contract), contract, run.artifacts)
     recurrent = _write_recipe_sources(run, model, contract, lambda clone: build_classifier_module(clone, contract))

@@ -25,8 +25,10 @@ def as_eval_data(config: PipelineConfig, contract: Signature, data: DatasetSplit
     if isinstance(data, EvalData):
         return data
     (image,) = contract.inputs.values()
+    test, train = data.test.images, data.train.images
+    assert not isinstance(test, dict) and not isinstance(train, dict)  # one input (named inputs: EvalData already)
     pick = np.random.default_rng(config.run.seed).permutation(len(data.train))[: config.convert.representative_samples]
-    return EvalData({image.name: data.test.images}, data.test.labels, {image.name: data.train.images[pick]},
+    return EvalData({image.name: test}, data.test.labels, {image.name: train[pick]},
                     tuple(data.class_names), "built-in splits (test)")
 
 
@@ -35,7 +37,9 @@ def eval_inputs(contract: Signature, splits: DatasetSplits | EvalData) -> dict[s
     if isinstance(splits, EvalData):
         return splits.inputs
     (image,) = contract.inputs.values()
-    return {image.name: splits.test.images}
+    images = splits.test.images
+    assert not isinstance(images, dict)  # one input (named inputs: EvalData already)
+    return {image.name: images}
 
 
 def read_contract(run: RunFolder) -> Signature:

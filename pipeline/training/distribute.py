@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from tfship.pipeline.config import TrainSection
 
@@ -18,7 +19,7 @@ from tfship.pipeline.config import TrainSection
 class Runtime:
     """The strategy training runs under and whether this process writes results (the chief)."""
 
-    strategy: object
+    strategy: Any  # a tf.distribute.Strategy (the TensorFlow stub declares no Strategy class)
     kind: str
     is_chief: bool
     worker_index: int
@@ -127,8 +128,9 @@ def read_value(value):
             value = value.read_value()
         else:
             locals_ = tf.distribute.get_strategy().experimental_local_results(value)
-            value = np.mean([np.asarray(v) for v in locals_], axis=0)
-    return np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+            return np.asarray(np.mean([np.asarray(v) for v in locals_], axis=0))
+    to_numpy = getattr(value, "numpy", None)
+    return np.asarray(to_numpy() if to_numpy is not None else value)
 
 
 def read_float(value) -> float:

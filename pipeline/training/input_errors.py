@@ -38,7 +38,7 @@ def _bad_rows(images, labels: np.ndarray, check: str, task: str, classes: int, n
     values = images[name] if isinstance(images, dict) and name is not None else images
     if "NaN or Inf" in check and "label" not in check and not isinstance(values, dict):
         flat = np.asarray(values).reshape(len(labels), -1)
-        return ~np.isfinite(flat).all(axis=1) if np.issubdtype(flat.dtype, np.floating) else \
+        return np.asarray(~np.isfinite(flat).all(axis=1)) if np.issubdtype(flat.dtype, np.floating) else \
             np.zeros(len(labels), bool)
     if "label" in check:
         if task == "regression":

@@ -229,10 +229,12 @@ def _call_factory(config: ModelSection, input_shape: tuple[int, ...] | None, num
     """
     import keras
 
+    assert config.factory is not None  # called for a config naming model.factory only
     function = import_function(config.factory, f"model.factory = {config.factory!r}")
     if specs is not None:
         model = function(specs=tuple(specs), task=task, num_classes=num_classes, **config.factory_args)
     else:
+        assert input_shape is not None  # one input: the caller passes its shape
         extra = {"task": task} if _accepts(function, "task") and "task" not in config.factory_args else {}
         model = function(input_shape=tuple(input_shape), num_classes=num_classes, **extra, **config.factory_args)
     if not isinstance(model, keras.Model):

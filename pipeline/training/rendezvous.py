@@ -153,7 +153,8 @@ def _lead(cluster: Cluster, values: dict[str, int], waiting: _Waiting) -> None:
                 conn.close()
 
 
-def _hello(conn: socket.socket, others: dict[int, Task], hellos: dict, values: dict[str, int]):
+def _hello(conn: socket.socket, others: dict[int, Task], hellos: dict,
+           values: dict[str, int]) -> tuple[int, list[int]] | None:
     """(rank, values) of a valid hello; anything else is answered, closed and ignored."""
     try:
         message = _receive(conn, time.monotonic() + 5.0)
@@ -161,12 +162,11 @@ def _hello(conn: socket.socket, others: dict[int, Task], hellos: dict, values: d
         message = None
     rank = message.get("rank") if message else None
     got = message.get("values") if message else None
-    problem = None
     if not isinstance(rank, int) or rank not in others or not isinstance(got, list) or len(got) != len(values):
         problem = "not a tfship worker of this cluster (or another tfship version)"
     elif rank in hellos:
         problem = f"{others[rank].name} is already connected (two workers with the same index?)"
-    if problem is None:
+    else:
         return rank, [int(v) for v in got]
     try:
         _send(conn, {"refuse": f"train: the chief refused this worker: {problem}"})

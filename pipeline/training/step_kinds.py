@@ -233,9 +233,10 @@ class GradientPenaltyStep:
             input_tape.watch(watched)
             logits = _logits(model, inputs)
             per_example = (per_example_loss or _cross_entropy)(labels, logits)
-        # row i: d loss_i / d x_i, for every float input
+        # row i: d loss_i / d x_i, for every float input (dense: IndexedSlices would be densified by tf.square)
+        gradients = [tf.convert_to_tensor(g) for g in input_tape.gradient(per_example, watched)]
         squared = tf.add_n([tf.reduce_sum(tf.reshape(tf.square(tf.cast(g, logits.dtype)), [tf.shape(g)[0], -1]),
-                                          axis=1) for g in input_tape.gradient(per_example, watched)])
+                                          axis=1) for g in gradients])
         cross_entropy, penalty = average(per_example), average(squared)
         total = cross_entropy + self.weight * penalty + _regularization(model, logits.dtype)
         return total, cross_entropy, penalty, logits
@@ -312,7 +313,7 @@ class AdversarialStep:
         with tf.GradientTape() as input_tape:
             input_tape.watch(watched)
             loss = tf.reduce_sum((per_example_loss or _cross_entropy)(labels, _logits(model, inputs)))
-        moved = iter(tf.stop_gradient(t + self.epsilon * tf.sign(g))
+        moved = iter(tf.stop_gradient(t + self.epsilon * tf.sign(tf.convert_to_tensor(g)))
                      for t, g in zip(watched, input_tape.gradient(loss, watched)))
         return tf.nest.pack_sequence_as(inputs, [next(moved) if t.dtype.is_floating else t for t in flat])
 

@@ -91,6 +91,7 @@ class TensorBoardLog:
             for name, value in metrics.items():
                 write_scalar(name, read_float(value), step)
         self._validation.flush()
+        assert self._train is not None  # both writers exist, or neither
         self._train.flush()
 
     def close(self) -> None:

@@ -138,7 +138,7 @@ class _Loop:
             self.optimizer.build(self.model.trainable_variables)
             self.state = LoopState(len(self.model.trainable_variables))
             self.step, self.sums = self.state.step, self.state.sums
-            self.early = tf.Variable([math.nan, 0.0], dtype=tf.float64, trainable=False, name="early_stopping")
+            self.early = tf.Variable(tf.constant([math.nan, 0.0], tf.float64), trainable=False, name="early_stopping")
         self.iterator, self.signature, self.eval_spec = data_inputs.training_iterator(
             self.runtime, splits, config, self.batch, self.start_step, self.task)
         tracked = {"model": self.model, "optimizer": self.optimizer, "step": self.step, "sums": self.sums,

@@ -43,8 +43,8 @@ class LoopState:
     def __init__(self, variables: int):
         import tensorflow as tf
 
-        self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
-        self.sums = tf.Variable([0.0, 0.0, 0.0], dtype=tf.float64, trainable=False, name="epoch_sums")
+        self.step = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="step")
+        self.sums = tf.Variable(tf.constant([0.0, 0.0, 0.0], tf.float64), trainable=False, name="epoch_sums")
         self.bad_flags = tf.Variable(tf.zeros([max(variables, 1)]), trainable=False, name="nonfinite_flags")
 
 

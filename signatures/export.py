@@ -14,11 +14,15 @@ import secrets
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tfship.core.contract import DEFAULT_SIGNATURE, Signature, TensorSpec, compare_contracts
 from tfship.core.errors import ContractError
 from tfship.core.saved_model import read_signatures
 from tfship.signatures.forward_only import LibraryCleanup, forward_only_library
+
+if TYPE_CHECKING:
+    from tfship.signatures.serving_module import ServingModule
 
 
 @dataclass(frozen=True)
@@ -56,10 +60,11 @@ def tf_tensor_spec(spec: TensorSpec):
     """`tf.TensorSpec` of a contract spec (unknown rank stays unknown, a scalar stays a scalar)."""
     import tensorflow as tf
 
-    return tf.TensorSpec(None if spec.shape is None else list(spec.shape), tf.as_dtype(spec.dtype), name=spec.name)
+    shape = None if spec.shape is None else list(spec.shape)
+    return tf.TensorSpec(shape, tf.as_dtype(spec.dtype), name=spec.name)  # pyright: ignore[reportArgumentType]  # tf stub: shape None (unknown rank) is valid
 
 
-def build_classifier_module(model, contract: Signature):
+def build_classifier_module(model, contract: Signature) -> ServingModule:
     """Wrap a Keras classifier returning logits [B, C] into a `tf.Module` with a serving function.
 
     The function maps the contract's single input to `{"logits", "probabilities", "class_id"}`:
@@ -78,7 +83,9 @@ def build_classifier_module(model, contract: Signature):
             "class_id": tf.argmax(logits, axis=-1, output_type=tf.int64, name="class_id"),
         }
 
-    module = tf.Module(name="serving")
+    from tfship.signatures.serving_module import ServingModule
+
+    module = ServingModule(name="serving")
     # Track the backing tf.Variables, not Keras' wrappers: saving a Keras 3 variable wrapper adds a
     # top-level initializer that assigns it, and the TFLite converter then refuses to freeze it
     # (it writes an artifact that reads uninitialised variables and returns NaN).
@@ -131,7 +138,7 @@ def export_saved_model(module, contract: Signature, export_dir: Path,
 
 
 def build_savedmodel_module(saved_model_dir: Path, contract: Signature, tags: tuple[str, ...] | None = None,
-                            extra_contracts: tuple[Signature, ...] = ()):
+                            extra_contracts: tuple[Signature, ...] = ()) -> ServingModule:
     """Re-export an existing SavedModel's signatures through a forward-only module.
 
     The source is loaded with `tf.saved_model.load` (the MetaGraph tagged `tags`, default `serve`); for
@@ -156,7 +163,9 @@ def build_savedmodel_module(saved_model_dir: Path, contract: Signature, tags: tu
         raise ContractError(f"{saved_model_dir}: no signature {missing}; it has {sorted(loaded.signatures)}")
     functions = {c.name: loaded.signatures[c.name] for c in contracts}
     kept, dropped, resources = _reachable_state(loaded, list(functions.values()))
-    module = tf.Module(name="serving")
+    from tfship.signatures.serving_module import ServingModule
+
+    module = ServingModule(name="serving")
     module.kept_variables = kept
     module.resources = resources
     module.dropped_variables = tuple(v.name for v in dropped)
@@ -217,7 +226,8 @@ def _reachable_state(root, functions: list) -> tuple[list, list, list]:
         if not dropped_ids & {id(c) for c in captures}:
             continue
         if stand_in is None:
-            stand_in = kept[0].handle if kept else tf.Variable(0.0, trainable=False, name="unused_capture").handle
+            stand_in = kept[0].handle if kept else tf.Variable(tf.constant(0.0), trainable=False,
+                                                               name="unused_capture").handle
             if not kept:
                 kept.append(stand_in)
         function.set_external_captures([stand_in if id(c) in dropped_ids else c for c in captures])

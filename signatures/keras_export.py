@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from tfship.core.contract import DEFAULT_SIGNATURE, Signature, TensorSpec
 from tfship.core.errors import ContractError
+
+if TYPE_CHECKING:
+    from tfship.signatures.serving_module import ServingModule
 
 LOW_PRECISION = ("float16", "bfloat16")
 _OP_NAME = re.compile(r"[^A-Za-z0-9_.\-/]")
@@ -196,14 +200,13 @@ def signature_functions(model, contract: Signature,
     return functions
 
 
-def build_keras_module(model, contract: Signature, extra: Mapping[str, tuple[str, ...]] | None = None):
+def build_keras_module(model, contract: Signature,
+                       extra: Mapping[str, tuple[str, ...]] | None = None) -> ServingModule:
     """A `tf.Module` with one attribute per signature (see `signature_functions`) for `export_saved_model`.
 
     The module tracks exactly the variables the traced functions capture (the backing `tf.Variable`s) and
     the lookup-table resources of the model's layers. `module.signature_names` lists the signatures.
     """
-    import tensorflow as tf
-
     functions = signature_functions(model, contract, extra)
     captured, seen = [], set()
     for function in functions.values():
@@ -211,7 +214,9 @@ def build_keras_module(model, contract: Signature, extra: Mapping[str, tuple[str
             if id(variable) not in seen:
                 seen.add(id(variable))
                 captured.append(variable)
-    module = tf.Module(name="serving")
+    from tfship.signatures.serving_module import ServingModule
+
+    module = ServingModule(name="serving")
     module.model_weights = [getattr(w, "value", w) for w in model.weights]
     module.captured_variables = captured
     module.lookup_resources = _tracked_resources(model)

@@ -41,7 +41,7 @@ def signature_output_nodes(saved_model_dir: Path, signature: str = "serving_defa
 
     function = tf.saved_model.load(str(saved_model_dir)).signatures[signature]
     names = tf.nest.flatten({key: key for key in function.structured_outputs})
-    return {name: (tensor.name, _DTYPES.get(tensor.dtype.name, tensor.dtype.name))
+    return {name: (tensor.name, _DTYPES.get(tensor.dtype.name) or tensor.dtype.name)
             for name, tensor in zip(names, function.outputs, strict=True)}
 
 

@@ -71,7 +71,7 @@ def find_float16_overflows(saved_model_dir: Path, limit: float = FLOAT16_MAX) ->
                 continue
             peak = _max_abs(np.asarray(reader.get_tensor(key)))
             if peak > limit:
-                found.append(Overflow("variable", names.get(key, key), peak))
+                found.append(Overflow("variable", names.get(key) or key, peak))
     graph = serving_meta_graph(saved_model_dir).graph_def
     scopes = [("graph", graph.node)] + [(f.signature.name, f.node_def) for f in graph.library.function]
     for scope, nodes in scopes:

@@ -86,6 +86,7 @@ def _build_converter(tf, saved_model_dir: str, options: TfliteOptions,
     elif options.mode is TfliteMode.INT8:
         builtins = tf.lite.OpsSet.TFLITE_BUILTINS_INT8
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        assert samples is not None  # int8 without representative inputs is refused first (_check_representative)
         count = min(options.representative_samples, len(next(iter(samples.values()))))
 
         def representative_dataset():

@@ -71,7 +71,7 @@ inspect: setup
 	$(TFSHIP) inspect $(REPOSITORY)/$(MODEL_NAME)
 
 # ruff (rules in pyproject.toml), the type checker (basedpyright, pyright's engine: `[tool.basedpyright]`, basic mode,
-# the typed records strict; .basedpyright/baseline.json holds the errors not fixed yet, and only those) and the
+# the typed records strict; zero errors over the whole package, no baseline) and the
 # import-linter contracts (the floors, docs/architecture.md), all over the checkout itself: `tfship/` links each
 # top-level folder (docs/architecture.md, "One import name"), so each tool resolves `tfship.*` by path.
 lint: setup

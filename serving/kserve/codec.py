@@ -40,6 +40,9 @@ CONTENTS_FIELD = {
 }
 _ALL_CONTENTS_FIELDS = tuple(sorted(set(CONTENTS_FIELD.values())))
 _LENGTH = struct.Struct("<I")
+# The JSON value types each kind of REST `data` takes (exact types: a bool is no integer).
+_STRING, _BOOL, _INT = frozenset({str}), frozenset({bool}), frozenset({int})
+_NUMBER = frozenset({int, float, OutOfRangeNumber})
 
 
 def datatype_for(dtype: np.dtype | str) -> str:
@@ -221,7 +224,7 @@ def from_json(name: str, datatype: str, shape, data, max_bytes: int) -> np.ndarr
     dims = tuple(int(d) for d in shape)
     kind = dtype.kind
     if kind == "O":
-        _expect(name, datatype, flat, lambda v: type(v) is str, "a string")
+        _expect(name, datatype, flat, _STRING, "a string")
         array = np.empty(count, dtype=object)
         try:
             array[:] = [v.encode() for v in flat]
@@ -230,14 +233,14 @@ def from_json(name: str, datatype: str, shape, data, max_bytes: int) -> np.ndarr
                                       f"position {err.start})") from None
         return array.reshape(dims)
     if kind == "b":
-        _expect(name, datatype, flat, lambda v: type(v) is bool, "true or false")
+        _expect(name, datatype, flat, _BOOL, "true or false")
         return np.array(flat, dtype=np.bool_).reshape(dims)
     if kind in "iu":
-        _expect(name, datatype, flat, lambda v: type(v) is int, "an integer")
+        _expect(name, datatype, flat, _INT, "an integer")
         if flat:
             _check_int_range(name, datatype, dtype, min(flat), max(flat))
         return np.array(flat, dtype=dtype).reshape(dims)
-    _expect(name, datatype, flat, lambda v: type(v) in (int, float, OutOfRangeNumber), "a number")
+    _expect(name, datatype, flat, _NUMBER, "a number")
     try:
         wide = np.array(flat, dtype=np.float64)
     except OverflowError as err:  # a JSON integer beyond any float
@@ -253,18 +256,26 @@ def from_json(name: str, datatype: str, shape, data, max_bytes: int) -> np.ndarr
     return array.reshape(dims)
 
 
+def _holds_lists(values: list) -> bool:
+    """Whether any of `values` is a list (their types gathered by C, `map`: no Python test per value)."""
+    return any(issubclass(kind, list) for kind in set(map(type, values)))
+
+
 def _flatten(name: str, data) -> list:
     if not isinstance(data, list):
         raise InvalidRequestError(f"input {echo(name)}: 'data' must be a JSON array, got {json_kind(data)}")
-    if not any(isinstance(v, list) for v in data):
+    if not _holds_lists(data):
         return data
     flat: list = []
     stack = [iter(data)]
     while stack:  # iterative: nesting depth costs no Python stack
         for value in stack[-1]:
             if isinstance(value, list):
-                stack.append(iter(value))
-                break
+                if _holds_lists(value):
+                    stack.append(iter(value))
+                    break
+                flat.extend(value)  # a list of values: all of them at once, in order
+                continue
             flat.append(value)
         else:
             stack.pop()
@@ -289,9 +300,14 @@ def _check_nesting(name: str, data: list, shape: list[int]) -> None:
         raise InvalidRequestError(f"input {echo(name)}: nested 'data' is deeper than shape {shape}")
 
 
-def _expect(name: str, datatype: str, flat: list, ok, wanted: str) -> None:
+def _expect(name: str, datatype: str, flat: list, allowed: frozenset, wanted: str) -> None:
+    """Every value of `flat` is of a type in `allowed` (the types gathered by C, `map`); else InvalidRequestError
+    naming the first that is not.
+    """
+    if set(map(type, flat)) <= allowed:
+        return
     for index, value in enumerate(flat):
-        if not ok(value):
+        if type(value) not in allowed:
             shown = echo_json(value, 40)  # as JSON writes it (true, null), not Python's repr
             raise InvalidRequestError(f"input {echo(name)}: {datatype} value at index {index} must be {wanted}, got "
                                       f"{shown} ({json_kind(value)})")

@@ -215,7 +215,7 @@ def from_json(name: str, datatype: str, shape, data, max_bytes: int) -> np.ndarr
     """
     dtype = numpy_dtype(datatype, name)
     count = element_count(name, shape, datatype, max_bytes)
-    flat = _flatten(name, data)
+    flat, kinds = _flatten(name, data)
     if len(flat) != count:
         raise InvalidRequestError(f"input {echo(name)}: shape {[int(d) for d in shape]} needs {count} values, got "
                                   f"{len(flat)} in 'data'")
@@ -224,7 +224,7 @@ def from_json(name: str, datatype: str, shape, data, max_bytes: int) -> np.ndarr
     dims = tuple(int(d) for d in shape)
     kind = dtype.kind
     if kind == "O":
-        _expect(name, datatype, flat, _STRING, "a string")
+        _expect(name, datatype, flat, kinds, _STRING, "a string")
         array = np.empty(count, dtype=object)
         try:
             array[:] = [v.encode() for v in flat]
@@ -233,14 +233,14 @@ def from_json(name: str, datatype: str, shape, data, max_bytes: int) -> np.ndarr
                                       f"position {err.start})") from None
         return array.reshape(dims)
     if kind == "b":
-        _expect(name, datatype, flat, _BOOL, "true or false")
+        _expect(name, datatype, flat, kinds, _BOOL, "true or false")
         return np.array(flat, dtype=np.bool_).reshape(dims)
     if kind in "iu":
-        _expect(name, datatype, flat, _INT, "an integer")
+        _expect(name, datatype, flat, kinds, _INT, "an integer")
         if flat:
             _check_int_range(name, datatype, dtype, min(flat), max(flat))
         return np.array(flat, dtype=dtype).reshape(dims)
-    _expect(name, datatype, flat, _NUMBER, "a number")
+    _expect(name, datatype, flat, kinds, _NUMBER, "a number")
     try:
         wide = np.array(flat, dtype=np.float64)
     except OverflowError as err:  # a JSON integer beyond any float
@@ -256,30 +256,33 @@ def from_json(name: str, datatype: str, shape, data, max_bytes: int) -> np.ndarr
     return array.reshape(dims)
 
 
-def _holds_lists(values: list) -> bool:
-    """Whether any of `values` is a list (their types gathered by C, `map`: no Python test per value)."""
-    return any(issubclass(kind, list) for kind in set(map(type, values)))
-
-
-def _flatten(name: str, data) -> list:
+def _flatten(name: str, data) -> tuple[list, set]:
+    """`data`'s values flattened row-major, and the set of their types (gathered by C, `map`: no Python test per
+    value); nested lists are walked iteratively (nesting depth costs no Python stack).
+    """
     if not isinstance(data, list):
         raise InvalidRequestError(f"input {echo(name)}: 'data' must be a JSON array, got {json_kind(data)}")
-    if not _holds_lists(data):
-        return data
+    kinds = set(map(type, data))
+    if not any(issubclass(kind, list) for kind in kinds):
+        return data, kinds
     flat: list = []
+    kinds = set()
     stack = [iter(data)]
-    while stack:  # iterative: nesting depth costs no Python stack
+    while stack:
         for value in stack[-1]:
             if isinstance(value, list):
-                if _holds_lists(value):
+                found = set(map(type, value))
+                if any(issubclass(kind, list) for kind in found):
                     stack.append(iter(value))
                     break
                 flat.extend(value)  # a list of values: all of them at once, in order
+                kinds |= found
                 continue
             flat.append(value)
+            kinds.add(type(value))
         else:
             stack.pop()
-    return flat
+    return flat, kinds
 
 
 def _check_nesting(name: str, data: list, shape: list[int]) -> None:
@@ -300,11 +303,11 @@ def _check_nesting(name: str, data: list, shape: list[int]) -> None:
         raise InvalidRequestError(f"input {echo(name)}: nested 'data' is deeper than shape {shape}")
 
 
-def _expect(name: str, datatype: str, flat: list, allowed: frozenset, wanted: str) -> None:
-    """Every value of `flat` is of a type in `allowed` (the types gathered by C, `map`); else InvalidRequestError
-    naming the first that is not.
+def _expect(name: str, datatype: str, flat: list, kinds: set, allowed: frozenset, wanted: str) -> None:
+    """Every value of `flat` (`kinds`: their types, from `_flatten`) is of a type in `allowed`; else
+    InvalidRequestError naming the first that is not.
     """
-    if set(map(type, flat)) <= allowed:
+    if kinds <= allowed:
         return
     for index, value in enumerate(flat):
         if type(value) not in allowed:

@@ -146,6 +146,12 @@ def float_json(array: np.ndarray) -> RawJson:
     return RawJson(_nested(flat_decimal_texts(array), array.shape))
 
 
+@functools.lru_cache(maxsize=1024)
+def _key_json(key: str) -> str:
+    """A key's JSON text (`predictions`, the signature's output names: a few, written again and again)."""
+    return json.dumps(key)
+
+
 def dumps(payload) -> str:
     """Compact JSON text of `payload` (dicts, lists, `RawJson`, and what `json.dumps` writes; NaN / ±infinity
     as the `NaN` / `Infinity` tokens TF Serving writes).
@@ -153,7 +159,7 @@ def dumps(payload) -> str:
     if isinstance(payload, RawJson):
         return payload
     if isinstance(payload, dict):
-        return "{" + ",".join(f"{json.dumps(str(k))}:{dumps(v)}" for k, v in payload.items()) + "}"
+        return "{" + ",".join(f"{_key_json(str(k))}:{dumps(v)}" for k, v in payload.items()) + "}"
     if isinstance(payload, list | tuple):
         return "[" + ",".join(dumps(v) for v in payload) + "]"
     return json.dumps(payload, separators=(",", ":"))

@@ -64,7 +64,10 @@ def _bodies() -> dict[str, tuple[str, str, bytes, dict]]:
     v2_bin_header = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 784],
                                             "parameters": {"binary_data_size": len(raw)}}],
                                 "outputs": [{"name": "probabilities", "parameters": {"binary_data": True}}]}).encode()
-    cases = {"bare": ("", ":predict", json.dumps({"instances": [ROW]}).encode(), {})}
+    cases = {"bare": ("", ":predict", json.dumps({"instances": [ROW]}).encode(), {}),
+             "tfs_row_tiny": ("tiny", ":predict", b'{"instances": [0.5]}', {}),  # the fixed cost: one value in, one out
+             "v2_json_tiny": ("tiny", "/infer", b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], '
+                                                b'"data": [0.5]}]}', {})}
     for model in ("head_mlp", "identity_mlp", "mlp_onnx"):
         tag = model.split("_")[0] if model != "mlp_onnx" else "onnx"
         cases[f"tfs_row_{tag}"] = (model, ":predict", json.dumps({"instances": [ROW]}).encode(), {})
@@ -82,6 +85,8 @@ def write_repo(root: Path) -> bool:
     folder.mkdir(parents=True, exist_ok=True)
     declared = json.dumps({"inputs": {"x": {"dtype": "float32", "shape": [None, 784]}}})
     (folder / "identity.json").write_text(declared)
+    (root / "tiny" / "1").mkdir(parents=True, exist_ok=True)
+    (root / "tiny" / "1" / "identity.json").write_text(json.dumps({"inputs": {"x": {"dtype": "float32", "shape": [None]}}}))
     (root / "head_mlp" / "1").mkdir(parents=True, exist_ok=True)
     (root / "head_mlp" / "1" / "head.json").write_text(declared)
     try:
@@ -119,7 +124,7 @@ async def _app(repo: Path, onnx: bool):
     metrics, executor = Metrics(), ThreadPoolExecutor(2)
     manager = ModelManager("auto", RuntimeOptions(intra_op_threads=1, inter_op_threads=1), executor, metrics=metrics)
     dataplane = DataPlane(manager, executor, ServerLimits(), metrics)
-    configs = [ModelConfig(name=name, base_path=repo / name) for name in ("head_mlp", "identity_mlp")]
+    configs = [ModelConfig(name=name, base_path=repo / name) for name in ("head_mlp", "identity_mlp", "tiny")]
     if onnx:
         configs.append(ModelConfig(name="mlp_onnx", base_path=repo / "mlp_onnx"))
     await manager.apply_config(configs)

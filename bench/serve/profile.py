@@ -10,8 +10,8 @@ Alone (issue 43: a profile before and after a change, each in its own file), wit
 
     python -m bench.serve.run_bench --profile-only --profile-s 5 --profile-name serve-profile-after.md
 
-profiles the identity server (mlp payload) and mlp onnx batched at c=32 into `<out>/<name>` (the raw py-spy
-stacks beside it, `<name>.raw-<case>.txt`).
+profiles the identity server (mlp payload) and mlp onnx batched at c=32, over gRPC Predict and over REST
+`:predict` (row format), into `<out>/<name>` (the raw py-spy stacks beside it, `<name>.raw-<case>.txt`).
 """
 
 from __future__ import annotations
@@ -100,7 +100,8 @@ def _record(pid: int, out: Path, seconds: float) -> subprocess.Popen:
 
 def profile_cases(plan, info, files: dict[str, Path], loadgen, cores: tuple[int, int],
                   name: str = "serve-profile.md", top: int = 15) -> dict:
-    """py-spy the server at concurrency 32 (identity: the pure per-request path; onnx batched); writes
+    """py-spy the server at concurrency 32 (identity: the pure per-request path; onnx batched; each over gRPC and
+    over REST); writes
     `<out>/serve-profile.md` keeping the hand-written text above `GENERATED`.
 
     The driver (`bench.serve.run_bench`) hands in its request `files`, its `loadgen` runner and the
@@ -112,14 +113,20 @@ def profile_cases(plan, info, files: dict[str, Path], loadgen, cores: tuple[int,
 
     cases = {}
     longer = dataclasses.replace(plan, levels=(32,), window_s=plan.profile_s + 2, warmup_s=max(plan.warmup_s, 1.0))
-    for case, model, backend, batching in ((f"identity_{info.name}", f"identity_{info.name}", "identity", None),
-                                           (f"{info.name}_onnx_batched", info.name, "onnx", plan.work / "batching.txt")):
+    batching = plan.work / "batching.txt"
+    for case, model, backend, batched, rest in (
+            (f"identity_{info.name}", f"identity_{info.name}", "identity", False, False),
+            (f"{info.name}_onnx_batched", info.name, "onnx", True, False),
+            (f"rest_row_identity_{info.name}", f"identity_{info.name}", "identity", False, True),  # REST :predict
+            (f"rest_row_{info.name}_onnx_batched", info.name, "onnx", True, True)):
         raw = plan.work / f"profile_{case}.txt"
         raw.unlink(missing_ok=True)
-        with TfshipEndpoint(plan.work / "repo", model, backend, batching, cores[0]) as endpoint:
-            request = files["identity" if backend == "identity" else "grpc"]
-            runner = threading.Thread(target=lambda case=case, endpoint=endpoint, request=request: cases.setdefault(
-                case, {}).update(rows=loadgen(longer, endpoint, request, cpu=cores[1])))
+        with TfshipEndpoint(plan.work / "repo", model, backend, batching if batched else None, cores[0]) as endpoint:
+            request = files["rest_row" if rest else "identity" if backend == "identity" else "grpc"]
+            url = endpoint.rest_url() if rest else None
+            runner = threading.Thread(target=lambda case=case, endpoint=endpoint, request=request, url=url:
+                                      cases.setdefault(case, {}).update(rows=loadgen(longer, endpoint, request,
+                                                                                     rest_url=url, cpu=cores[1])))
             runner.start()
             time.sleep(longer.warmup_s + 1.0)  # the load generator's start and warm-up: profile the steady state
             _record(endpoint.pids[0], raw, plan.profile_s).wait(timeout=plan.profile_s + 60)

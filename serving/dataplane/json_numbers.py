@@ -17,6 +17,11 @@ import sys
 
 import numpy as np
 
+try:
+    import orjson
+except ImportError:  # optional: the standard parser gives the same results, slower
+    orjson = None
+
 from tfship.core.echo import clip
 
 
@@ -82,6 +87,29 @@ def loads(raw: bytes | str):
     if _SURROGATE_ESCAPE.search(text) and _holds_lone_surrogate(parsed):
         raise LoneSurrogateError("The surrogate pair in string is invalid. (an unpaired \\uD800-\\uDFFF escape)")
     return parsed
+
+
+# Digits -> "0", "." kept, every other byte -> ",": a JSON integer literal of 19 digits or more (one orjson reads
+# as a float: past int64 / uint64) shows as ",0000000000000000000" (a fraction's digits follow a ".").
+_DIGIT_RUNS = bytes(48 if 48 <= byte <= 57 else 46 if byte == 46 else 44 for byte in range(256))
+_LONG_INTEGER = b"," + b"0" * 19
+
+
+def loads_exact(raw: bytes):
+    """`loads` (the same values, the same errors), through orjson (about 10x faster on numeric arrays) when it
+    reads the document as `loads` does: not for what orjson refuses (NaN/Infinity tokens, literals beyond
+    float64, lone surrogates, non-UTF-8, syntax errors; `loads` then accepts or words the error) nor for a
+    document holding an integer literal of 19 digits or more (orjson reads those past 64 bits as floats).
+
+    Raises:
+        As `loads`.
+    """
+    if orjson is not None and _LONG_INTEGER not in raw.translate(_DIGIT_RUNS) and not raw[:19].isdigit():
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass
+    return loads(raw)
 
 
 def _holds_lone_surrogate(value) -> bool:

@@ -40,6 +40,9 @@ CONTENTS_FIELD = {
 }
 _ALL_CONTENTS_FIELDS = tuple(sorted(set(CONTENTS_FIELD.values())))
 _LENGTH = struct.Struct("<I")
+# The JSON value types each kind of REST `data` takes (exact types: a bool is no integer).
+_STRING, _BOOL, _INT = frozenset({str}), frozenset({bool}), frozenset({int})
+_NUMBER = frozenset({int, float, OutOfRangeNumber})
 
 
 def datatype_for(dtype: np.dtype | str) -> str:
@@ -212,7 +215,7 @@ def from_json(name: str, datatype: str, shape, data, max_bytes: int) -> np.ndarr
     """
     dtype = numpy_dtype(datatype, name)
     count = element_count(name, shape, datatype, max_bytes)
-    flat = _flatten(name, data)
+    flat, kinds = _flatten(name, data)
     if len(flat) != count:
         raise InvalidRequestError(f"input {echo(name)}: shape {[int(d) for d in shape]} needs {count} values, got "
                                   f"{len(flat)} in 'data'")
@@ -221,7 +224,7 @@ def from_json(name: str, datatype: str, shape, data, max_bytes: int) -> np.ndarr
     dims = tuple(int(d) for d in shape)
     kind = dtype.kind
     if kind == "O":
-        _expect(name, datatype, flat, lambda v: type(v) is str, "a string")
+        _expect(name, datatype, flat, kinds, _STRING, "a string")
         array = np.empty(count, dtype=object)
         try:
             array[:] = [v.encode() for v in flat]
@@ -230,14 +233,14 @@ def from_json(name: str, datatype: str, shape, data, max_bytes: int) -> np.ndarr
                                       f"position {err.start})") from None
         return array.reshape(dims)
     if kind == "b":
-        _expect(name, datatype, flat, lambda v: type(v) is bool, "true or false")
+        _expect(name, datatype, flat, kinds, _BOOL, "true or false")
         return np.array(flat, dtype=np.bool_).reshape(dims)
     if kind in "iu":
-        _expect(name, datatype, flat, lambda v: type(v) is int, "an integer")
+        _expect(name, datatype, flat, kinds, _INT, "an integer")
         if flat:
             _check_int_range(name, datatype, dtype, min(flat), max(flat))
         return np.array(flat, dtype=dtype).reshape(dims)
-    _expect(name, datatype, flat, lambda v: type(v) in (int, float, OutOfRangeNumber), "a number")
+    _expect(name, datatype, flat, kinds, _NUMBER, "a number")
     try:
         wide = np.array(flat, dtype=np.float64)
     except OverflowError as err:  # a JSON integer beyond any float
@@ -253,22 +256,33 @@ def from_json(name: str, datatype: str, shape, data, max_bytes: int) -> np.ndarr
     return array.reshape(dims)
 
 
-def _flatten(name: str, data) -> list:
+def _flatten(name: str, data) -> tuple[list, set]:
+    """`data`'s values flattened row-major, and the set of their types (gathered by C, `map`: no Python test per
+    value); nested lists are walked iteratively (nesting depth costs no Python stack).
+    """
     if not isinstance(data, list):
         raise InvalidRequestError(f"input {echo(name)}: 'data' must be a JSON array, got {json_kind(data)}")
-    if not any(isinstance(v, list) for v in data):
-        return data
+    kinds = set(map(type, data))
+    if not any(issubclass(kind, list) for kind in kinds):
+        return data, kinds
     flat: list = []
+    kinds = set()
     stack = [iter(data)]
-    while stack:  # iterative: nesting depth costs no Python stack
+    while stack:
         for value in stack[-1]:
             if isinstance(value, list):
-                stack.append(iter(value))
-                break
+                found = set(map(type, value))
+                if any(issubclass(kind, list) for kind in found):
+                    stack.append(iter(value))
+                    break
+                flat.extend(value)  # a list of values: all of them at once, in order
+                kinds |= found
+                continue
             flat.append(value)
+            kinds.add(type(value))
         else:
             stack.pop()
-    return flat
+    return flat, kinds
 
 
 def _check_nesting(name: str, data: list, shape: list[int]) -> None:
@@ -289,9 +303,14 @@ def _check_nesting(name: str, data: list, shape: list[int]) -> None:
         raise InvalidRequestError(f"input {echo(name)}: nested 'data' is deeper than shape {shape}")
 
 
-def _expect(name: str, datatype: str, flat: list, ok, wanted: str) -> None:
+def _expect(name: str, datatype: str, flat: list, kinds: set, allowed: frozenset, wanted: str) -> None:
+    """Every value of `flat` (`kinds`: their types, from `_flatten`) is of a type in `allowed`; else
+    InvalidRequestError naming the first that is not.
+    """
+    if kinds <= allowed:
+        return
     for index, value in enumerate(flat):
-        if not ok(value):
+        if type(value) not in allowed:
             shown = echo_json(value, 40)  # as JSON writes it (true, null), not Python's repr
             raise InvalidRequestError(f"input {echo(name)}: {datatype} value at index {index} must be {wanted}, got "
                                       f"{shown} ({json_kind(value)})")

@@ -88,7 +88,7 @@ def _split_body(header: str | None, body: bytes) -> tuple[dict, bytes]:
                                       f"got {header[:40]!r}")
         length = int(header)
     try:
-        parsed = json_numbers.loads(body[:length])  # literals beyond float64 marked (refused for float inputs)
+        parsed = json_numbers.loads_exact(body[:length])  # literals beyond float64 marked (refused for float inputs)
     except json_numbers.PARSE_ERRORS as err:
         raise InvalidRequestError(f"inference request JSON does not parse: {json_numbers.parse_error_reason(err)}"
                                   ) from None

@@ -13,7 +13,10 @@ Since Python's `json` writes a float by `repr` (`1435774336.0`), formatted numbe
 from __future__ import annotations
 
 import base64
+import functools
 import json
+import math
+import struct
 from collections.abc import Mapping
 
 import numpy as np
@@ -29,53 +32,124 @@ class RawJson(str):
     """JSON text written as is by `dumps` (a formatted number or a nested list of them)."""
 
 
-def decimal_texts(array: np.ndarray) -> np.ndarray:
-    """TF Serving's `WriteDecimal` text of each value of a float array (same shape, dtype str).
+_FORMATS_CACHED = 4096  # `%g,%g,...` format strings kept for outputs up to this many values
+_FEW = 64  # up to this many values, formatted one by one in Python (numpy's per-call cost is larger)
+_FLOAT32 = struct.Struct("<f")
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_format(spec: str, count: int) -> str:
+    return ",".join([spec] * count)
+
+
+def _format_all(spec: str, values: list[float]) -> list[str]:
+    """`spec % v` for each of `values` (Python floats), by one `%` over a tuple: no Python code per value."""
+    count = len(values)
+    if not count:
+        return []
+    fmt = _cached_format(spec, count) if count <= _FORMATS_CACHED else ",".join([spec] * count)
+    return (fmt % tuple(values)).split(",")
+
+
+def _whole(text: str) -> str:
+    return text if "." in text or "e" in text else text + ".0"
+
+
+def _few_texts(items: list[float], double: bool, fallback: str) -> list[str]:
+    """`flat_decimal_texts` of a few values, one Python step each (cheaper than numpy's calls below `_FEW`);
+    float16 / float32 values widen to float64 exactly, so the round trip compares the text's float32 (as
+    numpy's `astype(np.float32)` rounds it: `struct`'s `f`, infinity beyond its range) with the value itself.
+    """
+    texts, pack, unpack, inf = [], _FLOAT32.pack, _FLOAT32.unpack, math.inf
+    for value in items:
+        if value != value:
+            texts.append("NaN")
+            continue
+        if value == inf or value == -inf:
+            texts.append("Infinity" if value > 0 else "-Infinity")
+            continue
+        text = "%g" % value
+        back = float(text)
+        if not double:
+            try:
+                back = unpack(pack(back))[0]
+            except OverflowError:
+                back = inf
+        if back != value:
+            text = fallback % value
+        texts.append(text if "." in text or "e" in text else text + ".0")
+    return texts
+
+
+def flat_decimal_texts(array: np.ndarray) -> list[str]:
+    """TF Serving's `WriteDecimal` text of each value of a float array, flattened row-major (a list of str).
 
     The round-trip test reads the `%g` text back in the array's own type (`absl::SimpleAtof` for float,
     `SimpleAtod` for double), as WriteDecimal does; float16 is read back as float32 (it is widened first).
+    Cost: two C-level `%` passes and one numpy parse; Python code only for the values that need the `%.9g` /
+    `%.17g` fallback, the whole numbers (`.0`) and NaN / ±infinity.
     """
     values = np.asarray(array)
-    wide = values.astype(np.float64)
-    finite = np.isfinite(wide)
-    texts = np.char.mod("%g", wide)
+    wide = values.astype(np.float64).reshape(-1)
+    items = wide.tolist()
+    if len(items) <= _FEW:
+        return _few_texts(items, values.dtype == np.float64, f"%.{_MAX_DIGITS10.get(values.dtype, 17)}g")
+    texts = np.array(_format_all("%g", items), dtype=object)
     back = texts.astype(np.float64)
+    finite = np.isfinite(wide)
     if values.dtype != np.float64:
-        back = back.astype(np.float32)
-        wide32 = wide.astype(np.float32)
-        differs = finite & (back != wide32)
+        differs = finite & (back.astype(np.float32) != wide.astype(np.float32))
     else:
         differs = finite & (back != wide)
     if differs.any():
-        digits = _MAX_DIGITS10.get(values.dtype, 17)
-        texts = np.where(differs, np.char.mod(f"%.{digits}g", wide), texts)
-    whole = finite & (np.char.find(texts, ".") < 0) & (np.char.find(texts, "e") < 0)
-    if whole.any():
-        texts = np.where(whole, np.char.add(texts, ".0"), texts)
+        indices = np.flatnonzero(differs)
+        fallback = _format_all(f"%.{_MAX_DIGITS10.get(values.dtype, 17)}g", wide[indices].tolist())
+        texts[indices] = fallback
+        back[indices] = np.array(fallback, dtype=np.float64)
+    # a text without `.` and `e` is an integer literal, which reads back whole: only those can need `.0`
+    for index in np.flatnonzero(finite & (back == np.trunc(back))).tolist():
+        texts[index] = _whole(texts[index])
     if not finite.all():
-        texts = np.where(np.isnan(wide), "NaN", texts)
-        texts = np.where(np.isposinf(wide), "Infinity", texts)
-        texts = np.where(np.isneginf(wide), "-Infinity", texts)
-    return texts
+        for index in np.flatnonzero(~finite).tolist():
+            value = items[index]
+            texts[index] = "NaN" if value != value else "Infinity" if value > 0 else "-Infinity"
+    return texts.tolist()
+
+
+def decimal_texts(array: np.ndarray) -> np.ndarray:
+    """`flat_decimal_texts` as an array of `array`'s shape (dtype str)."""
+    values = np.asarray(array)
+    return np.array(flat_decimal_texts(values), dtype=str).reshape(values.shape)
+
+
+def _nested(texts: list[str], shape: tuple[int, ...]) -> str:
+    """A JSON array nested as `shape` of the flat `texts` (row-major), or the one text of shape `()`."""
+    if not shape:
+        return texts[0]
+    if 0 in shape:
+        return json.dumps(np.zeros(shape).tolist(), separators=(",", ":"))
+    level = texts
+    for dim in reversed(shape):
+        level = ["[" + ",".join(level[i:i + dim]) + "]" for i in range(0, len(level), dim)]
+    return level[0]
 
 
 def nested_text(texts: np.ndarray) -> RawJson:
     """A JSON array (nested as `texts`' shape) of the texts, or the one text of a 0-d array."""
-    if texts.ndim == 0:
-        return RawJson(texts.item())
-    if texts.size == 0:
-        return RawJson(json.dumps(np.zeros(texts.shape).tolist(), separators=(",", ":")))
-    level: np.ndarray = texts
-    while level.ndim > 0:
-        rows = level.reshape(-1, level.shape[-1])
-        joined = np.array(["[" + ",".join(row) + "]" for row in rows.tolist()], dtype=object)
-        level = joined.reshape(level.shape[:-1])
-    return RawJson(level.item())
+    texts = np.asarray(texts)
+    return RawJson(_nested(texts.reshape(-1).tolist(), texts.shape))
 
 
 def float_json(array: np.ndarray) -> RawJson:
     """A float array (any shape) as TF Serving writes it."""
-    return nested_text(decimal_texts(array))
+    array = np.asarray(array)
+    return RawJson(_nested(flat_decimal_texts(array), array.shape))
+
+
+@functools.lru_cache(maxsize=1024)
+def _key_json(key: str) -> str:
+    """A key's JSON text (`predictions`, the signature's output names: a few, written again and again)."""
+    return json.dumps(key)
 
 
 def dumps(payload) -> str:
@@ -85,7 +159,7 @@ def dumps(payload) -> str:
     if isinstance(payload, RawJson):
         return payload
     if isinstance(payload, dict):
-        return "{" + ",".join(f"{json.dumps(str(k))}:{dumps(v)}" for k, v in payload.items()) + "}"
+        return "{" + ",".join(f"{_key_json(str(k))}:{dumps(v)}" for k, v in payload.items()) + "}"
     if isinstance(payload, list | tuple):
         return "[" + ",".join(dumps(v) for v in payload) + "]"
     return json.dumps(payload, separators=(",", ":"))
@@ -121,8 +195,11 @@ def _string_json(value, as_b64: bool):
 def _output_json(name: str, array: np.ndarray, rows: int | None):
     """`RawJson` of the whole output (`rows` None) or a list of one `RawJson` per row of dim 0."""
     if array.dtype.kind == "f":
-        texts = decimal_texts(array)
-        return nested_text(texts) if rows is None else [nested_text(texts[i]) for i in range(rows)]
+        texts = flat_decimal_texts(array)
+        if rows is None:
+            return RawJson(_nested(texts, array.shape))
+        per_row, row_shape = (len(texts) // rows if rows else 0), array.shape[1:]
+        return [RawJson(_nested(texts[i * per_row:(i + 1) * per_row], row_shape)) for i in range(rows)]
     values = _json_values(name, array)
     if rows is None:
         return RawJson(json.dumps(values, separators=(",", ":")))

@@ -114,32 +114,41 @@ def _dense_shape(value) -> list[int]:
     return shape
 
 
-def _flatten(value, level: int, shape: list[int], out: list) -> None:
-    """Collect the leaves of `value` in row-major order, checking every list has the size of its level."""
+def _flatten(value, level: int, shape: list[int], out: list, kinds: set) -> None:
+    """Collect the leaves of `value` in row-major order, checking every list has the size of its level; `kinds`
+    gathers the leaves' types (one pass: `_typed_leaves` judges them without visiting the leaves again).
+    """
     if not isinstance(value, list):
         if level != len(shape):
             raise InvalidRequestError(f"JSON Value: {debug_string(value)} found at incorrect level: {level + 1} in "
                                       f"the JSON DOM. Expected at level: {len(shape)}")
         out.append(value)
+        kinds.add(type(value))
         return
     if level >= len(shape):
         raise InvalidRequestError(f"Encountered list at unexpected level: {level} expected < {len(shape)}")
     if len(value) != shape[level]:
         raise InvalidRequestError(f"Encountered list at unexpected size: {len(value)} at level: {level} "
                                   f"expected size: {shape[level]}")
-    if level == len(shape) - 1 and not any(isinstance(v, list) for v in value):
-        out.extend(value)
-        return
+    if level == len(shape) - 1:
+        found = set(map(type, value))  # the leaves' types gathered by C, not a Python test per leaf
+        if not any(issubclass(kind, list) for kind in found):
+            out.extend(value)
+            kinds |= found
+            return
     if level == len(shape) - 2:  # lists of leaves: checked inline (one call per list costs more than the check)
         size = shape[level + 1]
         for item in value:
-            if type(item) is list and len(item) == size and not any(type(v) is list for v in item):
-                out.extend(item)
-            else:
-                _flatten(item, level + 1, shape, out)
+            if type(item) is list and len(item) == size:
+                found = set(map(type, item))
+                if list not in found:
+                    out.extend(item)
+                    kinds |= found
+                    continue
+            _flatten(item, level + 1, shape, out, kinds)
         return
     for item in value:
-        _flatten(item, level + 1, shape, out)
+        _flatten(item, level + 1, shape, out, kinds)
 
 
 def b64_decode(text: str) -> bytes:
@@ -165,11 +174,13 @@ def _string_leaf(value) -> bytes:
     raise _type_error(value, "string")
 
 
-def _typed_leaves(leaves: list, dtype: str) -> np.ndarray:
-    """Numpy array of `dtype` from JSON leaves; raises the first leaf's type error."""
+_NUMBER_KINDS = frozenset({int, float, OutOfRangeNumber})
+
+
+def _typed_leaves(leaves: list, dtype: str, kinds: set) -> np.ndarray:
+    """Numpy array of `dtype` from JSON leaves (`kinds`: their types); raises the first leaf's type error."""
     if dtype == "string":
         return np.array([_string_leaf(v) for v in leaves] or [], dtype=object)
-    kinds = set(map(type, leaves))
     if dtype == "bool":
         if kinds <= {bool}:
             return np.array(leaves, dtype=bool)
@@ -182,7 +193,7 @@ def _typed_leaves(leaves: list, dtype: str) -> np.ndarray:
             return np.array(leaves, dtype=dtype)
         raise _type_error(next(v for v in leaves if type(v) is not int), dtype)
     if dtype in ("float16", "float32", "float64"):
-        if kinds <= {int, float, OutOfRangeNumber}:
+        if kinds <= _NUMBER_KINDS:
             try:
                 with np.errstate(over="ignore"):
                     array = np.array(leaves, dtype=dtype)
@@ -213,8 +224,9 @@ def decode_tensor(name: str, value, dtype: str) -> np.ndarray:
             raise InvalidRequestError(f"value is nested {len(shape)} lists deep; a tensor has at most {MAX_RANK} "
                                       "dims")
         leaves: list = []
-        _flatten(value, 0, shape, leaves)
-        return _typed_leaves(leaves, dtype).reshape(shape)
+        kinds: set = set()
+        _flatten(value, 0, shape, leaves, kinds)
+        return _typed_leaves(leaves, dtype, kinds).reshape(shape)
     except InvalidRequestError as err:
         raise InvalidRequestError(f"input {echo(name)}: {err}") from err
     except RecursionError as err:

@@ -48,6 +48,8 @@ def undecided_line(parity: dict[str, Any]) -> str:
         cause = (f"{samples} held-out rows cannot tell a {100 * need['allowed']:g}-{unit} {what} "
                  f"({which.split('(')[-1].rstrip(')')} files) from noise at {100 * confidence:g} % confidence; "
                  f"{golden['needed']} would decide")
+    elif (per_row := _per_row_cause(rows, samples, confidence)) is not None:
+        cause = per_row
     else:
         needed = max((n for row in rows if (n := _rows_to_decide(row))), default=None)
         cause = (f"on {samples} held-out rows the loss these files show is neither clearly within nor clearly "
@@ -55,6 +57,23 @@ def undecided_line(parity: dict[str, Any]) -> str:
                  + (f"; about {needed} rows would decide" if needed else ""))
     return (f"undecided ({names}): {cause} ({_MORE_ROWS}); published because validate.undecided = publish "
             "(leave_out would leave them out); bounds in report.md, Parity judgement")
+
+
+def _per_row_cause(rows: list[dict[str, Any]], samples: Any, confidence: float) -> str | None:
+    """The undecided cause when only regression's per-row rule is undecided (the paired MAE and RMSE changes
+    passed), in its own terms: the rows over the bound and the share they cannot rule out; None otherwise.
+    """
+    decisions = [row.get("regression_decision") or {} for row in rows]
+    if not decisions or not all(d.get("row_verdict") == "undecided" and d.get("mae", {}).get("verdict") == "passed"
+                                and d.get("rmse", {}).get("verdict") == "passed" for d in decisions):
+        return None
+    first = max(decisions, key=lambda d: d.get("rows_over_bound", 0))
+    needed = max((n for d in decisions if (n := d.get("row_rows_to_decide"))), default=None)
+    share = f"{100 * (1 - first['quantile']):.3g}"
+    return (f"their MAE and RMSE changes are within the allowance, but on {samples} held-out rows "
+            f"({first.get('rows_over_bound', 0)} over the per-row bound {first['row_bound']:.3g}) "
+            f"{100 * confidence:g} % confidence cannot show that at most {share} % of rows move a prediction "
+            f"further" + (f"; about {needed} rows would decide" if needed else ""))
 
 
 def ties_legend(parity: dict[str, Any]) -> str:

@@ -139,3 +139,28 @@ def test_the_outlier_allowance_names_its_setting():
     tolerance = tolerance_for("int8", load_config().parity)
     text = tolerance.describe(np.array([21.9]), 4.8e-06)
     assert text.endswith("(up to 0.1 % of the output's elements may exceed it: validate.int8.outlier_fraction)"), text
+
+
+def test_a_regression_file_undecided_by_its_per_row_rule_is_explained_by_that_rule(tmp_path):
+    """A float32 copy of a diabetes fit on 121 held-out rows (what a 25 % test split of its 442 rows holds out):
+    the MAE and RMSE changes pass, no row is over the per-row bound, and 121 rows still cannot show that at most
+    1 row in 100 would be (0.99^121 > 0.025; 368 rows can). The terminal line says that rule, not a loss that is
+    "neither within nor beyond" (the MAE and RMSE changes were decided)."""
+    from tfship.core.contract import Signature, TensorSpec
+
+    inputs, labels, weights, bias = _diabetes()
+    inputs, labels = {"x": inputs["x"][:121]}, labels[:121]
+    reference = _linear_onnx(tmp_path / "reference", weights, bias, argmax=False)
+    candidate = _linear_onnx(tmp_path / "candidate", weights * 1.00001, bias, argmax=False)
+    contract = Signature.of("serving_default", (TensorSpec(name="x", dtype="float32", shape=(None, 11)),),
+                            (TensorSpec(name="logits", dtype="float32", shape=(None, 1)),))
+    parity = validate_artifacts(Artifact("saved_model", "onnx", "float32", reference),
+                                [Artifact("onnx", "onnx", "float32", candidate)], contract, inputs, labels,
+                                load_config().parity)
+    decision = parity.to_json()["artifacts"][-1]["regression_decision"]
+    assert (decision["mae"]["verdict"], decision["rmse"]["verdict"], decision["row_verdict"]) == (
+        "passed", "passed", "undecided")
+    line = next(line for line in summary_notes(_summary(parity, [])) if line.startswith("undecided"))
+    assert line.startswith("undecided (onnx): their MAE and RMSE changes are within the allowance, but on 121 "
+                           "held-out rows (0 over the per-row bound "), line
+    assert "cannot show that at most 1 % of rows move a prediction further; about 368 rows would decide" in line, line

@@ -29,10 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 from tfship.core.errors import ConfigError, StageError
 from tfship.pipeline.config import PipelineConfig
-from tfship.pipeline.conversion.convert import ConvertResult
-from tfship.pipeline.gate.serve_check import ServeCheckResult
-from tfship.pipeline.gate.validate import ParityReport
 from tfship.pipeline.orchestration import steps
+from tfship.pipeline.orchestration.context import StageContext
 from tfship.pipeline.orchestration.publish import PublishResult
 from tfship.pipeline.orchestration.records import (
     CONVERT,
@@ -55,43 +53,6 @@ if TYPE_CHECKING:
 
 HELD_OUT = "held_out.npz"  # a named-input run's held-out rows (export, gate, `tfship query --run`)
 RESUMED = {"skipped": "outputs complete and valid in the resumed run; not rerun"}
-
-
-@dataclass
-class StageContext:
-    """What the stages of one run share.
-
-    config: the run's config; run: its folder; repository: where publish puts the version; request: the
-    export-only `--model`/`--data` (None for a built-in run); progress: a rich progress bar for training;
-    resume_training: continue training from the latest checkpoint; data: the run's data (splits or the
-    user's `EvalData`), set by the stage that loads it or lazily from the run folder; model: the Keras model
-    to export (the user's, from the data stage, or the trained one; None: export reads `model.keras`).
-
-    One field per stage record, None until the stage runs or its record is read back from the run folder:
-    train (`TrainRecord`), export (`ExportRecord`), convert (`ConvertResult`), validate (`ParityReport`),
-    serve_check (`ServeCheckResult`), publish (`PublishResult`, with every artifact's outcome).
-    """
-
-    config: PipelineConfig
-    run: RunFolder
-    repository: Path
-    request: Any = None
-    progress: Any = None
-    resume_training: bool = False
-    data: Any = None
-    model: Any = None
-    train: TrainRecord | None = None
-    export: ExportRecord | None = None
-    convert: ConvertResult | None = None
-    validate: ParityReport | None = None
-    serve_check: ServeCheckResult | None = None
-    publish: PublishResult | None = None
-
-    def run_data(self):
-        """The run's data, loaded once (see `load_run_data`)."""
-        if self.data is None:
-            self.data = load_run_data(self.config, self.run)
-        return self.data
 
 
 @dataclass(frozen=True)
@@ -130,6 +91,13 @@ class Stage:
         value = self.record.require(ctx.run)
         setattr(ctx, self.field, value)
         return value
+
+
+def run_data(ctx: StageContext) -> Any:
+    """The run's data, loaded once into `ctx.data` (`load_run_data`: `DatasetSplits` or the user's `EvalData`)."""
+    if ctx.data is None:
+        ctx.data = load_run_data(ctx.config, ctx.run)
+    return ctx.data
 
 
 def load_run_data(config: PipelineConfig, run: RunFolder) -> DatasetSplits | EvalData:
@@ -211,7 +179,7 @@ def _summarise_data(value) -> dict:
 
 def _train(ctx: StageContext) -> TrainRecord:
     resume = ctx.resume_training and (ctx.run.checkpoints / "checkpoint").is_file()
-    result = steps.train_step_stage(ctx.config, ctx.run, ctx.run_data(), ctx.progress, resume=resume)
+    result = steps.train_step_stage(ctx.config, ctx.run, run_data(ctx), ctx.progress, resume=resume)
     ctx.model = result.model
     return TrainRecord.from_result(result)
 
@@ -225,7 +193,7 @@ def _export(ctx: StageContext) -> ExportRecord:
     elif _is_named(ctx.config):  # named inputs: exported, gated and queried on the held-out rows, by name
         exported, ctx.data = steps.export_user_stage(ctx.config, ctx.run, _trained_model(ctx), _held_out(ctx))
     else:
-        exported = steps.export_stage(ctx.config, ctx.run, ctx.run_data(), ctx.model)
+        exported = steps.export_stage(ctx.config, ctx.run, run_data(ctx), ctx.model)
     return exported.record
 
 
@@ -256,7 +224,7 @@ def _held_out(ctx: StageContext) -> Path:
     from tfship.pipeline.data.splits import load_splits, scan_cache_dir
 
     path = ctx.run.root / HELD_OUT
-    data = ctx.run_data()
+    data = run_data(ctx)
     write_held_out(data if isinstance(data, DatasetSplits) else load_splits(ctx.config, scan_cache_dir(ctx.config)),
                    path)
     return path
@@ -270,7 +238,7 @@ def _publish(ctx: StageContext) -> PublishResult:
     else:
         train = ctx.train.to_json() if ctx.train is not None else {}
         metrics = {"test_accuracy": train.get("test_accuracy"), "train": train}
-    return steps.publish_stage(ctx.config, ctx.run, ctx.run_data(), ctx.repository, metrics, ctx.export,
+    return steps.publish_stage(ctx.config, ctx.run, run_data(ctx), ctx.repository, metrics, ctx.export,
                                ctx.convert, ctx.validate, ctx.serve_check)
 
 
@@ -291,15 +259,15 @@ CHAIN: tuple[Stage, ...] = (
           complete=lambda run: (run.artifacts / "saved_model.pb").is_file() and _passed(run, EXPORT),
           rewrites_artifacts=True),
     Stage("convert", ("export",), ("convert.json",),
-          lambda ctx: steps.convert_stage(ctx.config, ctx.run, ctx.run_data(), ctx.export),
+          lambda ctx: steps.convert_stage(ctx.config, ctx.run, run_data(ctx), ctx.export),
           lambda c: {o.name: o.status for o in c.outcomes}, "convert", CONVERT,
           complete=lambda run: CONVERT.load(run) is not None, rewrites_artifacts=True),
     Stage("validate", ("convert",), ("parity.json",),
-          lambda ctx: steps.validate_stage(ctx.config, ctx.run, ctx.run_data(), ctx.convert),
+          lambda ctx: steps.validate_stage(ctx.config, ctx.run, run_data(ctx), ctx.convert),
           lambda p: {r.artifact: round(r.metric, 4) for r in p.rows} | {"left_out": sorted(p.left_out)},
           "validate", VALIDATE, complete=lambda run: _passed(run, VALIDATE)),
     Stage("serve-check", ("convert", "validate"), ("serve_check.json",),
-          lambda ctx: steps.serve_check_stage(ctx.config, ctx.run, ctx.run_data(), ctx.convert, ctx.validate),
+          lambda ctx: steps.serve_check_stage(ctx.config, ctx.run, run_data(ctx), ctx.convert, ctx.validate),
           lambda s: {"served": s.served, "left_out": sorted(s.left_out)}, "serve_check", SERVE_CHECK,
           complete=lambda run: _passed(run, SERVE_CHECK)),
     Stage("publish", ("train", "export", "convert", "validate", "serve-check"), (), _publish,

@@ -127,6 +127,13 @@ def _targets(rows: list[dict], levels: tuple[int, ...]) -> tuple[list[dict], dic
         bare, ident = _rate(m, "grpc", "mlp", "bare", c), _rate(m, "grpc", "mlp", "identity", c)
         out.append(_target(f"identity / bare grpc.aio, heavy payload, c={c}", ident / bare if bare and ident else None,
                            0.90))
+    for c in levels:  # context for the line above: the hand-written floor of any handler that parses the request
+        bare, echo = _rate(m, "grpc", "mlp", "bare", c), _rate(m, "grpc", "mlp", "echo", c)
+        ident = _rate(m, "grpc", "mlp", "identity", c)
+        out.append(_target(f"hand-written echo handler / bare grpc.aio, heavy payload, c={c} (the floor)",
+                           echo / bare if bare and echo else None, 0.90))
+        out.append(_target(f"identity / hand-written echo handler, heavy payload, c={c}",
+                           ident / echo if echo and ident else None, 0.90))
     for case, label in (("onnx_batching", "onnx batching"), ("onnx", "onnx no batching")):
         for c in levels:
             ort, tf = _rate(m, "grpc", "digits", "ort", c), _rate(m, "grpc", "digits", case, c)
@@ -137,6 +144,10 @@ def _targets(rows: list[dict], levels: tuple[int, ...]) -> tuple[list[dict], dic
     heavy = m.get(("grpc", "mlp", "onnx_batching", 32))
     out.append(_target("heavy: tfship onnx batching c=32 / one-core limit",
                        heavy["inf_s"] / limit if heavy and limit else None, 0.90))
+    echo32 = _rate(m, "grpc", "mlp", "echo", 32)  # the same limit with the echo handler's transport cost
+    echo_limit = 1 / (1 / echo32 + 1 / model32) if echo32 and model32 else None
+    out.append(_target("heavy: tfship onnx batching c=32 / one-core limit over the echo handler",
+                       heavy["inf_s"] / echo_limit if heavy and echo_limit else None, 0.90))
     hand = _rate(m, "grpc", "mlp", "ort_batching", 32)
     out.append(_target("heavy: tfship onnx batching / hand-written micro-batching ORT, c=32",
                        heavy["inf_s"] / hand if heavy and hand else None, 1.0))
@@ -201,8 +212,9 @@ def markdown(doc: dict) -> str:
     lines += _rate_table(m, "grpc", GRPC_ROWS, levels, ratio_to="ort")
     lines += _encodings(m, levels)
     lines += ["", "## Transport alone: identity backend vs bare grpc.aio (requests/s, ratio to bare)", ""]
-    lines += _rate_table(m, "grpc", (("bare", "bare grpc.aio, prebuilt reply"), ("identity", "tfship identity")),
-                         levels, ratio_to="bare")
+    lines += _rate_table(m, "grpc", (("bare", "bare grpc.aio, prebuilt reply"),
+                                     ("echo", "hand-written grpc.aio echo (parse, np.frombuffer, reply)"),
+                                     ("identity", "tfship identity")), levels, ratio_to="bare")
     if any(k[0] == "rest" for k in m):
         lines += ["", "## REST :predict JSON, inferences/s (ratio to the hand-written REST server)", ""]
         lines += _rate_table(m, "rest", REST_ROWS, levels, ratio_to="rest_ort")
@@ -335,7 +347,7 @@ def plot(doc: dict, path: Path) -> None:
     for ax, (mode, model) in zip(axes[0], panels):
         for case in sorted({k[2] for k in m if k[:2] == (mode, model)}):
             pts = sorted((k[3], v["inf_s"]) for k, v in m.items() if k[:3] == (mode, model, case))
-            ref = case in ("bare", "ort", "ort_batching", "rest_bare", "rest_ort")
+            ref = case in ("bare", "echo", "ort", "ort_batching", "rest_bare", "rest_ort")
             ax.plot(*zip(*pts), marker="o", linestyle="--" if ref else "-", label=case)
         if (mode, model) == ("grpc", "mlp") and doc["limit"]["limit"]:
             ax.axhline(doc["limit"]["limit"], color="grey", linewidth=0.8, linestyle=":")

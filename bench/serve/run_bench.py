@@ -6,6 +6,8 @@ pinned to the server core, and kept up; then `--repeats` rounds each load every 
 concurrency level from a load generator pinned to the other core (`bench.serve.loadgen`):
 
 * `bare`: 60-line `grpc.aio` server answering with prebuilt bytes (tfship's identity reply);
+* `echo`: hand-written `grpc.aio` handler doing the least any handler that reads a `Predict` does: parse it, view
+  each input (`np.frombuffer`), send it back (`bench.serve.echo_server`); the floor under `identity`;
 * `identity`: tfship with its `identity` backend (transport and tfship's per-request code, no model);
 * `ort`: hand-written per-request ONNX Runtime grpcio server (`bench.serve.ort_server`);
 * `ort_batching`: hand-written grpc.aio micro-batching ONNX Runtime server, 32 rows / 1 ms
@@ -160,6 +162,9 @@ def model_rounds(plan: Plan, info: ModelInfo) -> list[dict]:
         reply = plan.work / f"reply_identity_{info.name}.bin"
         reply.write_bytes(grpc_reply(grpc_cases["identity"][0].grpc_target, files["identity"].read_bytes()))
         grpc_cases["bare"] = (stack.enter_context(ReferenceEndpoint("bare_server", ["--response-file", str(reply)],
+                                                                    server_cpu)), files["identity"])
+        # the least a Python handler that parses the request does (parse, view, echo): the floor under `identity`
+        grpc_cases["echo"] = (stack.enter_context(ReferenceEndpoint("echo_server", ["--response-file", str(reply)],
                                                                     server_cpu)), files["identity"])
         onnx_file = repo / info.name / "1" / "model.onnx"
         grpc_cases["ort"] = (stack.enter_context(ReferenceEndpoint("ort_server", ["--model", str(onnx_file)],

@@ -12,19 +12,20 @@ import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 
+from tfship.core.contract import Signature
 from tfship.core.echo import clip, echo, echo_list
 from tfship.core.errors import (
     DeadlineExceededError,
     InvalidRequestError,
     ResourceExhaustedError,
     TfshipError,
-    UnavailableError,
     UnimplementedError,
 )
 from tfship.serving.dataplane import inference
 from tfship.serving.dataplane.admission import memory_over_limit, rows_over_limit
 from tfship.serving.dataplane.answer_checks import check_output_filter, check_response_size
 from tfship.serving.dataplane.contract import RequestChecks, refault
+from tfship.serving.dataplane.gate import RequestGate
 from tfship.serving.dataplane.inference import ExamplesRequest, ExamplesResponse, TaskResult
 from tfship.serving.dataplane.manager import ModelManager
 from tfship.serving.dataplane.memory import release_freed_memory
@@ -46,49 +47,6 @@ from tfship.serving.operations.request_log import UNKNOWN_MODEL_LABEL, RequestLo
 from tfship.serving.runtimes.base import Rows
 
 RELEASE_AFTER_BYTES = 16 << 20  # requests holding this much trigger a malloc_trim once answered
-
-
-class RequestGate:
-    """Counts the requests the transports are handling, and refuses new ones while the server drains.
-
-    Transports call `enter()` when a request reaches a handler and `leave()` once it is answered, from any
-    thread (the REST API runs on its own loop, `serving.loops`). After `close()`, `enter()` raises
-    `UnavailableError` (clients retry elsewhere) and `wait_idle()` returns once every admitted request was
-    answered.
-    """
-
-    POLL_S = 0.005  # wait_idle's polling interval (it may run on another loop than enter/leave)
-
-    def __init__(self) -> None:
-        self.active = 0
-        self.draining = False
-        self._lock = threading.Lock()
-
-    def enter(self) -> None:
-        """Admit one request; raises `UnavailableError` while draining."""
-        if self.draining:
-            raise UnavailableError("server is shutting down; retry on another replica")
-        with self._lock:
-            self.active += 1
-
-    def leave(self) -> None:
-        """One admitted request was answered."""
-        with self._lock:
-            self.active -= 1
-
-    def close(self) -> None:
-        """Start draining: every later `enter()` raises `UnavailableError`."""
-        self.draining = True
-
-    async def wait_idle(self, timeout_s: float) -> bool:
-        """Wait until no admitted request is left (True) or `timeout_s` seconds passed (False)."""
-        loop = asyncio.get_running_loop()
-        end = loop.time() + max(timeout_s, 0.0)
-        while self.active > 0:
-            if loop.time() >= end:
-                return False
-            await asyncio.sleep(min(self.POLL_S, max(end - loop.time(), 0.0)))
-        return True
 
 
 class DataPlane:
@@ -212,6 +170,16 @@ class DataPlane:
             self._metrics.requests.record(name, version, api, status, time.perf_counter() - started)
 
     async def _predict(self, request: InferenceRequest, version: int, runtime) -> InferenceResponse:
+        signature, counted, held = self.judge(request, version, runtime)
+        return await self.run_judged(request, version, runtime, signature, counted, held)
+
+    def judge(self, request: InferenceRequest, version: int, runtime) -> tuple[Signature, Rows, int]:
+        """Every check of a Predict that its layout decides (signature name, inputs against the contract, output
+        filter, batch and memory limits): (the signature, the request's `Rows`, the bytes it holds).
+
+        Raises:
+            InvalidRequestError, ResourceExhaustedError: as `predict`.
+        """
         signatures = runtime.metadata()
         signature = signatures.get(request.signature_name)
         if signature is None:
@@ -231,15 +199,22 @@ class DataPlane:
         limit = self._limits.max_batch_per_request
         if limit and rows is not None and rows > limit:
             raise rows_over_limit(rows, limit)
-        deadline = request.deadline
-        if deadline is None and self._limits.default_deadline_s:
-            deadline = time.monotonic() + self._limits.default_deadline_s
         cap = self._limits.max_request_memory_bytes
         if cap and held > cap:
             raise memory_over_limit(held, rows, cap)
+        return signature, counted, held
+
+    async def run_judged(self, request: InferenceRequest, version: int, runtime, signature: Signature,
+                         counted: Rows, held: int) -> InferenceResponse:
+        """Run a request `judge` passed on `runtime` (version `version`, held by the caller): deadline, in-flight
+        limit, the model call, the shadow's copy, the answer's size. Raises as `predict`.
+        """
+        deadline = request.deadline
+        if deadline is None and self._limits.default_deadline_s:
+            deadline = time.monotonic() + self._limits.default_deadline_s
         started = time.perf_counter()
         try:  # a backend failing on an input the signature does not declare: the client's fault (contract.judged)
-            outputs = await self._run(runtime, request, counted, deadline)
+            outputs = await self._run(runtime, request.inputs, request.signature_name, counted, deadline)
         except Exception as err:
             fault = refault(err, signature, request.inputs, runtime.backend)
             if fault is None:
@@ -255,7 +230,30 @@ class DataPlane:
         check_response_size(outputs, self._limits.max_tensor_bytes)
         return InferenceResponse(request.model.name, version, request.signature_name, outputs)
 
-    async def _run(self, runtime, request: InferenceRequest, rows: Rows, deadline: float | None) -> dict:
+    async def predict_held(self, served, model_name: str, decoded: Callable[[], InferenceRequest],
+                           signature: Signature, counted: Rows, held: int) -> InferenceResponse:
+        """`run_judged` of the request `decoded()` builds, on `served`: a version of configured model `model_name`
+        that the caller holds (`manager.hold`) and this releases. The count and latency are recorded as `predict`
+        records them. Predict's planned path (`serving.tfs.predict_plans`), whose checks of the request's layout
+        passed before on this runtime; `decoded` raises its values' errors (recorded too). No spans: that path
+        runs with tracing off.
+        """
+        started, status = time.perf_counter(), "OK"
+        try:
+            request = decoded()
+            return await self.run_judged(request, served.version, served.runtime, signature, counted, held)
+        except TfshipError as err:
+            status = err.grpc_code
+            raise
+        except Exception:
+            status = "INTERNAL"
+            raise
+        finally:
+            self.manager.release(served)
+            self._metrics.requests.record(model_name, str(served.version), "predict", status,
+                                          time.perf_counter() - started)
+
+    async def _run(self, runtime, inputs, signature_name: str, rows: Rows, deadline: float | None) -> dict:
         cap = self._limits.max_concurrent_requests
         if deadline is not None and time.monotonic() >= deadline:
             raise DeadlineExceededError("deadline exceeded before the request reached the model")
@@ -265,10 +263,10 @@ class DataPlane:
             self._inflight += 1
         try:
             with tracing.runtime_span(runtime.backend, rows.batch):
-                outputs = runtime.predict_now(request.inputs, request.signature_name, rows)  # cheap: inline, no timer
+                outputs = runtime.predict_now(inputs, signature_name, rows)  # cheap: inline, no timer
                 if outputs is not None:
                     return outputs
-                call = runtime.predict_async(request.inputs, request.signature_name, rows=rows, deadline=deadline,
+                call = runtime.predict_async(inputs, signature_name, rows=rows, deadline=deadline,
                                              executor=self._executor)
                 if deadline is None:
                     return await call
@@ -386,9 +384,8 @@ class DataPlane:
             deadline = time.monotonic() + self._limits.default_deadline_s
         results = []
         for task, aliases in zip(request.tasks, plans):
-            call = InferenceRequest(request.model, {inference.EXAMPLES_INPUT: request.examples}, task.signature_name,
-                                    deadline=deadline)
-            outputs = await self._run(runtime, call, Rows(rows, rows), deadline)
+            examples = {inference.EXAMPLES_INPUT: request.examples}
+            outputs = await self._run(runtime, examples, task.signature_name, Rows(rows, rows), deadline)
             outputs = {k: outputs[k] for k in aliases}
             if task.method is inference.ExampleMethod.CLASSIFY:
                 results.append(TaskResult(task, inference.classification(outputs, rows)))

@@ -27,9 +27,10 @@ from tfship.serving.dataplane.offload import OFF_LOOP_BYTES
 from tfship.serving.dataplane.service import DataPlane
 from tfship.serving.dataplane.tensors import judge_declared
 from tfship.serving.dataplane.types import InferenceRequest, ModelMetadata
-from tfship.serving.grpc_calls import generic_handler, rpc, split_large, time_remaining
+from tfship.serving.grpc_calls import LargeRequest, generic_handler, rpc, split_large, time_remaining
 from tfship.serving.operations.security import Policy
 from tfship.serving.tfs import converters, examples, wire
+from tfship.serving.tfs.predict_plans import PredictPlans
 
 log = logging.getLogger(__name__)
 
@@ -47,13 +48,18 @@ class PredictionServicer:
     def __init__(self, dataplane: DataPlane, tensor_content: bool = False) -> None:
         self._dp = dataplane
         self._tensor_content = tensor_content  # --enable_serialization_as_tensor_content (converters)
+        self._plans = PredictPlans(dataplane)
 
     @rpc(large=True)
     async def Predict(self, request, context):
         limit = self._dp.limits.max_tensor_bytes
-        request, wire_bytes = split_large(request)
-        model = converters.model_ref(request.model_spec)
-        response = await self._dp.predict_decoded(model, self._decoder(request, model, wire_bytes, context))
+        # a layout judged before on the held version (`predict_plans`); else, or None, the general path
+        response = None if type(request) is LargeRequest else await self._plans.predict(request,
+                                                                                          time_remaining(context))
+        if response is None:
+            request, wire_bytes = split_large(request)
+            model = converters.model_ref(request.model_spec)
+            response = await self._dp.predict_decoded(model, self._decoder(request, model, wire_bytes, context))
         if sum(a.nbytes for a in response.outputs.values()) > OFF_LOOP_BYTES:
             data = await asyncio.to_thread(wire.predict_response_bytes, response, self._tensor_content)
         else:

@@ -117,3 +117,33 @@ def test_targets_carry_their_spread_over_rounds_and_a_fall_is_named():
     doc = {"compared_with": report.compare(previous, fell), "previous": {"file": "serve-x.json", "git": "abc"}}
     text = "\n".join(report._comparison(doc))
     assert "fell by more than its spread: identity / bare grpc.aio, heavy payload, c=32" in text
+
+
+def test_echo_server_parses_and_echoes_each_input_and_its_ratios_are_reported(plan, tmp_path):
+    """The echo reference answers what it was sent (dtype, shape, values); the report sets identity against it and
+    it against bare, and the one-core limit over its transport cost."""
+    import numpy as np
+
+    from bench.serve.endpoints import grpc_reply
+    from bench.serve.models import request_bytes
+    from tfship.core import protocol
+
+    request = tmp_path / "request.bin"
+    request.write_bytes(request_bytes("m", "x", (5,), rows=2))
+    with ReferenceEndpoint("echo_server", ["--response-file", str(request)], None) as server:
+        answer = protocol.PredictResponse.FromString(grpc_reply(server.grpc_target, request.read_bytes()))
+        levels = loadgen(plan, server, request)
+    sent = protocol.PredictRequest.FromString(request.read_bytes()).inputs["x"]
+    out = answer.outputs["x"]
+    assert out.dtype == sent.dtype and [d.size for d in out.tensor_shape.dim] == [2, 5]
+    np.testing.assert_array_equal(np.frombuffer(out.tensor_content, np.float32),
+                                  np.frombuffer(sent.tensor_content, np.float32))
+    assert all(lvl["errors"] == 0 and lvl["requests"] > 0 for lvl in levels)
+    rows = [_row("grpc", "mlp", "bare", 32, 5000), _row("grpc", "mlp", "echo", 32, 4000),
+            _row("grpc", "mlp", "identity", 32, 3000), _row("grpc", "mlp", "onnx_batching", 32, 2700)]
+    rows += [{"mode": "inprocess", "model": "mlp", "batch": 32, "inferences_per_s": 12000}]
+    by_name = {t["target"]: t for t in report.targets(rows, (32,))[0]}
+    assert by_name["hand-written echo handler / bare grpc.aio, heavy payload, c=32 (the floor)"]["value"] == 0.8
+    assert by_name["identity / hand-written echo handler, heavy payload, c=32"]["value"] == 0.75
+    over_echo = by_name["heavy: tfship onnx batching c=32 / one-core limit over the echo handler"]
+    assert over_echo["value"] == pytest.approx(2700 * (1 / 4000 + 1 / 12000)) and over_echo["met"]

@@ -206,19 +206,29 @@ def _recomputed(run: Path, config) -> dict[str, float]:
     return task_metrics(config.model.task, np.concatenate(outputs), np.concatenate(labels))
 
 
+@pytest.fixture(scope="module", params=["classification", "binary", "regression"])
+def shipped(request, tmp_path_factory):
+    """One `tfship run` per task (v1 of shops_<task>), shared by the train.json test and the gate/query/promote
+    test: the run's train stage is the same training `tfship train` runs (`tfship train` itself is run below on
+    a bad label, and in test_one_loop_kinds / test_tasks_and_inputs)."""
+    task = request.param
+    folder = tmp_path_factory.mktemp(f"shipped_{task}")
+    write_examples(folder / "data.tfrecord", 1200, task)
+    config_path = _config(folder, task)
+    done = _tfship("run", "--config", str(config_path), cwd=folder)
+    (run,) = [p for p in (folder / "runs").iterdir() if not p.name.startswith(".")]  # .data-scan: the scan
+    return {"task": task, "folder": folder, "config": config_path, "run": run, "done": done}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("task", ["classification", "binary", "regression"])
-def test_tfship_train_trains_each_task_and_train_json_carries_its_metric(tmp_path, task):
-    write_examples(tmp_path / "data.tfrecord", 1200, task)
-    config_path = _config(tmp_path, task)
-    done = _tfship("train", "--config", str(config_path), cwd=tmp_path)
+def test_tfship_run_trains_each_task_and_train_json_carries_its_metric(shipped):
+    task, run, done = shipped["task"], shipped["run"], shipped["done"]
     assert "ran out of data" not in done.stderr and "shuffle=True" not in done.stderr, done.stderr[-2000:]
-    (run,) = [p for p in (tmp_path / "runs").iterdir() if not p.name.startswith(".")]  # .data-scan: the scan
     train = json.loads((run / "train.json").read_text())
     metric = primary(task).name
     assert train["task"] == task and train["metric"] == metric
     assert train["trainer"] == "tape_loop" and train["train_step_traces"] == 1  # the one loop's step, traced once
-    recomputed = _recomputed(run, load_config(config_path))
+    recomputed = _recomputed(run, load_config(shipped["config"]))
     assert train[f"test_{metric}"] == pytest.approx(recomputed[metric], abs=1e-5)
     history = train["history"]
     assert history[-1]["loss"] < history[0]["loss"]  # the task's loss went down
@@ -251,20 +261,12 @@ def _gate_metric(run: Path) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("task", [
-    "classification",
-    "binary",
-    "regression",
-])
-def test_tfship_run_gates_queries_and_promotes_on_the_task_metric(tmp_path, task):
+def test_tfship_run_gates_queries_and_promotes_on_the_task_metric(shipped):
     import re
 
     import tfship
 
-    write_examples(tmp_path / "data.tfrecord", 1200, task)
-    config_path = _config(tmp_path, task)
-    _tfship("run", "--config", str(config_path), cwd=tmp_path)
-    (good,) = [p for p in (tmp_path / "runs").iterdir() if not p.name.startswith(".")]
+    task, tmp_path, config_path, good = shipped["task"], shipped["folder"], shipped["config"], shipped["run"]
     name, models = f"shops_{task}", tmp_path / "models"
     held_out = good / "held_out.npz"
     with np.load(held_out) as archive:
@@ -282,8 +284,9 @@ def test_tfship_run_gates_queries_and_promotes_on_the_task_metric(tmp_path, task
     scale = 100.0 if task == "classification" and float(printed.group(1)) > 1.0 else 1.0
     assert float(printed.group(1)) / scale == pytest.approx(served_value, abs=1e-3)
     _tfship("promote", name, "1", "--label", "stable", "--repository", str(models), cwd=tmp_path)
+    # A barely trained candidate: v2. Only its SavedModel matters to `promote` (ONNX is left to v1's run).
     _tfship("run", "--config", str(config_path), "--set", "train.max_steps=1", "--set", "train.learning_rate=1e-5",
-            cwd=tmp_path)  # a barely trained candidate: v2
+            "--set", "convert.onnx=false", cwd=tmp_path)
     refused = _tfship("promote", name, "2", "--label", "stable", "--repository", str(models), "--data",
                       str(held_out), "--task", task, cwd=tmp_path, expect=2)
     assert f"{metric} " in refused.stderr and "worse than stable v1" in refused.stderr, refused.stderr

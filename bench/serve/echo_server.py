@@ -17,9 +17,8 @@ import grpc
 import numpy as np
 from tensorflow_serving.apis import predict_pb2
 
-from bench.serve.reference_cli import parse_reference_args, serve_grpc
+from bench.serve.reference_cli import parse_reference_args, predict_service, serve_grpc
 
-SERVICE = "tensorflow.serving.PredictionService"
 _DTYPES = {1: np.float32, 2: np.float64, 3: np.int32, 9: np.int64}  # TensorFlow DataType -> NumPy
 
 
@@ -35,12 +34,7 @@ def _handler() -> grpc.GenericRpcHandler:
             out.tensor_content = values.tobytes()
         return response
 
-    method = grpc.unary_unary_rpc_method_handler(
-        predict,
-        request_deserializer=predict_pb2.PredictRequest.FromString,
-        response_serializer=predict_pb2.PredictResponse.SerializeToString,
-    )
-    return grpc.method_handlers_generic_handler(SERVICE, {"Predict": method})
+    return predict_service(predict)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,8 +21,8 @@ import numpy as np
 from tensorflow.core.framework import tensor_pb2, types_pb2  # protos only (tensorflow-serving-api's deps)
 from tensorflow_serving.apis import predict_pb2
 
-from bench.serve.ort_server import SERVICE, _session
-from bench.serve.reference_cli import parse_reference_args, serve_grpc
+from bench.serve.ort_server import _session
+from bench.serve.reference_cli import parse_reference_args, predict_service, serve_grpc
 
 MAX_BATCH = 32
 TIMEOUT_S = 1000e-6
@@ -45,12 +45,7 @@ def _handler(session, queue: asyncio.Queue) -> grpc.GenericRpcHandler:
             out.tensor_content = value.tobytes()
         return response
 
-    method = grpc.unary_unary_rpc_method_handler(
-        predict,
-        request_deserializer=predict_pb2.PredictRequest.FromString,
-        response_serializer=predict_pb2.PredictResponse.SerializeToString,
-    )
-    return grpc.method_handlers_generic_handler(SERVICE, {"Predict": method})
+    return predict_service(predict)
 
 
 async def _batcher(session, queue: asyncio.Queue) -> None:

@@ -20,9 +20,7 @@ import onnxruntime as ort
 from tensorflow.core.framework import tensor_pb2, types_pb2  # protos only (tensorflow-serving-api's deps)
 from tensorflow_serving.apis import predict_pb2
 
-from bench.serve.reference_cli import parse_reference_args, serve_grpc
-
-SERVICE = "tensorflow.serving.PredictionService"
+from bench.serve.reference_cli import parse_reference_args, predict_service, serve_grpc
 
 
 def _session(model: Path) -> ort.InferenceSession:
@@ -49,12 +47,7 @@ def _handler(session: ort.InferenceSession) -> grpc.GenericRpcHandler:
             out.tensor_content = value.tobytes()
         return response
 
-    method = grpc.unary_unary_rpc_method_handler(
-        predict,
-        request_deserializer=predict_pb2.PredictRequest.FromString,
-        response_serializer=predict_pb2.PredictResponse.SerializeToString,
-    )
-    return grpc.method_handlers_generic_handler(SERVICE, {"Predict": method})
+    return predict_service(predict)
 
 
 async def serve(model: Path, port: int) -> None:

@@ -47,6 +47,20 @@ async def serve_rest(app, port: int) -> None:
     await asyncio.Event().wait()
 
 
+def predict_service(predict) -> grpc.GenericRpcHandler:
+    """TF Serving's `PredictionService` with `predict` (`async def predict(request, context)`) as its `Predict`,
+    messages parsed and serialised by the `tensorflow-serving-api` classes (imported here: `bare_server` never is).
+    """
+    from tensorflow_serving.apis import predict_pb2
+
+    method = grpc.unary_unary_rpc_method_handler(
+        predict,
+        request_deserializer=predict_pb2.PredictRequest.FromString,
+        response_serializer=predict_pb2.PredictResponse.SerializeToString,
+    )
+    return grpc.method_handlers_generic_handler("tensorflow.serving.PredictionService", {"Predict": method})
+
+
 async def serve_grpc(handler: grpc.GenericRpcHandler, port: int) -> None:
     """Listen with `handler` on 127.0.0.1:`port` (64 MiB messages) until cancelled or SIGTERM."""
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20)])

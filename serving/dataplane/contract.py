@@ -25,7 +25,7 @@ import numpy as np
 from tfship.core.contract import PREDICT_METHOD, Signature
 from tfship.core.dtypes import dtype_name
 from tfship.core.echo import clip, echo, echo_list
-from tfship.core.errors import InvalidRequestError, TfshipError, UnimplementedError
+from tfship.core.errors import InvalidRequestError, ModelError, TfshipError, UnimplementedError
 from tfship.serving.dataplane.memory import estimate_request_bytes
 from tfship.serving.runtimes.base import ModelInputError, Rows
 
@@ -162,7 +162,10 @@ async def judged(call: Awaitable[dict], signature: Signature, inputs: Mapping[st
     nonconforming input gets the declared shape and what was sent added. An op the backend cannot run
     (`UnimplementedError`: a `[2,2,2,8]` image into a `[?,8,8,1]` convolution asks TensorFlow without oneDNN
     for a grouped convolution it cannot fuse) is the client's fault on a nonconforming input, and stays
-    UNIMPLEMENTED on a conforming one.
+    UNIMPLEMENTED on a conforming one. So is a failure with the model's own status (`ModelError`): oneDNN's
+    max-pooling kernel on some CPUs answers a `[1,8,8,2]` image into a `[?,8,8,1]` model with TensorFlow's
+    AbortedError ("could not create a descriptor"), where others raise InvalidArgumentError; on a nonconforming
+    input both are the client's fault, on a conforming one the model's status stands (TF Serving's).
     """
     try:
         return await call
@@ -177,7 +180,7 @@ def refault(err: Exception, signature: Signature, inputs: Mapping[str, np.ndarra
     """`judged`'s verdict on a backend's failure `err`, for a caller that awaits the call itself (the data plane:
     no coroutine per request): the error to raise instead (from `err`), or None to re-raise `err` as it is.
     """
-    if isinstance(err, TfshipError) and not isinstance(err, ModelInputError | UnimplementedError):
+    if isinstance(err, TfshipError) and not isinstance(err, ModelInputError | UnimplementedError | ModelError):
         return None  # tfship's own errors are classified already
     problem = nonconforming_input(signature, inputs)
     if problem is None:

@@ -190,3 +190,20 @@ def test_large_typed_v2_infer_requests_decode_in_the_helper_process_too(tmp_path
             typed = np.array(answer.outputs[0].contents.fp32_contents, np.float32).reshape(values.shape)
             np.testing.assert_array_equal(typed, values)
             assert _children(server.process.pid)
+
+
+@pytest.mark.parametrize(("tf_error", "code"), [("AbortedError", "ABORTED"), ("NotFoundError", "NOT_FOUND")])
+def test_a_models_own_status_on_an_input_off_the_signature_is_the_clients_fault(tf_error, code):
+    """On some CPUs oneDNN's max-pooling answers a wrong image with AbortedError, on others InvalidArgumentError: off
+    the signature, either is INVALID_ARGUMENT naming the input; on a conforming input the model's status stands."""
+    from tfship.core.errors import ModelError
+    from tfship.serving.dataplane.contract import refault
+
+    signature = Signature("serving_default", {"image": TensorSpec("float32", (None, 8, 8, 1))},
+                          {"y": TensorSpec("float32", (None, 10))})
+    failed = ModelError(f"signature 'serving_default' failed in the model: {tf_error}: could not create a descriptor",
+                        code)
+    fault = refault(failed, signature, {"image": np.zeros((1, 8, 8, 2), np.float32)}, "saved_model")
+    assert isinstance(fault, InvalidRequestError) and fault.grpc_code == "INVALID_ARGUMENT"
+    assert "image" in str(fault) and tf_error in str(fault)
+    assert refault(failed, signature, {"image": np.zeros((1, 8, 8, 1), np.float32)}, "saved_model") is None

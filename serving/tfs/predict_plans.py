@@ -15,7 +15,7 @@ refused (its error is never remembered); a version that cannot be held (its erro
 order); a request with an `output_filter`; requests above `OFF_LOOP_BYTES` (decoded in the helper process); typed
 values whose count is neither 0, 1 nor the shape's; and every request of a server with request logging or tracing on
 (their records and spans are made on the general path). At most `MAX_PLANS` layouts are kept (the memo is emptied
-when full); a plan holds its runtime and limits, so a new version or a recycled `id()` never matches.
+when full); a plan refers to its runtime (weakly) and its limits, so a new version never matches.
 
 Why (issue 43): the general path's checks cost tfship's Predict handler about half of its CPU per request on the
 identity backend (`python -m bench.serve.handler_cost`, results in bench/results/serve-profile.md).
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import time
+import weakref
 
 from tfship.core import protocol
 from tfship.core.contract import DEFAULT_SIGNATURE, Signature
@@ -50,13 +51,15 @@ _VALUES = {protocol.DATA_TYPE.values_by_name[name].number: field
 
 
 class _Plan:
-    """What the general path's checks found for one layout on one runtime."""
+    """What the general path's checks found for one layout on one runtime (held weakly: a stale plan never keeps
+    an unloaded version alive).
+    """
 
     __slots__ = ("counted", "dims", "held", "limits", "ref", "runtime", "signature", "signature_name")
 
     def __init__(self, runtime, limits: ServerLimits, ref: ModelRef, signature_name: str, signature: Signature,
                  dims: list[list[int]], counted: Rows, held: int) -> None:
-        self.runtime, self.limits, self.ref, self.signature_name = runtime, limits, ref, signature_name
+        self.runtime, self.limits, self.ref, self.signature_name = weakref.ref(runtime), limits, ref, signature_name
         self.signature, self.dims, self.counted, self.held = signature, dims, counted, held
 
 
@@ -110,7 +113,7 @@ class PredictPlans:
             served = dp.manager.hold(ref)
         except TfshipError:
             return None  # the general path answers it, after the body's own errors (TF Serving's order)
-        if plan is None or plan.runtime is not served.runtime or plan.limits is not dp.limits:
+        if plan is None or plan.runtime() is not served.runtime or plan.limits is not dp.limits:
             try:
                 plan = self._learn(key, request, ref, served)
             except BaseException:

@@ -198,3 +198,27 @@ def test_requests_outside_the_plans_go_the_general_way(tmp_path, request_bytes):
 def test_request_logging_keeps_every_request_on_the_general_path(tmp_path):
     pairs, held = _serve(tmp_path, [_request(ROW)] * 3, sampling_rate=1.0)
     assert held == [] and all(planned == general for planned, general in pairs)
+
+
+def test_a_plan_never_keeps_a_retired_version_alive(tmp_path):
+    """The planned path refers to its runtime weakly: a version retired while its plan is remembered is not kept."""
+    import gc
+
+    from tfship.serving.dataplane.types import ModelRef
+    from tfship.serving.tfs.predict_plans import _Plan
+
+    seen = {}
+
+    async def retire_latest(i, manager, base):
+        if i == 1:  # version 2 answered twice (its plan is remembered), then it is retired
+            served = manager.hold(ModelRef("echo", version=2))
+            runtime = served.runtime
+            manager.release(served)
+            await manager.apply_config([ModelConfig("echo", base, policy=VersionPolicy("specific", versions=(1,)))])
+            gc.collect()
+            seen["plans holding it"] = [r for r in gc.get_referrers(runtime) if isinstance(r, _Plan)]
+
+    pairs, held = _serve(tmp_path, [_request(ROW)] * 3, between=retire_latest)
+    assert seen["plans holding it"] == []
+    versions = [protocol.PredictResponse.FromString(planned[0]).model_spec.version.value for planned, _ in pairs]
+    assert versions == [2, 2, 1] and len(held) == 3

@@ -113,28 +113,32 @@ class PredictPlans:
             served = dp.manager.hold(ref)
         except TfshipError:
             return None  # the general path answers it, after the body's own errors (TF Serving's order)
+        deadline = None if time_remaining is None else time.monotonic() + time_remaining
+        first: dict | None = None  # a layout learned now: its values were decoded by the checks, once
         if plan is None or plan.runtime() is not served.runtime or plan.limits is not dp.limits:
             try:
-                plan = self._learn(key, request, ref, served)
+                learned = self._learn(key, request, ref, served)
             except BaseException:
                 dp.manager.release(served)
                 raise
-            if plan is None:
+            if learned is None:
                 dp.manager.release(served)
                 return None
-        deadline = None if time_remaining is None else time.monotonic() + time_remaining
+            plan, first = learned
         known = plan
 
         def decoded() -> InferenceRequest:
-            inputs = {name: decode_declared(tensor, name, dims)
-                      for (name, tensor), dims in zip(request.inputs.items(), known.dims)}
+            inputs = first if first is not None else {
+                name: decode_declared(tensor, name, dims)
+                for (name, tensor), dims in zip(request.inputs.items(), known.dims)}
             return InferenceRequest(known.ref, inputs, known.signature_name, deadline=deadline)
 
         return await dp.predict_held(served, known.ref.name, decoded, known.signature, known.counted, known.held)
 
-    def _learn(self, key: tuple, request, ref: ModelRef, served) -> _Plan | None:
-        """The general path's checks of this layout on `served` (held); its plan, remembered, when all pass, else
-        None (nothing remembered: the general path raises the error).
+    def _learn(self, key: tuple, request, ref: ModelRef, served) -> tuple[_Plan, dict] | None:
+        """The general path's checks of this layout on `served` (held): (its plan, remembered, and the request's
+        inputs the checks decoded) when all pass, else None (nothing remembered: the general path raises the error).
+        A full memo is emptied first (bounded; a layout learned costs what the general path costs, plus its key).
         """
         dp = self._dp
         limits = dp.limits
@@ -163,4 +167,4 @@ class PredictPlans:
         if len(self._plans) >= MAX_PLANS:
             self._plans.clear()
         plan = self._plans[key] = _Plan(served.runtime, limits, ref, signature_name, judged, dims, counted, held)
-        return plan
+        return plan, inputs

@@ -9,6 +9,7 @@ methods by full method name (no TensorFlow-generated stubs) with a deserializer 
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import uuid
@@ -62,6 +63,9 @@ def rpc(method: _Handler | None = None, *, large: bool = False) -> _Handler | Ca
         except TfshipError as err:
             status = err.grpc_code
             failure = (grpc.StatusCode[err.grpc_code], cap_message(str(err)))  # never past gRPC's limit
+        except asyncio.CancelledError:  # the client went away: the request log says so, gRPC ends the call
+            status = "CANCELLED"
+            raise
         except Exception:
             status = "INTERNAL"
             incident = uuid.uuid4().hex[:12]

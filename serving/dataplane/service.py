@@ -162,6 +162,9 @@ class DataPlane:
         except TfshipError as err:
             status = err.grpc_code
             raise
+        except asyncio.CancelledError:  # the client went away, or its deadline cancelled the call
+            status = "CANCELLED"
+            raise
         except Exception:
             status = "INTERNAL"
             raise
@@ -244,6 +247,9 @@ class DataPlane:
             return await self.run_judged(request, served.version, served.runtime, signature, counted, held)
         except TfshipError as err:
             status = err.grpc_code
+            raise
+        except asyncio.CancelledError:  # the client went away, or its deadline cancelled the call
+            status = "CANCELLED"
             raise
         except Exception:
             status = "INTERNAL"

@@ -15,7 +15,7 @@ refused (its error is never remembered); a version that cannot be held (its erro
 order); a request with an `output_filter`; requests above `OFF_LOOP_BYTES` (decoded in the helper process); typed
 values whose count is neither 0, 1 nor the shape's; and every request of a server with request logging or tracing on
 (their records and spans are made on the general path). At most `MAX_PLANS` layouts are kept (the memo is emptied
-when full); a plan holds its runtime and limits, so a new version or a recycled `id()` never matches.
+when full); a plan refers to its runtime (weakly) and its limits, so a new version never matches.
 
 Why (issue 43): the general path's checks cost tfship's Predict handler about half of its CPU per request on the
 identity backend (`python -m bench.serve.handler_cost`, results in bench/results/serve-profile.md).
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import time
+import weakref
 
 from tfship.core import protocol
 from tfship.core.contract import DEFAULT_SIGNATURE, Signature
@@ -50,13 +51,15 @@ _VALUES = {protocol.DATA_TYPE.values_by_name[name].number: field
 
 
 class _Plan:
-    """What the general path's checks found for one layout on one runtime."""
+    """What the general path's checks found for one layout on one runtime (held weakly: a stale plan never keeps
+    an unloaded version alive).
+    """
 
     __slots__ = ("counted", "dims", "held", "limits", "ref", "runtime", "signature", "signature_name")
 
     def __init__(self, runtime, limits: ServerLimits, ref: ModelRef, signature_name: str, signature: Signature,
                  dims: list[list[int]], counted: Rows, held: int) -> None:
-        self.runtime, self.limits, self.ref, self.signature_name = runtime, limits, ref, signature_name
+        self.runtime, self.limits, self.ref, self.signature_name = weakref.ref(runtime), limits, ref, signature_name
         self.signature, self.dims, self.counted, self.held = signature, dims, counted, held
 
 
@@ -110,28 +113,32 @@ class PredictPlans:
             served = dp.manager.hold(ref)
         except TfshipError:
             return None  # the general path answers it, after the body's own errors (TF Serving's order)
-        if plan is None or plan.runtime is not served.runtime or plan.limits is not dp.limits:
+        deadline = None if time_remaining is None else time.monotonic() + time_remaining
+        first: dict | None = None  # a layout learned now: its values were decoded by the checks, once
+        if plan is None or plan.runtime() is not served.runtime or plan.limits is not dp.limits:
             try:
-                plan = self._learn(key, request, ref, served)
+                learned = self._learn(key, request, ref, served)
             except BaseException:
                 dp.manager.release(served)
                 raise
-            if plan is None:
+            if learned is None:
                 dp.manager.release(served)
                 return None
-        deadline = None if time_remaining is None else time.monotonic() + time_remaining
+            plan, first = learned
         known = plan
 
         def decoded() -> InferenceRequest:
-            inputs = {name: decode_declared(tensor, name, dims)
-                      for (name, tensor), dims in zip(request.inputs.items(), known.dims)}
+            inputs = first if first is not None else {
+                name: decode_declared(tensor, name, dims)
+                for (name, tensor), dims in zip(request.inputs.items(), known.dims)}
             return InferenceRequest(known.ref, inputs, known.signature_name, deadline=deadline)
 
         return await dp.predict_held(served, known.ref.name, decoded, known.signature, known.counted, known.held)
 
-    def _learn(self, key: tuple, request, ref: ModelRef, served) -> _Plan | None:
-        """The general path's checks of this layout on `served` (held); its plan, remembered, when all pass, else
-        None (nothing remembered: the general path raises the error).
+    def _learn(self, key: tuple, request, ref: ModelRef, served) -> tuple[_Plan, dict] | None:
+        """The general path's checks of this layout on `served` (held): (its plan, remembered, and the request's
+        inputs the checks decoded) when all pass, else None (nothing remembered: the general path raises the error).
+        A full memo is emptied first (bounded; a layout learned costs what the general path costs, plus its key).
         """
         dp = self._dp
         limits = dp.limits
@@ -160,4 +167,4 @@ class PredictPlans:
         if len(self._plans) >= MAX_PLANS:
             self._plans.clear()
         plan = self._plans[key] = _Plan(served.runtime, limits, ref, signature_name, judged, dims, counted, held)
-        return plan
+        return plan, inputs

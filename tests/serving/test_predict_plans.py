@@ -198,3 +198,92 @@ def test_requests_outside_the_plans_go_the_general_way(tmp_path, request_bytes):
 def test_request_logging_keeps_every_request_on_the_general_path(tmp_path):
     pairs, held = _serve(tmp_path, [_request(ROW)] * 3, sampling_rate=1.0)
     assert held == [] and all(planned == general for planned, general in pairs)
+
+
+def test_a_plan_never_keeps_a_retired_version_alive(tmp_path):
+    """The planned path refers to its runtime weakly: a version retired while its plan is remembered is not kept."""
+    import gc
+
+    from tfship.serving.dataplane.types import ModelRef
+    from tfship.serving.tfs.predict_plans import _Plan
+
+    seen = {}
+
+    async def retire_latest(i, manager, base):
+        if i == 1:  # version 2 answered twice (its plan is remembered), then it is retired
+            served = manager.hold(ModelRef("echo", version=2))
+            runtime = served.runtime
+            manager.release(served)
+            await manager.apply_config([ModelConfig("echo", base, policy=VersionPolicy("specific", versions=(1,)))])
+            gc.collect()
+            seen["plans holding it"] = [r for r in gc.get_referrers(runtime) if isinstance(r, _Plan)]
+
+    pairs, held = _serve(tmp_path, [_request(ROW)] * 3, between=retire_latest)
+    assert seen["plans holding it"] == []
+    versions = [protocol.PredictResponse.FromString(planned[0]).model_spec.version.value for planned, _ in pairs]
+    assert versions == [2, 2, 1] and len(held) == 3
+
+
+def test_a_cancelled_predict_is_counted_as_cancelled_on_both_paths(tmp_path):
+    """A client that goes away while the model runs: `tfship_requests_total` says CANCELLED, not OK."""
+    import threading
+
+    from prometheus_client import generate_latest
+
+    from tfship.serving.runtimes.base import Runtime
+
+    class Slow(Runtime):
+        def __init__(self, inner):
+            super().__init__(inner.version_dir, inner.options)
+            self.inner, self.ready, self.release = inner, inner.ready, threading.Event()
+
+        @classmethod
+        def can_serve(cls, version_dir):
+            return False
+
+        def load(self):
+            self.inner.load()
+
+        def predict_now(self, inputs, signature_name, rows):
+            return None  # always on a worker thread, so the event loop can cancel the caller
+
+        def predict(self, inputs, signature_name="serving_default"):
+            self.release.wait(5)  # until the test lets it go (the caller was cancelled meanwhile)
+            return self.inner.predict(inputs, signature_name)
+
+        def metadata(self):
+            return self.inner.metadata()
+
+    base = _repository(tmp_path)
+    runtimes = []
+
+    async def run():
+        with ThreadPoolExecutor(2) as pool:
+            metrics = Metrics()
+            manager = ModelManager("identity", RuntimeOptions(), pool, metrics=metrics,
+                                   wrap=lambda r: runtimes.append(Slow(r)) or runtimes[-1])
+            await manager.apply_config([ModelConfig("echo", base)])
+            dataplane = DataPlane(manager, pool, ServerLimits(), metrics)
+            planned, general = PredictionServicer(dataplane), PredictionServicer(dataplane)
+
+            async def never(request, time_remaining):
+                return None
+
+            general._plans.predict = never
+            runtimes[0].release.set()
+            await _answer(planned, _request(ROW))  # the layout is learned: the planned path from now on
+            runtimes[0].release.clear()
+            for servicer in (planned, general, planned):
+                call = asyncio.ensure_future(_answer(servicer, _request(ROW)))
+                await asyncio.sleep(0.05)
+                call.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await call
+            runtimes[0].release.set()
+            text = generate_latest(metrics.registry).decode()
+            await manager.unload_all()
+            return [line for line in text.splitlines() if line.startswith("tfship_requests_total")]
+
+    lines = asyncio.run(run())
+    assert any('status="CANCELLED"' in line and line.endswith(" 3.0") for line in lines), lines
+    assert any('status="OK"' in line and line.endswith(" 1.0") for line in lines), lines

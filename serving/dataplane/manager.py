@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import gc
 import logging
 import threading
 from collections.abc import Awaitable, Callable
@@ -28,7 +27,7 @@ from pathlib import Path
 from tfship.core.echo import clip, echo
 from tfship.core.errors import InvalidRequestError, ModelNotFoundError, TfshipError, UnavailableError
 from tfship.core.locations import BucketUrl
-from tfship.serving.dataplane.memory import release_freed_memory
+from tfship.serving.dataplane.memory import collect_unloaded, freeze_loaded_heap, release_freed_memory
 from tfship.serving.dataplane.model_config import ModelConfig
 from tfship.serving.dataplane.types import ModelMetadata, ModelRef, VersionState, VersionStatus
 from tfship.serving.dataplane.version_folders import check_config, fingerprint, version_folders
@@ -245,7 +244,9 @@ class ModelManager:
                 runtime.unload()
                 raise TfshipError(f"warmup request for signature {signature_name!r} failed on {path}: {err}") from err
         record = None if verified is None else verified.to_json() | {"op_policy": runtime.policy_verdict}
-        return self._wrap(runtime), record
+        wrapped = self._wrap(runtime)
+        freeze_loaded_heap()  # the collector never walks the loaded model's objects again (serving.dataplane.memory)
+        return wrapped, record
 
     async def _unload(self, served: ServedVersion, name: str) -> None:
         if served.state is not VersionState.AVAILABLE:
@@ -368,7 +369,7 @@ def _unload_and_release(runtime: Runtime) -> None:
     heap back to the OS, so RSS stays flat across hot swaps (bench/results/hotswap-latest.md). Blocking.
     """
     runtime.unload()
-    gc.collect()
+    collect_unloaded()  # its cycles, frozen or not
     release_freed_memory()
 
 

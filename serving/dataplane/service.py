@@ -49,6 +49,15 @@ from tfship.serving.runtimes.base import Rows
 RELEASE_AFTER_BYTES = 16 << 20  # requests holding this much trigger a malloc_trim once answered
 
 
+def request_status(err: BaseException) -> str:
+    """The status label a request that raised `err` is counted under: a `TfshipError`'s gRPC code, CANCELLED for a
+    call cancelled (the client went away, or its deadline cancelled it) or torn down, else INTERNAL.
+    """
+    if isinstance(err, TfshipError):
+        return err.grpc_code
+    return "INTERNAL" if isinstance(err, Exception) else "CANCELLED"
+
+
 class DataPlane:
     """Serves Predict, GetModelMetadata, GetModelStatus and ReloadConfig on top of a `ModelManager`.
 
@@ -139,7 +148,7 @@ class DataPlane:
 
     async def _on_held_version(self, model: ModelRef, api: str, work, on_missing=None):
         """Await `work(served)` on a held version of `model` (released after), recording the request's count and
-        latency under `api` with its status (OK, the error's gRPC code, or INTERNAL). When `model` cannot be
+        latency under `api` with its status (OK, else `request_status`). When `model` cannot be
         held, `on_missing()` is awaited before the lookup's error is raised (it may raise its own).
         """
         started = time.perf_counter()
@@ -159,14 +168,8 @@ class DataPlane:
                     return await work(served)
                 finally:
                     self.manager.release(served)
-        except TfshipError as err:
-            status = err.grpc_code
-            raise
-        except asyncio.CancelledError:  # the client went away, or its deadline cancelled the call
-            status = "CANCELLED"
-            raise
-        except Exception:
-            status = "INTERNAL"
+        except BaseException as err:
+            status = request_status(err)
             raise
         finally:  # unknown names share one label value: clients cannot grow the metrics without bound
             name = model.name if self.manager.is_configured(model.name) else UNKNOWN_MODEL_LABEL
@@ -245,14 +248,8 @@ class DataPlane:
         try:
             request = decoded()
             return await self.run_judged(request, served.version, served.runtime, signature, counted, held)
-        except TfshipError as err:
-            status = err.grpc_code
-            raise
-        except asyncio.CancelledError:  # the client went away, or its deadline cancelled the call
-            status = "CANCELLED"
-            raise
-        except Exception:
-            status = "INTERNAL"
+        except BaseException as err:
+            status = request_status(err)
             raise
         finally:
             self.manager.release(served)
